@@ -1,0 +1,12 @@
+-- Remove whatever holds a primitive, whoever owns it, and wake its waiters.
+-- KEYS[1]  the primitive's key (lock string, rwlock hash, semaphore set)
+-- KEYS[2..] further state keys of the primitive to remove with it
+-- ARGV[1]  wake-up channel
+-- ARGV[2]  wake-up message
+-- Returns  1 if a holder was removed, 0 if nothing was held
+local removed = redis.call('DEL', unpack(KEYS))
+if removed > 0 then
+  redis.call('PUBLISH', ARGV[1], ARGV[2])
+  return 1
+end
+return 0

@@ -1,0 +1,374 @@
+//! The client: configuration, the connection pool, key naming, and the
+//! factory for every primitive.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::backend::{Backend, Timeouts};
+use crate::error::{Error, Result};
+use crate::lock::Lock;
+use crate::wakeup::Wakeup;
+
+/// Longest accepted primitive name, in bytes.
+pub const MAX_NAME_LEN: usize = 8 * 1024;
+
+/// A handle to Redis from which locks are made.
+///
+/// `Client` is cheap to clone (an `Arc` inside) and can be shared across
+/// threads. Clones are the same owner: a thread re-enters a lock it holds
+/// through any clone. Two clients built separately are two owners, exactly
+/// like two processes.
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<ClientInner>,
+}
+
+pub(crate) struct ClientInner {
+    pub(crate) id: Uuid,
+    pub(crate) config: Config,
+    pub(crate) backend: Arc<Backend>,
+    pub(crate) wakeup: Wakeup,
+}
+
+impl Drop for ClientInner {
+    fn drop(&mut self) {
+        self.wakeup.shutdown();
+    }
+}
+
+/// Validated settings of a client.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) prefix: Vec<u8>,
+    pub(crate) watchdog: Duration,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("id", &self.inner.id)
+            .field(
+                "prefix",
+                &String::from_utf8_lossy(&self.inner.config.prefix),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Connects to one Redis server with default settings.
+    ///
+    /// ```no_run
+    /// let client = redlease::Client::open("redis://127.0.0.1:6379/")?;
+    /// # Ok::<(), redlease::Error>(())
+    /// ```
+    pub fn open(url: impl AsRef<str>) -> Result<Client> {
+        Client::builder().url(url).build()
+    }
+
+    /// Starts configuring a client.
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// This client's id: part of every token it writes, and what
+    /// `redlease status` shows as the holder.
+    pub fn id(&self) -> Uuid {
+        self.inner.id
+    }
+
+    /// The watchdog timeout: the lease of every lock without a fixed lease.
+    pub fn watchdog_timeout(&self) -> Duration {
+        self.inner.config.watchdog
+    }
+
+    /// A reentrant exclusive lock named `name`.
+    ///
+    /// Names are any non-empty bytes up to 8 KiB; an invalid name is reported
+    /// by the first operation on the lock.
+    pub fn lock(&self, name: impl AsRef<[u8]>) -> Lock {
+        Lock::new(self.clone(), name.as_ref())
+    }
+
+    /// Runs `f` while holding the lock `name` (waiting as long as needed).
+    ///
+    /// The lock is released when `f` returns or panics (the panic then
+    /// continues). If the lease was lost while `f` ran, the result is an
+    /// error of kind [`ErrorKind::LockLost`](crate::ErrorKind::LockLost): `f` completed, but another
+    /// holder may have run concurrently for part of it.
+    pub fn with_lock<T>(&self, name: impl AsRef<[u8]>, f: impl FnOnce() -> T) -> Result<T> {
+        self.lock(name).with(f)
+    }
+
+    /// Wake-ups the subscriber delivered to this client's waiters so far.
+    #[doc(hidden)]
+    pub fn wakeups_delivered(&self) -> u64 {
+        self.inner.wakeup.delivered()
+    }
+
+    pub(crate) fn backend(&self) -> &Arc<Backend> {
+        &self.inner.backend
+    }
+
+    pub(crate) fn wakeup(&self) -> &Wakeup {
+        &self.inner.wakeup
+    }
+
+    pub(crate) fn id_u128(&self) -> u128 {
+        self.inner.id.as_u128()
+    }
+
+    /// A fresh owner token: `rl:<client id>:<random>`, 122 random bits from
+    /// the OS generator.
+    pub(crate) fn new_token(&self) -> Arc<str> {
+        format!("rl:{}:{}", self.inner.id.simple(), Uuid::new_v4().simple()).into()
+    }
+
+    /// Builds the keys of one primitive: `<prefix>{<escaped name>}<suffix>`.
+    pub(crate) fn names(&self, name: &[u8]) -> Result<Names> {
+        Names::new(&self.inner.config.prefix, name)
+    }
+}
+
+/// The keys of one named primitive. All share the hash tag `{name}` so that
+/// one script may touch them all, also on Redis Cluster.
+#[derive(Clone, Debug)]
+pub(crate) struct Names {
+    base: Vec<u8>,
+}
+
+impl Names {
+    fn new(prefix: &[u8], name: &[u8]) -> Result<Names> {
+        if name.is_empty() {
+            return Err(Error::invalid("a name must not be empty"));
+        }
+        if name.len() > MAX_NAME_LEN {
+            return Err(Error::invalid(format!(
+                "a name must be at most {MAX_NAME_LEN} bytes, got {}",
+                name.len()
+            )));
+        }
+        let mut base = Vec::with_capacity(prefix.len() + name.len() + 2);
+        base.extend_from_slice(prefix);
+        base.push(b'{');
+        // Braces inside the tag would end it early (or make it empty, which
+        // disables hash tags), so they and the escape byte are %-encoded.
+        for &b in name {
+            match b {
+                b'{' => base.extend_from_slice(b"%7B"),
+                b'}' => base.extend_from_slice(b"%7D"),
+                b'%' => base.extend_from_slice(b"%25"),
+                _ => base.push(b),
+            }
+        }
+        base.push(b'}');
+        Ok(Names { base })
+    }
+
+    /// `<prefix>{name}` followed by `suffix`.
+    pub(crate) fn key(&self, suffix: &str) -> Vec<u8> {
+        let mut k = Vec::with_capacity(self.base.len() + suffix.len());
+        k.extend_from_slice(&self.base);
+        k.extend_from_slice(suffix.as_bytes());
+        k
+    }
+}
+
+/// Which servers a client talks to.
+#[derive(Clone, Debug, Default)]
+enum Topology {
+    #[default]
+    Unset,
+    Standalone(String),
+}
+
+/// Configures and builds a [`Client`].
+///
+/// ```no_run
+/// use std::time::Duration;
+/// let client = redlease::Client::builder()
+///     .url("redis://127.0.0.1:6379/")
+///     .pool_size(16)
+///     .key_prefix("myapp:")
+///     .watchdog_timeout(Duration::from_secs(30))
+///     .build()?;
+/// # Ok::<(), redlease::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until .build() is called"]
+pub struct ClientBuilder {
+    topology: Topology,
+    pool_size: u32,
+    prefix: String,
+    watchdog: Duration,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    pool_timeout: Duration,
+    fallback_poll: Duration,
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder {
+            topology: Topology::Unset,
+            pool_size: 16,
+            prefix: String::new(),
+            watchdog: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+            pool_timeout: Duration::from_secs(5),
+            fallback_poll: Duration::from_secs(2),
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// One Redis server, e.g. `redis://127.0.0.1:6379/0` or
+    /// `redis://user:pass@host:6379/`. Required (unless another topology is
+    /// chosen).
+    pub fn url(mut self, url: impl AsRef<str>) -> Self {
+        self.topology = Topology::Standalone(url.as_ref().to_owned());
+        self
+    }
+
+    /// Maximum pooled connections. Defaults to 16.
+    pub fn pool_size(mut self, n: u32) -> Self {
+        self.pool_size = n;
+        self
+    }
+
+    /// Prefix for every key and channel this client writes, e.g. `"myapp:"`.
+    /// Must not contain `{` or `}` (the library places its own hash tag).
+    /// Defaults to none.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Lease of every lock taken without a fixed lease; the renewal thread
+    /// extends it every third of this while the guard lives. Defaults to 30 s.
+    pub fn watchdog_timeout(mut self, d: Duration) -> Self {
+        self.watchdog = d;
+        self
+    }
+
+    /// Longest wait for a new TCP connection. Defaults to 2 s.
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// Longest wait for any reply; after it the outcome is unknown and the
+    /// call fails with [`ErrorKind::Connection`](crate::ErrorKind::Connection). Defaults to 2 s.
+    pub fn response_timeout(mut self, d: Duration) -> Self {
+        self.response_timeout = d;
+        self
+    }
+
+    /// Longest wait for a free pooled connection. Defaults to 5 s.
+    pub fn pool_timeout(mut self, d: Duration) -> Self {
+        self.pool_timeout = d;
+        self
+    }
+
+    /// Longest a waiter sleeps between retries when no release message
+    /// arrives (it covers messages lost while the subscriber reconnects).
+    /// Defaults to 2 s.
+    pub fn fallback_poll(mut self, d: Duration) -> Self {
+        self.fallback_poll = d;
+        self
+    }
+
+    /// Validates the settings and connects (one connection, to fail fast on
+    /// a wrong address or password).
+    pub fn build(self) -> Result<Client> {
+        for (what, d) in [
+            ("watchdog_timeout", self.watchdog),
+            ("connect_timeout", self.connect_timeout),
+            ("response_timeout", self.response_timeout),
+            ("pool_timeout", self.pool_timeout),
+            ("fallback_poll", self.fallback_poll),
+        ] {
+            if d.is_zero() {
+                return Err(Error::invalid(format!("{what} must be greater than zero")));
+            }
+            if d > Duration::from_secs(365 * 24 * 3600) {
+                return Err(Error::invalid(format!("{what} must be at most a year")));
+            }
+        }
+        if self.watchdog < Duration::from_millis(30) {
+            return Err(Error::invalid(
+                "watchdog_timeout must be at least 30 ms (it is renewed every third)",
+            ));
+        }
+        if self.pool_size == 0 {
+            return Err(Error::invalid("pool_size must be at least 1"));
+        }
+        if self.prefix.contains(['{', '}']) {
+            return Err(Error::invalid(
+                "key_prefix must not contain '{' or '}' (the library adds its own hash tag)",
+            ));
+        }
+        let timeouts = Timeouts {
+            connect: self.connect_timeout,
+            response: self.response_timeout,
+            pool: self.pool_timeout,
+        };
+        let backend = match &self.topology {
+            Topology::Unset => {
+                return Err(Error::invalid("no Redis URL given: call .url(...)"));
+            }
+            Topology::Standalone(url) => Backend::open(url, self.pool_size, timeouts)?,
+        };
+        let backend = Arc::new(backend);
+        check_server(&backend)?;
+        let id = Uuid::new_v4();
+        let prefix = self.prefix.into_bytes();
+        let mut channel = prefix.clone();
+        channel.extend_from_slice(b"redlease:wake");
+        let wakeup = Wakeup::new(
+            backend.clone(),
+            channel,
+            id.simple().to_string(),
+            self.fallback_poll,
+        );
+        Ok(Client {
+            inner: Arc::new(ClientInner {
+                id,
+                config: Config {
+                    prefix,
+                    watchdog: self.watchdog,
+                },
+                backend,
+                wakeup,
+            }),
+        })
+    }
+}
+
+/// Connects once, and warns when the server may evict lock keys.
+fn check_server(backend: &Backend) -> Result<()> {
+    let mut con = backend.conn()?;
+    redis::cmd("PING")
+        .query::<()>(&mut *con)
+        .map_err(Error::from)?;
+    // CONFIG may be forbidden (ACL, managed services): then we cannot tell.
+    if let Ok(v) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query::<Vec<String>>(&mut *con)
+    {
+        if let Some(policy) = v.get(1) {
+            if policy.starts_with("allkeys-") || policy.starts_with("volatile-") {
+                log::warn!(
+                    "redlease: maxmemory-policy is {policy}: Redis may evict lock keys under \
+                     memory pressure, silently ending leases; use noeviction"
+                );
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,103 @@
+//! # redlease
+//!
+//! Distributed locks on Redis for **synchronous** Rust: threaded services,
+//! rayon batch jobs, cron-driven tools. No async runtime.
+//!
+//! ## A first lock
+//!
+//! ```no_run
+//! use redlease::Client;
+//!
+//! let client = Client::open("redis://127.0.0.1:6379/")?;
+//! let total = client.with_lock("orders:42", || {
+//!     // Only one thread of one process, across every machine sharing this
+//!     // Redis, runs this at a time.
+//!     40 + 2
+//! })?;
+//! assert_eq!(total, 42);
+//! # Ok::<(), redlease::Error>(())
+//! ```
+//!
+//! ## Guards
+//!
+//! [`Lock::acquire`] waits like `std::sync::Mutex::lock` and returns a
+//! [`LockGuard`]; dropping the guard releases the lock. [`Lock::try_acquire`]
+//! never waits, [`Lock::acquire_timeout`] waits at most as long as you say.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! # let client = redlease::Client::open("redis://127.0.0.1:6379/")?;
+//! let lock = client.lock("report:daily");
+//! if let Some(guard) = lock.acquire_timeout(Duration::from_secs(2))? {
+//!     // Hand the fencing token to the storage you write, so that a holder
+//!     // that paused past its lease is rejected there.
+//!     let fence = guard.fencing_token();
+//!     # let _ = fence;
+//!     guard.release()?; // or just drop it
+//! }
+//! # Ok::<(), redlease::Error>(())
+//! ```
+//!
+//! ## Leases and the watchdog
+//!
+//! A lock is a lease: if its holder dies, it ends by itself. By default the
+//! lease is the client's watchdog timeout (30 s) and one renewal thread per
+//! process extends it every third of that while the guard lives. If the
+//! renewal finds the lease gone (expired during a pause, flushed,
+//! force-unlocked, server restarted), [`LockGuard::is_held`] turns false —
+//! no round trip — and [`LockGuard::release`] fails with
+//! [`ErrorKind::LockLost`].
+//!
+//! A fixed lease has no watchdog: the lock ends after it, whatever happens.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! # let client = redlease::Client::open("redis://127.0.0.1:6379/")?;
+//! let guard = client.lock("nightly").lease(Duration::from_secs(5)).acquire()?;
+//! // ... at most 5 s of work ...
+//! assert!(guard.is_held() || true);
+//! # Ok::<(), redlease::Error>(())
+//! ```
+//!
+//! ## Re-entry
+//!
+//! The owner of a lock is the pair (client, thread). A thread that holds a
+//! lock may take it again: no round trip, same fencing token, and only the
+//! outermost release touches Redis. Guards are not `Send`.
+//!
+//! ```no_run
+//! # let client = redlease::Client::open("redis://127.0.0.1:6379/")?;
+//! let lock = client.lock("a");
+//! let outer = lock.acquire()?;
+//! let inner = lock.acquire()?; // re-entry
+//! assert_eq!(lock.hold_count(), 2);
+//! assert_eq!(outer.fencing_token(), inner.fencing_token());
+//! # Ok::<(), redlease::Error>(())
+//! ```
+//!
+//! ## Waiting
+//!
+//! Waiters are woken by a message published on release (one subscriber
+//! connection per client), not by polling; threads of one client waiting for
+//! the same name queue in arrival order.
+//!
+//! ## Errors
+//!
+//! Every fallible call returns [`Error`]; match on [`Error::kind`]. Bad input
+//! (empty or oversized names, zero leases, a key that holds someone else's
+//! data) is an error, never a panic.
+
+#![warn(missing_docs)]
+
+mod backend;
+mod client;
+mod error;
+mod lock;
+mod reentrancy;
+mod renewal;
+mod scripts;
+mod wakeup;
+
+pub use client::{Client, ClientBuilder, MAX_NAME_LEN};
+pub use error::{Error, ErrorKind, Result};
+pub use lock::{Lock, LockGuard};

@@ -1,0 +1,368 @@
+//! Waiting for a release without polling.
+//!
+//! Each client has one subscriber connection (started on the first wait) on
+//! one channel; every release publishes `<publisher id>:<key>` there. Threads
+//! of one client that wait for the same key queue locally in arrival order;
+//! only the head of that queue retries in Redis, and it is woken by the
+//! release message (or directly, when the releasing thread is in the same
+//! client). A bounded fallback wait covers lost messages and reconnects.
+//!
+//! The local queue is what keeps contention fair and cheap: a thread that
+//! releases and immediately asks again queues behind the threads already
+//! waiting instead of winning every race against their wake-up.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::backend::Backend;
+use crate::error::Result;
+
+/// How long the subscriber blocks in one read before checking for shutdown.
+const SUBSCRIBER_TICK: Duration = Duration::from_millis(200);
+
+/// The outcome of one attempt to acquire.
+pub(crate) enum Attempt<T> {
+    Acquired(T),
+    /// Held by someone else; retry after at most this long (the holder's
+    /// remaining lease), or after the fallback wait if unknown.
+    Busy(Option<Duration>),
+}
+
+struct Waiter {
+    tx: Sender<()>,
+    rx: Receiver<()>,
+}
+
+impl Waiter {
+    fn new() -> Arc<Waiter> {
+        // Capacity 1: wake-ups coalesce, and a wake-up sent between a failed
+        // attempt and the wait is kept, so it is never missed.
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        Arc::new(Waiter { tx, rx })
+    }
+
+    fn wake(&self) {
+        let _ = self.tx.try_send(());
+    }
+}
+
+#[derive(Default)]
+struct SubState {
+    started: bool,
+    connected: bool,
+}
+
+struct Shared {
+    channel: Vec<u8>,
+    me: String,
+    queues: Mutex<HashMap<Vec<u8>, VecDeque<Arc<Waiter>>>>,
+    sub: Mutex<SubState>,
+    sub_changed: Condvar,
+    shutdown: AtomicBool,
+    fallback: Duration,
+    /// Wake-ups delivered by the subscriber (for tests and diagnostics).
+    delivered: AtomicU64,
+}
+
+/// The wake-up service of one client.
+pub(crate) struct Wakeup {
+    shared: Arc<Shared>,
+    backend: Arc<Backend>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding these short critical sections cannot leave the
+    // data inconsistent, so poisoning is ignored rather than propagated.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Wakeup {
+    pub(crate) fn new(
+        backend: Arc<Backend>,
+        channel: Vec<u8>,
+        me: String,
+        fallback: Duration,
+    ) -> Wakeup {
+        Wakeup {
+            shared: Arc::new(Shared {
+                channel,
+                me,
+                queues: Mutex::new(HashMap::new()),
+                sub: Mutex::new(SubState::default()),
+                sub_changed: Condvar::new(),
+                shutdown: AtomicBool::new(false),
+                fallback,
+                delivered: AtomicU64::new(0),
+            }),
+            backend,
+        }
+    }
+
+    /// The channel releases publish on.
+    pub(crate) fn channel(&self) -> &[u8] {
+        &self.shared.channel
+    }
+
+    /// The message a release of `key` publishes.
+    pub(crate) fn message(&self, key: &[u8]) -> Vec<u8> {
+        let mut m = Vec::with_capacity(self.shared.me.len() + 1 + key.len());
+        m.extend_from_slice(self.shared.me.as_bytes());
+        m.push(b':');
+        m.extend_from_slice(key);
+        m
+    }
+
+    /// Wakes this client's head waiter for `key` (after a local release; the
+    /// published message from ourselves is then ignored).
+    pub(crate) fn notify_local(&self, key: &[u8]) {
+        self.shared.notify(key);
+    }
+
+    /// Number of wake-ups the subscriber has delivered so far.
+    pub(crate) fn delivered(&self) -> u64 {
+        self.shared.delivered.load(Ordering::Relaxed)
+    }
+
+    /// Stops the subscriber thread (the client is being dropped).
+    pub(crate) fn shutdown(&self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+    }
+
+    /// The waiting loop every primitive shares. `attempt` is one round trip
+    /// that either acquires or reports how long the holder may keep it.
+    /// Returns `None` when `deadline` passes first (`Some(now)` = try once).
+    pub(crate) fn acquire<T>(
+        &self,
+        key: &[u8],
+        deadline: Option<Instant>,
+        mut attempt: impl FnMut() -> Result<Attempt<T>>,
+    ) -> Result<Option<T>> {
+        // Fast path: nobody of ours is queued, so trying first is fair.
+        if !self.shared.has_queue(key) {
+            if let Attempt::Acquired(v) = attempt()? {
+                return Ok(Some(v));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
+            }
+        }
+        self.ensure_subscribed();
+        let waiter = Waiter::new();
+        let _member = Membership::join(&self.shared, key, waiter.clone());
+        loop {
+            let now = Instant::now();
+            let left = deadline.map(|d| d.saturating_duration_since(now));
+            if left == Some(Duration::ZERO) {
+                return Ok(None);
+            }
+            if !self.shared.is_head(key, &waiter) {
+                // Wait for our turn; the head's departure wakes us.
+                let wait = left
+                    .unwrap_or(self.shared.fallback)
+                    .min(self.shared.fallback);
+                let _ = waiter.rx.recv_timeout(wait);
+                continue;
+            }
+            // Drop a stale wake-up: this attempt sees the current state.
+            let _ = waiter.rx.try_recv();
+            let retry = match attempt()? {
+                Attempt::Acquired(v) => return Ok(Some(v)),
+                Attempt::Busy(retry) => retry,
+            };
+            let mut wait = retry
+                .filter(|d| !d.is_zero())
+                .unwrap_or(self.shared.fallback)
+                .min(self.shared.fallback);
+            if !self.is_connected() {
+                // Without a subscriber nothing wakes us; poll gently.
+                wait = wait.min(Duration::from_millis(100));
+            }
+            if let Some(left) = deadline.map(|d| d.saturating_duration_since(Instant::now())) {
+                wait = wait.min(left);
+            }
+            let _ = waiter.rx.recv_timeout(wait);
+        }
+    }
+
+    fn is_connected(&self) -> bool {
+        lock(&self.shared.sub).connected
+    }
+
+    /// Starts the subscriber on first use and waits (at most the connect
+    /// timeout) until it listens, so that the retry after joining the queue
+    /// happens with the subscription in place.
+    fn ensure_subscribed(&self) {
+        let mut sub = lock(&self.shared.sub);
+        if sub.connected {
+            return;
+        }
+        if !sub.started {
+            sub.started = true;
+            let shared = self.shared.clone();
+            let backend = self.backend.clone();
+            let spawned = std::thread::Builder::new()
+                .name("redlease-wakeup".into())
+                .spawn(move || subscriber(shared, backend));
+            if let Err(e) = spawned {
+                log::error!("redlease: cannot start the wake-up subscriber: {e}");
+                sub.started = false;
+                return;
+            }
+        }
+        let limit = Instant::now() + self.backend.timeouts().connect;
+        while !sub.connected {
+            let left = limit.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            sub = self
+                .shared
+                .sub_changed
+                .wait_timeout(sub, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+impl Shared {
+    fn has_queue(&self, key: &[u8]) -> bool {
+        lock(&self.queues).contains_key(key)
+    }
+
+    fn is_head(&self, key: &[u8], waiter: &Arc<Waiter>) -> bool {
+        lock(&self.queues)
+            .get(key)
+            .and_then(|q| q.front())
+            .is_some_and(|h| Arc::ptr_eq(h, waiter))
+    }
+
+    fn notify(&self, key: &[u8]) {
+        if let Some(head) = lock(&self.queues).get(key).and_then(|q| q.front()) {
+            head.wake();
+        }
+    }
+
+    fn notify_all(&self) {
+        for q in lock(&self.queues).values() {
+            if let Some(head) = q.front() {
+                head.wake();
+            }
+        }
+    }
+
+    fn dispatch(&self, payload: &[u8]) {
+        let me = self.me.as_bytes();
+        if payload.len() > me.len() && &payload[..me.len()] == me && payload[me.len()] == b':' {
+            return; // our own release: the local head was woken directly
+        }
+        let Some(colon) = payload.iter().position(|&b| b == b':') else {
+            return;
+        };
+        self.delivered.fetch_add(1, Ordering::Relaxed);
+        self.notify(&payload[colon + 1..]);
+    }
+
+    fn set_connected(&self, connected: bool) {
+        lock(&self.sub).connected = connected;
+        self.sub_changed.notify_all();
+    }
+}
+
+/// A place in a key's local queue; leaving it wakes the next waiter.
+struct Membership<'a> {
+    shared: &'a Shared,
+    key: Vec<u8>,
+    waiter: Arc<Waiter>,
+}
+
+impl<'a> Membership<'a> {
+    fn join(shared: &'a Shared, key: &[u8], waiter: Arc<Waiter>) -> Membership<'a> {
+        lock(&shared.queues)
+            .entry(key.to_vec())
+            .or_default()
+            .push_back(waiter.clone());
+        Membership {
+            shared,
+            key: key.to_vec(),
+            waiter,
+        }
+    }
+}
+
+impl Drop for Membership<'_> {
+    fn drop(&mut self) {
+        let mut queues = lock(&self.shared.queues);
+        if let Some(q) = queues.get_mut(&self.key) {
+            q.retain(|w| !Arc::ptr_eq(w, &self.waiter));
+            match q.front() {
+                Some(next) => next.wake(),
+                None => {
+                    queues.remove(&self.key);
+                }
+            }
+        }
+    }
+}
+
+/// The subscriber thread: listens until the client is dropped, reconnecting
+/// with backoff; after each (re)subscription it wakes every head waiter,
+/// since messages may have been missed while disconnected.
+fn subscriber(shared: Arc<Shared>, backend: Arc<Backend>) {
+    let mut backoff = Duration::from_millis(50);
+    while !shared.shutdown.load(Ordering::Acquire) {
+        let mut con = match backend.dedicated() {
+            Ok(con) => con,
+            Err(e) => {
+                log::debug!("redlease: wake-up subscriber cannot connect: {e}");
+                sleep_unless_shutdown(&shared, backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        if con.set_read_timeout(Some(SUBSCRIBER_TICK)).is_err() {
+            continue;
+        }
+        let mut pubsub = con.as_pubsub();
+        if let Err(e) = pubsub.subscribe(shared.channel.as_slice()) {
+            log::debug!("redlease: wake-up subscribe failed: {e}");
+            sleep_unless_shutdown(&shared, backoff);
+            continue;
+        }
+        backoff = Duration::from_millis(50);
+        shared.set_connected(true);
+        shared.notify_all();
+        while !shared.shutdown.load(Ordering::Acquire) {
+            match pubsub.get_message() {
+                Ok(msg) => shared.dispatch(msg.get_payload_bytes()),
+                Err(e) if e.is_timeout() => {}
+                Err(e) => {
+                    log::debug!("redlease: wake-up subscriber lost its connection: {e}");
+                    break;
+                }
+            }
+        }
+        shared.set_connected(false);
+        shared.notify_all();
+    }
+}
+
+fn sleep_unless_shutdown(shared: &Shared, d: Duration) {
+    let end = Instant::now() + d;
+    while !shared.shutdown.load(Ordering::Acquire) {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(SUBSCRIBER_TICK));
+    }
+}
+
+/// The instant `d` from now, or `None` (wait forever) if that overflows.
+pub(crate) fn deadline_after(d: Duration) -> Option<Instant> {
+    Instant::now().checked_add(d)
+}

@@ -1,0 +1,125 @@
+//! Test support: real `redis-server` processes on free loopback ports,
+//! spawned through `redis-test`, with the fault controls the tests need
+//! (kill, pause, restart on the same port).
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use redis_test::server::RedisServer;
+
+pub struct Server {
+    inner: Option<RedisServer>,
+    port: u16,
+    extra: Vec<String>,
+}
+
+impl Server {
+    /// A fresh server on a free port, ready to answer.
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// A fresh server with extra `redis-server` arguments.
+    pub fn start_with(extra: &[&str]) -> Server {
+        let port = redis_test::utils::get_random_available_port();
+        let mut s = Server {
+            inner: None,
+            port,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let extra = self.extra.clone();
+        let server = RedisServer::new_with_addr_tls_modules_and_spawner(
+            redis::ConnectionAddr::Tcp("127.0.0.1".into(), self.port),
+            None,
+            None,
+            false,
+            None,
+            &[],
+            |cmd| {
+                cmd.args(&extra);
+                cmd.spawn().expect("redis-server must be installed")
+            },
+        );
+        self.inner = Some(server);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end {
+            if let Ok(mut c) = redis::Client::open(self.url()).and_then(|c| c.get_connection()) {
+                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server on port {} did not start", self.port);
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.inner.as_ref().expect("server running").process.id() as i32
+    }
+
+    /// A plain connection for inspecting or sabotaging the server.
+    pub fn con(&self) -> redis::Connection {
+        let c = redis::Client::open(self.url()).unwrap();
+        let con = c
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .unwrap();
+        con.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        con
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut s) = self.inner.take() {
+            s.stop();
+        }
+    }
+
+    /// Kills the server (no persistence: all data is gone) and starts a new
+    /// one on the same port.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    pub fn pause(&self) {
+        unsafe { libc::kill(self.pid(), libc::SIGSTOP) };
+    }
+
+    pub fn resume(&self) {
+        unsafe { libc::kill(self.pid(), libc::SIGCONT) };
+    }
+}
+
+/// Polls `cond` every 5 ms until it holds or `limit` passes.
+pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+pub fn client(server: &Server) -> redlease::Client {
+    redlease::Client::open(server.url()).unwrap()
+}

@@ -1,0 +1,441 @@
+//! The reentrant lock against a real redis-server.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{client, eventually, Server};
+use redis::Commands;
+use redlease::{Client, ErrorKind};
+
+/// The critical section every exclusion test runs: a non-atomic
+/// read-modify-write of a Redis register (a lost update shows an overlap)
+/// plus an occupancy counter that must never exceed 1.
+fn critical_section(con: &mut redis::Connection, occupancy: &AtomicUsize, max_seen: &AtomicUsize) {
+    let inside = occupancy.fetch_add(1, Ordering::SeqCst) + 1;
+    max_seen.fetch_max(inside, Ordering::SeqCst);
+    let v: i64 = con.get::<_, Option<i64>>("register").unwrap().unwrap_or(0);
+    std::thread::yield_now();
+    let _: () = con.set("register", v + 1).unwrap();
+    occupancy.fetch_sub(1, Ordering::SeqCst);
+}
+
+#[test]
+fn exclusive_across_threads_and_clients() {
+    let server = Server::start();
+    let clients: Vec<Client> = (0..3).map(|_| client(&server)).collect();
+    let occupancy = Arc::new(AtomicUsize::new(0));
+    let max_seen = Arc::new(AtomicUsize::new(0));
+    let per_thread = 40;
+    let mut handles = Vec::new();
+    for c in &clients {
+        for _ in 0..3 {
+            let c = c.clone();
+            let url = server.url();
+            let (occ, max) = (occupancy.clone(), max_seen.clone());
+            handles.push(std::thread::spawn(move || {
+                let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+                let lock = c.lock("shared");
+                for _ in 0..per_thread {
+                    let g = lock.acquire().unwrap();
+                    critical_section(&mut con, &occ, &max);
+                    g.release().unwrap();
+                }
+            }));
+        }
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    let total: i64 = server.con().get("register").unwrap();
+    assert_eq!(total, 9 * per_thread as i64, "lost updates");
+    assert_eq!(max_seen.load(Ordering::SeqCst), 1, "two holders at once");
+}
+
+#[test]
+fn reentrant_on_one_thread_contended_on_another() {
+    let server = Server::start();
+    let c = client(&server);
+    let lock = c.lock("re");
+    let g1 = lock.acquire().unwrap();
+    let g2 = c.lock("re").acquire().unwrap(); // another handle, same owner
+    let g3 = lock.try_acquire().unwrap().expect("re-entry never waits");
+    assert_eq!(lock.hold_count(), 3);
+    assert_eq!(g1.fencing_token(), g2.fencing_token());
+    assert_eq!(g1.fencing_token(), g3.fencing_token());
+    // Another thread of the same client is another owner.
+    let l2 = lock.clone();
+    let other = std::thread::spawn(move || {
+        assert_eq!(l2.hold_count(), 0);
+        l2.try_acquire().unwrap().is_none()
+    });
+    assert!(other.join().unwrap());
+    // A separate client is another owner too.
+    assert!(client(&server).lock("re").try_acquire().unwrap().is_none());
+    drop(g3);
+    g2.release().unwrap();
+    assert_eq!(lock.hold_count(), 1);
+    assert!(lock.is_locked().unwrap(), "inner releases keep the lock");
+    g1.release().unwrap();
+    assert_eq!(lock.hold_count(), 0);
+    assert!(!lock.is_locked().unwrap());
+}
+
+#[test]
+fn fencing_tokens_strictly_increase() {
+    let server = Server::start();
+    let c = client(&server);
+    let other = client(&server);
+    let mut last = 0;
+    for i in 0..10 {
+        let who = if i % 2 == 0 { &c } else { &other };
+        let g = who.lock("fence").acquire().unwrap();
+        assert!(g.fencing_token() > last);
+        last = g.fencing_token();
+    }
+}
+
+#[test]
+fn fixed_lease_expires_and_late_release_cannot_touch_new_holder() {
+    let server = Server::start();
+    let a = client(&server);
+    let b = client(&server);
+    let g = a
+        .lock("fixed")
+        .lease(Duration::from_millis(150))
+        .acquire()
+        .unwrap();
+    assert!(g.is_held());
+    // No watchdog: b gets the lock once the lease ends.
+    let gb = b
+        .lock("fixed")
+        .acquire_timeout(Duration::from_secs(3))
+        .unwrap()
+        .expect("the fixed lease must expire");
+    assert!(
+        !g.is_held(),
+        "a fixed lease reports its end without a round trip"
+    );
+    assert!(gb.fencing_token() > g.fencing_token());
+    let err = g.release().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LockLost);
+    assert!(
+        b.lock("fixed").is_locked().unwrap(),
+        "the late release left the new holder alone"
+    );
+    let holder: String = server.con().get("{fixed}").unwrap();
+    assert!(holder.contains(&b.id().simple().to_string()));
+    gb.release().unwrap();
+}
+
+#[test]
+fn watchdog_keeps_lock_for_ten_timeouts() {
+    let server = Server::start();
+    let c = Client::builder()
+        .url(server.url())
+        .watchdog_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let other = client(&server);
+    let g = c.lock("dog").acquire().unwrap();
+    let end = Instant::now() + Duration::from_millis(2_000);
+    while Instant::now() < end {
+        assert!(other.lock("dog").try_acquire().unwrap().is_none());
+        assert!(g.is_held());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    g.release().unwrap();
+    assert!(other.lock("dog").try_acquire().unwrap().is_some());
+}
+
+#[test]
+fn flushall_is_detected_as_lost_lease() {
+    let server = Server::start();
+    let c = Client::builder()
+        .url(server.url())
+        .watchdog_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let g = c.lock("flush").acquire().unwrap();
+    let _: () = redis::cmd("FLUSHALL").query(&mut server.con()).unwrap();
+    assert!(eventually(Duration::from_secs(2), || !g.is_held()));
+    assert_eq!(g.release().unwrap_err().kind(), ErrorKind::LockLost);
+}
+
+#[test]
+fn server_restart_is_detected_as_lost_lease() {
+    let mut server = Server::start();
+    let c = Client::builder()
+        .url(server.url())
+        .watchdog_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let g = c.lock("restart").acquire().unwrap();
+    server.restart();
+    assert!(eventually(Duration::from_secs(3), || !g.is_held()));
+    assert_eq!(g.release().unwrap_err().kind(), ErrorKind::LockLost);
+    // The pool recovers: the lock works again.
+    let g2 = c
+        .lock("restart")
+        .acquire_timeout(Duration::from_secs(3))
+        .unwrap();
+    assert!(g2.is_some());
+}
+
+#[test]
+fn non_owner_cannot_release() {
+    let server = Server::start();
+    let a = client(&server);
+    let b = client(&server);
+    let ga = a
+        .lock("mine")
+        .lease(Duration::from_millis(100))
+        .acquire()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let gb = b.lock("mine").acquire().unwrap();
+    // a's guard is stale: its release must fail and leave b's hold intact.
+    assert_eq!(ga.release().unwrap_err().kind(), ErrorKind::LockLost);
+    assert!(a.lock("mine").try_acquire().unwrap().is_none());
+    assert!(gb.is_held());
+    gb.release().unwrap();
+}
+
+#[test]
+fn force_unlock_wakes_a_waiter() {
+    let server = Server::start();
+    let holder = client(&server);
+    let waiter = client(&server);
+    let g = holder.lock("forced").acquire().unwrap();
+    let w = waiter.clone();
+    let t = std::thread::spawn(move || {
+        let start = Instant::now();
+        let got = w
+            .lock("forced")
+            .acquire_timeout(Duration::from_secs(10))
+            .unwrap();
+        (got.map(|g| g.fencing_token()), start.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(waiter.lock("forced").force_unlock().unwrap());
+    let (fence, waited) = t.join().unwrap();
+    assert!(fence.unwrap() > g.fencing_token());
+    // The watchdog lease is 30 s and the fallback poll 2 s: only the
+    // wake-up explains a prompt acquisition.
+    assert!(waited < Duration::from_millis(1_500), "waited {waited:?}");
+    assert!(eventually(Duration::from_secs(12), || !g.is_held()));
+    assert!(!waiter.lock("forced").force_unlock().unwrap() || true);
+}
+
+#[test]
+fn waiter_wakes_on_release_not_by_polling() {
+    let server = Server::start();
+    let holder = client(&server);
+    let waiter = Client::builder()
+        .url(server.url())
+        .fallback_poll(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let rounds = 5;
+    for i in 0..rounds {
+        let g = holder.lock("wake").acquire().unwrap();
+        let w = waiter.clone();
+        let t = std::thread::spawn(move || {
+            let start = Instant::now();
+            let g = w
+                .lock("wake")
+                .acquire_timeout(Duration::from_secs(20))
+                .unwrap();
+            assert!(g.is_some());
+            start.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        drop(g);
+        let waited = t.join().unwrap();
+        assert!(
+            waited < Duration::from_secs(5),
+            "round {i}: waited {waited:?}"
+        );
+    }
+    // Each round's release was delivered by the subscriber.
+    assert!(
+        waiter.wakeups_delivered() >= rounds,
+        "{}",
+        waiter.wakeups_delivered()
+    );
+}
+
+#[test]
+fn acquire_timeout_gives_up_near_its_deadline() {
+    let server = Server::start();
+    let a = client(&server);
+    let b = client(&server);
+    let _g = a.lock("busy").acquire().unwrap();
+    let start = Instant::now();
+    let got = b
+        .lock("busy")
+        .acquire_timeout(Duration::from_millis(300))
+        .unwrap();
+    let waited = start.elapsed();
+    assert!(got.is_none());
+    assert!(waited >= Duration::from_millis(300));
+    assert!(waited < Duration::from_millis(800), "overshot: {waited:?}");
+    assert!(b.lock("busy").try_acquire().unwrap().is_none());
+}
+
+#[test]
+fn with_lock_returns_value_and_releases_on_panic() {
+    let server = Server::start();
+    let c = client(&server);
+    assert_eq!(c.with_lock("w", || 7).unwrap(), 7);
+    let c2 = c.clone();
+    let r = std::thread::spawn(move || {
+        c2.with_lock("w", || panic!("boom")).unwrap();
+    })
+    .join();
+    assert!(r.is_err(), "the panic continues");
+    assert!(
+        !c.lock("w").is_locked().unwrap(),
+        "the panic released the lock"
+    );
+    assert_eq!(c.lock("w").hold_count(), 0);
+}
+
+#[test]
+fn with_lock_reports_a_lost_lease() {
+    let server = Server::start();
+    let c = client(&server);
+    let other = client(&server);
+    let r = c.lock("lost").lease(Duration::from_millis(100)).with(|| {
+        std::thread::sleep(Duration::from_millis(250));
+        let _taken = other.lock("lost").try_acquire().unwrap().expect("expired");
+    });
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::LockLost);
+}
+
+#[test]
+fn bad_input_gives_clear_errors() {
+    let server = Server::start();
+    let c = client(&server);
+    let kind = |r: redlease::Result<_>| {
+        r.map(|_: Option<redlease::LockGuard>| ())
+            .unwrap_err()
+            .kind()
+    };
+    assert_eq!(kind(c.lock("").try_acquire()), ErrorKind::InvalidArgument);
+    let huge = vec![b'x'; redlease::MAX_NAME_LEN + 1];
+    assert_eq!(
+        kind(c.lock(&huge).try_acquire()),
+        ErrorKind::InvalidArgument
+    );
+    assert!(c
+        .lock(vec![b'x'; redlease::MAX_NAME_LEN])
+        .try_acquire()
+        .unwrap()
+        .is_some());
+    assert_eq!(
+        kind(c.lock("z").lease(Duration::ZERO).try_acquire()),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        kind(c.lock("z").lease(Duration::MAX).try_acquire()),
+        ErrorKind::InvalidArgument
+    );
+    // Binary and brace names are fine, and distinct.
+    let g1 = c
+        .lock([0u8, 255, b'{', b'}'])
+        .try_acquire()
+        .unwrap()
+        .unwrap();
+    let g2 = c.lock("}{").try_acquire().unwrap().unwrap();
+    drop((g1, g2));
+    // Values the library did not write.
+    let mut con = server.con();
+    let _: () = con.hset("{hash}", "f", "v").unwrap();
+    let _: () = con.set("{plain}", "hello").unwrap();
+    let _: () = con.set("{badfence}:fence", "nan").unwrap();
+    assert_eq!(kind(c.lock("hash").try_acquire()), ErrorKind::WrongType);
+    assert_eq!(kind(c.lock("plain").try_acquire()), ErrorKind::WrongType);
+    assert_eq!(kind(c.lock("badfence").try_acquire()), ErrorKind::WrongType);
+    assert!(
+        !c.lock("badfence").is_locked().unwrap(),
+        "no lease left behind"
+    );
+    // Bad URLs and unreachable servers.
+    assert_eq!(
+        Client::open("nonsense://x").unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        Client::open("").unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    let dead = redis_test::utils::get_random_available_port();
+    let start = Instant::now();
+    let err = Client::builder()
+        .url(format!("redis://127.0.0.1:{dead}/"))
+        .pool_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    // Bad builder values.
+    for b in [
+        Client::builder().url(server.url()).pool_size(0),
+        Client::builder()
+            .url(server.url())
+            .watchdog_timeout(Duration::ZERO),
+        Client::builder().url(server.url()).key_prefix("a{b"),
+        Client::builder(),
+    ] {
+        assert_eq!(b.build().unwrap_err().kind(), ErrorKind::InvalidArgument);
+    }
+}
+
+#[test]
+fn pool_exhaustion_is_an_error_not_a_hang() {
+    let server = Server::start();
+    let c = Client::builder()
+        .url(server.url())
+        .pool_size(1)
+        .pool_timeout(Duration::from_millis(200))
+        .response_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    // Occupy the only connection with a slow server-side command.
+    let c2 = c.clone();
+    let busy = std::thread::spawn(move || {
+        let _ = c2.lock("slow").is_locked();
+    });
+    server.pause();
+    std::thread::sleep(Duration::from_millis(50));
+    let start = Instant::now();
+    let err = c.lock("other").try_acquire().unwrap_err();
+    server.resume();
+    busy.join().unwrap();
+    assert!(
+        matches!(err.kind(), ErrorKind::Pool | ErrorKind::Connection),
+        "{err}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn key_prefix_namespaces_keys() {
+    let server = Server::start();
+    let c = Client::builder()
+        .url(server.url())
+        .key_prefix("app:")
+        .build()
+        .unwrap();
+    let g = c.lock("k").acquire().unwrap();
+    let exists: bool = server.con().exists("app:{k}").unwrap();
+    assert!(exists);
+    assert!(
+        client(&server).lock("k").try_acquire().unwrap().is_some(),
+        "other namespace"
+    );
+    g.release().unwrap();
+}
