@@ -108,7 +108,7 @@ static SHARED: Lazy<Shared> = Lazy::new(|| {
     let (tx, rx) = crossbeam_channel::unbounded();
     let epoch = Instant::now();
     let handle = std::thread::Builder::new()
-        .name("redlease-renewal".into())
+        .name("redlease-renew".into())
         .spawn(move || Worker::new(rx).run())
         .expect("cannot spawn the redlease renewal thread");
     Shared {
