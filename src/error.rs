@@ -151,6 +151,11 @@ impl From<redis::RedisError> for Error {
                 ErrorKind::WrongType,
                 "the key holds a value that was not written by redlease".into(),
             )
+        } else if text.contains("REDLEASE_MISMATCH") {
+            (
+                ErrorKind::InvalidArgument,
+                "handles of this semaphore disagree on its permit count".into(),
+            )
         } else if err.kind() == redis::ErrorKind::InvalidClientConfig {
             (ErrorKind::InvalidArgument, "invalid redis URL".into())
         } else if text.contains("NOAUTH") || text.contains("WRONGPASS") || text.contains("NOPERM") {

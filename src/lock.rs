@@ -8,14 +8,19 @@ use std::time::{Duration, Instant};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::reentrancy::{self, Hold, HoldKey, Mode};
-use crate::renewal::{self, LeaseState, Renewal};
-use crate::scripts::{FORCE_UNLOCK, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE};
-use crate::wakeup::{deadline_after, Attempt};
+use crate::renewal;
+use crate::scripts::{
+    FAIR_ACQUIRE, FORCE_UNLOCK, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, QUEUE_LEAVE,
+};
+use crate::wakeup::{deadline_after, Attempt, Turns};
 
 #[derive(Debug)]
 struct Keys {
     lock: Arc<[u8]>,
     fence: Vec<u8>,
+    /// Fair locks only: the waiter queue and its deadlines.
+    queue: Vec<u8>,
+    queue_deadlines: Vec<u8>,
 }
 
 /// A named, reentrant, distributed mutual-exclusion lock.
@@ -32,6 +37,7 @@ pub struct Lock {
     client: Client,
     keys: std::result::Result<Arc<Keys>, Arc<str>>,
     lease: Option<Duration>,
+    fair: bool,
 }
 
 impl fmt::Debug for Lock {
@@ -41,18 +47,22 @@ impl fmt::Debug for Lock {
             Ok(k) => d.field("key", &String::from_utf8_lossy(&k.lock)),
             Err(e) => d.field("invalid", e),
         };
-        d.field("lease", &self.lease).finish()
+        d.field("lease", &self.lease)
+            .field("fair", &self.fair)
+            .finish()
     }
 }
 
 impl Lock {
-    pub(crate) fn new(client: Client, name: &[u8]) -> Lock {
+    pub(crate) fn new(client: Client, name: &[u8], fair: bool) -> Lock {
         let keys = client
             .names(name)
             .map(|n| {
                 Arc::new(Keys {
                     lock: n.key("").into(),
                     fence: n.key(":fence"),
+                    queue: n.key(":queue"),
+                    queue_deadlines: n.key(":queue:t"),
                 })
             })
             .map_err(|e| Arc::from(e.to_string()));
@@ -60,6 +70,7 @@ impl Lock {
             client,
             keys,
             lease: None,
+            fair,
         }
     }
 
@@ -114,13 +125,30 @@ impl Lock {
         let token = self.client.new_token();
         let lease_arg = lease_ms.to_string();
         let backend = self.client.backend();
-        let acquired = self.client.wakeup().acquire(&keys.lock, deadline, || {
+        let wakeup = self.client.wakeup();
+        let queue_ttl = (wakeup.fallback() * 3 + Duration::from_secs(1))
+            .as_millis()
+            .to_string();
+        let turns = if self.fair {
+            Turns::Server
+        } else {
+            Turns::Local
+        };
+        let acquired = wakeup.acquire(&keys.lock, turns, deadline, || {
             let sent = Instant::now();
-            let reply: Result<(i64, i64)> = backend.eval(
-                &LOCK_ACQUIRE,
-                &[&keys.lock, &keys.fence],
-                &[token.as_bytes(), lease_arg.as_bytes()],
-            );
+            let reply: Result<(i64, i64)> = if self.fair {
+                backend.eval(
+                    &FAIR_ACQUIRE,
+                    &[&keys.lock, &keys.fence, &keys.queue, &keys.queue_deadlines],
+                    &[token.as_bytes(), lease_arg.as_bytes(), queue_ttl.as_bytes()],
+                )
+            } else {
+                backend.eval(
+                    &LOCK_ACQUIRE,
+                    &[&keys.lock, &keys.fence],
+                    &[token.as_bytes(), lease_arg.as_bytes()],
+                )
+            };
             match reply {
                 Ok((1, fence)) => Ok(Attempt::Acquired((fence as u64, sent))),
                 Ok((_, pttl)) => Ok(Attempt::Busy(
@@ -136,25 +164,32 @@ impl Lock {
                     Err(e)
                 }
             }
-        })?;
+        });
+        if self.fair && !matches!(acquired, Ok(Some(_))) {
+            // Gave up (or failed): leave the queue so nobody waits for us.
+            let _: Result<i64> = backend.eval(
+                &QUEUE_LEAVE,
+                &[&keys.queue, &keys.queue_deadlines],
+                &[
+                    token.as_bytes(),
+                    wakeup.channel(),
+                    &wakeup.message(&keys.lock),
+                ],
+            );
+        }
+        let acquired = acquired?;
         let Some((fence, sent)) = acquired else {
             return Ok(None);
         };
-        let state = if watchdog {
-            let state = LeaseState::watchdog();
-            renewal::register(Renewal {
-                backend: Arc::downgrade(backend),
-                lua: &LOCK_EXTEND,
-                keys: vec![keys.lock.to_vec()],
-                args: vec![token.as_bytes().to_vec(), lease_arg.into_bytes()],
-                lease,
-                expires: sent + lease,
-                state: state.clone(),
-            });
-            state
-        } else {
-            LeaseState::fixed(sent + lease)
-        };
+        let state = renewal::start(
+            backend,
+            watchdog,
+            sent,
+            lease,
+            &LOCK_EXTEND,
+            vec![keys.lock.to_vec()],
+            vec![token.as_bytes().to_vec(), lease_arg.into_bytes()],
+        );
         let hold = Hold {
             token,
             fence,
@@ -216,7 +251,7 @@ impl Lock {
         let wakeup = self.client.wakeup();
         let removed: i64 = self.client.backend().eval(
             &FORCE_UNLOCK,
-            &[&keys.lock],
+            &[&*keys.lock],
             &[wakeup.channel(), &wakeup.message(&keys.lock)],
         )?;
         wakeup.notify_local(&keys.lock);
@@ -279,15 +314,9 @@ impl LockGuard {
     }
 
     fn release_inner(&mut self) -> Result<()> {
-        if !reentrancy::leave(&self.hold_key, &self.hold.token) {
-            // An inner level: the outer guard still holds the lock.
-            return if self.hold.lease.is_lost() {
-                Err(Error::lost("the lease was lost while the lock was held"))
-            } else {
-                Ok(())
-            };
+        if !reentrancy::release_level(&self.hold_key, &self.hold)? {
+            return Ok(()); // an inner level: the outer guard still holds it
         }
-        self.hold.lease.finish();
         let keys = self.lock.keys()?;
         // Tokens are unique per acquisition, so finding ours proves nobody
         // else held the lock in between, even if the renewal thread had

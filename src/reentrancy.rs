@@ -88,6 +88,28 @@ pub(crate) fn leave(key: &HoldKey, token: &str) -> bool {
     })
 }
 
+/// A hold this thread has, without entering it again.
+pub(crate) fn peek(key: &HoldKey) -> Option<Hold> {
+    HOLDS.with(|h| h.borrow().get(key).map(|e| e.hold.clone()))
+}
+
+/// A guard's release of one level. `Ok(true)`: that was the outermost level;
+/// renewal is stopped and the caller must release in Redis. `Ok(false)`: an
+/// inner level, nothing to do. `Err(LockLost)`: an inner level of a lease
+/// that is already lost.
+pub(crate) fn release_level(key: &HoldKey, hold: &Hold) -> crate::error::Result<bool> {
+    if leave(key, &hold.token) {
+        hold.lease.finish();
+        return Ok(true);
+    }
+    if hold.lease.is_lost() {
+        return Err(crate::error::Error::lost(
+            "the lease was lost while it was held",
+        ));
+    }
+    Ok(false)
+}
+
 /// This thread's depth for a key.
 pub(crate) fn depth(key: &HoldKey) -> usize {
     HOLDS.with(|h| h.borrow().get(key).map_or(0, |e| e.count))

@@ -305,6 +305,34 @@ impl Worker {
     }
 }
 
+/// The lease state of a fresh acquisition: a watchdog lease is handed to
+/// the renewal thread (renewed with `lua`, `keys`, `args`); a fixed lease
+/// just ends at `sent + lease`.
+pub(crate) fn start(
+    backend: &Arc<Backend>,
+    watchdog: bool,
+    sent: Instant,
+    lease: Duration,
+    lua: &'static Lua,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+) -> Arc<LeaseState> {
+    if !watchdog {
+        return LeaseState::fixed(sent + lease);
+    }
+    let state = LeaseState::watchdog();
+    register(Renewal {
+        backend: Arc::downgrade(backend),
+        lua,
+        keys,
+        args,
+        lease,
+        expires: sent + lease,
+        state: state.clone(),
+    });
+    state
+}
+
 /// Longest lease accepted: a year. Longer ones would overflow `Instant`
 /// arithmetic on some platforms and are a bug rather than an intent.
 pub(crate) const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);

@@ -56,10 +56,23 @@ struct SubState {
     connected: bool,
 }
 
+/// How the waiters of one key take turns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Turns {
+    /// Local FIFO: only the head retries in Redis (exclusive primitives).
+    Local,
+    /// Every waiter retries on each wake-up; Redis decides the order (fair
+    /// primitives keep their own queue there).
+    Server,
+}
+
+type Queues = HashMap<(Vec<u8>, bool), VecDeque<Arc<Waiter>>>;
+
 struct Shared {
     channel: Vec<u8>,
     me: String,
-    queues: Mutex<HashMap<Vec<u8>, VecDeque<Arc<Waiter>>>>,
+    /// Waiters by (key, server-ordered).
+    queues: Mutex<Queues>,
     sub: Mutex<SubState>,
     sub_changed: Condvar,
     shutdown: AtomicBool,
@@ -122,6 +135,11 @@ impl Wakeup {
         self.shared.notify(key);
     }
 
+    /// The longest a waiter sleeps without a wake-up.
+    pub(crate) fn fallback(&self) -> Duration {
+        self.shared.fallback
+    }
+
     /// Number of wake-ups the subscriber has delivered so far.
     pub(crate) fn delivered(&self) -> u64 {
         self.shared.delivered.load(Ordering::Relaxed)
@@ -138,11 +156,13 @@ impl Wakeup {
     pub(crate) fn acquire<T>(
         &self,
         key: &[u8],
+        turns: Turns,
         deadline: Option<Instant>,
         mut attempt: impl FnMut() -> Result<Attempt<T>>,
     ) -> Result<Option<T>> {
+        let server = turns == Turns::Server;
         // Fast path: nobody of ours is queued, so trying first is fair.
-        if !self.shared.has_queue(key) {
+        if server || !self.shared.has_queue(key) {
             if let Attempt::Acquired(v) = attempt()? {
                 return Ok(Some(v));
             }
@@ -152,14 +172,14 @@ impl Wakeup {
         }
         self.ensure_subscribed();
         let waiter = Waiter::new();
-        let _member = Membership::join(&self.shared, key, waiter.clone());
+        let _member = Membership::join(&self.shared, key, server, waiter.clone());
         loop {
             let now = Instant::now();
             let left = deadline.map(|d| d.saturating_duration_since(now));
             if left == Some(Duration::ZERO) {
                 return Ok(None);
             }
-            if !self.shared.is_head(key, &waiter) {
+            if !server && !self.shared.is_head(key, &waiter) {
                 // Wait for our turn; the head's departure wakes us.
                 let wait = left
                     .unwrap_or(self.shared.fallback)
@@ -231,25 +251,34 @@ impl Wakeup {
 
 impl Shared {
     fn has_queue(&self, key: &[u8]) -> bool {
-        lock(&self.queues).contains_key(key)
+        lock(&self.queues).contains_key(&(key.to_vec(), false))
     }
 
     fn is_head(&self, key: &[u8], waiter: &Arc<Waiter>) -> bool {
         lock(&self.queues)
-            .get(key)
+            .get(&(key.to_vec(), false))
             .and_then(|q| q.front())
             .is_some_and(|h| Arc::ptr_eq(h, waiter))
     }
 
+    /// Wakes the local head of `key`, and every server-ordered waiter.
     fn notify(&self, key: &[u8]) {
-        if let Some(head) = lock(&self.queues).get(key).and_then(|q| q.front()) {
+        let queues = lock(&self.queues);
+        let mut k = (key.to_vec(), false);
+        if let Some(head) = queues.get(&k).and_then(|q| q.front()) {
             head.wake();
+        }
+        k.1 = true;
+        for w in queues.get(&k).into_iter().flatten() {
+            w.wake();
         }
     }
 
     fn notify_all(&self) {
-        for q in lock(&self.queues).values() {
-            if let Some(head) = q.front() {
+        for ((_, server), q) in lock(&self.queues).iter() {
+            if *server {
+                q.iter().for_each(|w| w.wake());
+            } else if let Some(head) = q.front() {
                 head.wake();
             }
         }
@@ -276,19 +305,20 @@ impl Shared {
 /// A place in a key's local queue; leaving it wakes the next waiter.
 struct Membership<'a> {
     shared: &'a Shared,
-    key: Vec<u8>,
+    key: (Vec<u8>, bool),
     waiter: Arc<Waiter>,
 }
 
 impl<'a> Membership<'a> {
-    fn join(shared: &'a Shared, key: &[u8], waiter: Arc<Waiter>) -> Membership<'a> {
+    fn join(shared: &'a Shared, key: &[u8], server: bool, waiter: Arc<Waiter>) -> Membership<'a> {
+        let key = (key.to_vec(), server);
         lock(&shared.queues)
-            .entry(key.to_vec())
+            .entry(key.clone())
             .or_default()
             .push_back(waiter.clone());
         Membership {
             shared,
-            key: key.to_vec(),
+            key,
             waiter,
         }
     }
@@ -300,7 +330,8 @@ impl Drop for Membership<'_> {
         if let Some(q) = queues.get_mut(&self.key) {
             q.retain(|w| !Arc::ptr_eq(w, &self.waiter));
             match q.front() {
-                Some(next) => next.wake(),
+                Some(next) if !self.key.1 => next.wake(),
+                Some(_) => {}
                 None => {
                     queues.remove(&self.key);
                 }

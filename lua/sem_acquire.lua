@@ -1,0 +1,73 @@
+-- Take k permits of an expiring semaphore (optionally in FIFO order).
+-- KEYS[1]  permits: sorted set, member = "<k>:<token>", score = the permit's
+--          expiry in server time (ms); expired permits are reclaimed here
+-- KEYS[2]  permit count N while any permit is held (lives as long as KEYS[1])
+-- KEYS[3]  fair mode: queue (sorted set, member -> arrival order)
+-- KEYS[4]  fair mode: queue deadlines (sorted set, member -> server ms)
+-- ARGV[1]  member "<k>:<token>"
+-- ARGV[2]  lease in milliseconds
+-- ARGV[3]  N, the caller's idea of the permit count
+-- ARGV[4]  k, permits wanted (1 <= k <= N)
+-- ARGV[5]  '1' for FIFO order, '0' otherwise
+-- ARGV[6]  fair mode: queue entry lifetime without a retry, ms
+-- Returns  {1, 0} acquired; {0, ms} wait (ms until the first permit expires,
+--          -1 unknown)
+-- Errors   REDLEASE_MISMATCH when holders use another permit count;
+--          WRONGTYPE when the keys hold foreign data.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n = tonumber(ARGV[3])
+local k = tonumber(ARGV[4])
+local stored = redis.call('GET', KEYS[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local used = 0
+for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  used = used + (tonumber(string.match(m, '^(%d+):')) or 1)
+end
+if used == 0 then
+  stored = nil
+end
+if stored and tonumber(stored) ~= n then
+  return redis.error_reply('REDLEASE_MISMATCH this semaphore has ' .. stored ..
+    ' permits, the handle says ' .. ARGV[3])
+end
+local fair = ARGV[5] == '1'
+local ahead = false
+if fair then
+  local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
+  for _, w in ipairs(dead) do
+    redis.call('ZREM', KEYS[3], w)
+    redis.call('ZREM', KEYS[4], w)
+  end
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  ahead = head ~= nil and head ~= ARGV[1]
+end
+if not ahead and used + k <= n then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  local ttl = tonumber(last[2]) - now
+  redis.call('SET', KEYS[2], ARGV[3], 'PX', ttl)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  if fair then
+    redis.call('ZREM', KEYS[3], ARGV[1])
+    redis.call('ZREM', KEYS[4], ARGV[1])
+  end
+  return {1, 0}
+end
+if fair then
+  if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+    local order = 1
+    if last[2] then order = tonumber(last[2]) + 1 end
+    redis.call('ZADD', KEYS[3], order, ARGV[1])
+  end
+  local qttl = tonumber(ARGV[6])
+  redis.call('ZADD', KEYS[4], now + qttl, ARGV[1])
+  redis.call('PEXPIRE', KEYS[3], qttl * 2)
+  redis.call('PEXPIRE', KEYS[4], qttl * 2)
+end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if first[2] then
+  return {0, tonumber(first[2]) - now}
+end
+return {0, -1}

@@ -1,0 +1,16 @@
+-- Read-only: permits in use by holders whose lease has not ended, and the
+-- stored permit count.
+-- KEYS[1]  permits (sorted set)
+-- KEYS[2]  permit count
+-- Returns  {used, stored count or -1}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local used = 0
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')) do
+  used = used + (tonumber(string.match(m, '^(%d+):')) or 1)
+end
+local stored = redis.call('GET', KEYS[2])
+if stored then
+  return {used, tonumber(stored)}
+end
+return {used, -1}

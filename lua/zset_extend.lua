@@ -1,0 +1,25 @@
+-- Extend one member's lease in a sorted set of leases (RW readers,
+-- semaphore permits): score = expiry in server time (ms).
+-- KEYS[1]  the sorted set
+-- KEYS[2]  optional companion key that lives exactly as long as the set
+--          (the semaphore's permit count)
+-- ARGV[1]  member (the holder's token)
+-- ARGV[2]  lease in milliseconds, counted from now
+-- Returns  1 extended, 0 the member is gone or already expired (lost).
+--          Never errors: it runs in pipelined renewal batches.
+if redis.call('TYPE', KEYS[1]).ok ~= 'zset' then
+  return 0
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not expiry or tonumber(expiry) <= now then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIRE', KEYS[1], tonumber(last[2]) - now)
+if KEYS[2] then
+  redis.call('PEXPIRE', KEYS[2], tonumber(last[2]) - now)
+end
+return 1

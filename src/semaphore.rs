@@ -1,0 +1,343 @@
+//! Expiring, owned, optionally fair counting semaphores.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::renewal::{self, LeaseState};
+use crate::scripts::{QUEUE_LEAVE, SEM_ACQUIRE, SEM_RELEASE, SEM_RESIZE, SEM_STATE, ZSET_EXTEND};
+use crate::wakeup::{deadline_after, Attempt, Turns};
+
+#[derive(Debug)]
+struct Keys {
+    permits: Arc<[u8]>,
+    count: Vec<u8>,
+    queue: Vec<u8>,
+    queue_deadlines: Vec<u8>,
+}
+
+/// A named distributed semaphore with `permits` permits.
+///
+/// Made by [`Client::semaphore`] or [`Client::fair_semaphore`]. Permits are
+/// owned and expiring: each is a member of a sorted set scored by its expiry
+/// in the server's time, renewed by the renewal thread while its [`Permit`]
+/// lives, and reclaimed by the next acquirer once a crashed holder's lease
+/// has ended. Only the holder can return a permit. No client clock is
+/// involved, so clock skew between machines cannot steal permits.
+///
+/// All handles of one name must agree on the permit count while permits are
+/// held; a handle with another count gets [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument).
+/// Use [`Semaphore::resize`] to change it.
+#[derive(Clone)]
+pub struct Semaphore {
+    client: Client,
+    keys: std::result::Result<Arc<Keys>, Arc<str>>,
+    permits: u32,
+    fair: bool,
+    lease: Option<Duration>,
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Semaphore");
+        match &self.keys {
+            Ok(k) => d.field("key", &String::from_utf8_lossy(&k.permits)),
+            Err(e) => d.field("invalid", e),
+        };
+        d.field("permits", &self.permits)
+            .field("fair", &self.fair)
+            .field("lease", &self.lease)
+            .finish()
+    }
+}
+
+impl Semaphore {
+    pub(crate) fn new(client: Client, name: &[u8], permits: u32, fair: bool) -> Semaphore {
+        let keys = client
+            .names(name)
+            .map(|n| {
+                Arc::new(Keys {
+                    permits: n.key(":sem").into(),
+                    count: n.key(":sem:n"),
+                    queue: n.key(":sem:queue"),
+                    queue_deadlines: n.key(":sem:queue:t"),
+                })
+            })
+            .map_err(|e| Arc::from(e.to_string()));
+        Semaphore {
+            client,
+            keys,
+            permits,
+            fair,
+            lease: None,
+        }
+    }
+
+    /// Gives permits taken through this handle a fixed lease and no watchdog.
+    /// Defaults to the client's watchdog timeout, renewed while the permit lives.
+    pub fn lease(mut self, lease: Duration) -> Semaphore {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// The permit count this handle uses.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    fn keys(&self) -> Result<&Arc<Keys>> {
+        self.keys
+            .as_ref()
+            .map_err(|e| Error::invalid(e.to_string()))
+    }
+
+    /// Waits for one permit.
+    pub fn acquire(&self) -> Result<Permit> {
+        self.acquire_until(1, None)
+            .map(|p| p.expect("waiting without a deadline returns a permit"))
+    }
+
+    /// Takes one permit if one is free now.
+    pub fn try_acquire(&self) -> Result<Option<Permit>> {
+        self.acquire_until(1, Some(Instant::now()))
+    }
+
+    /// Waits at most `timeout` for one permit.
+    pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<Permit>> {
+        self.acquire_until(1, deadline_after(timeout))
+    }
+
+    /// Waits for `k` permits at once (all or nothing; `1 <= k <= permits`).
+    pub fn acquire_many(&self, k: u32) -> Result<Permit> {
+        self.acquire_until(k, None)
+            .map(|p| p.expect("waiting without a deadline returns a permit"))
+    }
+
+    /// Takes `k` permits at once if they are free now.
+    pub fn try_acquire_many(&self, k: u32) -> Result<Option<Permit>> {
+        self.acquire_until(k, Some(Instant::now()))
+    }
+
+    /// Waits at most `timeout` for `k` permits at once.
+    pub fn acquire_many_timeout(&self, k: u32, timeout: Duration) -> Result<Option<Permit>> {
+        self.acquire_until(k, deadline_after(timeout))
+    }
+
+    /// Permits free right now (one round trip; holders whose lease ended
+    /// are not counted).
+    pub fn available(&self) -> Result<u32> {
+        let (used, stored) = self.state()?;
+        let n = if stored >= 0 {
+            stored as u64
+        } else {
+            self.permits as u64
+        };
+        Ok(n.saturating_sub(used) as u32)
+    }
+
+    fn state(&self) -> Result<(u64, i64)> {
+        let keys = self.keys()?;
+        self.client
+            .backend()
+            .eval(&SEM_STATE, &[&keys.permits, &keys.count], &[])
+    }
+
+    /// Changes the permit count to `permits` for everyone: holders keep
+    /// their permits, new acquisitions see the new count (waiters are woken
+    /// to look). Returns a handle with the new count; handles still using the
+    /// old count get an error while permits are held.
+    pub fn resize(&self, permits: u32) -> Result<Semaphore> {
+        if permits == 0 {
+            return Err(Error::invalid("a semaphore needs at least one permit"));
+        }
+        let keys = self.keys()?;
+        let wakeup = self.client.wakeup();
+        let _: i64 = self.client.backend().eval(
+            &SEM_RESIZE,
+            &[&keys.permits, &keys.count],
+            &[
+                permits.to_string().as_bytes(),
+                wakeup.channel(),
+                &wakeup.message(&keys.permits),
+            ],
+        )?;
+        wakeup.notify_local(&keys.permits);
+        let mut s = self.clone();
+        s.permits = permits;
+        Ok(s)
+    }
+
+    fn acquire_until(&self, k: u32, deadline: Option<Instant>) -> Result<Option<Permit>> {
+        let keys = self.keys()?;
+        if self.permits == 0 {
+            return Err(Error::invalid("a semaphore needs at least one permit"));
+        }
+        if k == 0 || k > self.permits {
+            return Err(Error::invalid(format!(
+                "cannot take {k} permits of a semaphore with {}",
+                self.permits
+            )));
+        }
+        let lease = self.lease.unwrap_or(self.client.watchdog_timeout());
+        let lease_arg = renewal::lease_millis(lease)?.to_string();
+        let token = self.client.new_token();
+        let member = format!("{k}:{token}");
+        let backend = self.client.backend();
+        let wakeup = self.client.wakeup();
+        let permits_arg = self.permits.to_string();
+        let k_arg = k.to_string();
+        let fair_arg = if self.fair { "1" } else { "0" };
+        let queue_ttl = (wakeup.fallback() * 3 + Duration::from_secs(1))
+            .as_millis()
+            .to_string();
+        let turns = if self.fair {
+            Turns::Server
+        } else {
+            Turns::Local
+        };
+        let acquired = wakeup.acquire(&keys.permits, turns, deadline, || {
+            let sent = Instant::now();
+            let reply: Result<(i64, i64)> = backend.eval(
+                &SEM_ACQUIRE,
+                &[
+                    &keys.permits,
+                    &keys.count,
+                    &keys.queue,
+                    &keys.queue_deadlines,
+                ],
+                &[
+                    member.as_bytes(),
+                    lease_arg.as_bytes(),
+                    permits_arg.as_bytes(),
+                    k_arg.as_bytes(),
+                    fair_arg.as_bytes(),
+                    queue_ttl.as_bytes(),
+                ],
+            );
+            match reply {
+                Ok((1, _)) => Ok(Attempt::Acquired(sent)),
+                Ok((_, wait)) => Ok(Attempt::Busy(
+                    (wait > 0).then(|| Duration::from_millis(wait as u64)),
+                )),
+                Err(e) => {
+                    if e.is_ambiguous() {
+                        let _ = self.release_member(keys, &member);
+                    }
+                    Err(e)
+                }
+            }
+        });
+        if self.fair && !matches!(acquired, Ok(Some(_))) {
+            let _: Result<i64> = backend.eval(
+                &QUEUE_LEAVE,
+                &[&keys.queue, &keys.queue_deadlines],
+                &[
+                    member.as_bytes(),
+                    wakeup.channel(),
+                    &wakeup.message(&keys.permits),
+                ],
+            );
+        }
+        let Some(sent) = acquired? else {
+            return Ok(None);
+        };
+        let state = renewal::start(
+            backend,
+            self.lease.is_none(),
+            sent,
+            lease,
+            &ZSET_EXTEND,
+            vec![keys.permits.to_vec(), keys.count.clone()],
+            vec![member.clone().into_bytes(), lease_arg.into_bytes()],
+        );
+        Ok(Some(Permit {
+            semaphore: self.clone(),
+            member,
+            count: k,
+            lease: state,
+            released: false,
+            _not_send: PhantomData,
+        }))
+    }
+
+    fn release_member(&self, keys: &Keys, member: &str) -> Result<bool> {
+        let wakeup = self.client.wakeup();
+        let released: i64 = self.client.backend().eval(
+            &SEM_RELEASE,
+            &[&keys.permits, &keys.count],
+            &[
+                member.as_bytes(),
+                wakeup.channel(),
+                &wakeup.message(&keys.permits),
+            ],
+        )?;
+        wakeup.notify_local(&keys.permits);
+        Ok(released == 1)
+    }
+}
+
+/// Permits held from a [`Semaphore`]; returned when dropped.
+///
+/// Not `Send`, like every guard of this crate.
+#[must_use = "the permits are returned as soon as the guard is dropped"]
+pub struct Permit {
+    semaphore: Semaphore,
+    member: String,
+    count: u32,
+    lease: Arc<LeaseState>,
+    released: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("semaphore", &self.semaphore)
+            .field("count", &self.count)
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
+
+impl Permit {
+    /// How many permits this guard holds.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Whether the permits are still believed held (no round trip).
+    pub fn is_held(&self) -> bool {
+        self.lease.is_held()
+    }
+
+    /// Returns the permits; `LockLost` if their lease had ended.
+    pub fn release(mut self) -> Result<()> {
+        self.released = true;
+        self.release_inner()
+    }
+
+    fn release_inner(&mut self) -> Result<()> {
+        self.lease.finish();
+        let keys = self.semaphore.keys()?;
+        if self.semaphore.release_member(keys, &self.member)? {
+            Ok(())
+        } else {
+            Err(Error::lost(
+                "the permits' lease ended before release (expired, flushed or force-released)",
+            ))
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if !self.released {
+            if let Err(e) = self.release_inner() {
+                log::warn!("redlease: returning {self:?} on drop: {e}");
+            }
+        }
+    }
+}

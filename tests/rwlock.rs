@@ -1,0 +1,267 @@
+//! The read-write lock against a real redis-server.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{client, eventually, Server};
+use redlease::{Client, ErrorKind};
+
+#[test]
+fn readers_share_writers_exclude() {
+    let server = Server::start();
+    let clients: Vec<Client> = (0..2).map(|_| client(&server)).collect();
+    let readers = Arc::new(AtomicUsize::new(0));
+    let writers = Arc::new(AtomicUsize::new(0));
+    let max_readers = Arc::new(AtomicUsize::new(0));
+    let violations = Arc::new(AtomicUsize::new(0));
+    let register = Arc::new(AtomicUsize::new(0));
+    let mut handles = Vec::new();
+    for (i, c) in clients.iter().cycle().take(6).enumerate() {
+        let c = c.clone();
+        let (readers, writers, max_readers, violations, register) = (
+            readers.clone(),
+            writers.clone(),
+            max_readers.clone(),
+            violations.clone(),
+            register.clone(),
+        );
+        handles.push(std::thread::spawn(move || {
+            let rw = c.rw_lock("cfg");
+            for _ in 0..25 {
+                if i % 3 == 0 {
+                    let g = rw.write().unwrap();
+                    if writers.fetch_add(1, Ordering::SeqCst) != 0
+                        || readers.load(Ordering::SeqCst) != 0
+                    {
+                        violations.fetch_add(1, Ordering::SeqCst);
+                    }
+                    // Non-atomic read-modify-write: only safe under the write lock.
+                    let v = register.load(Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_micros(200));
+                    register.store(v + 1, Ordering::SeqCst);
+                    writers.fetch_sub(1, Ordering::SeqCst);
+                    g.release().unwrap();
+                } else {
+                    let g = rw.read().unwrap();
+                    let now = readers.fetch_add(1, Ordering::SeqCst) + 1;
+                    max_readers.fetch_max(now, Ordering::SeqCst);
+                    if writers.load(Ordering::SeqCst) != 0 {
+                        violations.fetch_add(1, Ordering::SeqCst);
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                    readers.fetch_sub(1, Ordering::SeqCst);
+                    g.release().unwrap();
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(violations.load(Ordering::SeqCst), 0);
+    assert_eq!(register.load(Ordering::SeqCst), 2 * 25, "lost updates");
+    assert!(
+        max_readers.load(Ordering::SeqCst) >= 2,
+        "readers never overlapped"
+    );
+}
+
+#[test]
+fn reentrant_reads_and_writes_and_downgrade() {
+    let server = Server::start();
+    let c = client(&server);
+    let rw = c.rw_lock("re");
+    let w1 = rw.write().unwrap();
+    let w2 = rw.write().unwrap();
+    assert_eq!(w1.fencing_token(), w2.fencing_token());
+    // Downgrade: the writer may read.
+    let r1 = rw.read().unwrap();
+    let r2 = rw.try_read().unwrap().unwrap();
+    assert_eq!(rw.hold_counts(), (2, 2));
+    drop(w2);
+    w1.release().unwrap();
+    // Still reading: another writer is excluded, another reader is not.
+    let other = client(&server);
+    assert!(other.rw_lock("re").try_write().unwrap().is_none());
+    let r_other = other
+        .rw_lock("re")
+        .try_read()
+        .unwrap()
+        .expect("readers share");
+    drop((r1, r2, r_other));
+    assert!(other.rw_lock("re").try_write().unwrap().is_some());
+}
+
+#[test]
+fn upgrade_is_an_error_not_a_deadlock() {
+    let server = Server::start();
+    let c = client(&server);
+    let rw = c.rw_lock("up");
+    let _r = rw.read().unwrap();
+    let err = rw.write_timeout(Duration::from_secs(5)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WouldDeadlock);
+}
+
+#[test]
+fn one_readers_expiry_or_release_does_not_end_anothers() {
+    let server = Server::start();
+    let a = client(&server);
+    let b = client(&server);
+    let short = a
+        .rw_lock("rd")
+        .lease(Duration::from_millis(200))
+        .read()
+        .unwrap();
+    let long = b.rw_lock("rd").read().unwrap(); // watchdog
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(!short.is_held());
+    assert_eq!(a.rw_lock("rd").state().unwrap(), (false, 1));
+    assert_eq!(short.release().unwrap_err().kind(), ErrorKind::LockLost);
+    assert!(long.is_held());
+    // The live reader still excludes writers.
+    assert!(a.rw_lock("rd").try_write().unwrap().is_none());
+    long.release().unwrap();
+    assert!(a.rw_lock("rd").try_write().unwrap().is_some());
+}
+
+#[test]
+fn writer_is_not_starved_by_a_stream_of_readers() {
+    let server = Server::start();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for _ in 0..4 {
+        let c = client(&server);
+        let stop = stop.clone();
+        readers.push(std::thread::spawn(move || {
+            let rw = c.rw_lock("stream");
+            let end = Instant::now() + Duration::from_secs(20);
+            let mut n = 0;
+            while !stop.load(Ordering::SeqCst) && Instant::now() < end {
+                if let Some(g) = rw.read_timeout(Duration::from_millis(200)).unwrap() {
+                    std::thread::sleep(Duration::from_millis(20));
+                    drop(g);
+                    n += 1;
+                }
+            }
+            n
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let writer = client(&server);
+    let start = Instant::now();
+    let g = writer
+        .rw_lock("stream")
+        .write_timeout(Duration::from_secs(10))
+        .unwrap();
+    let waited = start.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    assert!(g.is_some(), "the writer starved");
+    assert!(waited < Duration::from_secs(3), "writer waited {waited:?}");
+    drop(g);
+    let reads: usize = readers.into_iter().map(|h| h.join().unwrap()).sum();
+    assert!(reads > 0);
+}
+
+#[test]
+fn dead_writers_intent_lapses() {
+    let server = Server::start();
+    let c = Client::builder()
+        .url(server.url())
+        .fallback_poll(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let reader = c.rw_lock("intent").read().unwrap();
+    // A writer that asks and "dies" (we plant its intent as it would).
+    let mut con = server.con();
+    let _: () = redis::cmd("SET")
+        .arg("{intent}:rw:i")
+        .arg("rl:dead:writer")
+        .arg("PX")
+        .arg(400)
+        .query(&mut con)
+        .unwrap();
+    let other = client(&server);
+    assert!(
+        other.rw_lock("intent").try_read().unwrap().is_none(),
+        "intent blocks readers"
+    );
+    let g = other
+        .rw_lock("intent")
+        .read_timeout(Duration::from_secs(3))
+        .unwrap();
+    assert!(g.is_some(), "the intent of a dead writer must lapse");
+    drop((g, reader));
+}
+
+#[test]
+fn write_release_wakes_readers_and_renewal_covers_both() {
+    let server = Server::start();
+    let c = Client::builder()
+        .url(server.url())
+        .watchdog_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let rw = c.rw_lock("renew");
+    let w = rw.write().unwrap();
+    let other = client(&server);
+    let t = std::thread::spawn(move || {
+        let g = other
+            .rw_lock("renew")
+            .read_timeout(Duration::from_secs(5))
+            .unwrap();
+        g.is_some()
+    });
+    std::thread::sleep(Duration::from_millis(1000)); // > 3 leases
+    assert!(w.is_held());
+    w.release().unwrap();
+    assert!(t.join().unwrap());
+    let r = rw.read().unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(r.is_held());
+    assert_eq!(rw.state().unwrap(), (false, 1));
+    let _: () = redis::cmd("FLUSHALL").query(&mut server.con()).unwrap();
+    assert!(eventually(Duration::from_secs(2), || !r.is_held()));
+}
+
+#[test]
+fn write_fencing_tokens_increase() {
+    let server = Server::start();
+    let c = client(&server);
+    let a = c.rw_lock("f").write().unwrap().fencing_token();
+    let b = client(&server)
+        .rw_lock("f")
+        .write()
+        .unwrap()
+        .fencing_token();
+    assert!(b > a);
+}
+
+#[test]
+fn bad_input() {
+    let server = Server::start();
+    let c = client(&server);
+    assert_eq!(
+        c.rw_lock("").try_read().unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        c.rw_lock("x")
+            .lease(Duration::ZERO)
+            .try_write()
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidArgument
+    );
+    let _: () = redis::cmd("SET")
+        .arg("{str}:rw:r")
+        .arg("x")
+        .query(&mut server.con())
+        .unwrap();
+    assert_eq!(
+        c.rw_lock("str").try_read().unwrap_err().kind(),
+        ErrorKind::WrongType
+    );
+}

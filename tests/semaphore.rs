@@ -1,0 +1,331 @@
+//! Semaphores (plain and fair) and the fair lock against a real redis-server.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{client, eventually, Server};
+use redlease::{Client, ErrorKind};
+
+fn occupancy_never_exceeds(fair: bool) {
+    let server = Server::start();
+    let limit = 3;
+    let clients: Vec<Client> = (0..3).map(|_| client(&server)).collect();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let max_seen = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut handles = Vec::new();
+    for c in clients.iter().cycle().take(9) {
+        let c = c.clone();
+        let (inside, max_seen, done) = (inside.clone(), max_seen.clone(), done.clone());
+        handles.push(std::thread::spawn(move || {
+            let sem = if fair {
+                c.fair_semaphore("api", limit)
+            } else {
+                c.semaphore("api", limit)
+            };
+            for _ in 0..15 {
+                let p = sem.acquire().unwrap();
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                max_seen.fetch_max(now, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_micros(500));
+                inside.fetch_sub(1, Ordering::SeqCst);
+                done.fetch_add(1, Ordering::SeqCst);
+                p.release().unwrap();
+            }
+        }));
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(done.load(Ordering::SeqCst), 9 * 15);
+    let max = max_seen.load(Ordering::SeqCst);
+    assert!(max <= limit as usize, "{max} holders of {limit} permits");
+    assert!(max >= 2, "permits were never shared");
+    assert_eq!(
+        clients[0].semaphore("api", limit).available().unwrap(),
+        limit
+    );
+}
+
+#[test]
+fn semaphore_occupancy_never_exceeds_limit() {
+    occupancy_never_exceeds(false);
+}
+
+#[test]
+fn fair_semaphore_occupancy_never_exceeds_limit() {
+    occupancy_never_exceeds(true);
+}
+
+#[test]
+fn weighted_permits_and_available() {
+    let server = Server::start();
+    let c = client(&server);
+    let sem = c.semaphore("w", 5);
+    let three = sem.acquire_many(3).unwrap();
+    assert_eq!(three.count(), 3);
+    assert_eq!(sem.available().unwrap(), 2);
+    assert!(sem.try_acquire_many(3).unwrap().is_none());
+    let two = sem.try_acquire_many(2).unwrap().unwrap();
+    assert_eq!(sem.available().unwrap(), 0);
+    assert!(sem.try_acquire().unwrap().is_none());
+    drop(three);
+    assert_eq!(sem.available().unwrap(), 3);
+    two.release().unwrap();
+    assert_eq!(sem.available().unwrap(), 5);
+}
+
+#[test]
+fn crashed_holders_permits_are_reclaimed_after_their_lease() {
+    let server = Server::start();
+    let a = client(&server);
+    let b = client(&server);
+    // A fixed lease models a holder that crashed: nobody renews it.
+    let p = a
+        .semaphore("crash", 1)
+        .lease(Duration::from_millis(200))
+        .acquire()
+        .unwrap();
+    assert!(b.semaphore("crash", 1).try_acquire().unwrap().is_none());
+    let start = Instant::now();
+    let got = b
+        .semaphore("crash", 1)
+        .acquire_timeout(Duration::from_secs(3))
+        .unwrap();
+    assert!(got.is_some());
+    assert!(start.elapsed() < Duration::from_secs(2));
+    assert!(!p.is_held());
+    assert_eq!(p.release().unwrap_err().kind(), ErrorKind::LockLost);
+    // The late release did not free b's permit.
+    assert!(a.semaphore("crash", 1).try_acquire().unwrap().is_none());
+}
+
+#[test]
+fn watchdog_keeps_permits_and_release_wakes_waiters() {
+    let server = Server::start();
+    let c = Client::builder()
+        .url(server.url())
+        .watchdog_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let p = c.semaphore("dog", 1).acquire().unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(p.is_held());
+    let other = Client::builder()
+        .url(server.url())
+        .fallback_poll(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let o = other.clone();
+    let t = std::thread::spawn(move || {
+        let start = Instant::now();
+        let got = o
+            .semaphore("dog", 1)
+            .acquire_timeout(Duration::from_secs(10))
+            .unwrap();
+        (got.is_some(), start.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    drop(p);
+    let (got, waited) = t.join().unwrap();
+    assert!(got);
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+}
+
+#[test]
+fn only_the_holder_can_release() {
+    let server = Server::start();
+    let c = client(&server);
+    let p = c.semaphore("own", 1).acquire().unwrap();
+    // Someone removes the set: the holder's release reports the loss.
+    let _: () = redis::cmd("DEL")
+        .arg("{own}:sem")
+        .query(&mut server.con())
+        .unwrap();
+    assert_eq!(p.release().unwrap_err().kind(), ErrorKind::LockLost);
+}
+
+#[test]
+fn bad_input() {
+    let server = Server::start();
+    let c = client(&server);
+    let kind = |r: redlease::Result<Option<redlease::Permit>>| r.unwrap_err().kind();
+    assert_eq!(
+        kind(c.semaphore("z", 0).try_acquire()),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        kind(c.semaphore("z", 2).try_acquire_many(3)),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        kind(c.semaphore("z", 2).try_acquire_many(0)),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        kind(c.semaphore("", 2).try_acquire()),
+        ErrorKind::InvalidArgument
+    );
+    // u32::MAX permits is a valid (if generous) semaphore.
+    let big = c
+        .semaphore("big", u32::MAX)
+        .try_acquire_many(u32::MAX)
+        .unwrap();
+    assert!(big.is_some());
+    drop(big);
+    // Handles that disagree on the count while permits are held.
+    let _held = c.semaphore("m", 2).acquire().unwrap();
+    assert_eq!(
+        kind(c.semaphore("m", 3).try_acquire()),
+        ErrorKind::InvalidArgument
+    );
+    // Resizing changes it for everyone.
+    let bigger = c.semaphore("m", 2).resize(3).unwrap();
+    assert_eq!(bigger.available().unwrap(), 2);
+    assert!(bigger.try_acquire_many(2).unwrap().is_some());
+    assert_eq!(
+        kind(c.semaphore("m", 2).try_acquire()),
+        ErrorKind::InvalidArgument
+    );
+    // A foreign value under the key.
+    let _: () = redis::cmd("SET")
+        .arg("{s}:sem")
+        .arg("x")
+        .query(&mut server.con())
+        .unwrap();
+    assert_eq!(
+        kind(c.semaphore("s", 1).try_acquire()),
+        ErrorKind::WrongType
+    );
+}
+
+/// Waiters must be served in the order they arrived.
+fn fifo_order(make: impl Fn(&Client) -> Box<dyn Fn() -> Box<dyn std::any::Any> + Send> + Sync) {
+    let server = Server::start();
+    let holder = client(&server);
+    let hold = make(&holder);
+    let first = hold();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut handles = Vec::new();
+    for i in 0..5 {
+        // Separate clients: FIFO is the server's doing, not a local queue.
+        let c = client(&server);
+        let acquire = make(&c);
+        let order = order.clone();
+        handles.push(std::thread::spawn(move || {
+            let g = acquire();
+            order.lock().unwrap().push(i);
+            std::thread::sleep(Duration::from_millis(20));
+            drop(g);
+        }));
+        // Let each waiter register before the next arrives.
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    drop(first);
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+}
+
+#[test]
+fn fair_lock_is_fifo() {
+    fifo_order(|c| {
+        let lock = c.fair_lock("fifo");
+        Box::new(move || Box::new(lock.acquire().unwrap()) as Box<dyn std::any::Any>)
+    });
+}
+
+#[test]
+fn fair_semaphore_is_fifo() {
+    fifo_order(|c| {
+        let sem = c.fair_semaphore("fifo", 1);
+        Box::new(move || Box::new(sem.acquire().unwrap()) as Box<dyn std::any::Any>)
+    });
+}
+
+#[test]
+fn fair_queue_survives_waiters_that_give_up_or_die() {
+    let server = Server::start();
+    let c = Client::builder()
+        .url(server.url())
+        .fallback_poll(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let g = c.fair_lock("q").acquire().unwrap();
+    // A waiter that gives up leaves the queue.
+    let quitter = client(&server);
+    assert!(quitter
+        .fair_lock("q")
+        .acquire_timeout(Duration::from_millis(200))
+        .unwrap()
+        .is_none());
+    let queued: usize = redis::cmd("ZCARD")
+        .arg("{q}:queue")
+        .query(&mut server.con())
+        .unwrap();
+    assert_eq!(queued, 0);
+    // A waiter that died: planted at the head of the queue with a deadline.
+    let mut con = server.con();
+    let _: () = redis::cmd("ZADD")
+        .arg("{q}:queue")
+        .arg(0)
+        .arg("rl:dead:w")
+        .query(&mut con)
+        .unwrap();
+    let t: Vec<String> = redis::cmd("TIME").query(&mut con).unwrap();
+    let now_ms: u64 = t[0].parse::<u64>().unwrap() * 1000 + t[1].parse::<u64>().unwrap() / 1000;
+    let _: () = redis::cmd("ZADD")
+        .arg("{q}:queue:t")
+        .arg(now_ms + 300)
+        .arg("rl:dead:w")
+        .query(&mut con)
+        .unwrap();
+    drop(g);
+    let other = Client::builder()
+        .url(server.url())
+        .fallback_poll(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let got = other
+        .fair_lock("q")
+        .acquire_timeout(Duration::from_secs(5))
+        .unwrap();
+    assert!(got.is_some(), "a dead waiter stalled the queue");
+    assert!(
+        start.elapsed() >= Duration::from_millis(150),
+        "the dead head was skipped too early"
+    );
+    assert!(eventually(Duration::from_secs(1), || {
+        redis::cmd("ZCARD")
+            .arg("{q}:queue")
+            .query::<usize>(&mut con)
+            .unwrap()
+            == 0
+    }));
+}
+
+#[test]
+fn fair_lock_is_exclusive_and_reentrant() {
+    let server = Server::start();
+    let c = client(&server);
+    let lock = c.fair_lock("fx");
+    let g1 = lock.acquire().unwrap();
+    let g2 = lock.acquire().unwrap();
+    assert_eq!(g1.fencing_token(), g2.fencing_token());
+    assert!(client(&server)
+        .fair_lock("fx")
+        .try_acquire()
+        .unwrap()
+        .is_none());
+    drop((g2, g1));
+    assert!(client(&server)
+        .fair_lock("fx")
+        .try_acquire()
+        .unwrap()
+        .is_some());
+}
