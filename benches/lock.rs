@@ -7,6 +7,7 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -14,39 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::Server;
 use redlease::Client;
-
-fn quick() -> bool {
-    std::env::var_os("REDLEASE_BENCH_QUICK").is_some()
-}
-
-fn scale(n: usize) -> usize {
-    if quick() {
-        (n / 10).max(10)
-    } else {
-        n
-    }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
-
-/// Mean duration of one call of `f`, over `n` calls after a warm-up.
-fn mean(n: usize, mut f: impl FnMut()) -> Duration {
-    for _ in 0..n / 10 {
-        f();
-    }
-    let start = Instant::now();
-    for _ in 0..n {
-        f();
-    }
-    start.elapsed() / n as u32
-}
+use support::{mean, percentile, quick, scale, us};
 
 /// CPU time (user + system) of this process's thread with the given name.
 fn thread_cpu(name: &str) -> Option<Duration> {

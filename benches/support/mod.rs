@@ -1,0 +1,38 @@
+//! Helpers shared by the benchmarks.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+pub fn quick() -> bool {
+    std::env::var_os("REDLEASE_BENCH_QUICK").is_some()
+}
+
+pub fn scale(n: usize) -> usize {
+    if quick() {
+        (n / 10).max(10)
+    } else {
+        n
+    }
+}
+
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+pub fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// Mean duration of one call of `f`, over `n` calls after a warm-up.
+pub fn mean(n: usize, mut f: impl FnMut()) -> Duration {
+    for _ in 0..n / 10 {
+        f();
+    }
+    let start = Instant::now();
+    for _ in 0..n {
+        f();
+    }
+    start.elapsed() / n as u32
+}
+
