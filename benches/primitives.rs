@@ -22,7 +22,7 @@ use support::{mean, quick, scale, us};
 fn run_threads(
     threads: usize,
     run_for: Duration,
-    work: impl Fn(usize) -> Box<dyn FnMut() + Send> ,
+    work: impl Fn(usize) -> Box<dyn FnMut() + Send>,
 ) -> (Vec<u64>, Duration) {
     let stop = Arc::new(AtomicBool::new(false));
     let barrier = Arc::new(Barrier::new(threads + 1));
@@ -57,7 +57,11 @@ fn main() {
     let one = redis::Script::new("return 1");
     let _: i64 = one.invoke(&mut raw).unwrap();
     let n = scale(10_000);
-    let run_for = if quick() { Duration::from_millis(500) } else { Duration::from_secs(3) };
+    let run_for = if quick() {
+        Duration::from_millis(500)
+    } else {
+        Duration::from_secs(3)
+    };
 
     let evalsha = mean(n, || {
         let _: i64 = one.invoke(&mut raw).unwrap();
@@ -111,7 +115,11 @@ fn main() {
     let handoff_rate = |fair: bool| {
         let (counts, elapsed) = run_threads(4, run_for, |_| {
             let c = Client::open(&url).unwrap();
-            let lock = if fair { c.fair_lock("bench:fair") } else { c.lock("bench:unfair") };
+            let lock = if fair {
+                c.fair_lock("bench:fair")
+            } else {
+                c.lock("bench:unfair")
+            };
             Box::new(move || {
                 let g = lock.acquire().unwrap();
                 drop(g);
@@ -125,14 +133,23 @@ fn main() {
     let (fair_rate, fair_min) = handoff_rate(true);
 
     println!("redlease primitives benchmark (floor measured in this run)");
-    println!("{:<40} {:>10.1} us", "floor: EVALSHA 'return 1'", us(evalsha));
+    println!(
+        "{:<40} {:>10.1} us",
+        "floor: EVALSHA 'return 1'",
+        us(evalsha)
+    );
     for (label, d) in [
         ("semaphore acquire+release", sem_cycle),
         ("fair semaphore acquire+release", fair_sem_cycle),
         ("rwlock read acquire+release", read_cycle),
         ("rwlock write acquire+release", write_cycle),
     ] {
-        println!("{:<40} {:>10.1} us   {:.2}x 2x floor", label, us(d), us(d) / (2.0 * us(evalsha)));
+        println!(
+            "{:<40} {:>10.1} us   {:.2}x 2x floor",
+            label,
+            us(d),
+            us(d) / (2.0 * us(evalsha))
+        );
     }
     println!(
         "{:<40} {:>10.0} reads/s, {:.0} writes/s, lost writes {lost_writes}",
@@ -140,8 +157,14 @@ fn main() {
         reads as f64 / rw_elapsed.as_secs_f64(),
         writes_done as f64 / rw_elapsed.as_secs_f64()
     );
-    println!("{:<40} {:>10.0}/s   min share {:.2}", "non-fair lock, 4 clients", unfair_rate, unfair_min);
-    println!("{:<40} {:>10.0}/s   min share {:.2}", "fair lock, 4 clients", fair_rate, fair_min);
+    println!(
+        "{:<40} {:>10.0}/s   min share {:.2}",
+        "non-fair lock, 4 clients", unfair_rate, unfair_min
+    );
+    println!(
+        "{:<40} {:>10.0}/s   min share {:.2}",
+        "fair lock, 4 clients", fair_rate, fair_min
+    );
     println!(
         "{{\"bench\":\"primitives\",\"floor_evalsha_us\":{:.2},\"sem_cycle_ratio\":{:.3},\"fair_sem_cycle_ratio\":{:.3},\"read_cycle_ratio\":{:.3},\"write_cycle_ratio\":{:.3},\"rw16_reads_per_s\":{:.0},\"rw16_writes_per_s\":{:.0},\"lost_writes\":{lost_writes},\"unfair_per_s\":{:.0},\"unfair_min_share\":{:.2},\"fair_per_s\":{:.0},\"fair_min_share\":{:.2}}}",
         us(evalsha),

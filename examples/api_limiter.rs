@@ -40,6 +40,9 @@ fn main() -> Result<(), redlease::Error> {
     let peak = peak.load(Ordering::SeqCst);
     println!("40 calls by 8 workers in 2 clients; peak concurrency {peak} (limit 3)");
     assert!(peak <= 3);
-    println!("free permits now: {}", clients[0].semaphore(&name, 3).available()?);
+    println!(
+        "free permits now: {}",
+        clients[0].semaphore(&name, 3).available()?
+    );
     Ok(())
 }

@@ -12,7 +12,11 @@ use redlease::Client;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
     let run = uuid::Uuid::new_v4().simple().to_string();
-    let (name, a, b) = (format!("config:{run}"), format!("config:{run}:a"), format!("config:{run}:b"));
+    let (name, a, b) = (
+        format!("config:{run}"),
+        format!("config:{run}:a"),
+        format!("config:{run}:b"),
+    );
     let mut con = redis::Client::open(url.as_str())?.get_connection()?;
     let _: () = con.set(&a, 0)?;
     let _: () = con.set(&b, 0)?;
@@ -20,21 +24,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let readers: Vec<_> = (0..4)
         .map(|_| {
             let (url, name, a, b) = (url.clone(), name.clone(), a.clone(), b.clone());
-            std::thread::spawn(move || -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
-                let client = Client::open(&url)?;
-                let mut con = redis::Client::open(url.as_str())?.get_connection()?;
-                let rw = client.rw_lock(&name);
-                let mut torn = 0;
-                for _ in 0..30 {
-                    let g = rw.read()?;
-                    // The two halves must always match under the read lock.
-                    let (x, y): (u64, u64) = (con.get(&a)?, con.get(&b)?);
-                    torn += usize::from(x != y);
-                    drop(g);
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                Ok(torn)
-            })
+            std::thread::spawn(
+                move || -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
+                    let client = Client::open(&url)?;
+                    let mut con = redis::Client::open(url.as_str())?.get_connection()?;
+                    let rw = client.rw_lock(&name);
+                    let mut torn = 0;
+                    for _ in 0..30 {
+                        let g = rw.read()?;
+                        // The two halves must always match under the read lock.
+                        let (x, y): (u64, u64) = (con.get(&a)?, con.get(&b)?);
+                        torn += usize::from(x != y);
+                        drop(g);
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    Ok(torn)
+                },
+            )
         })
         .collect();
     let client = Client::open(&url)?;
@@ -44,13 +50,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let _: () = con.set(&a, version)?;
         std::thread::sleep(Duration::from_millis(3)); // a reload takes time
         let _: () = con.set(&b, version)?;
-        println!("reloaded config to version {version} (fencing token {})", g.fencing_token());
+        println!(
+            "reloaded config to version {version} (fencing token {})",
+            g.fencing_token()
+        );
         drop(g);
         std::thread::sleep(Duration::from_millis(10));
     }
     let mut torn = 0;
     for r in readers {
-        torn += r.join().expect("reader panicked").map_err(|e| e.to_string())?;
+        torn += r
+            .join()
+            .expect("reader panicked")
+            .map_err(|e| e.to_string())?;
     }
     println!("readers saw a half-written config {torn} times");
     assert_eq!(torn, 0);

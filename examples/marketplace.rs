@@ -38,7 +38,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     // Lock order: item before wallets, seller's wallet last.
                     let item = client.lock(format!("market:{run}:item:{i}")).acquire()?;
                     let wallet = client.lock(format!("market:{run}:wallet:{b}")).acquire()?;
-                    let seller = client.lock(format!("market:{run}:wallet:seller")).acquire()?;
+                    let seller = client
+                        .lock(format!("market:{run}:wallet:seller"))
+                        .acquire()?;
                     let key = format!("market:{run}:item:{i}");
                     let owner: String = con.hget(&key, "owner").map_err(redlease::Error::from)?;
                     let funds: i64 = con
@@ -82,7 +84,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let owner: String = con.hget(format!("market:{run}:item:{i}"), "owner")?;
         owned += usize::from(owner != "seller");
     }
-    println!("items sold {sold}, items owned by buyers {owned}, money in the market {money} (start {})", buyers as i64 * start_funds);
+    println!(
+        "items sold {sold}, items owned by buyers {owned}, money in the market {money} (start {})",
+        buyers as i64 * start_funds
+    );
     assert_eq!(sold, owned);
     assert_eq!(money, buyers as i64 * start_funds);
     for i in 0..items {

@@ -184,16 +184,7 @@ impl Names {
         let mut base = Vec::with_capacity(prefix.len() + name.len() + 2);
         base.extend_from_slice(prefix);
         base.push(b'{');
-        // Braces inside the tag would end it early (or make it empty, which
-        // disables hash tags), so they and the escape byte are %-encoded.
-        for &b in name {
-            match b {
-                b'{' => base.extend_from_slice(b"%7B"),
-                b'}' => base.extend_from_slice(b"%7D"),
-                b'%' => base.extend_from_slice(b"%25"),
-                _ => base.push(b),
-            }
-        }
+        base.extend_from_slice(&escape_name(name));
         base.push(b'}');
         Ok(Names { base })
     }
@@ -205,6 +196,21 @@ impl Names {
         k.extend_from_slice(suffix.as_bytes());
         k
     }
+}
+
+/// Braces inside the hash tag would end it early (or make it empty, which
+/// disables hash tags), so they and the escape byte itself are %-encoded.
+pub(crate) fn escape_name(name: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(name.len());
+    for &b in name {
+        match b {
+            b'{' => out.extend_from_slice(b"%7B"),
+            b'}' => out.extend_from_slice(b"%7D"),
+            b'%' => out.extend_from_slice(b"%25"),
+            _ => out.push(b),
+        }
+    }
+    out
 }
 
 /// Which servers a client talks to.

@@ -92,6 +92,7 @@
 mod backend;
 mod client;
 mod error;
+mod inspect;
 mod lock;
 mod reentrancy;
 mod renewal;
@@ -102,6 +103,7 @@ mod wakeup;
 
 pub use client::{Client, ClientBuilder, MAX_NAME_LEN};
 pub use error::{Error, ErrorKind, Result};
+pub use inspect::LockInfo;
 pub use lock::{Lock, LockGuard};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Permit, Semaphore};

@@ -46,3 +46,4 @@ script!(SEM_ACQUIRE, "sem_acquire.lua");
 script!(SEM_RELEASE, "sem_release.lua");
 script!(SEM_STATE, "sem_state.lua");
 script!(SEM_RESIZE, "sem_resize.lua");
+script!(INSPECT, "inspect.lua");

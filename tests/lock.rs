@@ -226,7 +226,10 @@ fn force_unlock_wakes_a_waiter() {
     // wake-up explains a prompt acquisition.
     assert!(waited < Duration::from_millis(1_500), "waited {waited:?}");
     assert!(eventually(Duration::from_secs(12), || !g.is_held()));
-    assert!(!waiter.lock("forced").force_unlock().unwrap(), "nothing left to remove");
+    assert!(
+        !waiter.lock("forced").force_unlock().unwrap(),
+        "nothing left to remove"
+    );
 }
 
 #[test]

@@ -35,4 +35,3 @@ pub fn mean(n: usize, mut f: impl FnMut()) -> Duration {
     }
     start.elapsed() / n as u32
 }
-

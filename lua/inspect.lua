@@ -1,0 +1,41 @@
+-- Read-only snapshot of everything stored under one name.
+-- KEYS[1]  lock key            KEYS[2]  fencing counter
+-- KEYS[3]  fair-lock queue     KEYS[4]  rwlock writer key
+-- KEYS[5]  rwlock readers      KEYS[6]  semaphore permits
+-- KEYS[7]  semaphore queue
+-- Returns  {lock holder token or '', lock pttl, fence or 0, fair waiters,
+--           writer token or '', writer pttl, live readers, live permits
+--           in use, semaphore waiters}
+-- Only string/zset values written by redlease are read; anything else is
+-- reported as absent rather than failing the whole snapshot.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function str(k)
+  if redis.call('TYPE', k).ok == 'string' then
+    return redis.call('GET', k)
+  end
+  return false
+end
+local function zcount_live(k)
+  if redis.call('TYPE', k).ok == 'zset' then
+    return redis.call('ZCOUNT', k, '(' .. now, '+inf')
+  end
+  return 0
+end
+local function zcard(k)
+  if redis.call('TYPE', k).ok == 'zset' then
+    return redis.call('ZCARD', k)
+  end
+  return 0
+end
+local holder = str(KEYS[1]) or ''
+local fence = tonumber(str(KEYS[2]) or '0') or 0
+local writer = str(KEYS[4]) or ''
+local used = 0
+if redis.call('TYPE', KEYS[6]).ok == 'zset' then
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[6], '(' .. now, '+inf')) do
+    used = used + (tonumber(string.match(m, '^(%d+):')) or 1)
+  end
+end
+return {holder, redis.call('PTTL', KEYS[1]), fence, zcard(KEYS[3]), writer,
+        redis.call('PTTL', KEYS[4]), zcount_live(KEYS[5]), used, zcard(KEYS[7])}

@@ -1,0 +1,165 @@
+//! Read-only views of what is stored: who holds a name, and which names
+//! exist. Used by the `redlease` CLI; handy for dashboards too.
+
+use std::time::Duration;
+
+use crate::client::{escape_name, Client};
+use crate::error::Result;
+use crate::scripts::INSPECT;
+
+/// A snapshot of everything stored under one name (lock, read-write lock and
+/// semaphore of that name), taken atomically by one script.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// Client id of the exclusive lock's holder (never the secret token).
+    pub holder: Option<String>,
+    /// Time left on the exclusive lock's lease.
+    pub remaining: Option<Duration>,
+    /// Last fencing token handed out for this name (0 if never locked).
+    pub fence: u64,
+    /// Waiters known to the server (fair lock and fair semaphore queues);
+    /// non-fair waiters are not registered anywhere and are not counted.
+    pub waiters: usize,
+    /// Client id of the read-write lock's writer.
+    pub writer: Option<String>,
+    /// Time left on the writer's lease.
+    pub writer_remaining: Option<Duration>,
+    /// Readers whose lease has not ended.
+    pub readers: usize,
+    /// Semaphore permits in use by holders whose lease has not ended.
+    pub permits_in_use: u64,
+}
+
+impl LockInfo {
+    /// Whether anything is held under the name.
+    pub fn is_held(&self) -> bool {
+        self.holder.is_some()
+            || self.writer.is_some()
+            || self.readers > 0
+            || self.permits_in_use > 0
+    }
+}
+
+/// `rl:<client id>:<random>` → the client id.
+fn client_of(token: &str) -> Option<String> {
+    let mut parts = token.splitn(3, ':');
+    match (parts.next(), parts.next()) {
+        (Some("rl"), Some(id)) if !id.is_empty() => Some(id.to_owned()),
+        _ => None,
+    }
+}
+
+fn ms(v: i64) -> Option<Duration> {
+    (v >= 0).then(|| Duration::from_millis(v as u64))
+}
+
+type Snapshot = (String, i64, u64, usize, String, i64, usize, u64, usize);
+
+impl Client {
+    /// What is stored under `name` right now (one round trip).
+    pub fn inspect(&self, name: impl AsRef<[u8]>) -> Result<LockInfo> {
+        let n = self.names(name.as_ref())?;
+        let keys = [
+            n.key(""),
+            n.key(":fence"),
+            n.key(":queue"),
+            n.key(":rw:w"),
+            n.key(":rw:r"),
+            n.key(":sem"),
+            n.key(":sem:queue"),
+        ];
+        let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+        let (holder, pttl, fence, fair_waiters, writer, wpttl, readers, used, sem_waiters): Snapshot =
+            self.backend().eval(&INSPECT, &refs, &[])?;
+        let holder = client_of(&holder);
+        let writer = client_of(&writer);
+        Ok(LockInfo {
+            remaining: holder.as_ref().and_then(|_| ms(pttl)),
+            holder,
+            fence,
+            waiters: fair_waiters + sem_waiters,
+            writer_remaining: writer.as_ref().and_then(|_| ms(wpttl)),
+            writer,
+            readers,
+            permits_in_use: used,
+        })
+    }
+
+    /// Names under this client's prefix that have a lock, read-write lock or
+    /// semaphore stored, matching the glob `pattern` (`*` for all). Uses
+    /// `SCAN`, never `KEYS`, so it does not block the server. Sorted,
+    /// deduplicated; names that are not UTF-8 are shown lossily.
+    pub fn list(&self, pattern: &str) -> Result<Vec<String>> {
+        let prefix = &self.inner.config.prefix;
+        let mut glob = Vec::new();
+        for &b in prefix {
+            if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+                glob.push(b'\\');
+            }
+            glob.push(b);
+        }
+        glob.push(b'{');
+        glob.extend_from_slice(&escape_name(pattern.as_bytes()));
+        glob.extend_from_slice(b"}*");
+        let mut names = std::collections::BTreeSet::new();
+        let mut cursor: u64 = 0;
+        // Bounded: SCAN terminates, but a server that keeps answering
+        // nonsense must not keep us here forever.
+        for _ in 0..1_000_000 {
+            let (next, keys): (u64, Vec<Vec<u8>>) = self.backend().query(
+                redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&glob)
+                    .arg("COUNT")
+                    .arg(1000),
+            )?;
+            for key in keys {
+                if let Some(name) = name_of(&key[prefix.len().min(key.len())..]) {
+                    names.insert(name);
+                }
+            }
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        Ok(names.into_iter().collect())
+    }
+}
+
+/// `{escaped}suffix` → the name, for the keys that mark a held primitive.
+fn name_of(rest: &[u8]) -> Option<String> {
+    let rest = rest.strip_prefix(b"{")?;
+    let close = rest.iter().position(|&b| b == b'}')?;
+    let suffix = &rest[close + 1..];
+    if !matches!(suffix, b"" | b":rw:w" | b":rw:r" | b":sem") {
+        return None;
+    }
+    let escaped = &rest[..close];
+    let mut name = Vec::with_capacity(escaped.len());
+    let mut i = 0;
+    while i < escaped.len() {
+        match &escaped[i..] {
+            [b'%', b'7', b'B', ..] => {
+                name.push(b'{');
+                i += 3;
+            }
+            [b'%', b'7', b'D', ..] => {
+                name.push(b'}');
+                i += 3;
+            }
+            [b'%', b'2', b'5', ..] => {
+                name.push(b'%');
+                i += 3;
+            }
+            [b, ..] => {
+                name.push(*b);
+                i += 1;
+            }
+            [] => break,
+        }
+    }
+    Some(String::from_utf8_lossy(&name).into_owned())
+}

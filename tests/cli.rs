@@ -1,0 +1,268 @@
+//! The `redlease` binary against a real redis-server.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{client, eventually, Server};
+
+fn redlease(server: &Server) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_redlease"));
+    c.env("REDIS_URL", server.url())
+        .env_remove("REDLEASE_PREFIX");
+    c
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output().expect("redlease runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn concurrent_runs_never_overlap() {
+    let server = Server::start();
+    let dir = tempfile_dir();
+    let log = dir.join("log");
+    let script = format!(
+        "echo start $(date +%s%N) >> {0}; sleep 0.2; echo end $(date +%s%N) >> {0}",
+        log.display()
+    );
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            redlease(&server)
+                .args(["run", "job", "--", "sh", "-c", &script])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let events: Vec<(String, u128)> = text
+        .lines()
+        .map(|l| {
+            let (what, t) = l.split_once(' ').unwrap();
+            (what.to_string(), t.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(events.len(), 6);
+    // Strictly alternating start/end in time order means no overlap.
+    let mut sorted = events.clone();
+    sorted.sort_by_key(|e| e.1);
+    for (i, (what, _)) in sorted.iter().enumerate() {
+        assert_eq!(what, if i % 2 == 0 { "start" } else { "end" }, "{text}");
+    }
+}
+
+#[test]
+fn exit_status_and_environment_pass_through() {
+    let server = Server::start();
+    let o = run(redlease(&server).args(["run", "st", "--", "sh", "-c", "exit 7"]));
+    assert_eq!(o.status.code(), Some(7));
+    let o = run(redlease(&server).args([
+        "run",
+        "env",
+        "--",
+        "sh",
+        "-c",
+        "echo $REDLEASE_NAME $REDLEASE_FENCE",
+    ]));
+    assert!(o.status.success());
+    let out = stdout(&o);
+    let mut parts = out.split_whitespace();
+    assert_eq!(parts.next(), Some("env"));
+    let fence: u64 = parts.next().unwrap().parse().unwrap();
+    assert!(fence >= 1);
+    let o = run(redlease(&server).args(["run", "x", "--", "/nonexistent/cmd"]));
+    assert_eq!(o.status.code(), Some(127));
+    assert!(
+        !client(&server).lock("x").is_locked().unwrap(),
+        "released after failing to start"
+    );
+}
+
+#[test]
+fn wait_timeout_exits_75_without_running() {
+    let server = Server::start();
+    let c = client(&server);
+    let _g = c.lock("busy").acquire().unwrap();
+    let dir = tempfile_dir();
+    let marker = dir.join("ran");
+    let start = Instant::now();
+    let o = run(redlease(&server).args([
+        "run",
+        "busy",
+        "--wait",
+        "300ms",
+        "--",
+        "touch",
+        marker.to_str().unwrap(),
+    ]));
+    assert_eq!(o.status.code(), Some(75));
+    assert!(start.elapsed() < Duration::from_secs(5));
+    assert!(!marker.exists(), "the command must not run");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "one line on stderr: {err}");
+}
+
+#[test]
+fn lost_lease_terminates_the_command() {
+    let server = Server::start();
+    let start = Instant::now();
+    let o = run(redlease(&server).args(["run", "short", "--lease", "300ms", "--", "sleep", "20"]));
+    assert_eq!(o.status.code(), Some(73));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("lost"));
+}
+
+#[test]
+fn sigterm_is_forwarded_and_the_lock_released() {
+    let server = Server::start();
+    let c = client(&server);
+    let mut child = redlease(&server)
+        .args(["run", "term", "--", "sleep", "20"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(5), || c
+        .lock("term")
+        .is_locked()
+        .unwrap()));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let start = Instant::now();
+    let status = child.wait().unwrap();
+    assert!(start.elapsed() < Duration::from_secs(5));
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM as i32));
+    assert!(!c.lock("term").is_locked().unwrap());
+}
+
+#[test]
+fn semaphore_mode_allows_n_at_once() {
+    let server = Server::start();
+    let c = client(&server);
+    let _p = c.semaphore("pool", 2).acquire().unwrap();
+    let o = run(redlease(&server).args([
+        "run",
+        "pool",
+        "--semaphore",
+        "2",
+        "--wait",
+        "1s",
+        "--",
+        "true",
+    ]));
+    assert!(o.status.success());
+    let _q = c.semaphore("pool", 2).acquire().unwrap();
+    let o = run(redlease(&server).args([
+        "run",
+        "pool",
+        "--semaphore",
+        "2",
+        "--wait",
+        "200ms",
+        "--",
+        "true",
+    ]));
+    assert_eq!(o.status.code(), Some(75));
+}
+
+#[test]
+fn status_and_list_in_text_and_json() {
+    let server = Server::start();
+    let c = client(&server);
+    let g = c.lock("orders:1").acquire().unwrap();
+    let _r = c.rw_lock("config").read().unwrap();
+    let o = run(redlease(&server).args(["status", "orders:1"]));
+    let out = stdout(&o);
+    assert!(out.contains(&c.id().simple().to_string()), "{out}");
+    assert!(
+        out.contains(&format!("fence {}", g.fencing_token())),
+        "{out}"
+    );
+    let o = run(redlease(&server).args(["status", "orders:1", "--json"]));
+    let out = stdout(&o);
+    assert!(out.contains("\"held\":true"), "{out}");
+    assert!(
+        out.contains(&format!("\"holder\":\"{}\"", c.id().simple())),
+        "{out}"
+    );
+    let o = run(redlease(&server).args(["list"]));
+    let out = stdout(&o);
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(out.contains("orders:1") && out.contains("config") && out.contains("1 readers"));
+    let o = run(redlease(&server).args(["list", "orders:*", "--json"]));
+    let out = stdout(&o);
+    assert!(
+        out.starts_with('[') && out.contains("\"name\":\"orders:1\"") && !out.contains("config")
+    );
+    drop(g);
+    let out = stdout(&run(redlease(&server).args(["status", "orders:1"])));
+    assert!(out.contains("free"), "{out}");
+}
+
+#[test]
+fn unlock_needs_force_and_confirmation() {
+    let server = Server::start();
+    let c = client(&server);
+    let _g = c.lock("stuck").acquire().unwrap();
+    let o = run(redlease(&server).args(["unlock", "stuck"]));
+    assert_eq!(o.status.code(), Some(64));
+    let mut child = redlease(&server)
+        .args(["unlock", "--force", "stuck"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"n\n").unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(65));
+    assert!(c.lock("stuck").is_locked().unwrap());
+    let o = run(redlease(&server).args(["unlock", "--force", "--yes", "stuck"]));
+    assert!(o.status.success());
+    assert!(!c.lock("stuck").is_locked().unwrap());
+}
+
+#[test]
+fn bad_arguments_give_one_line_errors() {
+    let server = Server::start();
+    for (args, code) in [
+        (vec!["run", "x", "--wait", "5q", "--", "true"], 64),
+        (vec!["run", "x", "--lease", "-1s", "--", "true"], 64),
+        (vec!["run", "", "--", "true"], 64),
+        (vec!["--url", "nonsense://", "status", "x"], 64),
+    ] {
+        let o = run(redlease(&server).args(&args));
+        assert_eq!(
+            o.status.code(),
+            Some(code),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let dead = redis_test::utils::get_random_available_port();
+    let o = run(redlease(&server).args([
+        "--url",
+        &format!("redis://127.0.0.1:{dead}/"),
+        "status",
+        "x",
+    ]));
+    assert_eq!(o.status.code(), Some(69));
+    assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1);
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("redlease-cli-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
