@@ -142,7 +142,7 @@ fn sigterm_is_forwarded_and_the_lock_released() {
     let start = Instant::now();
     let status = child.wait().unwrap();
     assert!(start.elapsed() < Duration::from_secs(5));
-    assert_eq!(status.code(), Some(128 + libc::SIGTERM as i32));
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM));
     assert!(!c.lock("term").is_locked().unwrap());
 }
 
