@@ -31,45 +31,66 @@ use crate::scripts::Lua;
 const BATCH: usize = 2_000;
 
 /// What a holder and the renewal thread share about one lease.
+///
+/// `expires` is a conservative local estimate of when the lease ends on the
+/// server: the instant the acquiring (or last successful renewing) command
+/// was *sent*, plus the lease. The server applied it later, so the real
+/// expiry is never earlier. Once that instant passes without a renewal —
+/// the process was paused, or the server unreachable — the lease counts as
+/// lost at once, without waiting for the renewal thread to find out.
 #[derive(Debug)]
 pub(crate) struct LeaseState {
     lost: AtomicBool,
     done: AtomicBool,
-    /// Fixed leases end here (a conservative local estimate); `None` for
-    /// watchdog leases.
-    deadline: Option<Instant>,
+    /// Nanoseconds since `EPOCH`.
+    expires: AtomicU64,
+}
+
+static EPOCH: Lazy<Instant> = Lazy::new(Instant::now);
+
+fn to_nanos(t: Instant) -> u64 {
+    t.saturating_duration_since(*EPOCH).as_nanos() as u64
 }
 
 impl LeaseState {
-    pub(crate) fn watchdog() -> Arc<LeaseState> {
+    pub(crate) fn new(expires: Instant) -> Arc<LeaseState> {
         Arc::new(LeaseState {
             lost: AtomicBool::new(false),
             done: AtomicBool::new(false),
-            deadline: None,
-        })
-    }
-
-    pub(crate) fn fixed(deadline: Instant) -> Arc<LeaseState> {
-        Arc::new(LeaseState {
-            lost: AtomicBool::new(false),
-            done: AtomicBool::new(false),
-            deadline: Some(deadline),
+            expires: AtomicU64::new(to_nanos(expires)),
         })
     }
 
     /// Whether the lease is still believed held; no round trip.
     pub(crate) fn is_held(&self) -> bool {
-        !self.lost.load(Ordering::Acquire)
-            && !self.done.load(Ordering::Acquire)
-            && self.deadline.is_none_or(|d| Instant::now() < d)
+        !self.done.load(Ordering::Acquire) && !self.is_lost()
     }
 
+    /// Lost: the renewal thread found it gone, or its expiry passed unrenewed.
+    /// Monotonic: once true, it stays true.
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.load(Ordering::Acquire) || self.deadline.is_some_and(|d| Instant::now() >= d)
+        if self.lost.load(Ordering::Acquire) {
+            return true;
+        }
+        if to_nanos(Instant::now()) >= self.expires.load(Ordering::Acquire) {
+            self.lost.store(true, Ordering::Release);
+            return true;
+        }
+        false
     }
 
     pub(crate) fn mark_lost(&self) {
         self.lost.store(true, Ordering::Release);
+    }
+
+    /// A renewal sent at `sent` succeeded. If the old expiry had already
+    /// passed, the holder may have been told the lease was lost; it stays
+    /// lost (a lease never comes back).
+    fn renewed(&self, sent: Instant, lease: Duration) {
+        if !self.is_lost() {
+            self.expires
+                .fetch_max(to_nanos(sent + lease), Ordering::AcqRel);
+        }
     }
 
     /// The holder released (or is releasing): stop renewing.
@@ -272,6 +293,7 @@ impl Worker {
             Ok(values) if values.len() == chunk.len() => {
                 for (mut entry, value) in chunk.into_iter().zip(values) {
                     if matches!(value, Value::Int(1)) {
+                        entry.renewal.state.renewed(sent, entry.renewal.lease);
                         entry.renewal.expires = sent + entry.renewal.lease;
                         entry.due = sent + entry.renewal.lease / 3;
                         self.push(entry);
@@ -317,10 +339,10 @@ pub(crate) fn start(
     keys: Vec<Vec<u8>>,
     args: Vec<Vec<u8>>,
 ) -> Arc<LeaseState> {
+    let state = LeaseState::new(sent + lease);
     if !watchdog {
-        return LeaseState::fixed(sent + lease);
+        return state;
     }
-    let state = LeaseState::watchdog();
     register(Renewal {
         backend: Arc::downgrade(backend),
         lua,

@@ -135,12 +135,12 @@ fn watchdog_keeps_lock_for_ten_timeouts() {
     let server = Server::start();
     let c = Client::builder()
         .url(server.url())
-        .watchdog_timeout(Duration::from_millis(200))
+        .watchdog_timeout(Duration::from_millis(400))
         .build()
         .unwrap();
     let other = client(&server);
     let g = c.lock("dog").acquire().unwrap();
-    let end = Instant::now() + Duration::from_millis(2_000);
+    let end = Instant::now() + Duration::from_millis(4_000);
     while Instant::now() < end {
         assert!(other.lock("dog").try_acquire().unwrap().is_none());
         assert!(g.is_held());
