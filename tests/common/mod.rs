@@ -53,8 +53,11 @@ impl Server {
         let end = Instant::now() + Duration::from_secs(10);
         while Instant::now() < end {
             if let Ok(mut c) = redis::Client::open(self.url()).and_then(|c| c.get_connection()) {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return;
+                match redis::cmd("PING").query::<String>(&mut c) {
+                    // A server error (NOAUTH) also proves the server is up.
+                    Ok(_) => return,
+                    Err(e) if e.code().is_some() => return,
+                    Err(_) => {}
                 }
             }
             std::thread::sleep(Duration::from_millis(20));

@@ -1,0 +1,76 @@
+//! After a workload of every primitive, the server holds no keys of the
+//! library but fencing counters, and dropped clients leave no threads.
+//! Its own test binary: it counts the process's threads.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, Server};
+use redlease::Client;
+
+fn library_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim() == "redlease-wakeup")
+        .count()
+}
+
+#[test]
+fn no_keys_or_threads_left_behind() {
+    let server = Server::start();
+    {
+        let clients: Vec<Client> = (0..3)
+            .map(|_| Client::open(server.url()).unwrap())
+            .collect();
+        let handles: Vec<_> = clients
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(i, c)| {
+                std::thread::spawn(move || {
+                    for j in 0..20 {
+                        let name = format!("k{}", j % 3);
+                        drop(c.lock(&name).acquire().unwrap());
+                        drop(c.fair_lock(format!("f{name}")).acquire().unwrap());
+                        let rw = c.rw_lock(format!("rw{name}"));
+                        if (i + j) % 2 == 0 {
+                            drop(rw.write().unwrap());
+                        } else {
+                            drop(rw.read().unwrap());
+                        }
+                        drop(c.semaphore(format!("s{name}"), 2).acquire().unwrap());
+                        drop(c.fair_semaphore(format!("fs{name}"), 1).acquire().unwrap());
+                        // Waiters that give up must leave nothing either.
+                        let _held = c.lock("busy").try_acquire().unwrap();
+                        let _ = c
+                            .fair_lock("fbusy")
+                            .acquire_timeout(Duration::from_millis(1));
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert!(
+            library_threads() >= 1,
+            "the subscribers should have started"
+        );
+    }
+    let mut con = server.con();
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    let leaked: Vec<&String> = keys.iter().filter(|k| !k.ends_with(":fence")).collect();
+    println!(
+        "FIGURES leaks: {} keys left, {} of them not fencing counters: {leaked:?}",
+        keys.len(),
+        leaked.len()
+    );
+    assert!(leaked.is_empty(), "{leaked:?}");
+    assert!(
+        eventually(Duration::from_secs(3), || library_threads() == 0),
+        "wake-up threads of dropped clients remain: {}",
+        library_threads()
+    );
+}
