@@ -219,6 +219,7 @@ enum Topology {
     #[default]
     Unset,
     Standalone(String),
+    Redlock(Vec<String>),
 }
 
 /// Configures and builds a [`Client`].
@@ -244,6 +245,7 @@ pub struct ClientBuilder {
     response_timeout: Duration,
     pool_timeout: Duration,
     fallback_poll: Duration,
+    node_timeout: Duration,
 }
 
 impl Default for ClientBuilder {
@@ -257,6 +259,7 @@ impl Default for ClientBuilder {
             response_timeout: Duration::from_secs(2),
             pool_timeout: Duration::from_secs(5),
             fallback_poll: Duration::from_secs(2),
+            node_timeout: Duration::from_millis(250),
         }
     }
 }
@@ -267,6 +270,29 @@ impl ClientBuilder {
     /// chosen).
     pub fn url(mut self, url: impl AsRef<str>) -> Self {
         self.topology = Topology::Standalone(url.as_ref().to_owned());
+        self
+    }
+
+    /// Redlock over independent masters (odd count, usually 3 or 5): every
+    /// acquisition, renewal and release needs a majority. Only the exclusive
+    /// lock is available ([`Client::lock`], not fair); the other primitives
+    /// return [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    /// Use `node_timeout` to bound the wait for one master.
+    pub fn redlock<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.topology =
+            Topology::Redlock(urls.into_iter().map(|u| u.as_ref().to_owned()).collect());
+        self
+    }
+
+    /// Redlock: how long one master may take to connect or answer before its
+    /// vote counts as missing; keep it much smaller than the lease. Defaults
+    /// to 250 ms.
+    pub fn node_timeout(mut self, d: Duration) -> Self {
+        self.node_timeout = d;
         self
     }
 
@@ -327,6 +353,7 @@ impl ClientBuilder {
             ("response_timeout", self.response_timeout),
             ("pool_timeout", self.pool_timeout),
             ("fallback_poll", self.fallback_poll),
+            ("node_timeout", self.node_timeout),
         ] {
             if d.is_zero() {
                 return Err(Error::invalid(format!("{what} must be greater than zero")));
@@ -357,7 +384,15 @@ impl ClientBuilder {
             Topology::Unset => {
                 return Err(Error::invalid("no Redis URL given: call .url(...)"));
             }
-            Topology::Standalone(url) => Backend::open(url, self.pool_size, timeouts)?,
+            Topology::Standalone(url) => Backend::single(url, self.pool_size, timeouts)?,
+            Topology::Redlock(urls) => {
+                let per_node = Timeouts {
+                    connect: self.node_timeout,
+                    response: self.node_timeout,
+                    pool: self.node_timeout,
+                };
+                Backend::redlock(urls, self.pool_size, per_node)?
+            }
         };
         let backend = Arc::new(backend);
         check_server(&backend)?;
@@ -385,17 +420,24 @@ impl ClientBuilder {
     }
 }
 
-/// Connects once, and warns when the server may evict lock keys.
+/// Connects once (to a majority, on Redlock), and warns when a server may
+/// evict lock keys.
 fn check_server(backend: &Backend) -> Result<()> {
-    let mut con = backend.conn()?;
-    redis::cmd("PING")
-        .query::<()>(&mut *con)
-        .map_err(Error::from)?;
+    for mut con in backend.check()? {
+        redis::cmd("PING")
+            .query::<()>(&mut *con)
+            .map_err(Error::from)?;
+        warn_if_evicting(&mut con);
+    }
+    Ok(())
+}
+
+fn warn_if_evicting(con: &mut redis::Connection) {
     // CONFIG may be forbidden (ACL, managed services): then we cannot tell.
     if let Ok(v) = redis::cmd("CONFIG")
         .arg("GET")
         .arg("maxmemory-policy")
-        .query::<Vec<String>>(&mut *con)
+        .query::<Vec<String>>(con)
     {
         if let Some(policy) = v.get(1) {
             if policy.starts_with("allkeys-") || policy.starts_with("volatile-") {
@@ -406,5 +448,4 @@ fn check_server(backend: &Backend) -> Result<()> {
             }
         }
     }
-    Ok(())
 }

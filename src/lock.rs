@@ -5,6 +5,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::backend::Call;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::reentrancy::{self, Hold, HoldKey, Mode};
@@ -134,6 +135,15 @@ impl Lock {
         } else {
             Turns::Local
         };
+        let message = wakeup.message(&keys.lock);
+        let lock_keys = [keys.lock.to_vec(), keys.fence.clone()];
+        let acquire_args = [token.as_bytes().to_vec(), lease_arg.clone().into_bytes()];
+        let undo_keys = [keys.lock.to_vec()];
+        let undo_args = [
+            token.as_bytes().to_vec(),
+            wakeup.channel().to_vec(),
+            message.clone(),
+        ];
         let acquired = wakeup.acquire(&keys.lock, turns, deadline, || {
             let sent = Instant::now();
             let reply: Result<(i64, i64)> = if self.fair {
@@ -143,14 +153,25 @@ impl Lock {
                     &[token.as_bytes(), lease_arg.as_bytes(), queue_ttl.as_bytes()],
                 )
             } else {
-                backend.eval(
-                    &LOCK_ACQUIRE,
-                    &[&keys.lock, &keys.fence],
-                    &[token.as_bytes(), lease_arg.as_bytes()],
+                backend.grant(
+                    Call {
+                        lua: &LOCK_ACQUIRE,
+                        keys: &lock_keys,
+                        args: &acquire_args,
+                    },
+                    Call {
+                        lua: &LOCK_RELEASE,
+                        keys: &undo_keys,
+                        args: &undo_args,
+                    },
+                    lease,
                 )
             };
             match reply {
-                Ok((1, fence)) => Ok(Attempt::Acquired((fence as u64, sent))),
+                Ok((1, fence)) => {
+                    backend.raise_fence(&keys.fence, fence);
+                    Ok(Attempt::Acquired((fence as u64, sent)))
+                }
                 Ok((_, pttl)) => Ok(Attempt::Busy(
                     (pttl > 0).then(|| Duration::from_millis(pttl as u64)),
                 )),
@@ -181,6 +202,8 @@ impl Lock {
         let Some((fence, sent)) = acquired else {
             return Ok(None);
         };
+        // On Redlock the lease is only as long as its slowest master's clock.
+        let sent = sent.checked_sub(backend.drift(lease)).unwrap_or(sent);
         let state = renewal::start(
             backend,
             watchdog,
@@ -212,15 +235,15 @@ impl Lock {
     /// Token-checked delete; `Ok(true)` if this token held the lock.
     fn release_in_redis(&self, keys: &Keys, token: &str) -> Result<bool> {
         let wakeup = self.client.wakeup();
-        let released: i64 = self.client.backend().eval(
-            &LOCK_RELEASE,
-            &[&keys.lock],
-            &[
-                token.as_bytes(),
-                wakeup.channel(),
-                &wakeup.message(&keys.lock),
+        let released = self.client.backend().confirm(Call {
+            lua: &LOCK_RELEASE,
+            keys: &[keys.lock.to_vec()],
+            args: &[
+                token.as_bytes().to_vec(),
+                wakeup.channel().to_vec(),
+                wakeup.message(&keys.lock),
             ],
-        )?;
+        })?;
         if released == 1 {
             wakeup.notify_local(&keys.lock);
         }
@@ -230,9 +253,7 @@ impl Lock {
     /// Whether anyone holds the lock now (one round trip).
     pub fn is_locked(&self) -> Result<bool> {
         let keys = self.keys()?;
-        self.client
-            .backend()
-            .query(redis::cmd("EXISTS").arg(&*keys.lock))
+        self.client.backend().exists(&keys.lock)
     }
 
     /// How many times the current thread holds this lock (0 if not at all).
@@ -249,11 +270,11 @@ impl Lock {
     pub fn force_unlock(&self) -> Result<bool> {
         let keys = self.keys()?;
         let wakeup = self.client.wakeup();
-        let removed: i64 = self.client.backend().eval(
-            &FORCE_UNLOCK,
-            &[&*keys.lock],
-            &[wakeup.channel(), &wakeup.message(&keys.lock)],
-        )?;
+        let removed = self.client.backend().confirm(Call {
+            lua: &FORCE_UNLOCK,
+            keys: &[keys.lock.to_vec()],
+            args: &[wakeup.channel().to_vec(), wakeup.message(&keys.lock)],
+        })?;
         wakeup.notify_local(&keys.lock);
         Ok(removed == 1)
     }

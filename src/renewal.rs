@@ -291,17 +291,24 @@ impl Worker {
         drop(calls);
         match replies {
             Ok(values) if values.len() == chunk.len() => {
+                let now = Instant::now();
                 for (mut entry, value) in chunk.into_iter().zip(values) {
-                    if matches!(value, Value::Int(1)) {
-                        entry.renewal.state.renewed(sent, entry.renewal.lease);
-                        entry.renewal.expires = sent + entry.renewal.lease;
-                        entry.due = sent + entry.renewal.lease / 3;
-                        self.push(entry);
-                    } else if !entry.renewal.state.is_done() {
-                        log::warn!(
-                            "redlease: a lease was lost (renewal found another owner or no key)"
-                        );
-                        entry.renewal.state.mark_lost();
+                    match value {
+                        Value::Int(1) => {
+                            entry.renewal.state.renewed(sent, entry.renewal.lease);
+                            entry.renewal.expires = sent + entry.renewal.lease;
+                            entry.due = sent + entry.renewal.lease / 3;
+                            self.push(entry);
+                        }
+                        Value::Int(_) => {
+                            if !entry.renewal.state.is_done() {
+                                log::warn!("redlease: a lease was lost (renewal found another owner or no key)");
+                                entry.renewal.state.mark_lost();
+                            }
+                        }
+                        // Undecided (a Redlock quorum could not be reached):
+                        // retry like a connection error.
+                        _ => self.retry(entry, now),
                     }
                 }
             }
@@ -310,19 +317,24 @@ impl Worker {
                     log::warn!("redlease: lease renewal failed, will retry: {e}");
                 }
                 let now = Instant::now();
-                for mut entry in chunk {
-                    if now >= entry.renewal.expires {
-                        log::warn!("redlease: a lease expired while its server was unreachable");
-                        entry.renewal.state.mark_lost();
-                    } else {
-                        // Retry soon, but not in a tight loop.
-                        let wait = (entry.renewal.lease / 10)
-                            .clamp(Duration::from_millis(10), Duration::from_secs(1));
-                        entry.due = (now + wait).min(entry.renewal.expires);
-                        self.push(entry);
-                    }
+                for entry in chunk {
+                    self.retry(entry, now);
                 }
             }
+        }
+    }
+
+    /// Tries again soon (not in a tight loop), unless the lease has already
+    /// run out on the server, in which case it is lost.
+    fn retry(&mut self, mut entry: Entry, now: Instant) {
+        if now >= entry.renewal.expires {
+            log::warn!("redlease: a lease expired while its server was unreachable");
+            entry.renewal.state.mark_lost();
+        } else {
+            let wait =
+                (entry.renewal.lease / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
+            entry.due = (now + wait).min(entry.renewal.expires);
+            self.push(entry);
         }
     }
 }

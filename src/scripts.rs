@@ -47,3 +47,4 @@ script!(SEM_RELEASE, "sem_release.lua");
 script!(SEM_STATE, "sem_state.lua");
 script!(SEM_RESIZE, "sem_resize.lua");
 script!(INSPECT, "inspect.lua");
+script!(FENCE_RAISE, "fence_raise.lua");

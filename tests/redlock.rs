@@ -1,0 +1,241 @@
+//! Redlock over five independent local masters.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::Server;
+use redis::Commands;
+use redlease::{Client, ErrorKind};
+use serial_test::serial;
+
+fn masters(n: usize) -> Vec<Server> {
+    (0..n).map(|_| Server::start()).collect()
+}
+
+fn redlock(servers: &[Server]) -> Client {
+    Client::builder()
+        .redlock(servers.iter().map(|s| s.url()))
+        .node_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap()
+}
+
+#[test]
+#[serial]
+fn all_32_patterns_succeed_exactly_with_a_free_majority() {
+    let mut servers = masters(5);
+    let c = redlock(&servers);
+    let mut stopped = vec![false; 5];
+    let mut outcomes = Vec::new();
+    for pattern in 0u32..32 {
+        // Bit i set: master i unavailable — even bits "stopped" (the
+        // process is down), odd bits "blocked" (its key held by a foreign
+        // token), so both kinds of unavailability are covered.
+        for i in 0..5 {
+            let down = pattern & (1 << i) != 0;
+            let stop = down && i % 2 == 0;
+            if stop && !stopped[i] {
+                servers[i].stop();
+                stopped[i] = true;
+            } else if !stop && stopped[i] {
+                servers[i].restart();
+                stopped[i] = false;
+                // A client skips a master it could not reach for a moment;
+                // let that window pass so the restarted master votes.
+                std::thread::sleep(Duration::from_millis(600));
+            }
+            if !stopped[i] {
+                let mut con = servers[i].con();
+                if down {
+                    let _: () = redis::cmd("SET")
+                        .arg("{p}")
+                        .arg("rl:foreign:token")
+                        .arg("PX")
+                        .arg(60_000)
+                        .query(&mut con)
+                        .unwrap();
+                } else {
+                    let _: () = con.del("{p}").unwrap();
+                }
+            }
+        }
+        let free = (0..5).filter(|i| pattern & (1 << i) == 0).count();
+        let start = Instant::now();
+        let got = c.lock("p").try_acquire();
+        let took = start.elapsed();
+        let acquired = matches!(got, Ok(Some(_)));
+        outcomes.push((pattern, free, acquired, took));
+        assert_eq!(
+            acquired,
+            free >= 3,
+            "pattern {pattern:05b}: free {free}, got {got:?}"
+        );
+        assert!(
+            took < Duration::from_secs(2),
+            "pattern {pattern:05b} took {took:?}"
+        );
+        drop(got);
+        // No partial keys of ours left on any live master.
+        for i in 0..5 {
+            if !stopped[i] {
+                let v: Option<String> = servers[i].con().get("{p}").unwrap();
+                assert!(
+                    v.as_deref().is_none_or(|v| v == "rl:foreign:token"),
+                    "pattern {pattern:05b}: master {i} kept {v:?}"
+                );
+            }
+        }
+    }
+    let ok = outcomes.iter().filter(|o| o.2).count();
+    println!("FIGURES redlock patterns: 32 checked, {ok} acquired (exactly those with >= 3 free masters)");
+}
+
+#[test]
+#[serial]
+fn latency_with_nodes_down() {
+    let mut servers = masters(5);
+    let c = redlock(&servers);
+    let lock = c.lock("lat");
+    let mut line = String::from("FIGURES redlock acquire+release latency:");
+    for down in 0..=2 {
+        if down > 0 {
+            servers[down - 1].stop();
+        }
+        let n = 50;
+        let start = Instant::now();
+        for _ in 0..n {
+            lock.acquire().unwrap().release().unwrap();
+        }
+        let per = start.elapsed() / n;
+        line.push_str(&format!(" {down} down {:.2} ms;", per.as_secs_f64() * 1e3));
+    }
+    println!("{line}");
+}
+
+#[test]
+#[serial]
+fn survives_losing_a_minority_mid_run_and_fails_cleanly_without_majority() {
+    let mut servers = masters(5);
+    let clients: Vec<Client> = (0..2).map(|_| redlock(&servers)).collect();
+    let register = Arc::new(AtomicUsize::new(0));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let work = |rounds: usize| {
+        let handles: Vec<_> = clients
+            .iter()
+            .cloned()
+            .map(|c| {
+                let (register, inside, overlaps) =
+                    (register.clone(), inside.clone(), overlaps.clone());
+                std::thread::spawn(move || {
+                    let lock = c.lock("run");
+                    for _ in 0..rounds {
+                        let g = lock
+                            .acquire_timeout(Duration::from_secs(10))
+                            .unwrap()
+                            .unwrap();
+                        if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                            overlaps.fetch_add(1, Ordering::SeqCst);
+                        }
+                        let v = register.load(Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_micros(200));
+                        register.store(v + 1, Ordering::SeqCst);
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        g.release().unwrap();
+                    }
+                })
+            })
+            .collect();
+        handles
+    };
+    let first = work(40);
+    std::thread::sleep(Duration::from_millis(100));
+    servers[0].stop();
+    servers[3].stop();
+    for h in first {
+        h.join().unwrap();
+    }
+    for h in work(20) {
+        h.join().unwrap();
+    }
+    assert_eq!(register.load(Ordering::SeqCst), 2 * 60);
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    // A held lock survives the loss of a minority (renewal by quorum).
+    let c = &clients[0];
+    let g = c.lock("held").acquire().unwrap();
+    // Now lose the majority: acquisitions fail within the caller's deadline.
+    servers[1].stop();
+    let start = Instant::now();
+    let r = clients[1]
+        .lock("other")
+        .acquire_timeout(Duration::from_secs(1));
+    let took = start.elapsed();
+    println!(
+        "FIGURES redlock without majority: {:?} after {:?}",
+        r.as_ref().map(|g| g.is_some()).map_err(|e| e.kind()),
+        took
+    );
+    assert!(
+        matches!(&r, Err(e) if e.kind() == ErrorKind::QuorumNotReached),
+        "{r:?}"
+    );
+    assert!(took < Duration::from_secs(2));
+    // No partial keys of the failed attempt on the masters still up.
+    for i in [2, 4] {
+        let exists: bool = servers[i].con().exists("{other}").unwrap();
+        assert!(!exists, "master {i} kept a partial key");
+    }
+    drop(g);
+}
+
+#[test]
+#[serial]
+fn watchdog_renews_by_quorum_and_reports_loss() {
+    let servers = masters(3);
+    let c = Client::builder()
+        .redlock(servers.iter().map(|s| s.url()))
+        .watchdog_timeout(Duration::from_millis(900))
+        .build()
+        .unwrap();
+    let g = c.lock("dog").acquire().unwrap();
+    std::thread::sleep(Duration::from_millis(2_000));
+    assert!(g.is_held(), "renewed by a majority");
+    // Flushing two of three masters destroys the quorum's lease.
+    for s in &servers[..2] {
+        let _: () = redis::cmd("FLUSHALL").query(&mut s.con()).unwrap();
+    }
+    assert!(common::eventually(Duration::from_secs(2), || !g.is_held()));
+    assert_eq!(g.release().unwrap_err().kind(), ErrorKind::LockLost);
+}
+
+#[test]
+#[serial]
+fn reentrancy_fencing_and_unsupported_primitives() {
+    let servers = masters(3);
+    let c = redlock(&servers);
+    let lock = c.lock("r");
+    let g1 = lock.acquire().unwrap();
+    let g2 = lock.acquire().unwrap();
+    assert_eq!(g1.fencing_token(), g2.fencing_token());
+    assert!(lock.is_locked().unwrap());
+    drop((g2, g1));
+    assert!(!lock.is_locked().unwrap());
+    let mut last = 0;
+    for _ in 0..5 {
+        let f = c.lock("r").acquire().unwrap().fencing_token();
+        assert!(f > last);
+        last = f;
+    }
+    assert_eq!(c.with_lock("w", || 5).unwrap(), 5);
+    for err in [
+        c.rw_lock("x").try_read().map(|_| ()).unwrap_err(),
+        c.semaphore("x", 2).try_acquire().map(|_| ()).unwrap_err(),
+        c.fair_lock("x").try_acquire().map(|_| ()).unwrap_err(),
+        c.inspect("x").map(|_| ()).unwrap_err(),
+    ] {
+        assert_eq!(err.kind(), ErrorKind::Unsupported);
+    }
+}
