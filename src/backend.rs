@@ -182,7 +182,7 @@ impl Node {
 }
 
 enum Kind {
-    Single(Node),
+    Single(Box<Node>),
     /// Independent masters; a majority decides.
     Redlock(Vec<Node>),
 }
@@ -218,7 +218,12 @@ fn on_all<T: Send>(nodes: &[Node], f: impl Fn(&Node) -> T + Sync) -> Vec<T> {
 impl Backend {
     pub(crate) fn single(url: &str, pool_size: u32, timeouts: Timeouts) -> Result<Backend> {
         Ok(Backend {
-            kind: Kind::Single(Node::open(url, pool_size, timeouts.clone(), false)?),
+            kind: Kind::Single(Box::new(Node::open(
+                url,
+                pool_size,
+                timeouts.clone(),
+                false,
+            )?)),
             timeouts,
         })
     }

@@ -28,7 +28,7 @@ fn redlock(servers: &[Server]) -> Client {
 fn all_32_patterns_succeed_exactly_with_a_free_majority() {
     let mut servers = masters(5);
     let c = redlock(&servers);
-    let mut stopped = vec![false; 5];
+    let mut stopped = [false; 5];
     let mut outcomes = Vec::new();
     for pattern in 0u32..32 {
         // Bit i set: master i unavailable — even bits "stopped" (the
