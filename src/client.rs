@@ -220,6 +220,8 @@ enum Topology {
     Unset,
     Standalone(String),
     Redlock(Vec<String>),
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    Cluster(Vec<String>),
 }
 
 /// Configures and builds a [`Client`].
@@ -285,6 +287,20 @@ impl ClientBuilder {
     {
         self.topology =
             Topology::Redlock(urls.into_iter().map(|u| u.as_ref().to_owned()).collect());
+        self
+    }
+
+    /// A Redis Cluster, found through any of its nodes (seed URLs). Every
+    /// primitive works: all keys of one share the hash tag `{name}`.
+    /// Requires the `cluster` feature; without it `build` fails with
+    /// [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    pub fn cluster<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.topology =
+            Topology::Cluster(urls.into_iter().map(|u| u.as_ref().to_owned()).collect());
         self
     }
 
@@ -393,6 +409,15 @@ impl ClientBuilder {
                 };
                 Backend::redlock(urls, self.pool_size, per_node)?
             }
+            #[cfg(feature = "cluster")]
+            Topology::Cluster(urls) => Backend::cluster(urls, self.pool_size, timeouts)?,
+            #[cfg(not(feature = "cluster"))]
+            Topology::Cluster(_) => {
+                return Err(Error::new(
+                    crate::ErrorKind::Unsupported,
+                    "Redis Cluster support needs the `cluster` feature of redlease",
+                ));
+            }
         };
         let backend = Arc::new(backend);
         check_server(&backend)?;
@@ -423,29 +448,5 @@ impl ClientBuilder {
 /// Connects once (to a majority, on Redlock), and warns when a server may
 /// evict lock keys.
 fn check_server(backend: &Backend) -> Result<()> {
-    for mut con in backend.check()? {
-        redis::cmd("PING")
-            .query::<()>(&mut *con)
-            .map_err(Error::from)?;
-        warn_if_evicting(&mut con);
-    }
-    Ok(())
-}
-
-fn warn_if_evicting(con: &mut redis::Connection) {
-    // CONFIG may be forbidden (ACL, managed services): then we cannot tell.
-    if let Ok(v) = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("maxmemory-policy")
-        .query::<Vec<String>>(con)
-    {
-        if let Some(policy) = v.get(1) {
-            if policy.starts_with("allkeys-") || policy.starts_with("volatile-") {
-                log::warn!(
-                    "redlease: maxmemory-policy is {policy}: Redis may evict lock keys under \
-                     memory pressure, silently ending leases; use noeviction"
-                );
-            }
-        }
-    }
+    backend.check()
 }

@@ -90,7 +90,16 @@ impl Client {
     /// semaphore stored, matching the glob `pattern` (`*` for all). Uses
     /// `SCAN`, never `KEYS`, so it does not block the server. Sorted,
     /// deduplicated; names that are not UTF-8 are shown lossily.
+    ///
+    /// Not available on Redis Cluster (a cursor scans one node) nor on
+    /// Redlock: those return [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
     pub fn list(&self, pattern: &str) -> Result<Vec<String>> {
+        if self.backend().is_cluster() {
+            return Err(crate::error::Error::new(
+                crate::error::ErrorKind::Unsupported,
+                "listing names needs a scan of every node; not available on Redis Cluster",
+            ));
+        }
         let prefix = &self.inner.config.prefix;
         let mut glob = Vec::new();
         for &b in prefix {

@@ -91,9 +91,12 @@
 
 mod backend;
 mod client;
+#[cfg(feature = "cluster")]
+mod cluster;
 mod error;
 mod inspect;
 mod lock;
+mod redlock;
 mod reentrancy;
 mod renewal;
 mod rwlock;

@@ -1,0 +1,119 @@
+//! Redis Cluster: commands are routed by key slot (MOVED/ASK handled by the
+//! `redis` cluster connection). Every key of one primitive shares the hash
+//! tag `{name}`, so each script touches one slot and never sees CROSSSLOT.
+
+use std::time::Duration;
+
+use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection};
+use redis::{FromRedisValue, Value};
+
+use crate::backend::{warn_if_evicting, Call, Timeouts};
+use crate::error::{Error, Result};
+use crate::scripts::Lua;
+
+/// A pooled cluster connection, plus plain clients for the seed nodes (the
+/// wake-up subscriber connects to one of them: `PUBLISH` reaches every node
+/// of a cluster).
+pub(crate) struct ClusterLeader {
+    pool: r2d2::Pool<ClusterClient>,
+    seeds: Vec<redis::Client>,
+}
+
+impl ClusterLeader {
+    pub(crate) fn open(
+        urls: &[String],
+        pool_size: u32,
+        timeouts: Timeouts,
+    ) -> Result<ClusterLeader> {
+        if urls.is_empty() {
+            return Err(Error::invalid("a cluster needs at least one seed URL"));
+        }
+        let seeds = urls
+            .iter()
+            .map(|u| {
+                redis::Client::open(u.as_str()).map_err(|e| {
+                    Error::invalid(format!("cannot use redis URL {u:?}")).with_source(e)
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let client = ClusterClientBuilder::new(urls.iter().map(|u| u.as_str()))
+            .connection_timeout(timeouts.connect)
+            .response_timeout(timeouts.response)
+            .build()
+            .map_err(|e| Error::invalid("invalid cluster configuration").with_source(e))?;
+        let pool = r2d2::Pool::builder()
+            .max_size(pool_size)
+            .min_idle(Some(0))
+            .test_on_check_out(false)
+            .connection_timeout(timeouts.pool)
+            .build_unchecked(client);
+        Ok(ClusterLeader { pool, seeds })
+    }
+
+    fn conn(&self) -> Result<r2d2::PooledConnection<ClusterClient>> {
+        Ok(self.pool.get()?)
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        let mut con = self.conn()?;
+        redis::cmd("PING").query::<()>(&mut *con)?;
+        for seed in &self.seeds {
+            if let Ok(mut c) = seed.get_connection_with_timeout(Duration::from_secs(1)) {
+                warn_if_evicting(&mut c);
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn eval<T: FromRedisValue>(
+        &self,
+        lua: &Lua,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<T> {
+        let mut inv = lua.script.prepare_invoke();
+        for k in keys {
+            inv.key(*k);
+        }
+        for a in args {
+            inv.arg(*a);
+        }
+        let mut con = self.conn()?;
+        Ok(inv.invoke(&mut *con as &mut ClusterConnection)?)
+    }
+
+    pub(crate) fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        let mut con = self.conn()?;
+        Ok(cmd.query(&mut *con)?)
+    }
+
+    /// A cluster pipeline groups the calls per node. `EVALSHA` cannot be
+    /// routed in one (nor `SCRIPT LOAD` sent to every node), so renewals go
+    /// as `EVAL` with the script text: a few hundred bytes more per lease,
+    /// and no `NOSCRIPT` after a restart or `SCRIPT FLUSH`.
+    pub(crate) fn eval_batch(&self, calls: &[Call<'_>]) -> Result<Vec<Value>> {
+        let mut pipe = redis::cluster::cluster_pipe();
+        for call in calls {
+            let cmd = pipe.cmd("EVAL").arg(call.lua.code).arg(call.keys.len());
+            for k in call.keys {
+                cmd.arg(k.as_slice());
+            }
+            for a in call.args {
+                cmd.arg(a.as_slice());
+            }
+        }
+        let mut con = self.conn()?;
+        Ok(pipe.query(&mut con)?)
+    }
+
+    pub(crate) fn dedicated(&self, timeout: Duration) -> Result<redis::Connection> {
+        let mut last = None;
+        for seed in &self.seeds {
+            match seed.get_connection_with_timeout(timeout) {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(Error::from(e)),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::invalid("no cluster seeds")))
+    }
+}

@@ -1,0 +1,142 @@
+//! Every primitive on a local 3-master Redis Cluster (started once for this
+//! test binary with `redis-test`).
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use once_cell::sync::Lazy;
+use redis_test::cluster::{RedisCluster, RedisClusterConfiguration};
+use redlease::{Client, ErrorKind};
+
+static CLUSTER: Lazy<Mutex<RedisCluster>> = Lazy::new(|| {
+    // Statics are never dropped: stop the servers when the process exits.
+    unsafe { libc::atexit(stop_cluster) };
+    Mutex::new(RedisCluster::new(RedisClusterConfiguration::default()))
+});
+
+extern "C" fn stop_cluster() {
+    if let Ok(mut c) = CLUSTER.lock() {
+        c.stop();
+    }
+}
+
+fn urls() -> Vec<String> {
+    let cluster = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    cluster
+        .iter_servers()
+        .map(|s| {
+            let (host, port) = s.host_and_port().unwrap();
+            format!("redis://{host}:{port}/")
+        })
+        .collect()
+}
+
+fn client() -> Client {
+    Client::builder()
+        .cluster(urls())
+        .watchdog_timeout(Duration::from_millis(900))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn every_primitive_works_across_slots() {
+    let c = client();
+    // Names spread over the three masters' slots.
+    for i in 0..12 {
+        let name = format!("cl:{i}");
+        let g = c.lock(&name).acquire().unwrap();
+        assert!(c.lock(&name).is_locked().unwrap());
+        drop(g);
+        drop(c.fair_lock(&name).acquire().unwrap());
+        let rw = c.rw_lock(&name);
+        drop(rw.write().unwrap());
+        let r1 = rw.read().unwrap();
+        drop(r1);
+        let sem = c.semaphore(&name, 2);
+        let p = sem.acquire_many(2).unwrap();
+        assert_eq!(sem.available().unwrap(), 0);
+        drop(p);
+        drop(c.fair_semaphore(format!("f{name}"), 1).acquire().unwrap());
+        let info = c.inspect(&name).unwrap();
+        assert!(info.fence >= 1);
+    }
+    assert_eq!(c.list("*").unwrap_err().kind(), ErrorKind::Unsupported);
+}
+
+#[test]
+fn exclusion_and_wakeups_in_a_cluster() {
+    let clients: Vec<Client> = (0..2).map(|_| client()).collect();
+    let register = Arc::new(AtomicUsize::new(0));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = clients
+        .iter()
+        .cycle()
+        .take(4)
+        .cloned()
+        .map(|c| {
+            let (register, inside, overlaps) = (register.clone(), inside.clone(), overlaps.clone());
+            std::thread::spawn(move || {
+                for _ in 0..30 {
+                    let g = c.lock("cl:shared").acquire().unwrap();
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let v = register.load(Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_micros(200));
+                    register.store(v + 1, Ordering::SeqCst);
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    drop(g);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(register.load(Ordering::SeqCst), 120);
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    // A waiter in another client is woken by the release (via PUBLISH,
+    // which a cluster broadcasts to every node).
+    let holder = &clients[0];
+    let waiter = Client::builder()
+        .cluster(urls())
+        .fallback_poll(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let g = holder.lock("cl:wake").acquire().unwrap();
+    let w = waiter.clone();
+    let t = std::thread::spawn(move || {
+        let start = Instant::now();
+        let got = w
+            .lock("cl:wake")
+            .acquire_timeout(Duration::from_secs(20))
+            .unwrap();
+        (got.is_some(), start.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    drop(g);
+    let (got, waited) = t.join().unwrap();
+    assert!(got);
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    assert!(waiter.wakeups_delivered() >= 1);
+}
+
+#[test]
+fn renewal_batches_reach_every_node() {
+    let c = client();
+    let guards: Vec<_> = (0..60)
+        .map(|i| c.lock(format!("cl:lease:{i}")).acquire().unwrap())
+        .collect();
+    let permit = c.semaphore("cl:sem", 1).acquire().unwrap();
+    let read = c.rw_lock("cl:rw").read().unwrap();
+    std::thread::sleep(Duration::from_millis(2_500)); // > 2 leases
+    assert!(guards.iter().all(|g| g.is_held()));
+    assert!(permit.is_held() && read.is_held());
+    let other = client();
+    assert!(other.lock("cl:lease:7").try_acquire().unwrap().is_none());
+}
