@@ -26,38 +26,103 @@ pub(crate) struct Timeouts {
     pub(crate) pool: Duration,
 }
 
+/// Where a node's connections go: a fixed address, or whichever server the
+/// Sentinels currently name as master (asked again for every new
+/// connection, so the pool follows the master across a failover).
+pub(crate) enum Source {
+    Url(redis::Client),
+    #[cfg(feature = "sentinel")]
+    Sentinel(std::sync::Mutex<redis::sentinel::SentinelClient>),
+}
+
+impl Source {
+    fn client(&self) -> redis::RedisResult<redis::Client> {
+        match self {
+            Source::Url(c) => Ok(c.clone()),
+            #[cfg(feature = "sentinel")]
+            Source::Sentinel(s) => s.lock().unwrap_or_else(|p| p.into_inner()).get_client(),
+        }
+    }
+}
+
+/// A pooled connection that can be retired by us, not only by the socket:
+/// after a failover the old master may still accept connections but answer
+/// writes with `READONLY`.
+pub(crate) struct Con {
+    inner: redis::Connection,
+    broken: bool,
+}
+
+impl redis::ConnectionLike for Con {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<Value> {
+        self.inner.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<Value>> {
+        self.inner.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.inner.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        !self.broken && self.inner.is_open()
+    }
+}
+
 /// Opens connections with timeouts, so that no command can hang forever.
 pub(crate) struct Manager {
-    client: redis::Client,
+    source: std::sync::Arc<Source>,
     timeouts: Timeouts,
 }
 
 impl r2d2::ManageConnection for Manager {
-    type Connection = redis::Connection;
+    type Connection = Con;
     type Error = redis::RedisError;
 
-    fn connect(&self) -> Result<redis::Connection, redis::RedisError> {
-        let con = self
-            .client
+    fn connect(&self) -> Result<Con, redis::RedisError> {
+        let inner = self
+            .source
+            .client()?
             .get_connection_with_timeout(self.timeouts.connect)?;
-        con.set_read_timeout(Some(self.timeouts.response))?;
-        con.set_write_timeout(Some(self.timeouts.response))?;
-        Ok(con)
+        inner.set_read_timeout(Some(self.timeouts.response))?;
+        inner.set_write_timeout(Some(self.timeouts.response))?;
+        Ok(Con {
+            inner,
+            broken: false,
+        })
     }
 
-    fn is_valid(&self, con: &mut redis::Connection) -> Result<(), redis::RedisError> {
+    fn is_valid(&self, con: &mut Con) -> Result<(), redis::RedisError> {
         redis::cmd("PING").query::<()>(con)
     }
 
-    fn has_broken(&self, con: &mut redis::Connection) -> bool {
+    fn has_broken(&self, con: &mut Con) -> bool {
         !redis::ConnectionLike::is_open(con)
     }
+}
+
+/// Whether a failed call certainly did not run and may simply be repeated
+/// on a fresh connection: a connection found dropped (after a restart every
+/// pooled connection is stale) or a demoted master (`READONLY`).
+fn retryable(e: &redis::RedisError) -> bool {
+    e.is_connection_dropped() || e.code() == Some("READONLY")
 }
 
 /// One server and its pool.
 pub(crate) struct Node {
     pool: r2d2::Pool<Manager>,
-    client: redis::Client,
+    source: std::sync::Arc<Source>,
     timeouts: Timeouts,
     /// Redlock only: after a failed connection attempt the master is skipped
     /// (an immediate missing vote) until this instant, in ns since `EPOCH`,
@@ -90,8 +155,23 @@ impl Node {
     ) -> Result<Node> {
         let client = redis::Client::open(url)
             .map_err(|e| Error::invalid(format!("cannot use redis URL {url:?}")).with_source(e))?;
+        Ok(Node::with_source(
+            Source::Url(client),
+            pool_size,
+            timeouts,
+            breaker,
+        ))
+    }
+
+    pub(crate) fn with_source(
+        source: Source,
+        pool_size: u32,
+        timeouts: Timeouts,
+        breaker: bool,
+    ) -> Node {
+        let source = std::sync::Arc::new(source);
         let manager = Manager {
-            client: client.clone(),
+            source: source.clone(),
             timeouts: timeouts.clone(),
         };
         // No test on checkout: a PING per checkout would double the round
@@ -103,12 +183,12 @@ impl Node {
             .test_on_check_out(false)
             .connection_timeout(timeouts.pool)
             .build_unchecked(manager);
-        Ok(Node {
+        Node {
             pool,
-            client,
+            source,
             timeouts,
             down_until: breaker.then(|| AtomicU64::new(0)),
-        })
+        }
     }
 
     fn conn(&self) -> Result<r2d2::PooledConnection<Manager>> {
@@ -149,12 +229,74 @@ impl Node {
         }
         let mut con = self.conn()?;
         match inv.invoke(&mut *con) {
-            Err(e) if e.is_connection_dropped() => {
+            Err(e) if retryable(&e) => {
+                con.broken = true;
                 drop(con);
                 let mut con = self.conn()?;
                 Ok(inv.invoke(&mut *con)?)
             }
             r => Ok(r?),
+        }
+    }
+
+    /// A granting script followed, on the same connection, by `WAIT` for
+    /// `replicas` replicas (at most `timeout`). If fewer confirm, `undo`
+    /// runs and the grant fails: a failover now would likely lose it.
+    pub(crate) fn grant_acked(
+        &self,
+        call: &Call<'_>,
+        undo: &Call<'_>,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<(i64, i64)> {
+        let mut con = self.conn()?;
+        let mut inv = call.lua.script.prepare_invoke();
+        call.keys.iter().for_each(|k| {
+            inv.key(k.as_slice());
+        });
+        call.args.iter().for_each(|a| {
+            inv.arg(a.as_slice());
+        });
+        let reply: (i64, i64) = match inv.invoke(&mut *con) {
+            Err(e) if retryable(&e) => {
+                con.broken = true;
+                drop(con);
+                con = self.conn()?;
+                inv.invoke(&mut *con)?
+            }
+            r => r?,
+        };
+        if reply.0 != 1 {
+            return Ok(reply);
+        }
+        let acked: Result<i64> = redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(timeout.as_millis() as u64)
+            .query(&mut *con)
+            .map_err(Error::from);
+        match acked {
+            Ok(n) if n >= i64::from(replicas) => Ok(reply),
+            other => {
+                let mut inv = undo.lua.script.prepare_invoke();
+                undo.keys.iter().for_each(|k| {
+                    inv.key(k.as_slice());
+                });
+                undo.args.iter().for_each(|a| {
+                    inv.arg(a.as_slice());
+                });
+                let _ = inv.invoke::<Value>(&mut *con);
+                let e = Error::new(
+                    ErrorKind::QuorumNotReached,
+                    format!(
+                        "{} of {replicas} replicas confirmed the acquisition within {timeout:?}; released it",
+                        other.as_ref().map_or(0, |n| *n)
+                    ),
+                );
+                Err(match other {
+                    Err(src) => e.with_source(src),
+                    Ok(_) => e,
+                })
+            }
         }
     }
 
@@ -205,7 +347,7 @@ impl Node {
     }
 
     pub(crate) fn dedicated(&self, timeout: Duration) -> Result<redis::Connection> {
-        Ok(self.client.get_connection_with_timeout(timeout)?)
+        Ok(self.source.client()?.get_connection_with_timeout(timeout)?)
     }
 }
 
@@ -239,6 +381,8 @@ enum Kind {
 pub(crate) struct Backend {
     kind: Kind,
     timeouts: Timeouts,
+    /// Make grants wait for this many replicas (one leader only).
+    replica_ack: Option<(u32, Duration)>,
 }
 
 fn unsupported() -> Error {
@@ -259,7 +403,68 @@ impl Backend {
         Ok(Backend {
             kind: Kind::Single(Box::new(node)),
             timeouts,
+            replica_ack: None,
         })
+    }
+
+    /// The master a set of Sentinels names; re-resolved for every new
+    /// connection. `master_auth` is (username, password) for the master and
+    /// its replicas; Sentinel credentials go in the Sentinel URLs.
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn sentinel(
+        urls: &[String],
+        master: &str,
+        master_auth: Option<(Option<String>, String)>,
+        pool_size: u32,
+        timeouts: Timeouts,
+    ) -> Result<Backend> {
+        use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+        if urls.is_empty() {
+            return Err(Error::invalid("Sentinel needs at least one sentinel URL"));
+        }
+        let infos = urls
+            .iter()
+            .map(|u| {
+                redis::IntoConnectionInfo::into_connection_info(u.as_str()).map_err(|e| {
+                    Error::invalid(format!("cannot use sentinel URL {u:?}")).with_source(e)
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut redis_info = redis::RedisConnectionInfo::default();
+        if let Some((user, pass)) = master_auth {
+            if let Some(user) = user {
+                redis_info = redis_info.set_username(user);
+            }
+            redis_info = redis_info.set_password(pass);
+        }
+        let node_info = SentinelNodeConnectionInfo::default().set_redis_connection_info(redis_info);
+        let client =
+            SentinelClient::build(infos, master, Some(node_info), SentinelServerType::Master)
+                .map_err(|e| Error::invalid("invalid Sentinel configuration").with_source(e))?;
+        let source = Source::Sentinel(std::sync::Mutex::new(client));
+        Ok(Backend {
+            kind: Kind::Single(Box::new(Node::with_source(
+                source,
+                pool_size,
+                timeouts.clone(),
+                false,
+            ))),
+            timeouts,
+            replica_ack: None,
+        })
+    }
+
+    /// Makes every grant wait for `replicas` replicas (see
+    /// `Node::grant_acked`). Only with a single leader.
+    pub(crate) fn with_replica_ack(mut self, replicas: u32, timeout: Duration) -> Result<Backend> {
+        if !matches!(self.kind, Kind::Single(_)) {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "replica_ack works with one server or Sentinel, not with Cluster or Redlock",
+            ));
+        }
+        self.replica_ack = Some((replicas, timeout));
+        Ok(self)
     }
 
     pub(crate) fn redlock(urls: &[String], pool_size: u32, timeouts: Timeouts) -> Result<Backend> {
@@ -270,6 +475,7 @@ impl Backend {
         Ok(Backend {
             kind: Kind::Redlock(Redlock::new(nodes)?),
             timeouts,
+            replica_ack: None,
         })
     }
 
@@ -279,6 +485,7 @@ impl Backend {
         Ok(Backend {
             kind: Kind::Cluster(Box::new(leader)),
             timeouts,
+            replica_ack: None,
         })
     }
 
@@ -338,8 +545,11 @@ impl Backend {
         undo: Call<'_>,
         lease: Duration,
     ) -> Result<(i64, i64)> {
-        match &self.kind {
-            Kind::Redlock(r) => r.grant(call, undo, lease),
+        match (&self.kind, self.replica_ack) {
+            (Kind::Redlock(r), _) => r.grant(call, undo, lease),
+            (Kind::Single(node), Some((replicas, timeout))) => {
+                node.grant_acked(&call, &undo, replicas, timeout)
+            }
             _ => self.eval(call.lua, &slices(call.keys), &slices(call.args)),
         }
     }

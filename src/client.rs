@@ -222,6 +222,8 @@ enum Topology {
     Redlock(Vec<String>),
     #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     Cluster(Vec<String>),
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
+    Sentinel(Vec<String>, String),
 }
 
 /// Configures and builds a [`Client`].
@@ -248,6 +250,9 @@ pub struct ClientBuilder {
     pool_timeout: Duration,
     fallback_poll: Duration,
     node_timeout: Duration,
+    master_auth: Option<(Option<String>, String)>,
+    replica_ack: Option<(u32, Duration)>,
+    outage_tolerance: Duration,
 }
 
 impl Default for ClientBuilder {
@@ -262,6 +267,9 @@ impl Default for ClientBuilder {
             pool_timeout: Duration::from_secs(5),
             fallback_poll: Duration::from_secs(2),
             node_timeout: Duration::from_millis(250),
+            master_auth: None,
+            replica_ack: None,
+            outage_tolerance: Duration::from_secs(10),
         }
     }
 }
@@ -301,6 +309,56 @@ impl ClientBuilder {
     {
         self.topology =
             Topology::Cluster(urls.into_iter().map(|u| u.as_ref().to_owned()).collect());
+        self
+    }
+
+    /// The master that the Sentinels at `urls` know as `master`. The pool
+    /// follows the master across failover (every new connection asks the
+    /// Sentinels; connections to a demoted master are retired on
+    /// `READONLY`). Credentials for the Sentinels go in their URLs; for the
+    /// master use [`ClientBuilder::master_credentials`]. Requires the
+    /// `sentinel` feature.
+    pub fn sentinel<I, S>(mut self, urls: I, master: impl AsRef<str>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.topology = Topology::Sentinel(
+            urls.into_iter().map(|u| u.as_ref().to_owned()).collect(),
+            master.as_ref().to_owned(),
+        );
+        self
+    }
+
+    /// Sentinel: username (ACL) and password for the master. Defaults to none.
+    pub fn master_credentials(
+        mut self,
+        username: Option<&str>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.master_auth = Some((username.map(str::to_owned), password.into()));
+        self
+    }
+
+    /// Makes every acquisition wait (`WAIT`) until `replicas` replicas have
+    /// its write, at most `timeout`; if fewer confirm, the acquisition is
+    /// released and fails with [`ErrorKind::QuorumNotReached`](crate::ErrorKind::QuorumNotReached).
+    /// This narrows, but does not close, the window in which a failover
+    /// loses a lock: replication stays asynchronous, a replica that
+    /// confirmed may not be the one promoted, and renewals are not waited
+    /// for. One server or Sentinel only. Defaults to off.
+    pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_ack = Some((replicas, timeout));
+        self
+    }
+
+    /// How long a thread that is *waiting* for a lock keeps retrying through
+    /// connection errors (a server restart, a Sentinel failover) before the
+    /// error is returned; the caller's own deadline always wins. A first
+    /// `try_*` calls report connection errors at once.
+    /// Defaults to 10 s.
+    pub fn outage_tolerance(mut self, d: Duration) -> Self {
+        self.outage_tolerance = d;
         self
     }
 
@@ -418,6 +476,26 @@ impl ClientBuilder {
                     "Redis Cluster support needs the `cluster` feature of redlease",
                 ));
             }
+            #[cfg(feature = "sentinel")]
+            Topology::Sentinel(urls, master) => Backend::sentinel(
+                urls,
+                master,
+                self.master_auth.clone(),
+                self.pool_size,
+                timeouts,
+            )?,
+            #[cfg(not(feature = "sentinel"))]
+            Topology::Sentinel(..) => {
+                return Err(Error::new(
+                    crate::ErrorKind::Unsupported,
+                    "Sentinel support needs the `sentinel` feature of redlease",
+                ));
+            }
+        };
+        let backend = match self.replica_ack {
+            Some((0, _)) => return Err(Error::invalid("replica_ack needs at least one replica")),
+            Some((n, t)) => backend.with_replica_ack(n, t)?,
+            None => backend,
         };
         let backend = Arc::new(backend);
         check_server(&backend)?;
@@ -430,6 +508,7 @@ impl ClientBuilder {
             channel,
             id.simple().to_string(),
             self.fallback_poll,
+            self.outage_tolerance,
         );
         Ok(Client {
             inner: Arc::new(ClientInner {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::backend::Backend;
-use crate::error::Result;
+use crate::error::{ErrorKind, Result};
 
 /// How long the subscriber blocks in one read before checking for shutdown.
 const SUBSCRIBER_TICK: Duration = Duration::from_millis(200);
@@ -77,6 +77,7 @@ struct Shared {
     sub_changed: Condvar,
     shutdown: AtomicBool,
     fallback: Duration,
+    outage_tolerance: Duration,
     /// Wake-ups delivered by the subscriber (for tests and diagnostics).
     delivered: AtomicU64,
 }
@@ -99,6 +100,7 @@ impl Wakeup {
         channel: Vec<u8>,
         me: String,
         fallback: Duration,
+        outage_tolerance: Duration,
     ) -> Wakeup {
         Wakeup {
             shared: Arc::new(Shared {
@@ -109,6 +111,7 @@ impl Wakeup {
                 sub_changed: Condvar::new(),
                 shutdown: AtomicBool::new(false),
                 fallback,
+                outage_tolerance,
                 delivered: AtomicU64::new(0),
             }),
             backend,
@@ -162,9 +165,18 @@ impl Wakeup {
     ) -> Result<Option<T>> {
         let server = turns == Turns::Server;
         // Fast path: nobody of ours is queued, so trying first is fair.
+        let mut outage: Option<Instant> = None;
+        let mut backoff = Duration::ZERO;
         if server || !self.shared.has_queue(key) {
-            if let Attempt::Acquired(v) = attempt()? {
-                return Ok(Some(v));
+            match attempt() {
+                Ok(Attempt::Acquired(v)) => return Ok(Some(v)),
+                Ok(Attempt::Busy(_)) => {}
+                // try_* reports connection errors at once; a caller willing
+                // to wait rides out a short outage (see below).
+                Err(e) if is_outage(&e) && deadline.is_none_or(|d| Instant::now() < d) => {
+                    outage = Some(Instant::now());
+                }
+                Err(e) => return Err(e),
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
@@ -189,9 +201,25 @@ impl Wakeup {
             }
             // Drop a stale wake-up: this attempt sees the current state.
             let _ = waiter.rx.try_recv();
-            let retry = match attempt()? {
-                Attempt::Acquired(v) => return Ok(Some(v)),
-                Attempt::Busy(retry) => retry,
+            let retry = match attempt() {
+                Ok(Attempt::Acquired(v)) => return Ok(Some(v)),
+                Ok(Attempt::Busy(retry)) => {
+                    outage = None;
+                    retry
+                }
+                Err(e) if is_outage(&e) => {
+                    // A waiter rides out a short outage (a restart, a
+                    // Sentinel failover) instead of failing at once; a
+                    // longer one, or the caller's deadline, ends the wait.
+                    let since = *outage.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= self.shared.outage_tolerance {
+                        return Err(e);
+                    }
+                    backoff =
+                        (backoff * 2).clamp(Duration::from_millis(20), Duration::from_millis(500));
+                    Some(backoff)
+                }
+                Err(e) => return Err(e),
             };
             let mut wait = retry
                 .filter(|d| !d.is_zero())
@@ -391,6 +419,11 @@ fn sleep_unless_shutdown(shared: &Shared, d: Duration) {
         }
         std::thread::sleep(left.min(SUBSCRIBER_TICK));
     }
+}
+
+/// Errors a waiter retries through: the server is unreachable or slow.
+fn is_outage(e: &crate::error::Error) -> bool {
+    matches!(e.kind(), ErrorKind::Connection | ErrorKind::Pool)
 }
 
 /// The instant `d` from now, or `None` (wait forever) if that overflows.
