@@ -24,6 +24,31 @@ pub(crate) struct Timeouts {
     pub(crate) connect: Duration,
     pub(crate) response: Duration,
     pub(crate) pool: Duration,
+    /// `rediss://`: trust these PEM root certificates instead of the
+    /// system's (the server certificate is verified either way).
+    pub(crate) tls_root: Option<Vec<u8>>,
+}
+
+/// A client for one URL; with TLS, verifying the server's certificate
+/// against the configured roots or the system's.
+pub(crate) fn open_client(url: &str, timeouts: &Timeouts) -> redis::RedisResult<redis::Client> {
+    #[cfg(feature = "tls-rustls")]
+    if let Some(root) = &timeouts.tls_root {
+        // rustls needs a process-wide crypto provider; installing one twice
+        // is harmless (the second call just reports the first).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        return redis::Client::build_with_tls(
+            url,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root.clone()),
+            },
+        );
+    }
+    #[cfg(feature = "tls-rustls")]
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = timeouts;
+    redis::Client::open(url)
 }
 
 /// Where a node's connections go: a fixed address, or whichever server the
@@ -153,7 +178,7 @@ impl Node {
         timeouts: Timeouts,
         breaker: bool,
     ) -> Result<Node> {
-        let client = redis::Client::open(url)
+        let client = open_client(url, &timeouts)
             .map_err(|e| Error::invalid(format!("cannot use redis URL {url:?}")).with_source(e))?;
         Ok(Node::with_source(
             Source::Url(client),

@@ -253,6 +253,7 @@ pub struct ClientBuilder {
     master_auth: Option<(Option<String>, String)>,
     replica_ack: Option<(u32, Duration)>,
     outage_tolerance: Duration,
+    tls_root: Option<Vec<u8>>,
 }
 
 impl Default for ClientBuilder {
@@ -270,6 +271,7 @@ impl Default for ClientBuilder {
             master_auth: None,
             replica_ack: None,
             outage_tolerance: Duration::from_secs(10),
+            tls_root: None,
         }
     }
 }
@@ -349,6 +351,15 @@ impl ClientBuilder {
     /// for. One server or Sentinel only. Defaults to off.
     pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replica_ack = Some((replicas, timeout));
+        self
+    }
+
+    /// For `rediss://` URLs: trust this PEM-encoded root certificate (your
+    /// CA) when verifying the server, instead of the system's roots. The
+    /// server's certificate is always verified. Requires the `tls-rustls`
+    /// feature. Defaults to the system's roots.
+    pub fn tls_root_cert(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root = Some(pem.into());
         self
     }
 
@@ -449,10 +460,17 @@ impl ClientBuilder {
                 "key_prefix must not contain '{' or '}' (the library adds its own hash tag)",
             ));
         }
+        if self.tls_root.is_some() && cfg!(not(feature = "tls-rustls")) {
+            return Err(Error::new(
+                crate::ErrorKind::Unsupported,
+                "TLS support needs the `tls-rustls` feature of redlease",
+            ));
+        }
         let timeouts = Timeouts {
             connect: self.connect_timeout,
             response: self.response_timeout,
             pool: self.pool_timeout,
+            tls_root: self.tls_root.clone(),
         };
         let backend = match &self.topology {
             Topology::Unset => {
@@ -464,6 +482,7 @@ impl ClientBuilder {
                     connect: self.node_timeout,
                     response: self.node_timeout,
                     pool: self.node_timeout,
+                    tls_root: self.tls_root.clone(),
                 };
                 Backend::redlock(urls, self.pool_size, per_node)?
             }

@@ -158,8 +158,14 @@ impl From<redis::RedisError> for Error {
             )
         } else if err.kind() == redis::ErrorKind::InvalidClientConfig {
             (ErrorKind::InvalidArgument, "invalid redis URL".into())
-        } else if text.contains("NOAUTH") || text.contains("WRONGPASS") || text.contains("NOPERM") {
+        } else if text.contains("NOAUTH") || text.contains("WRONGPASS") {
             (ErrorKind::Connection, "authentication failed".into())
+        } else if text.contains("NOPERM") {
+            (
+                ErrorKind::Server,
+                "the ACL user may not run this command or touch this key (see the README's ACL line)"
+                    .into(),
+            )
         } else {
             (ErrorKind::Server, "redis returned an error".into())
         };

@@ -1,0 +1,71 @@
+//! An ACL user restricted to the documented commands, keys and channel.
+//! (TLS is in `tls.rs`, behind the `tls-rustls` feature.)
+
+mod common;
+
+use std::time::Duration;
+
+use common::Server;
+use redlease::{Client, ErrorKind};
+
+/// The README's ACL line, for the prefix `myapp:`.
+const ACL: &str = "on >s3cret resetkeys ~myapp:* resetchannels &myapp:redlease:wake -@all \
+    +ping +evalsha +eval +script|load +exists +scan +subscribe +wait \
+    +publish +time +get +set +del +incr +pexpire +pttl +type \
+    +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard +zcount +zscore";
+
+#[test]
+fn restricted_acl_user_can_use_every_primitive() {
+    let server = Server::start();
+    let mut con = server.con();
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER").arg("app");
+    for part in ACL.split_whitespace() {
+        cmd.arg(part);
+    }
+    let _: () = cmd.query(&mut con).unwrap();
+    let url = format!("redis://app:s3cret@127.0.0.1:{}/", server.port());
+    let c = Client::builder()
+        .url(&url)
+        .key_prefix("myapp:")
+        .watchdog_timeout(Duration::from_millis(600))
+        .build()
+        .unwrap();
+    let g = c.lock("a").acquire().unwrap();
+    assert!(c.lock("a").is_locked().unwrap());
+    // Renewal runs under the same restrictions.
+    std::thread::sleep(Duration::from_millis(1_000));
+    assert!(g.is_held());
+    // A waiter in another client is woken through the allowed channel.
+    let other = Client::builder()
+        .url(&url)
+        .key_prefix("myapp:")
+        .fallback_poll(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let o = other.clone();
+    let t = std::thread::spawn(move || {
+        o.lock("a")
+            .acquire_timeout(Duration::from_secs(10))
+            .unwrap()
+            .is_some()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    drop(g);
+    assert!(t.join().unwrap());
+    assert!(other.wakeups_delivered() >= 1);
+    drop(c.fair_lock("f").acquire().unwrap());
+    drop(c.rw_lock("rw").write().unwrap());
+    drop(c.rw_lock("rw").read().unwrap());
+    drop(c.semaphore("s", 2).acquire().unwrap());
+    drop(c.fair_semaphore("fs", 1).acquire().unwrap());
+    assert!(c.lock("a").force_unlock().is_ok());
+    assert!(c.inspect("a").is_ok());
+    assert!(c.list("*").is_ok());
+    // Outside its prefix the user is refused, with a clear error.
+    let outside = Client::builder().url(&url).build().unwrap();
+    assert_eq!(
+        outside.lock("a").try_acquire().unwrap_err().kind(),
+        ErrorKind::Server
+    );
+}

@@ -1,0 +1,63 @@
+//! `rediss://` with certificate verification (feature `tls-rustls`).
+
+mod common;
+
+use std::time::Duration;
+
+use redis_test::server::RedisServer;
+use redlease::Client;
+
+#[test]
+fn tls_with_verified_certificate() {
+    let tmp = tempfile::Builder::new()
+        .prefix("redlease-tls")
+        .tempdir()
+        .unwrap();
+    let certs = redis_test::utils::build_keys_and_certs_for_tls(&tmp);
+    let port = redis_test::utils::get_random_available_port();
+    let mut server = RedisServer::new_with_addr_tls_modules_and_spawner(
+        redis::ConnectionAddr::TcpTls {
+            host: "127.0.0.1".into(),
+            port,
+            insecure: false,
+            tls_params: None,
+        },
+        None,
+        Some(certs.clone()),
+        false,
+        None,
+        &[],
+        |cmd| cmd.spawn().expect("redis-server"),
+    );
+    let ca = std::fs::read(&certs.ca_crt).unwrap();
+    let url = format!("rediss://127.0.0.1:{port}/");
+    // Wait until the TLS port answers.
+    let mut client = None;
+    assert!(common::eventually(Duration::from_secs(10), || {
+        client = Client::builder()
+            .url(&url)
+            .tls_root_cert(ca.clone())
+            .build()
+            .ok();
+        client.is_some()
+    }));
+    let c = client.unwrap();
+    let g = c.lock("tls").acquire().unwrap();
+    assert!(g.is_held());
+    let other = Client::builder()
+        .url(&url)
+        .tls_root_cert(ca.clone())
+        .build()
+        .unwrap();
+    assert!(other.lock("tls").try_acquire().unwrap().is_none());
+    drop(g);
+    assert!(other
+        .lock("tls")
+        .acquire_timeout(Duration::from_secs(5))
+        .unwrap()
+        .is_some());
+    // Verification is real: without our CA the server is not trusted.
+    let err = Client::builder().url(&url).build().unwrap_err();
+    assert_eq!(err.kind(), redlease::ErrorKind::Connection, "{err}");
+    server.stop();
+}
