@@ -44,30 +44,67 @@ fn main() {
     let _: i64 = one.invoke(&mut raw).unwrap();
     let n = scale(20_000);
 
-    // Floors.
-    let evalsha = mean(n, || {
-        let _: i64 = one.invoke(&mut raw).unwrap();
-    });
-    let ping = mean(n, || {
-        let _: String = redis::cmd("PING").query(&mut raw).unwrap();
-    });
-    let mut idle = Vec::new();
-    for _ in 0..scale(300) {
-        std::thread::sleep(Duration::from_millis(5));
-        let t = Instant::now();
-        let _: i64 = one.invoke(&mut raw).unwrap();
-        idle.push(t.elapsed());
-    }
-    idle.sort();
-    let idle_p50 = percentile(&idle, 0.5);
-
-    // Uncontended acquire + release.
+    // Floors and the uncontended cycle, interleaved in blocks so that the
+    // machine's drifting load hits both alike; the ratio is the median of
+    // the per-block ratios.
+    let acq = redis::Script::new(include_str!("../lua/lock_acquire.lua"));
+    let rel = redis::Script::new(include_str!("../lua/lock_release.lua"));
     let lock = client.lock("bench:uncontended");
-    let cycle = mean(n, || {
-        let g = lock.acquire().unwrap();
-        g.release().unwrap();
-    });
-    let cycle_ratio = us(cycle) / (2.0 * us(evalsha));
+    let blocks = 10;
+    let per_block = (n / blocks).max(10);
+    let (mut evalshas, mut pings, mut raws, mut cycles) = (vec![], vec![], vec![], vec![]);
+    let (mut cycle_ratios, mut raw_ratios) = (vec![], vec![]);
+    for _ in 0..blocks {
+        let e = mean(per_block, || {
+            let _: i64 = one.invoke(&mut raw).unwrap();
+        });
+        let p = mean(per_block, || {
+            let _: String = redis::cmd("PING").query(&mut raw).unwrap();
+        });
+        // The same two scripts sent raw (no library): what the server's
+        // work costs, so the library's own overhead can be told apart.
+        let r = mean(per_block, || {
+            let token = format!("rl:bench:{}", uuid::Uuid::new_v4().simple());
+            let _: (i64, i64) = acq
+                .key("{bench:raw}")
+                .key("{bench:raw}:fence")
+                .arg(&token)
+                .arg(30_000)
+                .invoke(&mut raw)
+                .unwrap();
+            let _: i64 = rel
+                .key("{bench:raw}")
+                .arg(&token)
+                .arg("bench:nobody")
+                .arg("x")
+                .invoke(&mut raw)
+                .unwrap();
+        });
+        let c = mean(per_block, || {
+            let g = lock.acquire().unwrap();
+            g.release().unwrap();
+        });
+        cycle_ratios.push(us(c) / (2.0 * us(e)));
+        raw_ratios.push(us(r) / (2.0 * us(e)));
+        evalshas.push(e);
+        pings.push(p);
+        raws.push(r);
+        cycles.push(c);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let median_d = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let evalsha = median_d(&mut evalshas);
+    let ping = median_d(&mut pings);
+    let raw_scripts = median_d(&mut raws);
+    let cycle = median_d(&mut cycles);
+    let cycle_ratio = median(&mut cycle_ratios);
+    let raw_ratio = median(&mut raw_ratios);
 
     // Re-entry on the same thread.
     let outer = lock.acquire().unwrap();
@@ -78,42 +115,65 @@ fn main() {
     drop(outer);
 
     // Handoff: the holder releases, a thread blocked in acquire gets it.
-    let handoff = |holder: Client, waiter: Client, rounds: usize| -> Vec<Duration> {
-        let name = format!("bench:handoff:{}", waiter.id());
-        let (tx, rx) = crossbeam_channel::bounded::<Instant>(1);
-        let (go_tx, go_rx) = crossbeam_channel::bounded::<()>(1);
-        let wname = name.clone();
-        let t = std::thread::spawn(move || {
-            let lock = waiter.lock(wname);
-            for _ in 0..rounds {
-                if go_rx.recv().is_err() {
-                    return;
+    // Each round also measures the floor — one EVALSHA after 5 ms idle — so
+    // floor and handoff see the same machine state.
+    let url2 = url.clone();
+    let handoff =
+        |holder: Client, waiter: Client, rounds: usize| -> (Vec<Duration>, Vec<Duration>) {
+            let mut idle_con = redis::Client::open(url2.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let one = redis::Script::new("return 1");
+            let _: i64 = one.invoke(&mut idle_con).unwrap();
+            let name = format!("bench:handoff:{}", waiter.id());
+            let (tx, rx) = crossbeam_channel::bounded::<Instant>(1);
+            let (go_tx, go_rx) = crossbeam_channel::bounded::<()>(1);
+            let wname = name.clone();
+            let t = std::thread::spawn(move || {
+                let lock = waiter.lock(wname);
+                for _ in 0..rounds {
+                    if go_rx.recv().is_err() {
+                        return;
+                    }
+                    let g = lock.acquire().unwrap();
+                    tx.send(Instant::now()).unwrap();
+                    drop(g);
                 }
+            });
+            let lock = holder.lock(name);
+            let mut out = Vec::new();
+            let mut idle = Vec::new();
+            for _ in 0..rounds {
+                std::thread::sleep(Duration::from_millis(5));
+                let t = Instant::now();
+                let _: i64 = one.invoke(&mut idle_con).unwrap();
+                idle.push(t.elapsed());
                 let g = lock.acquire().unwrap();
-                tx.send(Instant::now()).unwrap();
+                go_tx.send(()).unwrap();
+                // Let the waiter block (and the machine go idle) before release.
+                std::thread::sleep(Duration::from_millis(5));
+                let t0 = Instant::now();
                 drop(g);
+                let t1 = rx.recv().unwrap();
+                out.push(t1 - t0);
             }
-        });
-        let lock = holder.lock(name);
-        let mut out = Vec::new();
-        for _ in 0..rounds {
-            let g = lock.acquire().unwrap();
-            go_tx.send(()).unwrap();
-            // Let the waiter block (and the machine go idle) before release.
-            std::thread::sleep(Duration::from_millis(5));
-            let t0 = Instant::now();
-            drop(g);
-            let t1 = rx.recv().unwrap();
-            out.push(t1 - t0);
-        }
-        t.join().unwrap();
-        out.sort();
-        out
-    };
+            t.join().unwrap();
+            out.sort();
+            idle.sort();
+            (out, idle)
+        };
     let other = Client::builder().url(&url).build().unwrap();
     let rounds = scale(400);
-    let cross = handoff(client.clone(), other.clone(), rounds);
-    let local = handoff(client.clone(), client.clone(), rounds);
+    let (cross, idle_cross) = handoff(client.clone(), other.clone(), rounds);
+    let (local, idle_local) = handoff(client.clone(), client.clone(), rounds);
+    let mut idle: Vec<Duration> = idle_cross
+        .iter()
+        .chain(idle_local.iter())
+        .copied()
+        .collect();
+    idle.sort();
+    let idle_p50 = percentile(&idle, 0.5);
 
     // Contended: 8 threads, one key, a non-atomic read-modify-write inside.
     let threads = 8;
@@ -196,6 +256,12 @@ fn main() {
         format!("{:.1} us", us(idle_p50))
     );
     println!(
+        "{:<44} {:>12}   ratio to 2x EVALSHA {:.2} (the scripts' own cost)",
+        "raw acquire+release scripts, no library",
+        format!("{:.1} us", us(raw_scripts)),
+        raw_ratio
+    );
+    println!(
         "{:<44} {:>12}   ratio to 2x EVALSHA {:.2} (target <= 1.10)",
         "uncontended acquire+release",
         format!("{:.1} us", us(cycle)),
@@ -231,10 +297,11 @@ fn main() {
         held_for.as_secs_f64()
     );
     println!(
-        "{{\"bench\":\"lock\",\"floor_evalsha_us\":{:.2},\"floor_ping_us\":{:.2},\"idle_rtt_p50_us\":{:.2},\"cycle_us\":{:.2},\"cycle_ratio\":{:.3},\"reentry_us\":{:.4},\"handoff_cross_p50_us\":{:.1},\"handoff_cross_p99_us\":{:.1},\"handoff_cross_p50_ratio\":{:.2},\"handoff_local_p50_us\":{:.1},\"handoff_local_p99_us\":{:.1},\"contended_per_s\":{:.0},\"contended_min_share\":{:.2},\"lost_updates\":{lost},\"leases\":{leases},\"leases_lost\":{lost_leases},\"renewal_cpu_ms\":{:.0}}}",
+        "{{\"bench\":\"lock\",\"floor_evalsha_us\":{:.2},\"floor_ping_us\":{:.2},\"idle_rtt_p50_us\":{:.2},\"raw_scripts_ratio\":{:.3},\"cycle_us\":{:.2},\"cycle_ratio\":{:.3},\"reentry_us\":{:.4},\"handoff_cross_p50_us\":{:.1},\"handoff_cross_p99_us\":{:.1},\"handoff_cross_p50_ratio\":{:.2},\"handoff_local_p50_us\":{:.1},\"handoff_local_p99_us\":{:.1},\"contended_per_s\":{:.0},\"contended_min_share\":{:.2},\"lost_updates\":{lost},\"leases\":{leases},\"leases_lost\":{lost_leases},\"renewal_cpu_ms\":{:.0}}}",
         us(evalsha),
         us(ping),
         us(idle_p50),
+        raw_ratio,
         us(cycle),
         cycle_ratio,
         us(reentry),
