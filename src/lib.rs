@@ -75,6 +75,59 @@
 //! # Ok::<(), redlease::Error>(())
 //! ```
 //!
+//! ## Read-write locks
+//!
+//! Many readers or one writer; each holder has its own lease, and a waiting
+//! writer stops new readers so it is not starved.
+//!
+//! ```no_run
+//! # let client = redlease::Client::open("redis://127.0.0.1:6379/")?;
+//! let rw = client.rw_lock("config");
+//! let r = rw.read()?;
+//! drop(r);
+//! let w = rw.write()?;
+//! println!("writing under fence {}", w.fencing_token());
+//! # Ok::<(), redlease::Error>(())
+//! ```
+//!
+//! ## Semaphores
+//!
+//! At most N permits held at once, everywhere. Permits expire with their
+//! holder's lease (server time), so a crashed holder does not leak them.
+//!
+//! ```no_run
+//! # let client = redlease::Client::open("redis://127.0.0.1:6379/")?;
+//! let sem = client.semaphore("upstream-api", 5);
+//! let permit = sem.acquire()?;
+//! // ... call the API ...
+//! drop(permit);
+//! let fifo = client.fair_semaphore("batch", 2); // granted in arrival order
+//! # let _ = fifo;
+//! # Ok::<(), redlease::Error>(())
+//! ```
+//!
+//! ## Topologies
+//!
+//! Only the builder changes: `.url(...)`, `.sentinel(urls, "mymaster")`
+//! (feature `sentinel`), `.cluster(urls)` (feature `cluster`) or
+//! `.redlock(urls)`. See the README's "Choosing a topology" and
+//! GUARANTEES.md for what each one guarantees.
+//!
+//! ```no_run
+//! let client = redlease::Client::builder()
+//!     .redlock(["redis://10.0.0.1:6379/", "redis://10.0.0.2:6379/", "redis://10.0.0.3:6379/"])
+//!     .build()?;
+//! let guard = client.lock("payments").acquire()?;
+//! # Ok::<(), redlease::Error>(())
+//! ```
+//!
+//! ## Fencing
+//!
+//! A lease cannot stop a holder that pauses longer than its lease from
+//! acting afterwards. Pass [`LockGuard::fencing_token`] to the storage you
+//! write and have it refuse tokens older than the newest it has seen
+//! (`examples/fenced_write.rs`).
+//!
 //! ## Waiting
 //!
 //! Waiters are woken by a message published on release (one subscriber
@@ -103,6 +156,11 @@ mod rwlock;
 mod scripts;
 mod semaphore;
 mod wakeup;
+
+/// The README's examples, compiled (not run) as doctests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 pub use client::{Client, ClientBuilder, MAX_NAME_LEN};
 pub use error::{Error, ErrorKind, Result};
