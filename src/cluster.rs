@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection};
 use redis::{FromRedisValue, Value};
 
-use crate::backend::{warn_if_evicting, Call, Timeouts};
+use crate::backend::{open_client, warn_if_evicting, Call, Timeouts};
 use crate::error::{Error, Result};
 use crate::scripts::Lua;
 
@@ -31,7 +31,7 @@ impl ClusterLeader {
         let seeds = urls
             .iter()
             .map(|u| {
-                redis::Client::open(u.as_str()).map_err(|e| {
+                open_client(u, &timeouts).map_err(|e| {
                     Error::invalid(format!("cannot use redis URL {u:?}")).with_source(e)
                 })
             })

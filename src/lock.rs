@@ -10,10 +10,8 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::reentrancy::{self, Hold, HoldKey, Mode};
 use crate::renewal;
-use crate::scripts::{
-    FAIR_ACQUIRE, FORCE_UNLOCK, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, QUEUE_LEAVE,
-};
-use crate::wakeup::{deadline_after, Attempt, Turns};
+use crate::scripts::{FAIR_ACQUIRE, FORCE_UNLOCK, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE};
+use crate::wakeup::{deadline_after, waited, Attempt, Turns};
 
 #[derive(Debug)]
 struct Keys {
@@ -100,8 +98,7 @@ impl Lock {
 
     /// Waits until the lock is acquired (like `std::sync::Mutex::lock`).
     pub fn acquire(&self) -> Result<LockGuard> {
-        self.acquire_until(None)
-            .map(|g| g.expect("waiting without a deadline returns a guard"))
+        self.acquire_until(None).and_then(waited)
     }
 
     /// Acquires the lock if it is free right now; never waits.
@@ -172,9 +169,7 @@ impl Lock {
                     backend.raise_fence(&keys.fence, fence);
                     Ok(Attempt::Acquired((fence as u64, sent)))
                 }
-                Ok((_, pttl)) => Ok(Attempt::Busy(
-                    (pttl > 0).then(|| Duration::from_millis(pttl as u64)),
-                )),
+                Ok((_, pttl)) => Ok(Attempt::busy_ms(pttl)),
                 Err(e) => {
                     if e.is_ambiguous() {
                         // The script may have run: remove a lease we may
@@ -187,15 +182,11 @@ impl Lock {
             }
         });
         if self.fair && !matches!(acquired, Ok(Some(_))) {
-            // Gave up (or failed): leave the queue so nobody waits for us.
-            let _: Result<i64> = backend.eval(
-                &QUEUE_LEAVE,
-                &[&keys.queue, &keys.queue_deadlines],
-                &[
-                    token.as_bytes(),
-                    wakeup.channel(),
-                    &wakeup.message(&keys.lock),
-                ],
+            wakeup.leave_queue(
+                &keys.queue,
+                &keys.queue_deadlines,
+                token.as_bytes(),
+                &keys.lock,
             );
         }
         let acquired = acquired?;

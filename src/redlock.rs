@@ -124,11 +124,8 @@ impl Redlock {
             return Ok((1, best));
         }
         self.undo(&undo);
-        if last_err
-            .as_ref()
-            .is_some_and(|e| e.kind() == ErrorKind::WrongType)
-        {
-            return Err(last_err.expect("checked above"));
+        if let Some(e) = last_err.take_if(|e| e.kind() == ErrorKind::WrongType) {
+            return Err(e);
         }
         if errors > self.nodes.len() - q {
             // Too many masters unreachable for any majority: report it

@@ -118,7 +118,9 @@ pub(crate) struct Renewal {
 
 struct Shared {
     tx: Sender<Renewal>,
-    thread: Thread,
+    /// `None` if the OS refused a thread: leases are then never renewed and
+    /// each is reported lost when its lease runs out (never a panic).
+    thread: Option<Thread>,
     /// When the thread plans to wake next, in ns since `epoch`; registrations
     /// due earlier unpark it, the rest wait without waking it.
     planned: AtomicU64,
@@ -130,11 +132,19 @@ static SHARED: Lazy<Shared> = Lazy::new(|| {
     let epoch = Instant::now();
     let handle = std::thread::Builder::new()
         .name("redlease-renew".into())
-        .spawn(move || Worker::new(rx).run())
-        .expect("cannot spawn the redlease renewal thread");
+        .spawn(move || Worker::new(rx).run());
+    let thread = match handle {
+        Ok(h) => Some(h.thread().clone()),
+        Err(e) => {
+            log::error!(
+                "redlease: cannot start the renewal thread ({e}); leases will not be renewed"
+            );
+            None
+        }
+    };
     Shared {
         tx,
-        thread: handle.thread().clone(),
+        thread,
         planned: AtomicU64::new(0),
         epoch,
     }
@@ -157,7 +167,9 @@ pub(crate) fn register(renewal: Renewal) {
     // registration before parking, or we see its plan and unpark it.
     std::sync::atomic::fence(Ordering::SeqCst);
     if nanos_since(shared.epoch, due) < shared.planned.load(Ordering::SeqCst) {
-        shared.thread.unpark();
+        if let Some(t) = &shared.thread {
+            t.unpark();
+        }
     }
 }
 

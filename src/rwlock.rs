@@ -12,7 +12,7 @@ use crate::renewal;
 use crate::scripts::{
     LOCK_EXTEND, LOCK_RELEASE, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WRITE_ACQUIRE, ZSET_EXTEND,
 };
-use crate::wakeup::{deadline_after, Attempt, Turns};
+use crate::wakeup::{deadline_after, waited, Attempt, Turns};
 
 #[derive(Debug)]
 struct Keys {
@@ -96,8 +96,7 @@ impl RwLock {
 
     /// Waits for a read hold.
     pub fn read(&self) -> Result<ReadGuard> {
-        self.read_until(None)
-            .map(|g| g.expect("waiting without a deadline returns a guard"))
+        self.read_until(None).and_then(waited)
     }
 
     /// Takes a read hold if one is available now.
@@ -112,8 +111,7 @@ impl RwLock {
 
     /// Waits for the write hold.
     pub fn write(&self) -> Result<WriteGuard> {
-        self.write_until(None)
-            .map(|g| g.expect("waiting without a deadline returns a guard"))
+        self.write_until(None).and_then(waited)
     }
 
     /// Takes the write hold if it is available now.
@@ -181,7 +179,7 @@ impl RwLock {
                     Ok(if ok == 1 {
                         Attempt::Acquired(sent)
                     } else {
-                        Attempt::Busy((wait > 0).then(|| Duration::from_millis(wait as u64)))
+                        Attempt::busy_ms(wait)
                     })
                 })?;
         let Some(sent) = acquired else {
@@ -239,7 +237,7 @@ impl RwLock {
             Ok(if ok == 1 {
                 Attempt::Acquired((value as u64, sent))
             } else {
-                Attempt::Busy((value > 0).then(|| Duration::from_millis(value as u64)))
+                Attempt::busy_ms(value)
             })
         });
         if !matches!(acquired, Ok(Some(_))) {

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::renewal::{self, LeaseState};
-use crate::scripts::{QUEUE_LEAVE, SEM_ACQUIRE, SEM_RELEASE, SEM_RESIZE, SEM_STATE, ZSET_EXTEND};
-use crate::wakeup::{deadline_after, Attempt, Turns};
+use crate::scripts::{SEM_ACQUIRE, SEM_RELEASE, SEM_RESIZE, SEM_STATE, ZSET_EXTEND};
+use crate::wakeup::{deadline_after, waited, Attempt, Turns};
 
 #[derive(Debug)]
 struct Keys {
@@ -96,8 +96,7 @@ impl Semaphore {
 
     /// Waits for one permit.
     pub fn acquire(&self) -> Result<Permit> {
-        self.acquire_until(1, None)
-            .map(|p| p.expect("waiting without a deadline returns a permit"))
+        self.acquire_until(1, None).and_then(waited)
     }
 
     /// Takes one permit if one is free now.
@@ -112,8 +111,7 @@ impl Semaphore {
 
     /// Waits for `k` permits at once (all or nothing; `1 <= k <= permits`).
     pub fn acquire_many(&self, k: u32) -> Result<Permit> {
-        self.acquire_until(k, None)
-            .map(|p| p.expect("waiting without a deadline returns a permit"))
+        self.acquire_until(k, None).and_then(waited)
     }
 
     /// Takes `k` permits at once if they are free now.
@@ -219,9 +217,7 @@ impl Semaphore {
             );
             match reply {
                 Ok((1, _)) => Ok(Attempt::Acquired(sent)),
-                Ok((_, wait)) => Ok(Attempt::Busy(
-                    (wait > 0).then(|| Duration::from_millis(wait as u64)),
-                )),
+                Ok((_, wait)) => Ok(Attempt::busy_ms(wait)),
                 Err(e) => {
                     if e.is_ambiguous() {
                         let _ = self.release_member(keys, &member);
@@ -231,14 +227,11 @@ impl Semaphore {
             }
         });
         if self.fair && !matches!(acquired, Ok(Some(_))) {
-            let _: Result<i64> = backend.eval(
-                &QUEUE_LEAVE,
-                &[&keys.queue, &keys.queue_deadlines],
-                &[
-                    member.as_bytes(),
-                    wakeup.channel(),
-                    &wakeup.message(&keys.permits),
-                ],
+            wakeup.leave_queue(
+                &keys.queue,
+                &keys.queue_deadlines,
+                member.as_bytes(),
+                &keys.permits,
             );
         }
         let Some(sent) = acquired? else {

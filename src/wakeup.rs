@@ -32,6 +32,13 @@ pub(crate) enum Attempt<T> {
     Busy(Option<Duration>),
 }
 
+impl<T> Attempt<T> {
+    /// Busy, from a script's "wait this many ms" (<= 0: unknown).
+    pub(crate) fn busy_ms(ms: i64) -> Attempt<T> {
+        Attempt::Busy((ms > 0).then(|| Duration::from_millis(ms as u64)))
+    }
+}
+
 struct Waiter {
     tx: Sender<()>,
     rx: Receiver<()>,
@@ -130,6 +137,17 @@ impl Wakeup {
         m.push(b':');
         m.extend_from_slice(key);
         m
+    }
+
+    /// Takes `member` out of a fair queue after it gave up (or failed), and
+    /// wakes the others so that nobody waits for a departed entry. Best
+    /// effort: an entry left behind expires with its queue deadline.
+    pub(crate) fn leave_queue(&self, queue: &[u8], deadlines: &[u8], member: &[u8], key: &[u8]) {
+        let _: Result<i64> = self.backend.eval(
+            &crate::scripts::QUEUE_LEAVE,
+            &[queue, deadlines],
+            &[member, self.channel(), &self.message(key)],
+        );
     }
 
     /// Wakes this client's head waiter for `key` (after a local release; the
@@ -419,6 +437,18 @@ fn sleep_unless_shutdown(shared: &Shared, d: Duration) {
         }
         std::thread::sleep(left.min(SUBSCRIBER_TICK));
     }
+}
+
+/// The result of a wait without deadline: it ends with the hold or an
+/// error, never with a timeout. Should that ever break, it is an error, not
+/// a panic in the caller's thread.
+pub(crate) fn waited<T>(r: Option<T>) -> Result<T> {
+    r.ok_or_else(|| {
+        crate::error::Error::new(
+            ErrorKind::Server,
+            "internal: a wait without deadline ended without the hold",
+        )
+    })
 }
 
 /// Errors a waiter retries through: the server is unreachable or slow.
