@@ -26,6 +26,7 @@ pub(crate) struct Timeouts {
     pub(crate) pool: Duration,
     /// `rediss://`: trust these PEM root certificates instead of the
     /// system's (the server certificate is verified either way).
+    #[cfg_attr(not(feature = "tls-rustls"), allow(dead_code))]
     pub(crate) tls_root: Option<Vec<u8>>,
 }
 
@@ -463,9 +464,13 @@ impl Backend {
             redis_info = redis_info.set_password(pass);
         }
         let node_info = SentinelNodeConnectionInfo::default().set_redis_connection_info(redis_info);
-        let client =
-            SentinelClient::build(infos, master, Some(node_info), SentinelServerType::Master)
-                .map_err(|e| Error::invalid("invalid Sentinel configuration").with_source(e))?;
+        let client = SentinelClient::build(
+            infos,
+            String::from(master),
+            Some(node_info),
+            SentinelServerType::Master,
+        )
+        .map_err(|e| Error::invalid("invalid Sentinel configuration").with_source(e))?;
         let source = Source::Sentinel(std::sync::Mutex::new(client));
         Ok(Backend {
             kind: Kind::Single(Box::new(Node::with_source(
