@@ -95,7 +95,7 @@ fn clients_follow_the_master_across_failover() {
     // a loaded machine), so that the replicated lease can survive it.
     let holder = Client::builder()
         .sentinel(&sentinels, "master0")
-        .watchdog_timeout(Duration::from_secs(30))
+        .watchdog_timeout(Duration::from_secs(12))
         .connect_timeout(Duration::from_millis(500))
         .response_timeout(Duration::from_millis(500))
         .build()
@@ -103,8 +103,16 @@ fn clients_follow_the_master_across_failover() {
     let waiter = client(&sentinels);
     let g = holder.lock("fo").acquire().unwrap();
     let lost_one = holder.lock("fo-lost").acquire().unwrap();
-    // Let the replica receive both keys.
-    std::thread::sleep(Duration::from_millis(300));
+    // Wait until the replica has both leases (replication is asynchronous;
+    // this test is about leases that made it).
+    let mut replica = redis::Client::open(url(&cluster.servers[1]))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    assert!(common::eventually(Duration::from_secs(5), || {
+        replica.exists::<_, bool>("{fo}").unwrap()
+            && replica.exists::<_, bool>("{fo-lost}").unwrap()
+    }));
     let w = waiter.clone();
     let t = std::thread::spawn(move || {
         w.lock("fo")
@@ -135,7 +143,7 @@ fn clients_follow_the_master_across_failover() {
     let mut con = new_master.get_connection().unwrap();
     let _: () = con.del("{fo-lost}").unwrap();
     assert!(
-        // Within one renewal period (a third of 30 s) and its retries.
+        // Within one renewal period (a third of 12 s) and its retries.
         common::eventually(Duration::from_secs(25), || !lost_one.is_held()),
         "the lost lease must be reported"
     );
