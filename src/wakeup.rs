@@ -33,9 +33,11 @@ pub(crate) enum Attempt<T> {
 }
 
 impl<T> Attempt<T> {
-    /// Busy, from a script's "wait this many ms" (<= 0: unknown).
+    /// Busy, from a script's "wait this many ms": 0 means the holder's
+    /// lease ends within the millisecond (retry at once, not after the
+    /// fallback wait); negative means unknown.
     pub(crate) fn busy_ms(ms: i64) -> Attempt<T> {
-        Attempt::Busy((ms > 0).then(|| Duration::from_millis(ms as u64)))
+        Attempt::Busy((ms >= 0).then(|| Duration::from_millis(ms.max(1) as u64)))
     }
 }
 
@@ -240,7 +242,6 @@ impl Wakeup {
                 Err(e) => return Err(e),
             };
             let mut wait = retry
-                .filter(|d| !d.is_zero())
                 .unwrap_or(self.shared.fallback)
                 .min(self.shared.fallback);
             if !self.is_connected() {
