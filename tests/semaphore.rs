@@ -202,8 +202,13 @@ fn bad_input() {
     );
 }
 
-/// Waiters must be served in the order they arrived.
-fn fifo_order(make: impl Fn(&Client) -> Box<dyn Fn() -> Box<dyn std::any::Any> + Send> + Sync) {
+/// Waiters must be served in the order they arrived. `queue` is the key of
+/// the server-side queue, watched to know that each waiter has arrived
+/// before the next one starts.
+fn fifo_order(
+    queue: &str,
+    make: impl Fn(&Client) -> Box<dyn Fn() -> Box<dyn std::any::Any> + Send> + Sync,
+) {
     let server = Server::start();
     let holder = client(&server);
     let hold = make(&holder);
@@ -222,7 +227,14 @@ fn fifo_order(make: impl Fn(&Client) -> Box<dyn Fn() -> Box<dyn std::any::Any> +
             drop(g);
         }));
         // Let each waiter register before the next arrives.
-        std::thread::sleep(Duration::from_millis(150));
+        let mut con = server.con();
+        assert!(eventually(Duration::from_secs(10), || {
+            redis::cmd("ZCARD")
+                .arg(queue)
+                .query::<usize>(&mut con)
+                .unwrap()
+                == i + 1
+        }));
     }
     drop(first);
     for h in handles {
@@ -233,7 +245,7 @@ fn fifo_order(make: impl Fn(&Client) -> Box<dyn Fn() -> Box<dyn std::any::Any> +
 
 #[test]
 fn fair_lock_is_fifo() {
-    fifo_order(|c| {
+    fifo_order("{fifo}:queue", |c| {
         let lock = c.fair_lock("fifo");
         Box::new(move || Box::new(lock.acquire().unwrap()) as Box<dyn std::any::Any>)
     });
@@ -241,7 +253,7 @@ fn fair_lock_is_fifo() {
 
 #[test]
 fn fair_semaphore_is_fifo() {
-    fifo_order(|c| {
+    fifo_order("{fifo}:sem:queue", |c| {
         let sem = c.fair_semaphore("fifo", 1);
         Box::new(move || Box::new(sem.acquire().unwrap()) as Box<dyn std::any::Any>)
     });
