@@ -207,7 +207,7 @@ fn worker_entry() {
 #[serial]
 fn mutual_exclusion_across_processes_under_load() {
     let server = Server::start();
-    let (processes, threads, iters, keys) = (4, 4, 60, 3);
+    let (processes, threads, iters, keys) = (4, 4, 150, 3);
     let start = Instant::now();
     let workers: Vec<Worker> = (0..processes)
         .map(|_| {
