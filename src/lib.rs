@@ -157,6 +157,28 @@ mod scripts;
 mod semaphore;
 mod wakeup;
 
+/// Guards are tied to the thread that acquired them (its reentrancy
+/// count), so they are not `Send`:
+///
+/// ```compile_fail
+/// fn send<T: Send>() {}
+/// send::<redlease::LockGuard>();
+/// ```
+/// ```compile_fail
+/// fn send<T: Send>() {}
+/// send::<redlease::ReadGuard>();
+/// ```
+/// ```compile_fail
+/// fn send<T: Send>() {}
+/// send::<redlease::WriteGuard>();
+/// ```
+/// ```compile_fail
+/// fn send<T: Send>() {}
+/// send::<redlease::Permit>();
+/// ```
+#[cfg(doctest)]
+struct GuardsAreNotSend;
+
 /// The README's examples, compiled (not run) as doctests so they cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
