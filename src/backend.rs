@@ -246,13 +246,7 @@ impl Node {
         keys: &[&[u8]],
         args: &[&[u8]],
     ) -> Result<T> {
-        let mut inv = lua.script.prepare_invoke();
-        for k in keys {
-            inv.key(*k);
-        }
-        for a in args {
-            inv.arg(*a);
-        }
+        let inv = lua.call(keys, args);
         let mut con = self.conn()?;
         match inv.invoke(&mut *con) {
             Err(e) if retryable(&e) => {
@@ -276,13 +270,7 @@ impl Node {
         timeout: Duration,
     ) -> Result<(i64, i64)> {
         let mut con = self.conn()?;
-        let mut inv = call.lua.script.prepare_invoke();
-        call.keys.iter().for_each(|k| {
-            inv.key(k.as_slice());
-        });
-        call.args.iter().for_each(|a| {
-            inv.arg(a.as_slice());
-        });
+        let inv = call.lua.call(call.keys, call.args);
         let reply: (i64, i64) = match inv.invoke(&mut *con) {
             Err(e) if retryable(&e) => {
                 con.broken = true;
@@ -303,14 +291,10 @@ impl Node {
         match acked {
             Ok(n) if n >= i64::from(replicas) => Ok(reply),
             other => {
-                let mut inv = undo.lua.script.prepare_invoke();
-                undo.keys.iter().for_each(|k| {
-                    inv.key(k.as_slice());
-                });
-                undo.args.iter().for_each(|a| {
-                    inv.arg(a.as_slice());
-                });
-                let _ = inv.invoke::<Value>(&mut *con);
+                let _ = undo
+                    .lua
+                    .call(undo.keys, undo.args)
+                    .invoke::<Value>(&mut *con);
                 let e = Error::new(
                     ErrorKind::QuorumNotReached,
                     format!(

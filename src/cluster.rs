@@ -71,15 +71,10 @@ impl ClusterLeader {
         keys: &[&[u8]],
         args: &[&[u8]],
     ) -> Result<T> {
-        let mut inv = lua.script.prepare_invoke();
-        for k in keys {
-            inv.key(*k);
-        }
-        for a in args {
-            inv.arg(*a);
-        }
         let mut con = self.conn()?;
-        Ok(inv.invoke(&mut *con as &mut ClusterConnection)?)
+        Ok(lua
+            .call(keys, args)
+            .invoke(&mut *con as &mut ClusterConnection)?)
     }
 
     pub(crate) fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {

@@ -22,6 +22,23 @@ impl Lua {
             code,
         }
     }
+
+    /// An `EVALSHA` of this script with these keys and arguments (falling
+    /// back to `EVAL` on `NOSCRIPT` when invoked).
+    pub(crate) fn call<'a, K: AsRef<[u8]>, A: AsRef<[u8]>>(
+        &'a self,
+        keys: &[K],
+        args: &[A],
+    ) -> redis::ScriptInvocation<'a> {
+        let mut inv = self.script.prepare_invoke();
+        for k in keys {
+            inv.key(k.as_ref());
+        }
+        for a in args {
+            inv.arg(a.as_ref());
+        }
+        inv
+    }
 }
 
 macro_rules! script {

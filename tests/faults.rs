@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{client, eventually, Server};
+use common::{client, client_with, eventually, Server};
 use crossbeam_channel::Receiver;
 use redis::Commands;
 use redlease::{Client, ErrorKind};
@@ -325,13 +325,11 @@ fn crashed_holders_lock_is_free_within_its_lease() {
 /// call must return within its deadline plus the response timeout, and
 /// holders that overlap must be ones the library told about a loss.
 fn contend_through(server: &Server, fault: impl FnOnce(&Server)) -> (usize, usize, usize) {
-    let c = Client::builder()
-        .url(server.url())
-        .watchdog_timeout(Duration::from_millis(900))
-        .response_timeout(Duration::from_millis(500))
-        .fallback_poll(Duration::from_millis(200))
-        .build()
-        .unwrap();
+    let c = client_with(server, |b| {
+        b.watchdog_timeout(Duration::from_millis(900))
+            .response_timeout(Duration::from_millis(500))
+            .fallback_poll(Duration::from_millis(200))
+    });
     let inside = Arc::new(Mutex::new(Vec::<Arc<AtomicUsize>>::new()));
     let stats = Arc::new(Mutex::new((0usize, 0usize, 0usize))); // acquired, errors, undetected overlaps
     let end = Instant::now() + Duration::from_secs(4);
@@ -439,11 +437,7 @@ fn debug_sleep_longer_than_a_renewal_period() {
 #[serial]
 fn script_flush_during_contention() {
     let server = Server::start();
-    let c = Client::builder()
-        .url(server.url())
-        .watchdog_timeout(Duration::from_millis(600))
-        .build()
-        .unwrap();
+    let c = client_with(&server, |b| b.watchdog_timeout(Duration::from_millis(600)));
     let held = c.lock("held-through-flush").acquire().unwrap();
     let (acquired, errors, overlaps) = contend_through(&server, |s| {
         let _: () = redis::cmd("SCRIPT")
@@ -463,11 +457,7 @@ fn script_flush_during_contention() {
 #[serial]
 fn restart_without_persistence_reports_every_destroyed_lease() {
     let mut server = Server::start();
-    let c = Client::builder()
-        .url(server.url())
-        .watchdog_timeout(Duration::from_millis(900))
-        .build()
-        .unwrap();
+    let c = client_with(&server, |b| b.watchdog_timeout(Duration::from_millis(900)));
     let n = 50;
     let guards: Vec<_> = (0..n)
         .map(|i| c.lock(format!("r{i}")).acquire().unwrap())
@@ -496,11 +486,7 @@ fn restart_without_persistence_reports_every_destroyed_lease() {
 #[serial]
 fn ambiguous_acquire_leaves_no_orphan_lease() {
     let server = Server::start();
-    let c = Client::builder()
-        .url(server.url())
-        .response_timeout(Duration::from_millis(200))
-        .build()
-        .unwrap();
+    let c = client_with(&server, |b| b.response_timeout(Duration::from_millis(200)));
     let url = server.url();
     // Freeze the server so the acquire's reply cannot arrive in time; the
     // script still runs when the server wakes.

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{client, eventually, Server};
+use common::{client, client_with, eventually, Server};
 use redis::Commands;
 use redlease::{Client, ErrorKind};
 
@@ -133,11 +133,7 @@ fn fixed_lease_expires_and_late_release_cannot_touch_new_holder() {
 #[test]
 fn watchdog_keeps_lock_for_ten_timeouts() {
     let server = Server::start();
-    let c = Client::builder()
-        .url(server.url())
-        .watchdog_timeout(Duration::from_millis(400))
-        .build()
-        .unwrap();
+    let c = client_with(&server, |b| b.watchdog_timeout(Duration::from_millis(400)));
     let other = client(&server);
     let g = c.lock("dog").acquire().unwrap();
     let end = Instant::now() + Duration::from_millis(4_000);
@@ -153,11 +149,7 @@ fn watchdog_keeps_lock_for_ten_timeouts() {
 #[test]
 fn flushall_is_detected_as_lost_lease() {
     let server = Server::start();
-    let c = Client::builder()
-        .url(server.url())
-        .watchdog_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
+    let c = client_with(&server, |b| b.watchdog_timeout(Duration::from_millis(300)));
     let g = c.lock("flush").acquire().unwrap();
     let _: () = redis::cmd("FLUSHALL").query(&mut server.con()).unwrap();
     assert!(eventually(Duration::from_secs(2), || !g.is_held()));
@@ -167,11 +159,7 @@ fn flushall_is_detected_as_lost_lease() {
 #[test]
 fn server_restart_is_detected_as_lost_lease() {
     let mut server = Server::start();
-    let c = Client::builder()
-        .url(server.url())
-        .watchdog_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
+    let c = client_with(&server, |b| b.watchdog_timeout(Duration::from_millis(300)));
     let g = c.lock("restart").acquire().unwrap();
     server.restart();
     assert!(eventually(Duration::from_secs(3), || !g.is_held()));
@@ -236,11 +224,7 @@ fn force_unlock_wakes_a_waiter() {
 fn waiter_wakes_on_release_not_by_polling() {
     let server = Server::start();
     let holder = client(&server);
-    let waiter = Client::builder()
-        .url(server.url())
-        .fallback_poll(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let waiter = client_with(&server, |b| b.fallback_poll(Duration::from_secs(30)));
     let rounds = 5;
     for i in 0..rounds {
         let g = holder.lock("wake").acquire().unwrap();
@@ -400,13 +384,11 @@ fn bad_input_gives_clear_errors() {
 #[test]
 fn pool_exhaustion_is_an_error_not_a_hang() {
     let server = Server::start();
-    let c = Client::builder()
-        .url(server.url())
-        .pool_size(1)
-        .pool_timeout(Duration::from_millis(200))
-        .response_timeout(Duration::from_secs(5))
-        .build()
-        .unwrap();
+    let c = client_with(&server, |b| {
+        b.pool_size(1)
+            .pool_timeout(Duration::from_millis(200))
+            .response_timeout(Duration::from_secs(5))
+    });
     // Occupy the only connection with a slow server-side command.
     let c2 = c.clone();
     let busy = std::thread::spawn(move || {
@@ -428,11 +410,7 @@ fn pool_exhaustion_is_an_error_not_a_hang() {
 #[test]
 fn key_prefix_namespaces_keys() {
     let server = Server::start();
-    let c = Client::builder()
-        .url(server.url())
-        .key_prefix("app:")
-        .build()
-        .unwrap();
+    let c = client_with(&server, |b| b.key_prefix("app:"));
     let g = c.lock("k").acquire().unwrap();
     let exists: bool = server.con().exists("app:{k}").unwrap();
     assert!(exists);

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{client, eventually, Server};
+use common::{client, client_with, eventually, Server};
 use redlease::{Client, ErrorKind};
 
 #[test]
@@ -168,11 +168,7 @@ fn writer_is_not_starved_by_a_stream_of_readers() {
 #[test]
 fn dead_writers_intent_lapses() {
     let server = Server::start();
-    let c = Client::builder()
-        .url(server.url())
-        .fallback_poll(Duration::from_millis(100))
-        .build()
-        .unwrap();
+    let c = client_with(&server, |b| b.fallback_poll(Duration::from_millis(100)));
     let reader = c.rw_lock("intent").read().unwrap();
     // A writer that asks and "dies" (we plant its intent as it would).
     let mut con = server.con();
@@ -199,11 +195,7 @@ fn dead_writers_intent_lapses() {
 #[test]
 fn write_release_wakes_readers_and_renewal_covers_both() {
     let server = Server::start();
-    let c = Client::builder()
-        .url(server.url())
-        .watchdog_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
+    let c = client_with(&server, |b| b.watchdog_timeout(Duration::from_millis(300)));
     let rw = c.rw_lock("renew");
     let w = rw.write().unwrap();
     let other = client(&server);

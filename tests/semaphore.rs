@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{client, eventually, Server};
+use common::{client, client_with, eventually, Server};
 use redlease::{Client, ErrorKind};
 
 fn occupancy_never_exceeds(fair: bool) {
@@ -106,19 +106,11 @@ fn crashed_holders_permits_are_reclaimed_after_their_lease() {
 #[test]
 fn watchdog_keeps_permits_and_release_wakes_waiters() {
     let server = Server::start();
-    let c = Client::builder()
-        .url(server.url())
-        .watchdog_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
+    let c = client_with(&server, |b| b.watchdog_timeout(Duration::from_millis(300)));
     let p = c.semaphore("dog", 1).acquire().unwrap();
     std::thread::sleep(Duration::from_millis(1000));
     assert!(p.is_held());
-    let other = Client::builder()
-        .url(server.url())
-        .fallback_poll(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let other = client_with(&server, |b| b.fallback_poll(Duration::from_secs(30)));
     let o = other.clone();
     let t = std::thread::spawn(move || {
         let start = Instant::now();
@@ -262,11 +254,7 @@ fn fair_semaphore_is_fifo() {
 #[test]
 fn fair_queue_survives_waiters_that_give_up_or_die() {
     let server = Server::start();
-    let c = Client::builder()
-        .url(server.url())
-        .fallback_poll(Duration::from_millis(100))
-        .build()
-        .unwrap();
+    let c = client_with(&server, |b| b.fallback_poll(Duration::from_millis(100)));
     let g = c.fair_lock("q").acquire().unwrap();
     // A waiter that gives up leaves the queue.
     let quitter = client(&server);
@@ -297,11 +285,7 @@ fn fair_queue_survives_waiters_that_give_up_or_die() {
         .query(&mut con)
         .unwrap();
     drop(g);
-    let other = Client::builder()
-        .url(server.url())
-        .fallback_poll(Duration::from_millis(100))
-        .build()
-        .unwrap();
+    let other = client_with(&server, |b| b.fallback_poll(Duration::from_millis(100)));
     let start = Instant::now();
     let got = other
         .fair_lock("q")

@@ -126,3 +126,14 @@ pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 pub fn client(server: &Server) -> redlease::Client {
     redlease::Client::open(server.url()).unwrap()
 }
+
+/// A client of `server` with the builder adjusted by `f`, e.g. a short
+/// watchdog: `client_with(&server, |b| b.watchdog_timeout(ms(300)))`.
+pub fn client_with(
+    server: &Server,
+    f: impl FnOnce(redlease::ClientBuilder) -> redlease::ClientBuilder,
+) -> redlease::Client {
+    f(redlease::Client::builder().url(server.url()))
+        .build()
+        .unwrap()
+}
