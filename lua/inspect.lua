@@ -3,6 +3,7 @@
 -- KEYS[3]  fair-lock queue     KEYS[4]  rwlock writer key
 -- KEYS[5]  rwlock readers      KEYS[6]  semaphore permits
 -- KEYS[7]  semaphore queue
+-- ARGV     none
 -- Returns  {lock holder token or '', lock pttl, fence or 0, fair waiters,
 --           writer token or '', writer pttl, live readers, live permits
 --           in use, semaphore waiters}

@@ -2,6 +2,7 @@
 -- stored permit count.
 -- KEYS[1]  permits (sorted set)
 -- KEYS[2]  permit count
+-- ARGV     none
 -- Returns  {used, stored count or -1}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -47,50 +47,63 @@ thread_local! {
 /// increased, or `None` if the thread does not hold the key. A hold whose
 /// lease is known lost is not re-entered; the caller acquires afresh.
 pub(crate) fn reenter(key: &HoldKey) -> Option<Hold> {
-    HOLDS.with(|h| {
-        let mut h = h.borrow_mut();
-        let entry = h.get_mut(key)?;
-        if entry.hold.lease.is_lost() {
-            return None;
-        }
-        entry.count += 1;
-        Some(entry.hold.clone())
-    })
+    HOLDS
+        .try_with(|h| {
+            let mut h = h.borrow_mut();
+            let entry = h.get_mut(key)?;
+            if entry.hold.lease.is_lost() {
+                return None;
+            }
+            entry.count += 1;
+            Some(entry.hold.clone())
+        })
+        .ok()
+        .flatten()
 }
 
 /// Records the outermost hold (depth 1). If a lost hold of the same key is
-/// still recorded (its guards are alive), the new one replaces it; the old
-/// guards then release without touching Redis (see `leave`).
+/// still recorded (its guards are alive), the new one replaces it; each old
+/// guard then makes a token-checked release of its own, which reports the
+/// loss and cannot touch the new hold (see `leave`).
 pub(crate) fn enter(key: HoldKey, hold: Hold) {
-    HOLDS.with(|h| {
+    // During thread teardown the map may be gone: the hold then simply is
+    // not re-entrant, which is safe.
+    let _ = HOLDS.try_with(|h| {
         h.borrow_mut().insert(key, Entry { count: 1, hold });
-    })
+    });
 }
 
 /// Leaves one level of a hold. Returns `true` when that was the last level
 /// of *this* hold (the caller must then release it in Redis). A guard whose
 /// hold was replaced (see `enter`) returns `true` without touching the map.
 pub(crate) fn leave(key: &HoldKey, token: &str) -> bool {
-    HOLDS.with(|h| {
-        let mut h = h.borrow_mut();
-        match h.get_mut(key) {
-            Some(entry) if &*entry.hold.token == token => {
-                entry.count -= 1;
-                if entry.count == 0 {
-                    h.remove(key);
-                    true
-                } else {
-                    false
+    // A guard dropped during thread teardown (the map already gone)
+    // releases in Redis: better one release too many than an orphan lease.
+    HOLDS
+        .try_with(|h| {
+            let mut h = h.borrow_mut();
+            match h.get_mut(key) {
+                Some(entry) if &*entry.hold.token == token => {
+                    entry.count -= 1;
+                    if entry.count == 0 {
+                        h.remove(key);
+                        true
+                    } else {
+                        false
+                    }
                 }
+                _ => true,
             }
-            _ => true,
-        }
-    })
+        })
+        .unwrap_or(true)
 }
 
 /// A hold this thread has, without entering it again.
 pub(crate) fn peek(key: &HoldKey) -> Option<Hold> {
-    HOLDS.with(|h| h.borrow().get(key).map(|e| e.hold.clone()))
+    HOLDS
+        .try_with(|h| h.borrow().get(key).map(|e| e.hold.clone()))
+        .ok()
+        .flatten()
 }
 
 /// A guard's release of one level. `Ok(true)`: that was the outermost level;
@@ -112,5 +125,7 @@ pub(crate) fn release_level(key: &HoldKey, hold: &Hold) -> crate::error::Result<
 
 /// This thread's depth for a key.
 pub(crate) fn depth(key: &HoldKey) -> usize {
-    HOLDS.with(|h| h.borrow().get(key).map_or(0, |e| e.count))
+    HOLDS
+        .try_with(|h| h.borrow().get(key).map_or(0, |e| e.count))
+        .unwrap_or(0)
 }
