@@ -166,22 +166,37 @@ impl RwLock {
         let own_write = own_write.as_deref().unwrap_or("");
         let token = self.client.new_token();
         let backend = self.client.backend();
-        let acquired =
-            self.client
+        let attempt = || -> Result<Attempt<Instant>> {
+            let sent = Instant::now();
+            let (ok, wait): (i64, i64) = backend.eval(
+                &RW_READ_ACQUIRE,
+                &[&keys.writer, &keys.readers, &keys.intent],
+                &[token.as_bytes(), lease_arg.as_bytes(), own_write.as_bytes()],
+            )?;
+            Ok(if ok == 1 {
+                Attempt::Acquired(sent)
+            } else {
+                Attempt::busy_ms(wait)
+            })
+        };
+        // A downgrade must not queue behind this client's other waiters:
+        // they wait for our write lock, so we would wait for ourselves. The
+        // script grants it at once while our write lease is live.
+        let direct = if own_write.is_empty() {
+            None
+        } else {
+            match attempt()? {
+                Attempt::Acquired(sent) => Some(sent),
+                Attempt::Busy(_) => None,
+            }
+        };
+        let acquired = match direct {
+            Some(sent) => Some(sent),
+            None => self
+                .client
                 .wakeup()
-                .acquire(&keys.writer, Turns::Local, deadline, || {
-                    let sent = Instant::now();
-                    let (ok, wait): (i64, i64) = backend.eval(
-                        &RW_READ_ACQUIRE,
-                        &[&keys.writer, &keys.readers, &keys.intent],
-                        &[token.as_bytes(), lease_arg.as_bytes(), own_write.as_bytes()],
-                    )?;
-                    Ok(if ok == 1 {
-                        Attempt::Acquired(sent)
-                    } else {
-                        Attempt::busy_ms(wait)
-                    })
-                })?;
+                .acquire(&keys.writer, Turns::Local, deadline, attempt)?,
+        };
         let Some(sent) = acquired else {
             return Ok(None);
         };

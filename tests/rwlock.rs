@@ -257,3 +257,32 @@ fn bad_input() {
         ErrorKind::WrongType
     );
 }
+
+#[test]
+fn downgrade_does_not_queue_behind_a_local_writer() {
+    let server = Server::start();
+    let c = client(&server);
+    let rw = c.rw_lock("dg");
+    let w = rw.write().unwrap();
+    // Another thread of the same client queues for the write lock.
+    let rw2 = rw.clone();
+    let t = std::thread::spawn(move || {
+        let g = rw2.write_timeout(Duration::from_secs(10)).unwrap();
+        g.map(|g| g.fencing_token())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let start = Instant::now();
+    let r = rw.read_timeout(Duration::from_secs(5)).unwrap();
+    assert!(
+        r.is_some(),
+        "the downgrade waited for the writer queued behind us"
+    );
+    assert!(start.elapsed() < Duration::from_secs(1));
+    let first = w.fencing_token();
+    drop(w);
+    // The queued writer still waits for our read hold.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!t.is_finished());
+    drop(r);
+    assert!(t.join().unwrap().unwrap() > first);
+}
