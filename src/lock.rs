@@ -204,12 +204,7 @@ impl Lock {
             vec![keys.lock.to_vec()],
             vec![token.as_bytes().to_vec(), lease_arg.into_bytes()],
         );
-        let hold = Hold {
-            token,
-            fence,
-            lease: state,
-        };
-        reentrancy::enter(hold_key.clone(), hold.clone());
+        let hold = reentrancy::begin(&hold_key, token, fence, state);
         Ok(Some(self.guard(hold_key, hold)))
     }
 

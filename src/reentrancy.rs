@@ -73,6 +73,17 @@ pub(crate) fn enter(key: HoldKey, hold: Hold) {
     });
 }
 
+/// Records a fresh outermost hold of `key` (see `enter`) and returns it.
+pub(crate) fn begin(key: &HoldKey, token: Arc<str>, fence: u64, lease: Arc<LeaseState>) -> Hold {
+    let hold = Hold {
+        token,
+        fence,
+        lease,
+    };
+    enter(key.clone(), hold.clone());
+    hold
+}
+
 /// Leaves one level of a hold. Returns `true` when that was the last level
 /// of *this* hold (the caller must then release it in Redis). A guard whose
 /// hold was replaced (see `enter`) returns `true` without touching the map.

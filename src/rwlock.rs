@@ -209,12 +209,7 @@ impl RwLock {
             vec![keys.readers.clone()],
             vec![token.as_bytes().to_vec(), lease_arg.into_bytes()],
         );
-        let hold = Hold {
-            token,
-            fence: 0,
-            lease: state,
-        };
-        reentrancy::enter(hold_key.clone(), hold.clone());
+        let hold = reentrancy::begin(&hold_key, token, 0, state);
         Ok(Some(ReadGuard::new(self.clone(), hold_key, hold)))
     }
 
@@ -282,12 +277,7 @@ impl RwLock {
             vec![keys.writer.to_vec()],
             vec![token.as_bytes().to_vec(), lease_arg.into_bytes()],
         );
-        let hold = Hold {
-            token,
-            fence,
-            lease: state,
-        };
-        reentrancy::enter(hold_key.clone(), hold.clone());
+        let hold = reentrancy::begin(&hold_key, token, fence, state);
         Ok(Some(WriteGuard::new(self.clone(), hold_key, hold)))
     }
 
