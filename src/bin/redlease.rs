@@ -164,13 +164,18 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            let _ = e.print();
-            // Help and version go to stdout and succeed; the rest is misuse.
-            return if e.use_stderr() {
-                ExitCode::from(EXIT_USAGE)
-            } else {
-                ExitCode::SUCCESS
-            };
+            // Help and version go to stdout and succeed; the rest is misuse,
+            // reported like every other error: one line on stderr.
+            if !e.use_stderr() {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            return fail(
+                EXIT_USAGE,
+                format!("{} (see --help)", first.trim_start_matches("error: ")),
+            );
         }
     };
     let client = match Client::builder()
