@@ -30,6 +30,28 @@ pub(crate) struct Timeouts {
     pub(crate) tls_root: Option<Vec<u8>>,
 }
 
+/// A lazily filled pool: connections open on demand. No test on checkout:
+/// a PING per checkout would double the round trips of every acquire;
+/// broken connections are noticed by `has_broken` and replaced.
+pub(crate) fn pool<M: r2d2::ManageConnection>(
+    manager: M,
+    pool_size: u32,
+    timeouts: &Timeouts,
+) -> r2d2::Pool<M> {
+    r2d2::Pool::builder()
+        .max_size(pool_size)
+        .min_idle(Some(0))
+        .test_on_check_out(false)
+        .connection_timeout(timeouts.pool)
+        .build_unchecked(manager)
+}
+
+/// [`open_client`], with a bad URL reported as an invalid argument.
+pub(crate) fn client_for(url: &str, timeouts: &Timeouts) -> Result<redis::Client> {
+    open_client(url, timeouts)
+        .map_err(|e| Error::invalid(format!("cannot use redis URL {url:?}")).with_source(e))
+}
+
 /// A client for one URL; with TLS, verifying the server's certificate
 /// against the configured roots or the system's.
 pub(crate) fn open_client(url: &str, timeouts: &Timeouts) -> redis::RedisResult<redis::Client> {
@@ -179,8 +201,7 @@ impl Node {
         timeouts: Timeouts,
         breaker: bool,
     ) -> Result<Node> {
-        let client = open_client(url, &timeouts)
-            .map_err(|e| Error::invalid(format!("cannot use redis URL {url:?}")).with_source(e))?;
+        let client = client_for(url, &timeouts)?;
         Ok(Node::with_source(
             Source::Url(client),
             pool_size,
@@ -200,15 +221,7 @@ impl Node {
             source: source.clone(),
             timeouts: timeouts.clone(),
         };
-        // No test on checkout: a PING per checkout would double the round
-        // trips of every acquire. Broken connections are noticed by
-        // `has_broken` and replaced.
-        let pool = r2d2::Pool::builder()
-            .max_size(pool_size)
-            .min_idle(Some(0))
-            .test_on_check_out(false)
-            .connection_timeout(timeouts.pool)
-            .build_unchecked(manager);
+        let pool = pool(manager, pool_size, &timeouts);
         Node {
             pool,
             source,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection};
 use redis::{FromRedisValue, Value};
 
-use crate::backend::{open_client, warn_if_evicting, Call, Timeouts};
+use crate::backend::{client_for, pool, warn_if_evicting, Call, Timeouts};
 use crate::error::{Error, Result};
 use crate::scripts::Lua;
 
@@ -30,23 +30,14 @@ impl ClusterLeader {
         }
         let seeds = urls
             .iter()
-            .map(|u| {
-                open_client(u, &timeouts).map_err(|e| {
-                    Error::invalid(format!("cannot use redis URL {u:?}")).with_source(e)
-                })
-            })
+            .map(|u| client_for(u, &timeouts))
             .collect::<Result<Vec<_>>>()?;
         let client = ClusterClientBuilder::new(urls.iter().map(|u| u.as_str()))
             .connection_timeout(timeouts.connect)
             .response_timeout(timeouts.response)
             .build()
             .map_err(|e| Error::invalid("invalid cluster configuration").with_source(e))?;
-        let pool = r2d2::Pool::builder()
-            .max_size(pool_size)
-            .min_idle(Some(0))
-            .test_on_check_out(false)
-            .connection_timeout(timeouts.pool)
-            .build_unchecked(client);
+        let pool = pool(client, pool_size, &timeouts);
         Ok(ClusterLeader { pool, seeds })
     }
 
