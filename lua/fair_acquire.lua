@@ -1,5 +1,5 @@
 -- Acquire an exclusive lease in FIFO order of arrival (the fair lock).
--- KEYS[1]  lock key: a string holding the owner token while held
+-- KEYS[1]  lock key: a string "<owner token>#<fence>" while held
 -- KEYS[2]  fencing counter
 -- KEYS[3]  queue: sorted set, member = waiter token, score = arrival order
 -- KEYS[4]  queue deadlines: sorted set, member = waiter token, score = server
@@ -7,7 +7,8 @@
 -- ARGV[1]  owner token (also the waiter's queue entry)
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  how long a queue entry lives without a retry, in milliseconds
--- Returns  {1, fence}  acquired
+-- Returns  {1, fence}  acquired (again, with the same fence, when the same
+--                      token asks again: a retry after a lost reply)
 --          {0, ms}     wait; ms = the holder's remaining lease, -1 if unknown
 -- Times come from the server's clock (TIME), never a client's.
 local t = redis.call('TIME')
@@ -22,14 +23,18 @@ local holder = redis.call('GET', KEYS[1])
 if holder and string.sub(holder, 1, 3) ~= 'rl:' then
   return redis.error_reply('REDLEASE_FOREIGN lock key holds a value not written by redlease')
 end
+if holder and string.match(holder, '^[^#]*') == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, tonumber(string.match(holder, '#(%d+)$')) or 0}
+end
 if not holder then
   local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if head == nil or head == ARGV[1] then
     local fence = redis.pcall('INCR', KEYS[2])
-    if type(fence) == 'table' and fence.err then
-      return redis.error_reply('REDLEASE_FOREIGN fencing counter is not an integer')
+    if type(fence) == 'table' and fence.err or fence < 1 then
+      return redis.error_reply('REDLEASE_FOREIGN fencing counter is not a positive integer')
     end
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    redis.call('SET', KEYS[1], ARGV[1] .. '#' .. fence, 'PX', ARGV[2])
     redis.call('ZREM', KEYS[3], ARGV[1])
     redis.call('ZREM', KEYS[4], ARGV[1])
     return {1, fence}

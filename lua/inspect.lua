@@ -29,9 +29,11 @@ local function zcard(k)
   end
   return 0
 end
-local holder = str(KEYS[1]) or ''
+-- Lock and writer values are "<token>#<fence>": report the token.
+local function owner(v) return v and string.match(v, '^[^#]*') end
+local holder = owner(str(KEYS[1])) or ''
 local fence = tonumber(str(KEYS[2]) or '0') or 0
-local writer = str(KEYS[4]) or ''
+local writer = owner(str(KEYS[4])) or ''
 local used = 0
 if redis.call('TYPE', KEYS[6]).ok == 'zset' then
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[6], '(' .. now, '+inf')) do

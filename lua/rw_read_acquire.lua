@@ -1,5 +1,5 @@
 -- Take a read hold of a read-write lock.
--- KEYS[1]  writer key: a string holding the writer's token while write-held
+-- KEYS[1]  writer key: a string "<writer token>#<fence>" while write-held
 -- KEYS[2]  readers: sorted set, member = reader token, score = the reader's
 --          expiry in server time (ms); each reader expires on its own
 -- KEYS[3]  writer intent: a waiting writer's token (short PX); while it
@@ -8,27 +8,33 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  the caller's own write token if this thread holds the write lock
 --          (a downgrade), else ''
--- Returns  {1, 0} acquired; {0, ms} wait (ms = what blocks us, -1 unknown)
+-- Returns  {1, 0} acquired (again when the same token asks again: a retry
+--          after a lost reply re-grants, it never adds a second hold);
+--          {0, ms} wait (ms = what blocks us, -1 unknown)
 -- Errors   WRONGTYPE / REDLEASE_FOREIGN when the keys hold foreign data.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local writer = redis.call('GET', KEYS[1])
-if writer then
-  if string.sub(writer, 1, 3) ~= 'rl:' then
-    return redis.error_reply('REDLEASE_FOREIGN writer key holds a value not written by redlease')
-  end
-  if writer ~= ARGV[3] then
-    return {0, redis.call('PTTL', KEYS[1])}
-  end
+if writer and string.sub(writer, 1, 3) ~= 'rl:' then
+  return redis.error_reply('REDLEASE_FOREIGN writer key holds a value not written by redlease')
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local expiry = now + tonumber(ARGV[2])
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+  redis.call('ZADD', KEYS[2], expiry, ARGV[1])
+  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+  redis.call('PEXPIRE', KEYS[2], tonumber(last[2]) - now)
+  return {1, 0}
+end
+if writer and string.match(writer, '^[^#]*') ~= ARGV[3] then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
 if ARGV[3] == '' then
   local intent = redis.call('GET', KEYS[3])
   if intent then
     return {0, redis.call('PTTL', KEYS[3])}
   end
 end
-local expiry = now + tonumber(ARGV[2])
 redis.call('ZADD', KEYS[2], expiry, ARGV[1])
 local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
 redis.call('PEXPIRE', KEYS[2], tonumber(last[2]) - now)

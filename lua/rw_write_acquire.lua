@@ -1,5 +1,5 @@
 -- Take the write hold of a read-write lock.
--- KEYS[1]  writer key (string, owner token, PX lease)
+-- KEYS[1]  writer key (string "<owner token>#<fence>", PX lease)
 -- KEYS[2]  readers (sorted set: reader token -> expiry, server ms)
 -- KEYS[3]  writer intent (string, waiting writer's token, PX)
 -- KEYS[4]  fencing counter
@@ -7,12 +7,18 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  intent lifetime in milliseconds (renewed at every retry, so a dead
 --          writer's intent lapses and readers go on)
--- Returns  {1, fence} acquired; {0, ms} wait (ms = what blocks us, -1 unknown)
+-- Returns  {1, fence} acquired (again, with the same fence, when the same
+--          token asks again); {0, ms} wait: ms until the writer's lease or
+--          the first reader's lease ends (-1 unknown)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local writer = redis.call('GET', KEYS[1])
 if writer and string.sub(writer, 1, 3) ~= 'rl:' then
   return redis.error_reply('REDLEASE_FOREIGN writer key holds a value not written by redlease')
+end
+if writer and string.match(writer, '^[^#]*') == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, tonumber(string.match(writer, '#(%d+)$')) or 0}
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local readers = redis.call('ZCARD', KEYS[2])
@@ -24,13 +30,14 @@ if writer or readers > 0 then
   if writer then
     return {0, redis.call('PTTL', KEYS[1])}
   end
-  return {0, redis.call('PTTL', KEYS[2])}
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  return {0, tonumber(first[2]) - now}
 end
 local fence = redis.pcall('INCR', KEYS[4])
-if type(fence) == 'table' and fence.err then
-  return redis.error_reply('REDLEASE_FOREIGN fencing counter is not an integer')
+if type(fence) == 'table' and fence.err or fence < 1 then
+  return redis.error_reply('REDLEASE_FOREIGN fencing counter is not a positive integer')
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1] .. '#' .. fence, 'PX', ARGV[2])
 if redis.call('GET', KEYS[3]) == ARGV[1] then
   redis.call('DEL', KEYS[3])
 end

@@ -10,7 +10,9 @@
 -- ARGV[4]  k, permits wanted (1 <= k <= N)
 -- ARGV[5]  '1' for FIFO order, '0' otherwise
 -- ARGV[6]  fair mode: queue entry lifetime without a retry, ms
--- Returns  {1, 0} acquired; {0, ms} wait (ms until the first permit expires,
+-- Returns  {1, 0} acquired (again when the same member asks again: a retry
+--          after a lost reply re-grants, it never takes a second permit);
+--          {0, ms} wait (ms until the first permit expires,
 --          -1 unknown)
 -- Errors   REDLEASE_MISMATCH when holders use another permit count;
 --          WRONGTYPE when the keys hold foreign data.
@@ -20,6 +22,21 @@ local n = tonumber(ARGV[3])
 local k = tonumber(ARGV[4])
 local stored = redis.call('GET', KEYS[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local fair = ARGV[5] == '1'
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  local ttl = tonumber(last[2]) - now
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  if stored then
+    redis.call('PEXPIRE', KEYS[2], ttl)
+  end
+  if fair then
+    redis.call('ZREM', KEYS[3], ARGV[1])
+    redis.call('ZREM', KEYS[4], ARGV[1])
+  end
+  return {1, 0}
+end
 local used = 0
 for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
   used = used + (tonumber(string.match(m, '^(%d+):')) or 1)
@@ -31,7 +48,6 @@ if stored and tonumber(stored) ~= n then
   return redis.error_reply('REDLEASE_MISMATCH this semaphore has ' .. stored ..
     ' permits, the handle says ' .. ARGV[3])
 end
-local fair = ARGV[5] == '1'
 local ahead = false
 if fair then
   local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)

@@ -5,7 +5,8 @@
 --          (the semaphore's permit count)
 -- ARGV[1]  member (the holder's token)
 -- ARGV[2]  lease in milliseconds, counted from now
--- Returns  1 extended, 0 the member is gone or already expired (lost).
+-- Returns  1 extended, 0 the member is gone or already expired (lost),
+--          -1 the server refused the write (e.g. OOM): undecided, retry.
 --          Never errors: it runs in pipelined renewal batches.
 if redis.call('TYPE', KEYS[1]).ok ~= 'zset' then
   return 0
@@ -16,7 +17,10 @@ local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not expiry or tonumber(expiry) <= now then
   return 0
 end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+local ok = redis.pcall('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+if type(ok) == 'table' and ok.err then
+  return -1
+end
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 redis.call('PEXPIRE', KEYS[1], tonumber(last[2]) - now)
 if KEYS[2] then

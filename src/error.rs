@@ -59,6 +59,12 @@ impl fmt::Display for ErrorKind {
 /// gives the underlying `redis` or pool error where there is one.
 pub struct Error {
     kind: ErrorKind,
+    /// The command never left this process (no connection could be had):
+    /// nothing ran, nothing needs undoing.
+    unsent: bool,
+    /// The command's reply was late and the undo of what it may have
+    /// granted was written right after it on the same connection.
+    undone: bool,
     message: Cow<'static, str>,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
@@ -70,6 +76,8 @@ impl Error {
     pub(crate) fn new(kind: ErrorKind, message: impl Into<Cow<'static, str>>) -> Error {
         Error {
             kind,
+            unsent: false,
+            undone: false,
             message: message.into(),
             source: None,
         }
@@ -96,10 +104,36 @@ impl Error {
         self.kind
     }
 
-    /// Whether the error leaves the outcome of a command unknown (a broken
-    /// connection or a response timeout), as opposed to a definite refusal.
+    /// Marks the error as raised before anything was sent.
+    pub(crate) fn unsent(mut self) -> Error {
+        self.unsent = true;
+        self
+    }
+
+    /// Marks a late grant whose undo followed it on the same connection.
+    pub(crate) fn undone(mut self) -> Error {
+        self.undone = true;
+        self
+    }
+
+    /// Whether this late grant was followed by its undo (so the token it
+    /// used must not be granted again: the undo may still be on its way).
+    pub(crate) fn is_undone(&self) -> bool {
+        self.undone
+    }
+
+    /// Whether the command was never sent (no connection could be had), so
+    /// that it certainly did not run.
+    pub(crate) fn is_unsent(&self) -> bool {
+        self.unsent
+    }
+
+    /// Whether the error leaves the outcome of a command unknown: it was
+    /// sent, but the connection broke or the reply did not arrive within the
+    /// response timeout. A refused connection is not ambiguous (nothing was
+    /// sent), nor is an error reply (the server answered).
     pub fn is_ambiguous(&self) -> bool {
-        self.kind == ErrorKind::Connection
+        self.kind == ErrorKind::Connection && !self.unsent
     }
 }
 
@@ -135,7 +169,16 @@ impl std::error::Error for Error {
 impl From<redis::RedisError> for Error {
     fn from(err: redis::RedisError) -> Error {
         let text = err.to_string();
-        let (kind, message): (ErrorKind, Cow<'static, str>) = if err.is_io_error()
+        let (kind, message): (ErrorKind, Cow<'static, str>) = if matches!(
+            err.kind(),
+            redis::ErrorKind::UnexpectedReturnType | redis::ErrorKind::Parse
+        ) && !err.is_io_error()
+        {
+            (
+                ErrorKind::Server,
+                "the server's reply did not have the expected shape".into(),
+            )
+        } else if err.is_io_error()
             || err.is_timeout()
             || err.is_connection_dropped()
             || err.is_unrecoverable_error() && err.code().is_none()

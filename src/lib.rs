@@ -144,12 +144,10 @@
 
 mod backend;
 mod client;
-#[cfg(feature = "cluster")]
-mod cluster;
 mod error;
 mod inspect;
+mod lease;
 mod lock;
-mod redlock;
 mod reentrancy;
 mod renewal;
 mod rwlock;

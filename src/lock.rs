@@ -5,13 +5,15 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::Call;
+use crate::backend::{Call, Script};
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::reentrancy::{self, Hold, HoldKey, Mode};
-use crate::renewal;
-use crate::scripts::{FAIR_ACQUIRE, FORCE_UNLOCK, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE};
-use crate::wakeup::{deadline_after, waited, Attempt, Turns};
+use crate::lease::{self, Holding, Spec};
+use crate::reentrancy::{self, HoldKey, Mode};
+use crate::scripts::{
+    FAIR_ACQUIRE, FORCE_UNLOCK, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, QUEUE_LEAVE,
+};
+use crate::wakeup::{deadline_after, waited, Turns};
 
 #[derive(Debug)]
 struct Keys {
@@ -113,127 +115,78 @@ impl Lock {
 
     fn acquire_until(&self, deadline: Option<Instant>) -> Result<Option<LockGuard>> {
         let keys = self.keys()?;
-        let watchdog = self.lease.is_none();
         let lease = self.lease.unwrap_or(self.client.watchdog_timeout());
-        let lease_ms = renewal::lease_millis(lease)?;
-        let hold_key = self.hold_key(keys);
-        if let Some(hold) = reentrancy::reenter(&hold_key) {
-            return Ok(Some(self.guard(hold_key, hold)));
+        let lease_arg = lease::lease_millis(lease)?.to_string();
+        if self.fair && self.client.backend().is_redlock() {
+            return Err(Error::new(
+                crate::ErrorKind::Unsupported,
+                "the fair lock needs a single leader; on Redlock use the plain lock",
+            ));
         }
-        let token = self.client.new_token();
-        let lease_arg = lease_ms.to_string();
-        let backend = self.client.backend();
-        let wakeup = self.client.wakeup();
-        let queue_ttl = (wakeup.fallback() * 3 + Duration::from_secs(1))
-            .as_millis()
-            .to_string();
-        let turns = if self.fair {
-            Turns::Server
-        } else {
-            Turns::Local
-        };
-        let message = wakeup.message(&keys.lock);
-        let lock_keys = [keys.lock.to_vec(), keys.fence.clone()];
-        let acquire_args = [token.as_bytes().to_vec(), lease_arg.clone().into_bytes()];
-        let undo_keys = [keys.lock.to_vec()];
-        let undo_args = [
-            token.as_bytes().to_vec(),
-            wakeup.channel().to_vec(),
-            message.clone(),
-        ];
-        let acquired = wakeup.acquire(&keys.lock, turns, deadline, || {
-            let sent = Instant::now();
-            let reply: Result<(i64, i64)> = if self.fair {
-                backend.eval(
-                    &FAIR_ACQUIRE,
-                    &[&keys.lock, &keys.fence, &keys.queue, &keys.queue_deadlines],
-                    &[token.as_bytes(), lease_arg.as_bytes(), queue_ttl.as_bytes()],
-                )
-            } else {
-                backend.grant(
-                    Call {
-                        lua: &LOCK_ACQUIRE,
-                        keys: &lock_keys,
-                        args: &acquire_args,
-                    },
-                    Call {
-                        lua: &LOCK_RELEASE,
-                        keys: &undo_keys,
-                        args: &undo_args,
-                    },
-                    lease,
-                )
-            };
-            match reply {
-                Ok((1, fence)) => {
-                    backend.raise_fence(&keys.fence, fence);
-                    Ok(Attempt::Acquired((fence as u64, sent)))
-                }
-                Ok((_, pttl)) => Ok(Attempt::busy_ms(pttl)),
-                Err(e) => {
-                    if e.is_ambiguous() {
-                        // The script may have run: remove a lease we may
-                        // hold but cannot know about, or it would block
-                        // everyone until it expires.
-                        let _ = self.release_in_redis(keys, &token);
-                    }
-                    Err(e)
-                }
-            }
-        });
-        if self.fair && !matches!(acquired, Ok(Some(_))) {
-            wakeup.leave_queue(
-                &keys.queue,
-                &keys.queue_deadlines,
-                token.as_bytes(),
-                &keys.lock,
-            );
-        }
-        let acquired = acquired?;
-        let Some((fence, sent)) = acquired else {
-            return Ok(None);
-        };
-        // On Redlock the lease is only as long as its slowest master's clock.
-        let sent = sent.checked_sub(backend.drift(lease)).unwrap_or(sent);
-        let state = renewal::start(
-            backend,
-            watchdog,
-            sent,
-            lease,
-            &LOCK_EXTEND,
-            vec![keys.lock.to_vec()],
-            vec![token.as_bytes().to_vec(), lease_arg.into_bytes()],
-        );
-        let hold = reentrancy::begin(&hold_key, token, fence, state);
-        Ok(Some(self.guard(hold_key, hold)))
-    }
-
-    fn guard(&self, hold_key: HoldKey, hold: Hold) -> LockGuard {
-        LockGuard {
-            lock: self.clone(),
-            hold_key,
-            hold,
-            released: false,
-            _not_send: PhantomData,
-        }
-    }
-
-    /// Token-checked delete; `Ok(true)` if this token held the lock.
-    fn release_in_redis(&self, keys: &Keys, token: &str) -> Result<bool> {
-        let wakeup = self.client.wakeup();
-        let released = self.client.backend().confirm(Call {
-            lua: &LOCK_RELEASE,
-            keys: &[keys.lock.to_vec()],
-            args: &[
-                token.as_bytes().to_vec(),
-                wakeup.channel().to_vec(),
-                wakeup.message(&keys.lock),
-            ],
+        let slot = self.hold_key(keys);
+        let held = lease::acquire(&self.client, Some(&slot), deadline, |token| {
+            Ok(self.spec(keys, token, lease, &lease_arg))
         })?;
-        if released == 1 {
-            wakeup.notify_local(&keys.lock);
+        Ok(held.map(|held| LockGuard {
+            lock: self.clone(),
+            inner: Holding::new(self.client.clone(), Some(slot), held),
+            _not_send: PhantomData,
+        }))
+    }
+
+    /// The scripts of one acquisition by `token`.
+    fn spec(&self, keys: &Keys, token: &str, lease: Duration, lease_arg: &str) -> Spec {
+        let wakeup = self.client.wakeup();
+        let t = token.as_bytes().to_vec();
+        let ms = lease_arg.as_bytes().to_vec();
+        let wake = || vec![wakeup.channel().to_vec(), wakeup.message(&keys.lock)];
+        let (grant, leave) = if self.fair {
+            let queue_ttl = (wakeup.fallback() * 3 + Duration::from_secs(1))
+                .as_millis()
+                .to_string();
+            let queue = vec![keys.queue.clone(), keys.queue_deadlines.clone()];
+            let mut all = vec![keys.lock.to_vec(), keys.fence.clone()];
+            all.extend(queue.iter().cloned());
+            (
+                Script::new(
+                    &FAIR_ACQUIRE,
+                    all,
+                    vec![t.clone(), ms.clone(), queue_ttl.into_bytes()],
+                ),
+                Some(Script::new(&QUEUE_LEAVE, queue, {
+                    let mut a = vec![t.clone()];
+                    a.extend(wake());
+                    a
+                })),
+            )
+        } else {
+            (
+                Script::new(
+                    &LOCK_ACQUIRE,
+                    vec![keys.lock.to_vec(), keys.fence.clone()],
+                    vec![t.clone(), ms.clone()],
+                ),
+                None,
+            )
+        };
+        let mut release_args = vec![t.clone()];
+        release_args.extend(wake());
+        Spec {
+            wake: keys.lock.clone(),
+            turns: if self.fair {
+                Turns::Server
+            } else {
+                Turns::Local
+            },
+            jump: false,
+            lease,
+            watchdog: self.lease.is_none(),
+            grant,
+            fence: Some(keys.fence.clone()),
+            release: Script::new(&LOCK_RELEASE, vec![keys.lock.to_vec()], release_args),
+            extend: Script::new(&LOCK_EXTEND, vec![keys.lock.to_vec()], vec![t, ms]),
+            leave,
         }
-        Ok(released == 1)
     }
 
     /// Whether anyone holds the lock now (one round trip).
@@ -256,7 +209,7 @@ impl Lock {
     pub fn force_unlock(&self) -> Result<bool> {
         let keys = self.keys()?;
         let wakeup = self.client.wakeup();
-        let removed = self.client.backend().confirm(Call {
+        let removed = self.client.backend().confirm(&Call {
             lua: &FORCE_UNLOCK,
             keys: &[keys.lock.to_vec()],
             args: &[wakeup.channel().to_vec(), wakeup.message(&keys.lock)],
@@ -282,9 +235,7 @@ impl Lock {
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
     lock: Lock,
-    hold_key: HoldKey,
-    hold: Hold,
-    released: bool,
+    inner: Holding,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -292,7 +243,7 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
             .field("lock", &self.lock)
-            .field("fencing_token", &self.hold.fence)
+            .field("fencing_token", &self.fencing_token())
             .field("held", &self.is_held())
             .finish()
     }
@@ -303,47 +254,19 @@ impl LockGuard {
     /// earlier hold of the same lock name; the same on re-entry. Pass it to
     /// the resources you write so they can reject a stale holder.
     pub fn fencing_token(&self) -> u64 {
-        self.hold.fence
+        self.inner.held().fence
     }
 
     /// Whether the lease is still believed held, without a round trip: false
-    /// once the renewal thread found it gone, or (fixed lease) once its
-    /// deadline has passed.
+    /// once the renewal thread found it gone, or once its conservative local
+    /// expiry passed without a renewal (a fixed lease's deadline, or a pause).
     pub fn is_held(&self) -> bool {
-        self.hold.lease.is_held()
+        self.inner.is_held()
     }
 
     /// Releases this level of the hold (the lock itself when it is the
     /// outermost). Fails with `LockLost` if the lease had been lost.
     pub fn release(mut self) -> Result<()> {
-        self.released = true;
-        self.release_inner()
-    }
-
-    fn release_inner(&mut self) -> Result<()> {
-        if !reentrancy::release_level(&self.hold_key, &self.hold)? {
-            return Ok(()); // an inner level: the outer guard still holds it
-        }
-        let keys = self.lock.keys()?;
-        // Tokens are unique per acquisition, so finding ours proves nobody
-        // else held the lock in between, even if the renewal thread had
-        // (conservatively) given the lease up during a connection outage.
-        if self.lock.release_in_redis(keys, &self.hold.token)? {
-            Ok(())
-        } else {
-            Err(Error::lost(
-                "the lease was lost before release (expired, flushed, force-unlocked or taken over)",
-            ))
-        }
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        if !self.released {
-            if let Err(e) = self.release_inner() {
-                log::warn!("redlease: releasing {:?} on drop: {e}", self.lock);
-            }
-        }
+        self.inner.release()
     }
 }

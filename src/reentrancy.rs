@@ -1,14 +1,15 @@
 //! Thread-local hold counts: re-entry costs no round trip.
 //!
 //! The owner of a hold is the pair (client, thread). Each thread keeps a map
-//! from (client id, primitive kind, key) to the hold it has: how deep, with
-//! which token and fencing token, and the shared lease state. Only the
-//! outermost acquire and the last release go to Redis.
+//! from (client id, primitive kind, key) to the hold it has: how deep, and
+//! the shared record of the hold ([`Held`]). Only the outermost acquire and
+//! the last release go to Redis.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::backend::Script;
 use crate::renewal::LeaseState;
 
 /// Which hold of a key: a key may be held as a lock, a read or a write.
@@ -26,17 +27,20 @@ pub(crate) struct HoldKey {
     pub(crate) key: Arc<[u8]>,
 }
 
-/// What a thread holds for one key.
-#[derive(Clone, Debug)]
-pub(crate) struct Hold {
+/// One hold in Redis, shared by its guards (every re-entry of it).
+pub(crate) struct Held {
     pub(crate) token: Arc<str>,
     pub(crate) fence: u64,
-    pub(crate) lease: Arc<LeaseState>,
+    pub(crate) state: Arc<LeaseState>,
+    /// The token-checked release (`1` released, `0` not ours).
+    pub(crate) release: Script,
+    /// The key waiters of this name wait on (and the name in messages).
+    pub(crate) wake: Arc<[u8]>,
 }
 
 struct Entry {
     count: usize,
-    hold: Hold,
+    held: Arc<Held>,
 }
 
 thread_local! {
@@ -46,16 +50,16 @@ thread_local! {
 /// Re-enters a hold this thread already has: returns it with the depth
 /// increased, or `None` if the thread does not hold the key. A hold whose
 /// lease is known lost is not re-entered; the caller acquires afresh.
-pub(crate) fn reenter(key: &HoldKey) -> Option<Hold> {
+pub(crate) fn reenter(key: &HoldKey) -> Option<Arc<Held>> {
     HOLDS
         .try_with(|h| {
             let mut h = h.borrow_mut();
             let entry = h.get_mut(key)?;
-            if entry.hold.lease.is_lost() {
+            if entry.held.state.is_lost() {
                 return None;
             }
             entry.count += 1;
-            Some(entry.hold.clone())
+            Some(entry.held.clone())
         })
         .ok()
         .flatten()
@@ -65,23 +69,12 @@ pub(crate) fn reenter(key: &HoldKey) -> Option<Hold> {
 /// still recorded (its guards are alive), the new one replaces it; each old
 /// guard then makes a token-checked release of its own, which reports the
 /// loss and cannot touch the new hold (see `leave`).
-pub(crate) fn enter(key: HoldKey, hold: Hold) {
+pub(crate) fn enter(key: HoldKey, held: Arc<Held>) {
     // During thread teardown the map may be gone: the hold then simply is
     // not re-entrant, which is safe.
     let _ = HOLDS.try_with(|h| {
-        h.borrow_mut().insert(key, Entry { count: 1, hold });
+        h.borrow_mut().insert(key, Entry { count: 1, held });
     });
-}
-
-/// Records a fresh outermost hold of `key` (see `enter`) and returns it.
-pub(crate) fn begin(key: &HoldKey, token: Arc<str>, fence: u64, lease: Arc<LeaseState>) -> Hold {
-    let hold = Hold {
-        token,
-        fence,
-        lease,
-    };
-    enter(key.clone(), hold.clone());
-    hold
 }
 
 /// Leaves one level of a hold. Returns `true` when that was the last level
@@ -94,7 +87,7 @@ pub(crate) fn leave(key: &HoldKey, token: &str) -> bool {
         .try_with(|h| {
             let mut h = h.borrow_mut();
             match h.get_mut(key) {
-                Some(entry) if &*entry.hold.token == token => {
+                Some(entry) if &*entry.held.token == token => {
                     entry.count -= 1;
                     if entry.count == 0 {
                         h.remove(key);
@@ -110,28 +103,11 @@ pub(crate) fn leave(key: &HoldKey, token: &str) -> bool {
 }
 
 /// A hold this thread has, without entering it again.
-pub(crate) fn peek(key: &HoldKey) -> Option<Hold> {
+pub(crate) fn peek(key: &HoldKey) -> Option<Arc<Held>> {
     HOLDS
-        .try_with(|h| h.borrow().get(key).map(|e| e.hold.clone()))
+        .try_with(|h| h.borrow().get(key).map(|e| e.held.clone()))
         .ok()
         .flatten()
-}
-
-/// A guard's release of one level. `Ok(true)`: that was the outermost level;
-/// renewal is stopped and the caller must release in Redis. `Ok(false)`: an
-/// inner level, nothing to do. `Err(LockLost)`: an inner level of a lease
-/// that is already lost.
-pub(crate) fn release_level(key: &HoldKey, hold: &Hold) -> crate::error::Result<bool> {
-    if leave(key, &hold.token) {
-        hold.lease.finish();
-        return Ok(true);
-    }
-    if hold.lease.is_lost() {
-        return Err(crate::error::Error::lost(
-            "the lease was lost while it was held",
-        ));
-    }
-    Ok(false)
 }
 
 /// This thread's depth for a key.

@@ -2,9 +2,10 @@
 //!
 //! Holders register a lease: which backend, which extend script with which
 //! keys and arguments, how long the lease is. Every third of the lease the
-//! thread re-runs the script for all leases that are due, pipelined per
-//! backend, so one thread keeps tens of thousands of leases alive with a few
-//! round trips. A reply of `0` means the token is gone: the lease is marked
+//! thread hands the leases that are due to their backend's I/O worker,
+//! which pipelines them, so one thread keeps tens of thousands of leases
+//! alive with a few round trips. Each backend has its own I/O worker: a
+//! stalled server delays only its own leases, never another server's. A reply of `0` means the token is gone: the lease is marked
 //! lost, which the holder sees without a round trip. Connection errors are
 //! retried until the lease would have expired on the server, then the lease
 //! is marked lost too.
@@ -26,16 +27,14 @@ use redis::Value;
 use crate::backend::{Backend, Call};
 use crate::scripts::Lua;
 
-/// How many calls go into one pipeline: large enough to make 10,000 leases a
-/// handful of round trips, small enough to keep one reply under a few MB.
-const BATCH: usize = 2_000;
-
 /// What a holder and the renewal thread share about one lease.
 ///
 /// `expires` is a conservative local estimate of when the lease ends on the
 /// server: the instant the acquiring (or last successful renewing) command
-/// was *sent*, plus the lease. The server applied it later, so the real
-/// expiry is never earlier. Once that instant passes without a renewal —
+/// was *sent*, plus the lease in whole milliseconds, less one millisecond
+/// (the server floors its clock to the millisecond when it stores an
+/// expiry) and, on Redlock, less the drift allowed between masters. The
+/// server applied it later, so the real expiry is never earlier. Once that instant passes without a renewal —
 /// the process was paused, or the server unreachable — the lease counts as
 /// lost at once, without waiting for the renewal thread to find out.
 #[derive(Debug)]
@@ -86,10 +85,10 @@ impl LeaseState {
     /// A renewal sent at `sent` succeeded. If the old expiry had already
     /// passed, the holder may have been told the lease was lost; it stays
     /// lost (a lease never comes back).
-    fn renewed(&self, sent: Instant, lease: Duration) {
+    fn renewed(&self, sent: Instant, valid: Duration) {
         if !self.is_lost() {
             self.expires
-                .fetch_max(to_nanos(sent + lease), Ordering::AcqRel);
+                .fetch_max(to_nanos(sent + valid), Ordering::AcqRel);
         }
     }
 
@@ -109,9 +108,15 @@ pub(crate) struct Renewal {
     pub(crate) lua: &'static Lua,
     pub(crate) keys: Vec<Vec<u8>>,
     pub(crate) args: Vec<Vec<u8>>,
+    /// The lease granted on the server at each renewal (sets the period).
     pub(crate) lease: Duration,
+    /// How long after a renewal is *sent* the lease surely still runs on
+    /// the server: the lease in whole milliseconds, less one millisecond
+    /// (the server floors its clock to the millisecond) and, on Redlock,
+    /// less the clock drift allowed between masters.
+    pub(crate) valid: Duration,
     /// When the lease ends on the server at the earliest, as far as the
-    /// holder knows (the instant the acquire was sent, plus the lease).
+    /// holder knows.
     pub(crate) expires: Instant,
     pub(crate) state: Arc<LeaseState>,
 }
@@ -132,7 +137,7 @@ static SHARED: Lazy<Shared> = Lazy::new(|| {
     let epoch = Instant::now();
     let handle = std::thread::Builder::new()
         .name("redlease-renew".into())
-        .spawn(move || Worker::new(rx).run());
+        .spawn(move || Scheduler::new(rx).run());
     let thread = match handle {
         Ok(h) => Some(h.thread().clone()),
         Err(e) => {
@@ -163,13 +168,17 @@ pub(crate) fn register(renewal: Renewal) {
         log::error!("redlease: the renewal thread is gone; lease will not be renewed");
         return;
     }
-    // Pairs with the fence in `Worker::run`: either the worker sees this
-    // registration before parking, or we see its plan and unpark it.
+    // Pairs with the fence in `Scheduler::run`: either the scheduler sees
+    // this registration before parking, or we see its plan and unpark it.
     std::sync::atomic::fence(Ordering::SeqCst);
     if nanos_since(shared.epoch, due) < shared.planned.load(Ordering::SeqCst) {
-        if let Some(t) = &shared.thread {
-            t.unpark();
-        }
+        wake_scheduler();
+    }
+}
+
+fn wake_scheduler() {
+    if let Some(t) = &SHARED.thread {
+        t.unpark();
     }
 }
 
@@ -177,7 +186,7 @@ pub(crate) fn register(renewal: Renewal) {
 fn first_due(renewal: &Renewal) -> Instant {
     let acquired = renewal
         .expires
-        .checked_sub(renewal.lease)
+        .checked_sub(renewal.valid)
         .unwrap_or_else(Instant::now);
     acquired + renewal.lease / 3
 }
@@ -187,20 +196,50 @@ struct Entry {
     due: Instant,
 }
 
-struct Worker {
+/// What an I/O worker reports back: the entries it carried, the instant
+/// the batch was sent, and the replies (or the batch's error).
+struct Done {
+    worker: usize,
+    entries: Vec<Entry>,
+    sent: Instant,
+    replies: crate::error::Result<Vec<Value>>,
+}
+
+/// The I/O thread of one backend: renewal calls to one server (or one
+/// Redlock quorum) never wait behind another server's stall.
+struct IoWorker {
+    backend: Weak<Backend>,
+    tx: Sender<(Arc<Backend>, Vec<Entry>)>,
+    busy: bool,
+    /// Due entries waiting for the worker to finish its current batch.
+    pending: Vec<Entry>,
+}
+
+/// The one scheduling thread: keeps the due times, hands due leases to the
+/// I/O worker of their backend, and applies the outcomes.
+struct Scheduler {
     rx: Receiver<Renewal>,
+    done_tx: Sender<Done>,
+    done_rx: Receiver<Done>,
     heap: BinaryHeap<Reverse<(Instant, u64)>>,
     entries: HashMap<u64, Entry>,
     next_id: u64,
+    workers: HashMap<usize, IoWorker>,
+    next_worker: usize,
 }
 
-impl Worker {
-    fn new(rx: Receiver<Renewal>) -> Worker {
-        Worker {
+impl Scheduler {
+    fn new(rx: Receiver<Renewal>) -> Scheduler {
+        let (done_tx, done_rx) = crossbeam_channel::unbounded();
+        Scheduler {
             rx,
+            done_tx,
+            done_rx,
             heap: BinaryHeap::new(),
             entries: HashMap::new(),
             next_id: 0,
+            workers: HashMap::new(),
+            next_worker: 0,
         }
     }
 
@@ -209,28 +248,39 @@ impl Worker {
         loop {
             while let Ok(renewal) = self.rx.try_recv() {
                 // Counted from the acquisition, not from when we look: the
-                // worker may have slept through the registration.
+                // scheduler may have slept through the registration.
                 let due = first_due(&renewal);
                 self.push(Entry { renewal, due });
+            }
+            while let Ok(done) = self.done_rx.try_recv() {
+                self.apply(done);
             }
             let now = Instant::now();
             let batch = self.take_due(now);
             if !batch.is_empty() {
-                self.renew(batch);
+                self.dispatch(batch);
                 continue;
             }
+            self.expire_pending(now);
             let next = self.heap.peek().map(|Reverse((due, _))| *due);
-            // Publish the plan before the last look at the channel, so a
-            // registration sent meanwhile either is seen or unparks us.
+            // Publish the plan before the last look at the channels, so a
+            // registration or result sent meanwhile is seen or unparks us.
             let planned = next.map_or(u64::MAX, |d| nanos_since(shared.epoch, d));
             shared.planned.store(planned, Ordering::SeqCst);
             std::sync::atomic::fence(Ordering::SeqCst);
-            if !self.rx.is_empty() {
+            if !self.rx.is_empty() || !self.done_rx.is_empty() {
                 continue;
             }
+            // A stalled worker's pending entries are checked at least every
+            // 100 ms, so their loss is reported when their lease runs out.
+            let cap = if self.workers.values().any(|w| !w.pending.is_empty()) {
+                Duration::from_millis(100)
+            } else {
+                Duration::from_secs(3600)
+            };
             match next {
-                Some(due) => std::thread::park_timeout(due.saturating_duration_since(now)),
-                None => std::thread::park(),
+                Some(due) => std::thread::park_timeout(due.saturating_duration_since(now).min(cap)),
+                None => std::thread::park_timeout(cap),
             }
             shared.planned.store(0, Ordering::SeqCst);
         }
@@ -265,61 +315,127 @@ impl Worker {
         out
     }
 
-    fn renew(&mut self, batch: Vec<Entry>) {
-        // Group by live backend: one pipeline per server. Upgrading first
-        // matters: a dropped backend's address may be reused by a new one,
-        // so grouping by the weak pointer alone could mix the two.
-        let mut groups: HashMap<*const Backend, (Arc<Backend>, Vec<Entry>)> = HashMap::new();
+    /// Hands due entries to their backend's I/O worker (or queues them
+    /// behind its current batch).
+    fn dispatch(&mut self, batch: Vec<Entry>) {
         for entry in batch {
             let Some(backend) = entry.renewal.backend.upgrade() else {
                 continue; // the client is gone, and with it every guard
             };
-            groups
-                .entry(Arc::as_ptr(&backend))
-                .or_insert_with(|| (backend, Vec::new()))
-                .1
-                .push(entry);
+            let id = self.worker_for(&backend);
+            if let Some(w) = self.workers.get_mut(&id) {
+                w.pending.push(entry);
+            }
         }
-        for (_, (backend, mut rest)) in groups {
-            while !rest.is_empty() {
-                let tail = rest.split_off(rest.len().min(BATCH));
-                let chunk = std::mem::replace(&mut rest, tail);
-                self.renew_chunk(&backend, chunk);
+        let ids: Vec<usize> = self.workers.keys().copied().collect();
+        for id in ids {
+            self.kick(id);
+        }
+    }
+
+    /// The worker of `backend`, started if needed. Workers are matched by
+    /// identity of the live backend, never by a possibly reused address.
+    fn worker_for(&mut self, backend: &Arc<Backend>) -> usize {
+        self.workers
+            .retain(|_, w| w.busy || w.backend.strong_count() > 0);
+        if let Some((id, _)) = self.workers.iter().find(|(_, w)| {
+            w.backend
+                .upgrade()
+                .is_some_and(|b| Arc::ptr_eq(&b, backend))
+        }) {
+            return *id;
+        }
+        let id = self.next_worker;
+        self.next_worker += 1;
+        let (tx, rx) = crossbeam_channel::unbounded::<(Arc<Backend>, Vec<Entry>)>();
+        let done = self.done_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name("redlease-renew-io".into())
+            .spawn(move || io_worker(id, rx, done));
+        if let Err(e) = spawned {
+            log::error!("redlease: cannot start a renewal I/O thread: {e}");
+        }
+        self.workers.insert(
+            id,
+            IoWorker {
+                backend: Arc::downgrade(backend),
+                tx,
+                busy: false,
+                pending: Vec::new(),
+            },
+        );
+        id
+    }
+
+    /// Sends a worker its pending entries if it is idle.
+    fn kick(&mut self, id: usize) {
+        let Some(w) = self.workers.get_mut(&id) else {
+            return;
+        };
+        if w.busy || w.pending.is_empty() {
+            return;
+        }
+        let entries = std::mem::take(&mut w.pending);
+        let Some(backend) = w.backend.upgrade() else {
+            return;
+        };
+        match w.tx.send((backend, entries)) {
+            Ok(()) => w.busy = true,
+            Err(crossbeam_channel::SendError((_, entries))) => {
+                // The thread could not be started: nothing renews these.
+                let now = Instant::now();
+                for e in entries {
+                    self.retry(e, now);
+                }
             }
         }
     }
 
-    fn renew_chunk(&mut self, backend: &Backend, chunk: Vec<Entry>) {
-        let calls: Vec<Call<'_>> = chunk
-            .iter()
-            .map(|e| Call {
-                lua: e.renewal.lua,
-                keys: &e.renewal.keys,
-                args: &e.renewal.args,
-            })
-            .collect();
-        let sent = Instant::now();
-        let replies = backend.eval_batch(&calls);
-        drop(calls);
-        match replies {
-            Ok(values) if values.len() == chunk.len() => {
-                let now = Instant::now();
-                for (mut entry, value) in chunk.into_iter().zip(values) {
+    /// Entries queued behind a stalled worker whose lease has run out are
+    /// lost: report it now rather than when the stall ends.
+    fn expire_pending(&mut self, now: Instant) {
+        for w in self.workers.values_mut() {
+            w.pending.retain(|e| {
+                if now >= e.renewal.expires && !e.renewal.state.is_done() {
+                    log::warn!(
+                        "redlease: lease of {:?} expired while its server did not answer",
+                        String::from_utf8_lossy(e.renewal.keys.first().map_or(&[][..], |k| k))
+                    );
+                    e.renewal.state.mark_lost();
+                    return false;
+                }
+                !e.renewal.state.is_done()
+            });
+        }
+    }
+
+    fn apply(&mut self, done: Done) {
+        if let Some(w) = self.workers.get_mut(&done.worker) {
+            w.busy = false;
+        }
+        let now = Instant::now();
+        match done.replies {
+            Ok(values) if values.len() == done.entries.len() => {
+                for (mut entry, value) in done.entries.into_iter().zip(values) {
                     match value {
                         Value::Int(1) => {
-                            entry.renewal.state.renewed(sent, entry.renewal.lease);
-                            entry.renewal.expires = sent + entry.renewal.lease;
-                            entry.due = sent + entry.renewal.lease / 3;
+                            let r = &mut entry.renewal;
+                            r.state.renewed(done.sent, r.valid);
+                            r.expires = r.expires.max(done.sent + r.valid);
+                            entry.due = done.sent + r.lease / 3;
                             self.push(entry);
                         }
-                        Value::Int(_) => {
+                        Value::Int(0) => {
                             if !entry.renewal.state.is_done() {
-                                log::warn!("redlease: a lease was lost (renewal found another owner or no key)");
+                                log::warn!(
+                                    "redlease: lease of {:?} was lost (renewal found another owner or no key)",
+                                    String::from_utf8_lossy(entry.renewal.keys.first().map_or(&[][..], |k| k))
+                                );
                                 entry.renewal.state.mark_lost();
                             }
                         }
-                        // Undecided (a Redlock quorum could not be reached):
-                        // retry like a connection error.
+                        // Undecided (a refused write, an error reply to this
+                        // one call, no Redlock majority): retry this one.
                         _ => self.retry(entry, now),
                     }
                 }
@@ -328,19 +444,25 @@ impl Worker {
                 if let Err(e) = &other {
                     log::warn!("redlease: lease renewal failed, will retry: {e}");
                 }
-                let now = Instant::now();
-                for entry in chunk {
+                for entry in done.entries {
                     self.retry(entry, now);
                 }
             }
         }
+        self.kick(done.worker);
     }
 
     /// Tries again soon (not in a tight loop), unless the lease has already
     /// run out on the server, in which case it is lost.
     fn retry(&mut self, mut entry: Entry, now: Instant) {
+        if entry.renewal.state.is_done() {
+            return;
+        }
         if now >= entry.renewal.expires {
-            log::warn!("redlease: a lease expired while its server was unreachable");
+            log::warn!(
+                "redlease: lease of {:?} expired while its server was unreachable",
+                String::from_utf8_lossy(entry.renewal.keys.first().map_or(&[][..], |k| k))
+            );
             entry.renewal.state.mark_lost();
         } else {
             let wait =
@@ -351,19 +473,65 @@ impl Worker {
     }
 }
 
+/// How many calls go into one pipeline: large enough to make 10,000 leases a
+/// handful of round trips, small enough to keep one reply under a few MB.
+const BATCH: usize = 2_000;
+
+/// One backend's renewal I/O. Each pipeline waits at most until the
+/// earliest lease it carries would end: a late answer is no use after that.
+fn io_worker(id: usize, rx: Receiver<(Arc<Backend>, Vec<Entry>)>, done: Sender<Done>) {
+    // An idle worker exits; the scheduler starts a new one when needed.
+    while let Ok((backend, mut entries)) = rx.recv_timeout(Duration::from_secs(60)) {
+        while !entries.is_empty() {
+            let tail = entries.split_off(entries.len().min(BATCH));
+            let chunk = std::mem::replace(&mut entries, tail);
+            let sent = Instant::now();
+            let limit = chunk
+                .iter()
+                .map(|e| e.renewal.expires.saturating_duration_since(sent))
+                .min()
+                .unwrap_or_default()
+                .min(backend.timeouts().response);
+            let calls: Vec<Call<'_>> = chunk
+                .iter()
+                .map(|e| Call {
+                    lua: e.renewal.lua,
+                    keys: &e.renewal.keys,
+                    args: &e.renewal.args,
+                })
+                .collect();
+            let replies = backend.eval_batch(&calls, limit);
+            drop(calls);
+            let report = Done {
+                worker: id,
+                entries: chunk,
+                sent,
+                replies,
+            };
+            if done.send(report).is_err() {
+                return;
+            }
+            wake_scheduler();
+        }
+        // The last report freed the worker; more entries arrive as a new job.
+    }
+}
+
 /// The lease state of a fresh acquisition: a watchdog lease is handed to
 /// the renewal thread (renewed with `lua`, `keys`, `args`); a fixed lease
-/// just ends at `sent + lease`.
+/// just ends at `expires`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn start(
     backend: &Arc<Backend>,
     watchdog: bool,
-    sent: Instant,
+    expires: Instant,
+    valid: Duration,
     lease: Duration,
     lua: &'static Lua,
     keys: Vec<Vec<u8>>,
     args: Vec<Vec<u8>>,
 ) -> Arc<LeaseState> {
-    let state = LeaseState::new(sent + lease);
+    let state = LeaseState::new(expires);
     if !watchdog {
         return state;
     }
@@ -373,7 +541,8 @@ pub(crate) fn start(
         keys,
         args,
         lease,
-        expires: sent + lease,
+        valid,
+        expires,
         state: state.clone(),
     });
     state

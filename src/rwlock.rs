@@ -5,14 +5,15 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::backend::Script;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
-use crate::reentrancy::{self, Hold, HoldKey, Mode};
-use crate::renewal;
+use crate::lease::{self, Holding, Spec};
+use crate::reentrancy::{self, HoldKey, Mode};
 use crate::scripts::{
     LOCK_EXTEND, LOCK_RELEASE, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WRITE_ACQUIRE, ZSET_EXTEND,
 };
-use crate::wakeup::{deadline_after, waited, Attempt, Turns};
+use crate::wakeup::{deadline_after, waited, Turns};
 
 #[derive(Debug)]
 struct Keys {
@@ -147,163 +148,130 @@ impl RwLock {
         Ok((writer, readers))
     }
 
-    fn lease_of(&self) -> Result<(bool, Duration, String)> {
+    fn lease_of(&self) -> Result<(Duration, String)> {
+        if self.client.backend().is_redlock() {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "read-write locks need a single leader (one server, Sentinel or Cluster)",
+            ));
+        }
         let lease = self.lease.unwrap_or(self.client.watchdog_timeout());
-        let ms = renewal::lease_millis(lease)?;
-        Ok((self.lease.is_none(), lease, ms.to_string()))
+        let ms = lease::lease_millis(lease)?;
+        Ok((lease, ms.to_string()))
+    }
+
+    /// The release arguments every hold of this lock publishes with.
+    fn wake_args(&self, keys: &Keys, token: &str) -> Vec<Vec<u8>> {
+        let wakeup = self.client.wakeup();
+        vec![
+            token.as_bytes().to_vec(),
+            wakeup.channel().to_vec(),
+            wakeup.message(&keys.writer),
+        ]
     }
 
     fn read_until(&self, deadline: Option<Instant>) -> Result<Option<ReadGuard>> {
         let keys = self.keys()?;
-        let (watchdog, lease, lease_arg) = self.lease_of()?;
-        let hold_key = self.hold_key(keys, Mode::Read);
-        if let Some(hold) = reentrancy::reenter(&hold_key) {
-            return Ok(Some(ReadGuard::new(self.clone(), hold_key, hold)));
-        }
+        let (lease, lease_arg) = self.lease_of()?;
+        let slot = self.hold_key(keys, Mode::Read);
+        // A downgrade: this thread's live write hold lets the read in, and
+        // it must not queue behind this client's other waiters (they wait
+        // for our write lock, so we would wait for ourselves).
         let own_write = reentrancy::peek(&self.hold_key(keys, Mode::Write))
-            .filter(|h| !h.lease.is_lost())
-            .map(|h| h.token);
+            .filter(|h| !h.state.is_lost())
+            .map(|h| h.token.clone());
         let own_write = own_write.as_deref().unwrap_or("");
-        let token = self.client.new_token();
-        let backend = self.client.backend();
-        let attempt = || -> Result<Attempt<Instant>> {
-            let sent = Instant::now();
-            let (ok, wait): (i64, i64) = backend.eval(
-                &RW_READ_ACQUIRE,
-                &[&keys.writer, &keys.readers, &keys.intent],
-                &[token.as_bytes(), lease_arg.as_bytes(), own_write.as_bytes()],
-            )?;
-            Ok(if ok == 1 {
-                Attempt::Acquired(sent)
-            } else {
-                Attempt::busy_ms(wait)
+        let held = lease::acquire(&self.client, Some(&slot), deadline, |token| {
+            let t = token.as_bytes().to_vec();
+            let ms = lease_arg.as_bytes().to_vec();
+            Ok(Spec {
+                wake: keys.writer.clone(),
+                turns: Turns::Local,
+                jump: !own_write.is_empty(),
+                lease,
+                watchdog: self.lease.is_none(),
+                grant: Script::new(
+                    &RW_READ_ACQUIRE,
+                    vec![
+                        keys.writer.to_vec(),
+                        keys.readers.clone(),
+                        keys.intent.clone(),
+                    ],
+                    vec![t.clone(), ms.clone(), own_write.as_bytes().to_vec()],
+                ),
+                fence: None,
+                release: Script::new(
+                    &RW_READ_RELEASE,
+                    vec![keys.readers.clone()],
+                    self.wake_args(keys, token),
+                ),
+                extend: Script::new(&ZSET_EXTEND, vec![keys.readers.clone()], vec![t, ms]),
+                leave: None,
             })
-        };
-        // A downgrade must not queue behind this client's other waiters:
-        // they wait for our write lock, so we would wait for ourselves. The
-        // script grants it at once while our write lease is live.
-        let direct = if own_write.is_empty() {
-            None
-        } else {
-            match attempt()? {
-                Attempt::Acquired(sent) => Some(sent),
-                Attempt::Busy(_) => None,
-            }
-        };
-        let acquired = match direct {
-            Some(sent) => Some(sent),
-            None => self
-                .client
-                .wakeup()
-                .acquire(&keys.writer, Turns::Local, deadline, attempt)?,
-        };
-        let Some(sent) = acquired else {
-            return Ok(None);
-        };
-        let state = renewal::start(
-            backend,
-            watchdog,
-            sent,
-            lease,
-            &ZSET_EXTEND,
-            vec![keys.readers.clone()],
-            vec![token.as_bytes().to_vec(), lease_arg.into_bytes()],
-        );
-        let hold = reentrancy::begin(&hold_key, token, 0, state);
-        Ok(Some(ReadGuard::new(self.clone(), hold_key, hold)))
+        })?;
+        Ok(held.map(|held| {
+            ReadGuard::new(
+                self.clone(),
+                Holding::new(self.client.clone(), Some(slot), held),
+            )
+        }))
     }
 
     fn write_until(&self, deadline: Option<Instant>) -> Result<Option<WriteGuard>> {
         let keys = self.keys()?;
-        let (watchdog, lease, lease_arg) = self.lease_of()?;
-        let hold_key = self.hold_key(keys, Mode::Write);
-        if let Some(hold) = reentrancy::reenter(&hold_key) {
-            return Ok(Some(WriteGuard::new(self.clone(), hold_key, hold)));
-        }
-        if reentrancy::depth(&self.hold_key(keys, Mode::Read)) > 0 {
+        let (lease, lease_arg) = self.lease_of()?;
+        let slot = self.hold_key(keys, Mode::Write);
+        if reentrancy::depth(&slot) == 0 && reentrancy::depth(&self.hold_key(keys, Mode::Read)) > 0
+        {
             return Err(Error::new(
                 ErrorKind::WouldDeadlock,
                 "this thread holds a read lock; asking for the write lock would wait for \
                  itself (release the read guard first)",
             ));
         }
-        let token = self.client.new_token();
-        let backend = self.client.backend();
-        let wakeup = self.client.wakeup();
-        let intent_ttl = (wakeup.fallback() * 3 + Duration::from_secs(1))
+        let intent_ttl = (self.client.wakeup().fallback() * 3 + Duration::from_secs(1))
             .as_millis()
             .to_string();
-        let acquired = wakeup.acquire(&keys.writer, Turns::Local, deadline, || {
-            let sent = Instant::now();
-            let (ok, value): (i64, i64) = backend.eval(
-                &RW_WRITE_ACQUIRE,
-                &[&keys.writer, &keys.readers, &keys.intent, &keys.fence],
-                &[
-                    token.as_bytes(),
-                    lease_arg.as_bytes(),
-                    intent_ttl.as_bytes(),
-                ],
-            )?;
-            Ok(if ok == 1 {
-                Attempt::Acquired((value as u64, sent))
-            } else {
-                Attempt::busy_ms(value)
-            })
-        });
-        if !matches!(acquired, Ok(Some(_))) {
-            // Withdraw our intent so readers need not wait for it to lapse;
-            // a failed acquire may also have set the writer key itself.
-            for key in [&keys.intent[..], &keys.writer[..]] {
-                let _: Result<i64> = backend.eval(
-                    &LOCK_RELEASE,
-                    &[key],
-                    &[
-                        token.as_bytes(),
-                        wakeup.channel(),
-                        &wakeup.message(&keys.writer),
+        let held = lease::acquire(&self.client, Some(&slot), deadline, |token| {
+            let t = token.as_bytes().to_vec();
+            let ms = lease_arg.as_bytes().to_vec();
+            Ok(Spec {
+                wake: keys.writer.clone(),
+                turns: Turns::Local,
+                jump: false,
+                lease,
+                watchdog: self.lease.is_none(),
+                grant: Script::new(
+                    &RW_WRITE_ACQUIRE,
+                    vec![
+                        keys.writer.to_vec(),
+                        keys.readers.clone(),
+                        keys.intent.clone(),
+                        keys.fence.clone(),
                     ],
-                );
-            }
-        }
-        let Some((fence, sent)) = acquired? else {
-            return Ok(None);
-        };
-        let state = renewal::start(
-            backend,
-            watchdog,
-            sent,
-            lease,
-            &LOCK_EXTEND,
-            vec![keys.writer.to_vec()],
-            vec![token.as_bytes().to_vec(), lease_arg.into_bytes()],
-        );
-        let hold = reentrancy::begin(&hold_key, token, fence, state);
-        Ok(Some(WriteGuard::new(self.clone(), hold_key, hold)))
-    }
-
-    fn release(&self, mode: Mode, token: &str) -> Result<()> {
-        let keys = self.keys()?;
-        let wakeup = self.client.wakeup();
-        let message = wakeup.message(&keys.writer);
-        let args: [&[u8]; 3] = [token.as_bytes(), wakeup.channel(), &message];
-        let released: i64 = match mode {
-            Mode::Read => self
-                .client
-                .backend()
-                .eval(&RW_READ_RELEASE, &[&keys.readers], &args)?,
-            _ => self
-                .client
-                .backend()
-                .eval(&LOCK_RELEASE, &[&keys.writer], &args)?,
-        };
-        if released == 1 {
-            wakeup.notify_local(&keys.writer);
-            Ok(())
-        } else {
-            Err(Error::lost(
-                "the lease was lost before release (expired, flushed or force-unlocked)",
-            ))
-        }
+                    vec![t.clone(), ms.clone(), intent_ttl.as_bytes().to_vec()],
+                ),
+                fence: Some(keys.fence.clone()),
+                release: Script::new(
+                    &LOCK_RELEASE,
+                    vec![keys.writer.to_vec()],
+                    self.wake_args(keys, token),
+                ),
+                extend: Script::new(&LOCK_EXTEND, vec![keys.writer.to_vec()], vec![t, ms]),
+                // Withdraw our intent so readers need not wait for it to lapse.
+                leave: Some(Script::new(
+                    &LOCK_RELEASE,
+                    vec![keys.intent.clone()],
+                    self.wake_args(keys, token),
+                )),
+            })
+        })?;
+        Ok(held.map(|held| {
+            WriteGuard::new(
+                self.clone(),
+                Holding::new(self.client.clone(), Some(slot), held),
+            )
+        }))
     }
 }
 
@@ -315,40 +283,28 @@ macro_rules! rw_guard {
         #[must_use = "the hold is released as soon as the guard is dropped"]
         pub struct $name {
             lock: RwLock,
-            hold_key: HoldKey,
-            hold: Hold,
-            released: bool,
+            inner: Holding,
             _not_send: PhantomData<*const ()>,
         }
 
         impl $name {
-            fn new(lock: RwLock, hold_key: HoldKey, hold: Hold) -> $name {
+            fn new(lock: RwLock, inner: Holding) -> $name {
                 $name {
                     lock,
-                    hold_key,
-                    hold,
-                    released: false,
+                    inner,
                     _not_send: PhantomData,
                 }
             }
 
             /// Whether the lease is still believed held (no round trip).
             pub fn is_held(&self) -> bool {
-                self.hold.lease.is_held()
+                self.inner.is_held()
             }
 
             /// Releases this level of the hold; `LockLost` if the lease had
             /// been lost.
             pub fn release(mut self) -> Result<()> {
-                self.released = true;
-                self.release_inner()
-            }
-
-            fn release_inner(&mut self) -> Result<()> {
-                if !reentrancy::release_level(&self.hold_key, &self.hold)? {
-                    return Ok(());
-                }
-                self.lock.release(self.hold_key.mode, &self.hold.token)
+                self.inner.release()
             }
         }
 
@@ -358,16 +314,6 @@ macro_rules! rw_guard {
                     .field("lock", &self.lock)
                     .field("held", &self.is_held())
                     .finish()
-            }
-        }
-
-        impl Drop for $name {
-            fn drop(&mut self) {
-                if !self.released {
-                    if let Err(e) = self.release_inner() {
-                        log::warn!("redlease: releasing {:?} on drop: {e}", self.lock);
-                    }
-                }
             }
         }
     };
@@ -380,6 +326,6 @@ impl WriteGuard {
     /// The fencing token of this write hold (strictly increasing per name,
     /// shared with [`Client::lock`] of the same name).
     pub fn fencing_token(&self) -> u64 {
-        self.hold.fence
+        self.inner.held().fence
     }
 }

@@ -5,11 +5,12 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::backend::Script;
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::renewal::{self, LeaseState};
-use crate::scripts::{SEM_ACQUIRE, SEM_RELEASE, SEM_RESIZE, SEM_STATE, ZSET_EXTEND};
-use crate::wakeup::{deadline_after, waited, Attempt, Turns};
+use crate::lease::{self, Holding, Spec};
+use crate::scripts::{QUEUE_LEAVE, SEM_ACQUIRE, SEM_RELEASE, SEM_RESIZE, SEM_STATE, ZSET_EXTEND};
+use crate::wakeup::{deadline_after, waited, Turns};
 
 #[derive(Debug)]
 struct Keys {
@@ -179,96 +180,83 @@ impl Semaphore {
                 self.permits
             )));
         }
+        if self.client.backend().is_redlock() {
+            return Err(Error::new(
+                crate::ErrorKind::Unsupported,
+                "semaphores need a single leader (one server, Sentinel or Cluster)",
+            ));
+        }
         let lease = self.lease.unwrap_or(self.client.watchdog_timeout());
-        let lease_arg = renewal::lease_millis(lease)?.to_string();
-        let token = self.client.new_token();
-        let member = format!("{k}:{token}");
-        let backend = self.client.backend();
+        let lease_arg = lease::lease_millis(lease)?.to_string();
         let wakeup = self.client.wakeup();
-        let permits_arg = self.permits.to_string();
-        let k_arg = k.to_string();
-        let fair_arg = if self.fair { "1" } else { "0" };
         let queue_ttl = (wakeup.fallback() * 3 + Duration::from_secs(1))
             .as_millis()
             .to_string();
-        let turns = if self.fair {
-            Turns::Server
-        } else {
-            Turns::Local
-        };
-        let acquired = wakeup.acquire(&keys.permits, turns, deadline, || {
-            let sent = Instant::now();
-            let reply: Result<(i64, i64)> = backend.eval(
-                &SEM_ACQUIRE,
-                &[
-                    &keys.permits,
-                    &keys.count,
-                    &keys.queue,
-                    &keys.queue_deadlines,
-                ],
-                &[
-                    member.as_bytes(),
-                    lease_arg.as_bytes(),
-                    permits_arg.as_bytes(),
-                    k_arg.as_bytes(),
-                    fair_arg.as_bytes(),
-                    queue_ttl.as_bytes(),
-                ],
-            );
-            match reply {
-                Ok((1, _)) => Ok(Attempt::Acquired(sent)),
-                Ok((_, wait)) => Ok(Attempt::busy_ms(wait)),
-                Err(e) => {
-                    if e.is_ambiguous() {
-                        let _ = self.release_member(keys, &member);
-                    }
-                    Err(e)
-                }
-            }
-        });
-        if self.fair && !matches!(acquired, Ok(Some(_))) {
-            wakeup.leave_queue(
-                &keys.queue,
-                &keys.queue_deadlines,
-                member.as_bytes(),
-                &keys.permits,
-            );
-        }
-        let Some(sent) = acquired? else {
-            return Ok(None);
-        };
-        let state = renewal::start(
-            backend,
-            self.lease.is_none(),
-            sent,
-            lease,
-            &ZSET_EXTEND,
-            vec![keys.permits.to_vec(), keys.count.clone()],
-            vec![member.clone().into_bytes(), lease_arg.into_bytes()],
-        );
-        Ok(Some(Permit {
+        let held = lease::acquire(&self.client, None, deadline, |token| {
+            let member = format!("{k}:{token}").into_bytes();
+            let ms = lease_arg.as_bytes().to_vec();
+            let release_args = vec![
+                member.clone(),
+                wakeup.channel().to_vec(),
+                wakeup.message(&keys.permits),
+            ];
+            Ok(Spec {
+                wake: keys.permits.clone(),
+                turns: if self.fair {
+                    Turns::Server
+                } else {
+                    Turns::Local
+                },
+                jump: false,
+                lease,
+                watchdog: self.lease.is_none(),
+                grant: Script::new(
+                    &SEM_ACQUIRE,
+                    vec![
+                        keys.permits.to_vec(),
+                        keys.count.clone(),
+                        keys.queue.clone(),
+                        keys.queue_deadlines.clone(),
+                    ],
+                    vec![
+                        member.clone(),
+                        ms.clone(),
+                        self.permits.to_string().into_bytes(),
+                        k.to_string().into_bytes(),
+                        if self.fair {
+                            b"1".to_vec()
+                        } else {
+                            b"0".to_vec()
+                        },
+                        queue_ttl.as_bytes().to_vec(),
+                    ],
+                ),
+                fence: None,
+                release: Script::new(
+                    &SEM_RELEASE,
+                    vec![keys.permits.to_vec(), keys.count.clone()],
+                    release_args.clone(),
+                ),
+                extend: Script::new(
+                    &ZSET_EXTEND,
+                    vec![keys.permits.to_vec(), keys.count.clone()],
+                    vec![member, ms],
+                ),
+                leave: self.fair.then(|| {
+                    Script::new(
+                        &QUEUE_LEAVE,
+                        vec![keys.queue.clone(), keys.queue_deadlines.clone()],
+                        release_args,
+                    )
+                }),
+            })
+        })?;
+        Ok(held.map(|held| Permit {
             semaphore: self.clone(),
-            member,
             count: k,
-            lease: state,
-            released: false,
+            inner: Holding::new(self.client.clone(), None, held),
             _not_send: PhantomData,
         }))
-    }
-
-    fn release_member(&self, keys: &Keys, member: &str) -> Result<bool> {
-        let wakeup = self.client.wakeup();
-        let released: i64 = self.client.backend().eval(
-            &SEM_RELEASE,
-            &[&keys.permits, &keys.count],
-            &[
-                member.as_bytes(),
-                wakeup.channel(),
-                &wakeup.message(&keys.permits),
-            ],
-        )?;
-        wakeup.notify_local(&keys.permits);
-        Ok(released == 1)
     }
 }
 
@@ -278,10 +266,8 @@ impl Semaphore {
 #[must_use = "the permits are returned as soon as the guard is dropped"]
 pub struct Permit {
     semaphore: Semaphore,
-    member: String,
     count: u32,
-    lease: Arc<LeaseState>,
-    released: bool,
+    inner: Holding,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -303,34 +289,11 @@ impl Permit {
 
     /// Whether the permits are still believed held (no round trip).
     pub fn is_held(&self) -> bool {
-        self.lease.is_held()
+        self.inner.is_held()
     }
 
     /// Returns the permits; `LockLost` if their lease had ended.
     pub fn release(mut self) -> Result<()> {
-        self.released = true;
-        self.release_inner()
-    }
-
-    fn release_inner(&mut self) -> Result<()> {
-        self.lease.finish();
-        let keys = self.semaphore.keys()?;
-        if self.semaphore.release_member(keys, &self.member)? {
-            Ok(())
-        } else {
-            Err(Error::lost(
-                "the permits' lease ended before release (expired, flushed or force-released)",
-            ))
-        }
-    }
-}
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        if !self.released {
-            if let Err(e) = self.release_inner() {
-                log::warn!("redlease: returning {self:?} on drop: {e}");
-            }
-        }
+        self.inner.release()
     }
 }

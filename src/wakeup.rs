@@ -141,17 +141,6 @@ impl Wakeup {
         m
     }
 
-    /// Takes `member` out of a fair queue after it gave up (or failed), and
-    /// wakes the others so that nobody waits for a departed entry. Best
-    /// effort: an entry left behind expires with its queue deadline.
-    pub(crate) fn leave_queue(&self, queue: &[u8], deadlines: &[u8], member: &[u8], key: &[u8]) {
-        let _: Result<i64> = self.backend.eval(
-            &crate::scripts::QUEUE_LEAVE,
-            &[queue, deadlines],
-            &[member, self.channel(), &self.message(key)],
-        );
-    }
-
     /// Wakes this client's head waiter for `key` (after a local release; the
     /// published message from ourselves is then ignored).
     pub(crate) fn notify_local(&self, key: &[u8]) {
@@ -174,32 +163,43 @@ impl Wakeup {
     }
 
     /// The waiting loop every primitive shares. `attempt` is one round trip
-    /// that either acquires or reports how long the holder may keep it.
-    /// Returns `None` when `deadline` passes first (`Some(now)` = try once).
+    /// that either acquires or reports how long the holder may keep it; it
+    /// must be safe to repeat (every granting script re-grants the same
+    /// hold to the same token). Returns `None` when `deadline` passes first
+    /// (`Some(now)` = try once). `jump` skips this client's local queue
+    /// (a downgrade must not wait behind waiters that wait for itself).
+    ///
+    /// Outcomes: a reply decides; an attempt whose connection broke at once
+    /// (it may have run) is repeated at once to learn the outcome; a server
+    /// that cannot be reached is ridden out for up to the outage tolerance
+    /// by a caller willing to wait, and reported at once by `try_*`. An
+    /// error ends the wait with that error, also at the deadline.
     pub(crate) fn acquire<T>(
         &self,
         key: &[u8],
         turns: Turns,
         deadline: Option<Instant>,
+        jump: bool,
         mut attempt: impl FnMut() -> Result<Attempt<T>>,
     ) -> Result<Option<T>> {
         let server = turns == Turns::Server;
+        let mut tries = Tries::new(
+            self.shared.outage_tolerance,
+            self.backend.timeouts().response,
+            deadline,
+        );
         // Fast path: nobody of ours is queued, so trying first is fair.
-        let mut outage: Option<Instant> = None;
-        let mut backoff = Duration::ZERO;
-        if server || !self.shared.has_queue(key) {
-            match attempt() {
-                Ok(Attempt::Acquired(v)) => return Ok(Some(v)),
-                Ok(Attempt::Busy(_)) => {}
-                // try_* reports connection errors at once; a caller willing
-                // to wait rides out a short outage (see below).
-                Err(e) if is_outage(&e) && deadline.is_none_or(|d| Instant::now() < d) => {
-                    outage = Some(Instant::now());
+        if server || jump || !self.shared.has_queue(key) {
+            loop {
+                match tries.judge(&mut attempt) {
+                    Step::Done(v) => return Ok(Some(v)),
+                    Step::Again => continue,
+                    Step::Fail(e) => return Err(e),
+                    Step::Wait(_) => break,
                 }
-                Err(e) => return Err(e),
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(None);
+            if tries.past_deadline() {
+                return tries.timed_out();
             }
         }
         self.ensure_subscribed();
@@ -209,7 +209,7 @@ impl Wakeup {
             let now = Instant::now();
             let left = deadline.map(|d| d.saturating_duration_since(now));
             if left == Some(Duration::ZERO) {
-                return Ok(None);
+                return tries.timed_out();
             }
             if !server && !self.shared.is_head(key, &waiter) {
                 // Wait for our turn; the head's departure wakes us.
@@ -221,25 +221,11 @@ impl Wakeup {
             }
             // Drop a stale wake-up: this attempt sees the current state.
             let _ = waiter.rx.try_recv();
-            let retry = match attempt() {
-                Ok(Attempt::Acquired(v)) => return Ok(Some(v)),
-                Ok(Attempt::Busy(retry)) => {
-                    outage = None;
-                    retry
-                }
-                Err(e) if is_outage(&e) => {
-                    // A waiter rides out a short outage (a restart, a
-                    // Sentinel failover) instead of failing at once; a
-                    // longer one, or the caller's deadline, ends the wait.
-                    let since = *outage.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= self.shared.outage_tolerance {
-                        return Err(e);
-                    }
-                    backoff =
-                        (backoff * 2).clamp(Duration::from_millis(20), Duration::from_millis(500));
-                    Some(backoff)
-                }
-                Err(e) => return Err(e),
+            let retry = match tries.judge(&mut attempt) {
+                Step::Done(v) => return Ok(Some(v)),
+                Step::Again => continue,
+                Step::Fail(e) => return Err(e),
+                Step::Wait(retry) => retry,
             };
             let mut wait = retry
                 .unwrap_or(self.shared.fallback)
@@ -455,6 +441,91 @@ pub(crate) fn waited<T>(r: Option<T>) -> Result<T> {
 /// Errors a waiter retries through: the server is unreachable or slow.
 fn is_outage(e: &crate::error::Error) -> bool {
     matches!(e.kind(), ErrorKind::Connection | ErrorKind::Pool)
+}
+
+/// What to do after one attempt.
+enum Step<T> {
+    Done(T),
+    /// Its connection broke at once: the script may have run. Repeat now:
+    /// the same token gets the same hold, or a definite "busy".
+    Again,
+    /// Busy, or riding out an outage: wait at most this long.
+    Wait(Option<Duration>),
+    Fail(crate::error::Error),
+}
+
+/// The judge of one acquisition's attempts (see [`Wakeup::acquire`]).
+struct Tries {
+    tolerance: Duration,
+    response: Duration,
+    deadline: Option<Instant>,
+    /// When the attempt that started the current outage began.
+    outage: Option<Instant>,
+    /// The error of the last attempt, if it failed (reported at the deadline).
+    last: Option<crate::error::Error>,
+    backoff: Duration,
+    /// Immediate repeats left (bounds a flapping connection).
+    repeats: u32,
+}
+
+impl Tries {
+    fn new(tolerance: Duration, response: Duration, deadline: Option<Instant>) -> Tries {
+        Tries {
+            tolerance,
+            response,
+            deadline,
+            outage: None,
+            last: None,
+            backoff: Duration::ZERO,
+            repeats: 3,
+        }
+    }
+
+    fn past_deadline(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// At the deadline: "timed out", or the error that kept us from knowing.
+    fn timed_out<T>(&mut self) -> Result<Option<T>> {
+        match self.last.take() {
+            Some(e) => Err(e),
+            None => Ok(None),
+        }
+    }
+
+    fn judge<T>(&mut self, attempt: &mut impl FnMut() -> Result<Attempt<T>>) -> Step<T> {
+        let started = Instant::now();
+        match attempt() {
+            Ok(Attempt::Acquired(v)) => Step::Done(v),
+            Ok(Attempt::Busy(retry)) => {
+                self.outage = None;
+                self.last = None;
+                Step::Wait(retry)
+            }
+            Err(e)
+                if e.is_ambiguous()
+                    && self.repeats > 0
+                    && started.elapsed() < self.response / 2 =>
+            {
+                self.repeats -= 1;
+                self.last = Some(e);
+                Step::Again
+            }
+            Err(e) if is_outage(&e) => {
+                // A waiter rides out a short outage (a restart, a Sentinel
+                // failover); a longer one, or the caller's deadline, ends it.
+                let since = *self.outage.get_or_insert(started);
+                if since.elapsed() >= self.tolerance || self.past_deadline() {
+                    return Step::Fail(e);
+                }
+                self.last = Some(e);
+                self.backoff =
+                    (self.backoff * 2).clamp(Duration::from_millis(20), Duration::from_millis(500));
+                Step::Wait(Some(self.backoff))
+            }
+            Err(e) => Step::Fail(e),
+        }
+    }
 }
 
 /// The instant `d` from now, or `None` (wait forever) if that overflows.

@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use redis_test::server::RedisServer;
+pub mod proxy;
 
 pub struct Server {
     inner: Option<RedisServer>,

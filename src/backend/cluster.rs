@@ -7,7 +7,8 @@ use std::time::Duration;
 use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection};
 use redis::{FromRedisValue, Value};
 
-use crate::backend::{client_for, pool, warn_if_evicting, Call, Timeouts};
+use super::single::{client_for, pool, warn_if_evicting};
+use super::{Call, Timeouts};
 use crate::error::{Error, Result};
 use crate::scripts::Lua;
 
@@ -41,8 +42,22 @@ impl ClusterLeader {
         Ok(ClusterLeader { pool, seeds })
     }
 
+    /// A pooled cluster connection, or a *not sent* error.
     fn conn(&self) -> Result<r2d2::PooledConnection<ClusterClient>> {
-        Ok(self.pool.get()?)
+        self.pool.get().map_err(|e| Error::from(e).unsent())
+    }
+
+    /// Runs one script once (the cluster connection routes it by slot).
+    pub(crate) fn call<T: FromRedisValue>(
+        &self,
+        call: &Call<'_>,
+        _deadline: Option<std::time::Instant>,
+    ) -> Result<T> {
+        let mut con = self.conn()?;
+        Ok(call
+            .lua
+            .call(call.keys, call.args)
+            .invoke(&mut *con as &mut ClusterConnection)?)
     }
 
     pub(crate) fn check(&self) -> Result<()> {
@@ -62,6 +77,8 @@ impl ClusterLeader {
         keys: &[&[u8]],
         args: &[&[u8]],
     ) -> Result<T> {
+        // The cluster connection itself reconnects and retries moved or
+        // dropped calls; these scripts are harmless to repeat.
         let mut con = self.conn()?;
         Ok(lua
             .call(keys, args)
@@ -76,7 +93,9 @@ impl ClusterLeader {
     /// A cluster pipeline groups the calls per node. `EVALSHA` cannot be
     /// routed in one (nor `SCRIPT LOAD` sent to every node), so renewals go
     /// as `EVAL` with the script text: a few hundred bytes more per lease,
-    /// and no `NOSCRIPT` after a restart or `SCRIPT FLUSH`.
+    /// and no `NOSCRIPT` after a restart or `SCRIPT FLUSH`. The extend
+    /// scripts catch their own write errors (`redis.pcall`), so one bad
+    /// entry does not fail the pipeline here either.
     pub(crate) fn eval_batch(&self, calls: &[Call<'_>]) -> Result<Vec<Value>> {
         let mut pipe = redis::cluster::cluster_pipe();
         for call in calls {

@@ -10,9 +10,15 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::backend::{Call, Node};
+use super::{Call, Node};
 use crate::error::{Error, ErrorKind, Result};
 use crate::scripts::FENCE_RAISE;
+
+/// What a lease loses to clock drift between independent masters: 1 % of
+/// the lease plus 2 ms, subtracted at acquisition and at every renewal.
+pub(crate) fn drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
 
 /// Independent masters; a majority decides.
 pub(crate) struct Redlock {
@@ -67,28 +73,34 @@ impl Redlock {
     }
 
     /// A granting script on every master: granted only with a majority of
-    /// grants *and* time left on the lease (lease − elapsed − drift, drift =
-    /// 1 % of the lease + 2 ms); the value is the largest granted value.
+    /// grants *and* time left on the lease (lease − elapsed − drift); the
+    /// value is the largest granted value. A master that fails or answers
+    /// an error (foreign data included) is one missing vote, as in
+    /// go-redsync: a majority still decides, and the error is logged.
+    ///
+    /// With a fencing counter (`fence`), the fence is handed out only after
+    /// a majority of masters confirms its counter is at least that fence,
+    /// so any later majority overlaps one of them and draws a larger one.
+    ///
     /// Otherwise `undo` runs on every master (also those that seemed to
     /// fail: their reply may have been lost) and the wait is the shortest a
     /// refusing master reported, or a short jittered pause on split votes.
     pub(crate) fn grant(
         &self,
-        call: Call<'_>,
-        undo: Call<'_>,
+        call: &Call<'_>,
+        undo: &Call<'_>,
         lease: Duration,
+        fence: Option<&[u8]>,
     ) -> Result<(i64, i64)> {
         let start = Instant::now();
-        let keys: Vec<&[u8]> = call.keys.iter().map(|k| k.as_slice()).collect();
-        let args: Vec<&[u8]> = call.args.iter().map(|a| a.as_slice()).collect();
         let votes = on_all(&self.nodes, |n| {
-            n.eval::<(i64, i64)>(call.lua, &keys, &args)
+            n.call::<(i64, i64)>(call, Some(undo), None)
         });
-        let elapsed = start.elapsed();
         let mut grants = 0;
         let mut best = 0;
         let mut wait: Option<i64> = None;
         let mut errors = 0;
+        let mut foreign = None;
         let mut last_err = None;
         for v in votes {
             match v {
@@ -99,37 +111,42 @@ impl Redlock {
                 Ok((_, ms)) if ms > 0 => wait = Some(wait.map_or(ms, |w: i64| w.min(ms))),
                 Ok(_) => {}
                 Err(e) => {
-                    // A definite refusal (foreign data) is the caller's
-                    // error; anything else is one missing vote.
-                    if e.kind() == ErrorKind::WrongType {
-                        last_err = Some(e);
-                        break;
-                    }
                     errors += 1;
-                    last_err = Some(e);
+                    if e.kind() == ErrorKind::WrongType {
+                        foreign = Some(e);
+                    } else {
+                        last_err = Some(e);
+                    }
                 }
             }
         }
-        let drift = lease / 100 + Duration::from_millis(2);
-        let valid = lease
-            .checked_sub(elapsed + drift)
-            .is_some_and(|v| !v.is_zero());
         let q = self.quorum();
-        if grants >= q
-            && valid
-            && last_err
-                .as_ref()
-                .is_none_or(|e| e.kind() != ErrorKind::WrongType)
-        {
-            return Ok((1, best));
+        if grants >= q {
+            if let Some(e) = &foreign {
+                log::warn!(
+                    "redlease: a Redlock master refused the lease, counted as a missing vote: {e}"
+                );
+            }
+            let agreed = match fence {
+                Some(key) => self.agree_on_fence(key, best),
+                None => true,
+            };
+            let valid = lease
+                .checked_sub(start.elapsed() + drift(lease))
+                .is_some_and(|v| !v.is_zero());
+            if agreed && valid {
+                return Ok((1, best));
+            }
         }
-        self.undo(&undo);
-        if let Some(e) = last_err.take_if(|e| e.kind() == ErrorKind::WrongType) {
-            return Err(e);
-        }
-        if errors > self.nodes.len() - q {
-            // Too many masters unreachable for any majority: report it
-            // instead of waiting forever on an impossible quorum.
+        self.undo(undo);
+        if grants < q && errors > self.nodes.len() - q {
+            // Too many masters failing for any majority: report it instead
+            // of waiting forever on an impossible quorum.
+            if last_err.is_none() {
+                if let Some(e) = foreign {
+                    return Err(e);
+                }
+            }
             let e = Error::new(
                 ErrorKind::QuorumNotReached,
                 format!(
@@ -137,7 +154,7 @@ impl Redlock {
                     self.nodes.len()
                 ),
             );
-            return Err(match last_err {
+            return Err(match last_err.or(foreign) {
                 Some(src) => e.with_source(src),
                 None => e,
             });
@@ -155,23 +172,31 @@ impl Redlock {
         });
     }
 
-    /// Masters count fences independently, so after a grant the counters
-    /// are raised to the fence handed out: any later majority shares a
-    /// master with this one and so draws a larger fence.
-    pub(crate) fn raise_fence(&self, key: &[u8], fence: i64) {
+    /// Masters count fences independently: raise every counter to the fence
+    /// about to be handed out, and require a majority to confirm it reached
+    /// at least that value. A raise that was lost on one master is then
+    /// harmless: the majority that confirmed overlaps every later majority.
+    fn agree_on_fence(&self, key: &[u8], fence: i64) -> bool {
         let f = fence.to_string();
-        on_all(&self.nodes, |n| {
-            let _ = n.eval::<i64>(&FENCE_RAISE, &[key], &[f.as_bytes()]);
-        });
+        let keys = [key.to_vec()];
+        let args = [f.into_bytes()];
+        let raise = Call {
+            lua: &FENCE_RAISE,
+            keys: &keys,
+            args: &args,
+        };
+        let confirmed = on_all(&self.nodes, |n| n.call::<i64>(&raise, None, None))
+            .into_iter()
+            .filter(|r| matches!(r, Ok(v) if *v >= fence))
+            .count();
+        confirmed >= self.quorum()
     }
 
     /// A confirming script on every master: `1` when a majority confirms,
     /// `0` when so many deny that no majority can still hold it, otherwise
     /// `QuorumNotReached`.
-    pub(crate) fn confirm(&self, call: Call<'_>) -> Result<i64> {
-        let keys = slices(call.keys);
-        let args = slices(call.args);
-        let votes = on_all(&self.nodes, |n| n.eval::<i64>(call.lua, &keys, &args));
+    pub(crate) fn confirm(&self, call: &Call<'_>) -> Result<i64> {
+        let votes = on_all(&self.nodes, |n| n.call::<i64>(call, None, None));
         self.combine(votes.iter().map(|v| v.as_ref().ok().copied()))
             .ok_or_else(|| {
                 Error::new(
@@ -191,8 +216,8 @@ impl Redlock {
 
     /// Renewal batches: one pipeline per master, in parallel; per call
     /// `Int(1)`/`Int(0)` when a majority decides, `Nil` when undecided.
-    pub(crate) fn eval_batch(&self, calls: &[Call<'_>]) -> Vec<Value> {
-        let per_node = on_all(&self.nodes, |n| n.eval_batch(calls).ok());
+    pub(crate) fn eval_batch(&self, calls: &[Call<'_>], limit: Duration) -> Vec<Value> {
+        let per_node = on_all(&self.nodes, |n| n.eval_batch(calls, limit).ok());
         (0..calls.len())
             .map(|i| {
                 let votes = per_node

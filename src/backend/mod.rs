@@ -1,0 +1,322 @@
+//! Where commands go: one pooled Redis server (fixed or behind Sentinels),
+//! a Redis Cluster, or a Redlock quorum of independent masters.
+//!
+//! The backend speaks scripts, keys and arguments only; it knows nothing of
+//! locks. Scripts that *grant* reply `{1, value}` or `{0, wait_ms}`; scripts
+//! that *confirm* (release, extend) reply `1` or `0`. On one server those
+//! replies pass through; on Redlock they are votes, combined by majority,
+//! so a primitive written against these calls works on every topology.
+//!
+//! Every failed call is classified (see [`Error::is_unsent`] and
+//! [`Error::is_ambiguous`]); deciding whether to repeat it is the lease
+//! lifecycle's job (`lease.rs`), which knows that every granting script
+//! re-grants the same hold to the same token.
+
+#[cfg(feature = "cluster")]
+mod cluster;
+mod redlock;
+mod single;
+
+use std::time::{Duration, Instant};
+
+use redis::{FromRedisValue, Value};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::scripts::Lua;
+
+use redlock::Redlock;
+pub(crate) use single::Node;
+
+/// Connection settings shared by pooled and dedicated connections.
+#[derive(Clone, Debug)]
+pub(crate) struct Timeouts {
+    pub(crate) connect: Duration,
+    pub(crate) response: Duration,
+    pub(crate) pool: Duration,
+    /// `rediss://`: trust these PEM root certificates instead of the
+    /// system's (the server certificate is verified either way).
+    #[cfg_attr(not(feature = "tls-rustls"), allow(dead_code))]
+    pub(crate) tls_root: Option<Vec<u8>>,
+}
+
+/// One script call: the script, its keys and its arguments.
+pub(crate) struct Call<'a> {
+    pub(crate) lua: &'static Lua,
+    pub(crate) keys: &'a [Vec<u8>],
+    pub(crate) args: &'a [Vec<u8>],
+}
+
+/// An owned script call, kept for later (a release, a renewal).
+#[derive(Clone)]
+pub(crate) struct Script {
+    pub(crate) lua: &'static Lua,
+    pub(crate) keys: Vec<Vec<u8>>,
+    pub(crate) args: Vec<Vec<u8>>,
+}
+
+impl Script {
+    pub(crate) fn new(lua: &'static Lua, keys: Vec<Vec<u8>>, args: Vec<Vec<u8>>) -> Script {
+        Script { lua, keys, args }
+    }
+
+    pub(crate) fn call(&self) -> Call<'_> {
+        Call {
+            lua: self.lua,
+            keys: &self.keys,
+            args: &self.args,
+        }
+    }
+}
+
+enum Kind {
+    Single(Box<Node>),
+    #[cfg(feature = "cluster")]
+    Cluster(Box<cluster::ClusterLeader>),
+    Redlock(Redlock),
+}
+
+/// The servers a client talks to.
+pub(crate) struct Backend {
+    kind: Kind,
+    timeouts: Timeouts,
+    /// Make grants wait for this many replicas (one leader only).
+    replica_ack: Option<(u32, Duration)>,
+}
+
+fn unsupported() -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        "this operation needs a single leader (one server, Sentinel or Cluster); \
+         on Redlock only the exclusive lock is supported",
+    )
+}
+
+impl Backend {
+    pub(crate) fn single(url: &str, pool_size: u32, timeouts: Timeouts) -> Result<Backend> {
+        let node = Node::open(url, pool_size, timeouts.clone(), false)?;
+        Ok(Backend {
+            kind: Kind::Single(Box::new(node)),
+            timeouts,
+            replica_ack: None,
+        })
+    }
+
+    /// The master a set of Sentinels names; re-resolved for every new
+    /// connection. `master_auth` is (username, password) for the master and
+    /// its replicas; Sentinel credentials go in the Sentinel URLs.
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn sentinel(
+        urls: &[String],
+        master: &str,
+        master_auth: Option<(Option<String>, String)>,
+        pool_size: u32,
+        timeouts: Timeouts,
+    ) -> Result<Backend> {
+        use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+        if urls.is_empty() {
+            return Err(Error::invalid("Sentinel needs at least one sentinel URL"));
+        }
+        let infos = urls
+            .iter()
+            .map(|u| {
+                redis::IntoConnectionInfo::into_connection_info(u.as_str()).map_err(|e| {
+                    Error::invalid(format!("cannot use sentinel URL {u:?}")).with_source(e)
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut redis_info = redis::RedisConnectionInfo::default();
+        if let Some((user, pass)) = master_auth {
+            if let Some(user) = user {
+                redis_info = redis_info.set_username(user);
+            }
+            redis_info = redis_info.set_password(pass);
+        }
+        let node_info = SentinelNodeConnectionInfo::default().set_redis_connection_info(redis_info);
+        let client = SentinelClient::build(
+            infos,
+            String::from(master),
+            Some(node_info),
+            SentinelServerType::Master,
+        )
+        .map_err(|e| Error::invalid("invalid Sentinel configuration").with_source(e))?;
+        let source = single::Source::Sentinel(std::sync::Mutex::new(client));
+        Ok(Backend {
+            kind: Kind::Single(Box::new(Node::with_source(
+                source,
+                pool_size,
+                timeouts.clone(),
+                false,
+            ))),
+            timeouts,
+            replica_ack: None,
+        })
+    }
+
+    /// Makes every grant wait for `replicas` replicas (see
+    /// `Node::grant_acked`). Only with a single leader.
+    pub(crate) fn with_replica_ack(mut self, replicas: u32, timeout: Duration) -> Result<Backend> {
+        if !matches!(self.kind, Kind::Single(_)) {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "replica_ack works with one server or Sentinel, not with Cluster or Redlock",
+            ));
+        }
+        self.replica_ack = Some((replicas, timeout));
+        Ok(self)
+    }
+
+    pub(crate) fn redlock(urls: &[String], pool_size: u32, timeouts: Timeouts) -> Result<Backend> {
+        let nodes = urls
+            .iter()
+            .map(|u| Node::open(u, pool_size, timeouts.clone(), true))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Backend {
+            kind: Kind::Redlock(Redlock::new(nodes)?),
+            timeouts,
+            replica_ack: None,
+        })
+    }
+
+    #[cfg(feature = "cluster")]
+    pub(crate) fn cluster(urls: &[String], pool_size: u32, timeouts: Timeouts) -> Result<Backend> {
+        let leader = cluster::ClusterLeader::open(urls, pool_size, timeouts.clone())?;
+        Ok(Backend {
+            kind: Kind::Cluster(Box::new(leader)),
+            timeouts,
+            replica_ack: None,
+        })
+    }
+
+    /// Checks that the servers answer (a majority, on Redlock), warning
+    /// about eviction policies on the way.
+    pub(crate) fn check(&self) -> Result<()> {
+        match &self.kind {
+            Kind::Single(node) => node.check(),
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(c) => c.check(),
+            Kind::Redlock(r) => r.check(),
+        }
+    }
+
+    /// Whether this backend is a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        match &self.kind {
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(_) => true,
+            _ => false,
+        }
+    }
+
+    /// Whether every primitive is available (one authoritative server per key).
+    pub(crate) fn is_redlock(&self) -> bool {
+        matches!(self.kind, Kind::Redlock(_))
+    }
+
+    /// Runs one script on the key's leader, tried again on a fresh
+    /// connection if the first was found dropped: only for scripts that
+    /// are harmless to repeat (reads, clean-ups). Not on Redlock.
+    pub(crate) fn eval<T: FromRedisValue>(
+        &self,
+        lua: &Lua,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<T> {
+        match &self.kind {
+            Kind::Single(node) => node.eval(lua, keys, args),
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(c) => c.eval(lua, keys, args),
+            Kind::Redlock(_) => Err(unsupported()),
+        }
+    }
+
+    /// Runs one plain command on the leader (not on Redlock).
+    pub(crate) fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        match &self.kind {
+            Kind::Single(node) => node.query(cmd),
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(c) => c.query(cmd),
+            Kind::Redlock(_) => Err(unsupported()),
+        }
+    }
+
+    /// Runs a granting script once: `{1, value}` or `{0, wait_ms}`. `undo`
+    /// is the token-checked release of what the script may have granted: it
+    /// follows a late reply on the same connection, and on Redlock it
+    /// cleans up a failed attempt on every master. `fence` names the fencing
+    /// counter the script draws from, if any: on Redlock a fence is handed
+    /// out only once a majority of masters confirms its counter has reached
+    /// it.
+    pub(crate) fn grant(
+        &self,
+        call: &Call<'_>,
+        undo: &Call<'_>,
+        lease: Duration,
+        fence: Option<&[u8]>,
+        deadline: Option<Instant>,
+    ) -> Result<(i64, i64)> {
+        match (&self.kind, self.replica_ack) {
+            (Kind::Redlock(r), _) => r.grant(call, undo, lease, fence),
+            (Kind::Single(node), Some((replicas, timeout))) => {
+                node.grant_acked(call, undo, replicas, timeout, deadline)
+            }
+            (Kind::Single(node), None) => node.call(call, Some(undo), deadline),
+            #[cfg(feature = "cluster")]
+            (Kind::Cluster(c), _) => c.call(call, deadline),
+        }
+    }
+
+    /// Runs a confirming script once (`1` done, `0` not ours); on Redlock
+    /// by majority.
+    pub(crate) fn confirm(&self, call: &Call<'_>) -> Result<i64> {
+        match &self.kind {
+            Kind::Redlock(r) => r.confirm(call),
+            Kind::Single(node) => node.call(call, None, None),
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(c) => c.call(call, None),
+        }
+    }
+
+    /// Whether `key` exists (on a majority, on Redlock).
+    pub(crate) fn exists(&self, key: &[u8]) -> Result<bool> {
+        match &self.kind {
+            Kind::Redlock(r) => Ok(r.exists(key)),
+            _ => self.query(redis::cmd("EXISTS").arg(key)),
+        }
+    }
+
+    /// Many confirming calls in one round trip per server (renewal), waiting
+    /// at most `limit`. Each reply is `Int(1)` (confirmed), `Int(0)`
+    /// (denied), or anything else (undecided: retry later).
+    pub(crate) fn eval_batch(&self, calls: &[Call<'_>], limit: Duration) -> Result<Vec<Value>> {
+        match &self.kind {
+            Kind::Single(node) => node.eval_batch(calls, limit),
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(c) => c.eval_batch(calls),
+            Kind::Redlock(r) => Ok(r.eval_batch(calls, limit)),
+        }
+    }
+
+    /// A dedicated connection outside the pools (for the wake-up subscriber).
+    pub(crate) fn dedicated(&self) -> Result<redis::Connection> {
+        let t = self.timeouts.connect;
+        match &self.kind {
+            Kind::Single(node) => node.dedicated(t),
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(c) => c.dedicated(t),
+            Kind::Redlock(r) => r.dedicated(t),
+        }
+    }
+
+    pub(crate) fn timeouts(&self) -> &Timeouts {
+        &self.timeouts
+    }
+
+    /// What a lease loses to clock drift between independent masters
+    /// (zero with a single leader), at acquisition and at every renewal.
+    pub(crate) fn drift(&self, lease: Duration) -> Duration {
+        match self.kind {
+            Kind::Redlock(_) => redlock::drift(lease),
+            _ => Duration::ZERO,
+        }
+    }
+}

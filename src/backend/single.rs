@@ -1,0 +1,501 @@
+//! One Redis server (fixed, or the master the Sentinels name) and its pool.
+//!
+//! This is where a call's outcome is classified (see the fault model in
+//! GUARANTEES.md): a call that never got a connection is *not sent*
+//! ([`Error::is_unsent`]); a call whose reply was lost or late *may have
+//! run*; a reply is *executed*. Nothing here retries a script: only the
+//! caller knows whether running it twice is harmless.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use once_cell::sync::Lazy;
+use redis::{FromRedisValue, Value};
+
+use super::{Call, Timeouts};
+use crate::error::{Error, ErrorKind, Result};
+
+/// A lazily filled pool: connections open on demand. No test on checkout:
+/// a PING per checkout would double the round trips of every acquire;
+/// broken connections are noticed by `has_broken` and replaced.
+pub(crate) fn pool<M: r2d2::ManageConnection>(
+    manager: M,
+    pool_size: u32,
+    timeouts: &Timeouts,
+) -> r2d2::Pool<M> {
+    r2d2::Pool::builder()
+        .max_size(pool_size)
+        .min_idle(Some(0))
+        .test_on_check_out(false)
+        .connection_timeout(timeouts.pool)
+        .build_unchecked(manager)
+}
+
+/// [`open_client`], with a bad URL reported as an invalid argument.
+pub(crate) fn client_for(url: &str, timeouts: &Timeouts) -> Result<redis::Client> {
+    open_client(url, timeouts)
+        .map_err(|e| Error::invalid(format!("cannot use redis URL {url:?}")).with_source(e))
+}
+
+/// A client for one URL; with TLS, verifying the server's certificate
+/// against the configured roots or the system's.
+pub(crate) fn open_client(url: &str, timeouts: &Timeouts) -> redis::RedisResult<redis::Client> {
+    #[cfg(feature = "tls-rustls")]
+    if let Some(root) = &timeouts.tls_root {
+        // rustls needs a process-wide crypto provider; installing one twice
+        // is harmless (the second call just reports the first).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        return redis::Client::build_with_tls(
+            url,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root.clone()),
+            },
+        );
+    }
+    #[cfg(feature = "tls-rustls")]
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = timeouts;
+    redis::Client::open(url)
+}
+
+/// Where a node's connections go: a fixed address, or whichever server the
+/// Sentinels currently name as master (asked again for every new
+/// connection, so the pool follows the master across a failover).
+pub(crate) enum Source {
+    Url(redis::Client),
+    #[cfg(feature = "sentinel")]
+    Sentinel(std::sync::Mutex<redis::sentinel::SentinelClient>),
+}
+
+impl Source {
+    fn client(&self) -> redis::RedisResult<redis::Client> {
+        match self {
+            Source::Url(c) => Ok(c.clone()),
+            #[cfg(feature = "sentinel")]
+            Source::Sentinel(s) => s.lock().unwrap_or_else(|p| p.into_inner()).get_client(),
+        }
+    }
+}
+
+/// A pooled connection that can be retired by us, not only by the socket:
+/// after a failover the old master may still accept connections but answer
+/// writes with `READONLY`, and a connection whose reply is late must not
+/// serve the next caller (it would wait behind the stalled command).
+pub(crate) struct Con {
+    inner: redis::Connection,
+    broken: bool,
+    /// The node's generation when this connection was opened (see
+    /// `Node::generation`).
+    generation: u64,
+}
+
+impl Con {
+    /// Writes `call` as a self-contained `EVAL` without waiting for its
+    /// reply. The server runs it after everything sent before on this
+    /// connection, even once we have closed it.
+    fn send_eval(&mut self, call: &Call<'_>) {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(call.lua.code).arg(call.keys.len());
+        for k in call.keys {
+            cmd.arg(k.as_slice());
+        }
+        for a in call.args {
+            cmd.arg(a.as_slice());
+        }
+        let _ = self.inner.send_packed_command(&cmd.get_packed_command());
+    }
+}
+
+impl redis::ConnectionLike for Con {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<Value> {
+        self.inner.req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<Value>> {
+        self.inner.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.inner.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        !self.broken && self.inner.is_open()
+    }
+}
+
+/// Opens connections with timeouts, so that no command can hang forever.
+pub(crate) struct Manager {
+    source: Arc<Source>,
+    timeouts: Timeouts,
+    generation: Arc<AtomicU64>,
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Con;
+    type Error = redis::RedisError;
+
+    fn connect(&self) -> Result<Con, redis::RedisError> {
+        let generation = self.generation.load(Ordering::Acquire);
+        let inner = self
+            .source
+            .client()?
+            .get_connection_with_timeout(self.timeouts.connect)?;
+        inner.set_read_timeout(Some(self.timeouts.response))?;
+        inner.set_write_timeout(Some(self.timeouts.response))?;
+        Ok(Con {
+            inner,
+            broken: false,
+            generation,
+        })
+    }
+
+    fn is_valid(&self, con: &mut Con) -> Result<(), redis::RedisError> {
+        redis::cmd("PING").query::<()>(con)
+    }
+
+    fn has_broken(&self, con: &mut Con) -> bool {
+        !redis::ConnectionLike::is_open(con)
+    }
+}
+
+/// One server and its pool.
+pub(crate) struct Node {
+    pool: r2d2::Pool<Manager>,
+    source: Arc<Source>,
+    timeouts: Timeouts,
+    /// Bumped when a connection is found dropped: after a server restart
+    /// every pooled connection is stale, and each would cost a failed call.
+    /// Connections opened before the bump are discarded at checkout.
+    generation: Arc<AtomicU64>,
+    /// Redlock only: after a failed connection attempt the master is skipped
+    /// (an immediate missing vote) until this instant, in ns since `EPOCH`,
+    /// so that a dead master costs one timeout per window, not per call.
+    down_until: Option<AtomicU64>,
+}
+
+/// How long a Redlock master that could not be reached is skipped.
+const DOWN_FOR: Duration = Duration::from_millis(500);
+
+static EPOCH: Lazy<Instant> = Lazy::new(Instant::now);
+
+fn now_nanos() -> u64 {
+    EPOCH.elapsed().as_nanos() as u64
+}
+
+/// Whether a failed call leaves its connection unusable (it is then
+/// retired rather than returned to the pool).
+fn breaks_connection(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.code() == Some("READONLY")
+}
+
+impl Node {
+    pub(crate) fn open(
+        url: &str,
+        pool_size: u32,
+        timeouts: Timeouts,
+        breaker: bool,
+    ) -> Result<Node> {
+        let client = client_for(url, &timeouts)?;
+        Ok(Node::with_source(
+            Source::Url(client),
+            pool_size,
+            timeouts,
+            breaker,
+        ))
+    }
+
+    pub(crate) fn with_source(
+        source: Source,
+        pool_size: u32,
+        timeouts: Timeouts,
+        breaker: bool,
+    ) -> Node {
+        let source = Arc::new(source);
+        let generation = Arc::new(AtomicU64::new(0));
+        let manager = Manager {
+            source: source.clone(),
+            timeouts: timeouts.clone(),
+            generation: generation.clone(),
+        };
+        let pool = pool(manager, pool_size, &timeouts);
+        Node {
+            pool,
+            source,
+            timeouts,
+            generation,
+            down_until: breaker.then(|| AtomicU64::new(0)),
+        }
+    }
+
+    /// A pooled connection, or a *not sent* error.
+    ///
+    /// An unreachable server fails within the connect timeout (capped by
+    /// the caller's deadline plus one response timeout); only a busy pool —
+    /// the server answers, every connection is in use — waits up to the pool
+    /// timeout.
+    fn conn(&self, deadline: Option<Instant>) -> Result<r2d2::PooledConnection<Manager>> {
+        if let Some(down) = &self.down_until {
+            if now_nanos() < down.load(Ordering::Relaxed) {
+                return Err(Error::new(
+                    ErrorKind::Connection,
+                    "master skipped: it could not be reached a moment ago",
+                )
+                .unsent());
+            }
+        }
+        let start = Instant::now();
+        let cap = deadline.map(|d| d.saturating_duration_since(start) + self.timeouts.response);
+        let first = self
+            .timeouts
+            .connect
+            .min(self.timeouts.pool)
+            .min(cap.unwrap_or(Duration::MAX));
+        for _ in 0..=self.pool.max_size() {
+            let got = match self.pool.get_timeout(first.max(Duration::from_millis(1))) {
+                Ok(c) => Ok(c),
+                Err(e) if e.to_string().contains(": ") => Err(e), // could not connect
+                Err(_) => {
+                    // Every connection is busy: wait for one, up to the pool
+                    // timeout in all.
+                    let rest = self
+                        .timeouts
+                        .pool
+                        .min(cap.unwrap_or(Duration::MAX))
+                        .saturating_sub(start.elapsed());
+                    self.pool.get_timeout(rest.max(Duration::from_millis(1)))
+                }
+            };
+            let mut con = got.map_err(|e| {
+                let e = Error::from(e).unsent();
+                if e.kind() == ErrorKind::Connection {
+                    if let Some(down) = &self.down_until {
+                        down.store(now_nanos() + DOWN_FOR.as_nanos() as u64, Ordering::Relaxed);
+                    }
+                }
+                e
+            })?;
+            if con.generation >= self.generation.load(Ordering::Acquire) {
+                return Ok(con);
+            }
+            con.broken = true; // opened before a connection was found dropped
+        }
+        Err(Error::new(ErrorKind::Pool, "no fresh pooled connection").unsent())
+    }
+
+    /// Notes a failed call: retires its connection and, if the server
+    /// dropped it, every connection opened before it.
+    fn failed(&self, con: &mut Con, e: &redis::RedisError) {
+        if breaks_connection(e) {
+            con.broken = true;
+        }
+        if e.is_connection_dropped() {
+            self.generation
+                .fetch_max(con.generation + 1, Ordering::AcqRel);
+        }
+    }
+
+    /// Runs one script once. When its reply does not arrive in time and
+    /// `on_timeout` is given, that call (the undo of a grant) is written on
+    /// the same connection before it is retired: the server runs it right
+    /// after the late script, so a grant that ran late is undone rather
+    /// than left behind.
+    pub(crate) fn call<T: FromRedisValue>(
+        &self,
+        call: &Call<'_>,
+        on_timeout: Option<&Call<'_>>,
+        deadline: Option<Instant>,
+    ) -> Result<T> {
+        let mut con = self.conn(deadline)?;
+        let inv = call.lua.call(call.keys, call.args);
+        match inv.invoke::<T>(&mut *con) {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                self.failed(&mut con, &e);
+                match on_timeout {
+                    Some(undo) if e.is_timeout() => {
+                        con.send_eval(undo);
+                        Err(Error::from(e).undone())
+                    }
+                    _ => Err(e.into()),
+                }
+            }
+        }
+    }
+
+    /// A script call that is harmless to repeat (a read, or a clean-up):
+    /// tried once more on a fresh connection if the first was found dropped
+    /// (every pooled connection is stale after a server restart).
+    pub(crate) fn eval<T: FromRedisValue>(
+        &self,
+        lua: &crate::scripts::Lua,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+    ) -> Result<T> {
+        let inv = lua.call(keys, args);
+        let mut last = None;
+        for _ in 0..2 {
+            let mut con = self.conn(None)?;
+            match inv.invoke(&mut *con) {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    self.failed(&mut con, &e);
+                    let again = e.is_connection_dropped() || e.code() == Some("READONLY");
+                    last = Some(e);
+                    if !again {
+                        break;
+                    }
+                }
+            }
+        }
+        Err(last.map_or_else(
+            || Error::new(ErrorKind::Connection, "no attempt made"),
+            Error::from,
+        ))
+    }
+
+    /// A granting script followed, on the same connection, by `WAIT` for
+    /// `replicas` replicas (at most `timeout`). If fewer confirm, `undo`
+    /// runs and the grant fails: a failover now would likely lose it.
+    pub(crate) fn grant_acked(
+        &self,
+        call: &Call<'_>,
+        undo: &Call<'_>,
+        replicas: u32,
+        timeout: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<(i64, i64)> {
+        let mut con = self.conn(deadline)?;
+        let reply: (i64, i64) = match call.lua.call(call.keys, call.args).invoke(&mut *con) {
+            Ok(r) => r,
+            Err(e) => {
+                self.failed(&mut con, &e);
+                if e.is_timeout() {
+                    con.send_eval(undo);
+                    return Err(Error::from(e).undone());
+                }
+                return Err(e.into());
+            }
+        };
+        if reply.0 != 1 {
+            return Ok(reply);
+        }
+        let acked: Result<i64> = redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(timeout.as_millis() as u64)
+            .query(&mut *con)
+            .map_err(Error::from);
+        match acked {
+            Ok(n) if n >= i64::from(replicas) => Ok(reply),
+            other => {
+                let _ = undo
+                    .lua
+                    .call(undo.keys, undo.args)
+                    .invoke::<Value>(&mut *con);
+                let e = Error::new(
+                    ErrorKind::QuorumNotReached,
+                    format!(
+                        "{} of {replicas} replicas confirmed the acquisition within {timeout:?}; released it",
+                        other.as_ref().map_or(0, |n| *n)
+                    ),
+                );
+                Err(match other {
+                    Err(src) => e.with_source(src),
+                    Ok(_) => e,
+                })
+            }
+        }
+    }
+
+    /// Many calls in one pipeline (renewal), waiting at most `limit` for the
+    /// replies. Each reply stands alone: an error reply to one call (e.g.
+    /// OOM) is that call's `Value::ServerError`, not a failed batch.
+    pub(crate) fn eval_batch(&self, calls: &[Call<'_>], limit: Duration) -> Result<Vec<Value>> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        let mut loaded: Vec<&str> = Vec::new();
+        for call in calls {
+            let hash = call.lua.script.get_hash();
+            if !loaded.contains(&hash) {
+                loaded.push(hash);
+                pipe.cmd("SCRIPT").arg("LOAD").arg(call.lua.code).ignore();
+            }
+        }
+        for call in calls {
+            let cmd = pipe
+                .cmd("EVALSHA")
+                .arg(call.lua.script.get_hash())
+                .arg(call.keys.len());
+            for k in call.keys {
+                cmd.arg(k.as_slice());
+            }
+            for a in call.args {
+                cmd.arg(a.as_slice());
+            }
+        }
+        let limit = limit.max(Duration::from_millis(1));
+        let mut con = self.conn(Some(
+            Instant::now() + limit.saturating_sub(self.timeouts.response),
+        ))?;
+        let _ = con
+            .inner
+            .set_read_timeout(Some(limit.min(self.timeouts.response)));
+        let result = pipe.query::<Vec<Value>>(&mut *con);
+        let _ = con.inner.set_read_timeout(Some(self.timeouts.response));
+        result.map_err(|e| {
+            self.failed(&mut con, &e);
+            e.into()
+        })
+    }
+
+    pub(crate) fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        let mut con = self.conn(None)?;
+        cmd.query(&mut *con).map_err(|e| {
+            self.failed(&mut con, &e);
+            e.into()
+        })
+    }
+
+    /// Answers a PING, and warns when the server may evict lock keys.
+    pub(crate) fn check(&self) -> Result<()> {
+        let mut con = self.conn(None)?;
+        redis::cmd("PING").query::<()>(&mut *con)?;
+        warn_if_evicting(&mut *con);
+        Ok(())
+    }
+
+    pub(crate) fn dedicated(&self, timeout: Duration) -> Result<redis::Connection> {
+        Ok(self.source.client()?.get_connection_with_timeout(timeout)?)
+    }
+}
+
+/// Logs a warning when the server's `maxmemory-policy` may evict keys:
+/// every lease key has a TTL, so `volatile-*` policies evict them too.
+pub(crate) fn warn_if_evicting(con: &mut dyn redis::ConnectionLike) {
+    // CONFIG may be forbidden (ACL, managed services): then we cannot tell.
+    if let Ok(v) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query::<Vec<String>>(con)
+    {
+        if let Some(policy) = v.get(1) {
+            if policy.starts_with("allkeys-") || policy.starts_with("volatile-") {
+                log::warn!(
+                    "redlease: maxmemory-policy is {policy}: Redis may evict lock keys under \
+                     memory pressure, silently ending leases; use noeviction"
+                );
+            }
+        }
+    }
+}
