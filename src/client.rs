@@ -46,6 +46,7 @@ impl Drop for ClientInner {
 pub(crate) struct Config {
     pub(crate) prefix: Vec<u8>,
     pub(crate) watchdog: Duration,
+    pub(crate) reentrant: bool,
 }
 
 impl fmt::Debug for Client {
@@ -85,6 +86,12 @@ impl Client {
     /// The watchdog timeout: the lease of every lock without a fixed lease.
     pub fn watchdog_timeout(&self) -> Duration {
         self.inner.config.watchdog
+    }
+
+    /// Whether handles made by this client re-enter a hold their thread
+    /// already has (see [`ClientBuilder::reentrant`]).
+    pub(crate) fn reentrant(&self) -> bool {
+        self.inner.config.reentrant
     }
 
     /// A reentrant exclusive lock named `name`.
@@ -254,6 +261,7 @@ pub struct ClientBuilder {
     replica_ack: Option<(u32, Duration)>,
     outage_tolerance: Duration,
     tls_root: Option<Vec<u8>>,
+    reentrant: bool,
 }
 
 impl Default for ClientBuilder {
@@ -272,6 +280,7 @@ impl Default for ClientBuilder {
             replica_ack: None,
             outage_tolerance: Duration::from_secs(10),
             tls_root: None,
+            reentrant: true,
         }
     }
 }
@@ -378,6 +387,19 @@ impl ClientBuilder {
     /// to 250 ms.
     pub fn node_timeout(mut self, d: Duration) -> Self {
         self.node_timeout = d;
+        self
+    }
+
+    /// Whether a thread that holds a lock (or a read or write hold) may take
+    /// it again: re-entry costs no round trip and shares the hold. With
+    /// `false`, a second acquisition on a thread that already holds the name
+    /// fails at once with [`ErrorKind::WouldDeadlock`](crate::ErrorKind::WouldDeadlock),
+    /// no round trip, the first hold untouched — what a work-stealing pool
+    /// (rayon) needs, where an unrelated task may run on a thread that waits
+    /// inside a critical section (see the crate docs). Per handle:
+    /// [`Lock::non_reentrant`](crate::Lock::non_reentrant). Defaults to `true`.
+    pub fn reentrant(mut self, reentrant: bool) -> Self {
+        self.reentrant = reentrant;
         self
     }
 
@@ -535,6 +557,7 @@ impl ClientBuilder {
                 config: Config {
                     prefix,
                     watchdog: self.watchdog,
+                    reentrant: self.reentrant,
                 },
                 backend,
                 wakeup,

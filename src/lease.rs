@@ -58,18 +58,39 @@ pub(crate) fn lease_millis(lease: Duration) -> Result<u64> {
     renewal::lease_millis(lease)
 }
 
-/// Acquires one hold: re-enters this thread's hold of `slot` if it has one,
-/// otherwise runs `spec`'s grant through the waiting loop until granted,
-/// `deadline` passes (`Ok(None)`) or an error ends it. `make` builds the
-/// spec for a token; it is called again if the token has to change.
+/// How a thread that already holds a slot is treated when it asks again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reentry {
+    /// Re-enter: same hold, no round trip.
+    Allow,
+    /// Refuse with `WouldDeadlock`, at once (work-stealing pools).
+    Refuse,
+}
+
+/// Acquires one hold: re-enters this thread's hold of `slot` if it has one
+/// (or refuses, see [`Reentry`]), otherwise runs `spec`'s grant through the
+/// waiting loop until granted, `deadline` passes (`Ok(None)`) or an error
+/// ends it. `make` builds the spec for a token; it is called again if the
+/// token has to change.
 pub(crate) fn acquire(
     client: &Client,
-    slot: Option<&HoldKey>,
+    slot: Option<(&HoldKey, Reentry)>,
     deadline: Option<Instant>,
     make: impl Fn(&Arc<str>) -> Result<Spec>,
 ) -> Result<Option<Arc<Held>>> {
     let backend = client.backend();
+    let (slot, reentry) = match slot {
+        Some((s, r)) => (Some(s), r),
+        None => (None, Reentry::Allow),
+    };
     if let Some(slot) = slot {
+        if reentry == Reentry::Refuse && reentrancy::depth(slot) > 0 {
+            return Err(Error::new(
+                crate::error::ErrorKind::WouldDeadlock,
+                "this thread already holds this name and the handle is not reentrant \
+                 (in a work-stealing pool another task may be running on this thread)",
+            ));
+        }
         if let Some(held) = reentrancy::reenter(slot) {
             return Ok(Some(held));
         }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{Call, Script};
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::lease::{self, Holding, Spec};
+use crate::lease::{self, Holding, Reentry, Spec};
 use crate::reentrancy::{self, HoldKey, Mode};
 use crate::scripts::{
     FAIR_ACQUIRE, FORCE_UNLOCK, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, QUEUE_LEAVE,
@@ -39,6 +39,7 @@ pub struct Lock {
     keys: std::result::Result<Arc<Keys>, Arc<str>>,
     lease: Option<Duration>,
     fair: bool,
+    reentrant: Option<bool>,
 }
 
 impl fmt::Debug for Lock {
@@ -72,6 +73,7 @@ impl Lock {
             keys,
             lease: None,
             fair,
+            reentrant: None,
         }
     }
 
@@ -82,6 +84,25 @@ impl Lock {
     pub fn lease(mut self, lease: Duration) -> Lock {
         self.lease = Some(lease);
         self
+    }
+
+    /// Makes this handle refuse re-entry: a thread that already holds the
+    /// lock and asks again gets [`ErrorKind::WouldDeadlock`](crate::ErrorKind::WouldDeadlock)
+    /// at once, without a round trip, and its first hold is untouched. Use it
+    /// in work-stealing pools (rayon), where another task may run on a thread
+    /// that waits inside a critical section. Defaults to the client's
+    /// [`ClientBuilder::reentrant`](crate::ClientBuilder::reentrant) (reentrant).
+    pub fn non_reentrant(mut self) -> Lock {
+        self.reentrant = Some(false);
+        self
+    }
+
+    fn reentry(&self) -> Reentry {
+        if self.reentrant.unwrap_or(self.client.reentrant()) {
+            Reentry::Allow
+        } else {
+            Reentry::Refuse
+        }
     }
 
     fn keys(&self) -> Result<&Arc<Keys>> {
@@ -124,9 +145,12 @@ impl Lock {
             ));
         }
         let slot = self.hold_key(keys);
-        let held = lease::acquire(&self.client, Some(&slot), deadline, |token| {
-            Ok(self.spec(keys, token, lease, &lease_arg))
-        })?;
+        let held = lease::acquire(
+            &self.client,
+            Some((&slot, self.reentry())),
+            deadline,
+            |token| Ok(self.spec(keys, token, lease, &lease_arg)),
+        )?;
         Ok(held.map(|held| LockGuard {
             lock: self.clone(),
             inner: Holding::new(self.client.clone(), Some(slot), held),

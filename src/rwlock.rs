@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::backend::Script;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
-use crate::lease::{self, Holding, Spec};
+use crate::lease::{self, Holding, Reentry, Spec};
 use crate::reentrancy::{self, HoldKey, Mode};
 use crate::scripts::{
     LOCK_EXTEND, LOCK_RELEASE, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WRITE_ACQUIRE, ZSET_EXTEND,
@@ -41,6 +41,7 @@ pub struct RwLock {
     client: Client,
     keys: std::result::Result<Arc<Keys>, Arc<str>>,
     lease: Option<Duration>,
+    reentrant: Option<bool>,
 }
 
 impl fmt::Debug for RwLock {
@@ -71,6 +72,7 @@ impl RwLock {
             client,
             keys,
             lease: None,
+            reentrant: None,
         }
     }
 
@@ -79,6 +81,24 @@ impl RwLock {
     pub fn lease(mut self, lease: Duration) -> RwLock {
         self.lease = Some(lease);
         self
+    }
+
+    /// Makes this handle refuse re-entry: a thread that already holds the
+    /// read (or the write) hold and asks for the same again gets
+    /// [`ErrorKind::WouldDeadlock`] at once, without a round trip, its first
+    /// hold untouched. A writer may still take the read hold (a downgrade).
+    /// Defaults to the client's [`ClientBuilder::reentrant`](crate::ClientBuilder::reentrant).
+    pub fn non_reentrant(mut self) -> RwLock {
+        self.reentrant = Some(false);
+        self
+    }
+
+    fn reentry(&self) -> Reentry {
+        if self.reentrant.unwrap_or(self.client.reentrant()) {
+            Reentry::Allow
+        } else {
+            Reentry::Refuse
+        }
     }
 
     fn keys(&self) -> Result<&Arc<Keys>> {
@@ -181,34 +201,39 @@ impl RwLock {
             .filter(|h| !h.state.is_lost())
             .map(|h| h.token.clone());
         let own_write = own_write.as_deref().unwrap_or("");
-        let held = lease::acquire(&self.client, Some(&slot), deadline, |token| {
-            let t = token.as_bytes().to_vec();
-            let ms = lease_arg.as_bytes().to_vec();
-            Ok(Spec {
-                wake: keys.writer.clone(),
-                turns: Turns::Local,
-                jump: !own_write.is_empty(),
-                lease,
-                watchdog: self.lease.is_none(),
-                grant: Script::new(
-                    &RW_READ_ACQUIRE,
-                    vec![
-                        keys.writer.to_vec(),
-                        keys.readers.clone(),
-                        keys.intent.clone(),
-                    ],
-                    vec![t.clone(), ms.clone(), own_write.as_bytes().to_vec()],
-                ),
-                fence: None,
-                release: Script::new(
-                    &RW_READ_RELEASE,
-                    vec![keys.readers.clone()],
-                    self.wake_args(keys, token),
-                ),
-                extend: Script::new(&ZSET_EXTEND, vec![keys.readers.clone()], vec![t, ms]),
-                leave: None,
-            })
-        })?;
+        let held = lease::acquire(
+            &self.client,
+            Some((&slot, self.reentry())),
+            deadline,
+            |token| {
+                let t = token.as_bytes().to_vec();
+                let ms = lease_arg.as_bytes().to_vec();
+                Ok(Spec {
+                    wake: keys.writer.clone(),
+                    turns: Turns::Local,
+                    jump: !own_write.is_empty(),
+                    lease,
+                    watchdog: self.lease.is_none(),
+                    grant: Script::new(
+                        &RW_READ_ACQUIRE,
+                        vec![
+                            keys.writer.to_vec(),
+                            keys.readers.clone(),
+                            keys.intent.clone(),
+                        ],
+                        vec![t.clone(), ms.clone(), own_write.as_bytes().to_vec()],
+                    ),
+                    fence: None,
+                    release: Script::new(
+                        &RW_READ_RELEASE,
+                        vec![keys.readers.clone()],
+                        self.wake_args(keys, token),
+                    ),
+                    extend: Script::new(&ZSET_EXTEND, vec![keys.readers.clone()], vec![t, ms]),
+                    leave: None,
+                })
+            },
+        )?;
         Ok(held.map(|held| {
             ReadGuard::new(
                 self.clone(),
@@ -232,40 +257,45 @@ impl RwLock {
         let intent_ttl = (self.client.wakeup().fallback() * 3 + Duration::from_secs(1))
             .as_millis()
             .to_string();
-        let held = lease::acquire(&self.client, Some(&slot), deadline, |token| {
-            let t = token.as_bytes().to_vec();
-            let ms = lease_arg.as_bytes().to_vec();
-            Ok(Spec {
-                wake: keys.writer.clone(),
-                turns: Turns::Local,
-                jump: false,
-                lease,
-                watchdog: self.lease.is_none(),
-                grant: Script::new(
-                    &RW_WRITE_ACQUIRE,
-                    vec![
-                        keys.writer.to_vec(),
-                        keys.readers.clone(),
-                        keys.intent.clone(),
-                        keys.fence.clone(),
-                    ],
-                    vec![t.clone(), ms.clone(), intent_ttl.as_bytes().to_vec()],
-                ),
-                fence: Some(keys.fence.clone()),
-                release: Script::new(
-                    &LOCK_RELEASE,
-                    vec![keys.writer.to_vec()],
-                    self.wake_args(keys, token),
-                ),
-                extend: Script::new(&LOCK_EXTEND, vec![keys.writer.to_vec()], vec![t, ms]),
-                // Withdraw our intent so readers need not wait for it to lapse.
-                leave: Some(Script::new(
-                    &LOCK_RELEASE,
-                    vec![keys.intent.clone()],
-                    self.wake_args(keys, token),
-                )),
-            })
-        })?;
+        let held = lease::acquire(
+            &self.client,
+            Some((&slot, self.reentry())),
+            deadline,
+            |token| {
+                let t = token.as_bytes().to_vec();
+                let ms = lease_arg.as_bytes().to_vec();
+                Ok(Spec {
+                    wake: keys.writer.clone(),
+                    turns: Turns::Local,
+                    jump: false,
+                    lease,
+                    watchdog: self.lease.is_none(),
+                    grant: Script::new(
+                        &RW_WRITE_ACQUIRE,
+                        vec![
+                            keys.writer.to_vec(),
+                            keys.readers.clone(),
+                            keys.intent.clone(),
+                            keys.fence.clone(),
+                        ],
+                        vec![t.clone(), ms.clone(), intent_ttl.as_bytes().to_vec()],
+                    ),
+                    fence: Some(keys.fence.clone()),
+                    release: Script::new(
+                        &LOCK_RELEASE,
+                        vec![keys.writer.to_vec()],
+                        self.wake_args(keys, token),
+                    ),
+                    extend: Script::new(&LOCK_EXTEND, vec![keys.writer.to_vec()], vec![t, ms]),
+                    // Withdraw our intent so readers need not wait for it to lapse.
+                    leave: Some(Script::new(
+                        &LOCK_RELEASE,
+                        vec![keys.intent.clone()],
+                        self.wake_args(keys, token),
+                    )),
+                })
+            },
+        )?;
         Ok(held.map(|held| {
             WriteGuard::new(
                 self.clone(),

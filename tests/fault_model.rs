@@ -1,0 +1,470 @@
+//! The fault model, one reproduction per broken promise (GUARANTEES.md,
+//! "The fault model"): a call is *not sent*, *maybe executed* or *executed*,
+//! and every primitive handles each outcome the same way through the one
+//! lease lifecycle. Faults come from real servers (SIGSTOP, DEBUG SLEEP,
+//! stop, OOM) and from the fault-injecting proxy in `tests/common/proxy.rs`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::proxy::{Fault, Proxy};
+use common::{client_with, eventually, Server};
+use redis::Commands;
+use redlease::{Client, ErrorKind};
+use serial_test::serial;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The SHA1 a script is sent under (`EVALSHA <sha>`): what a proxy rule matches.
+fn sha(file: &str) -> Vec<u8> {
+    let code =
+        std::fs::read_to_string(format!("{}/lua/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    redis::Script::new(&code).get_hash().as_bytes().to_vec()
+}
+
+fn through(
+    proxy: &Proxy,
+    f: impl FnOnce(redlease::ClientBuilder) -> redlease::ClientBuilder,
+) -> Client {
+    f(Client::builder().url(proxy.url())).build().unwrap()
+}
+
+/// Reproduction 1: Redlock handed out the same fence twice when the command
+/// raising a master's counter was lost. Three masters, never more than one
+/// down; the fences must strictly increase.
+#[test]
+#[serial]
+fn redlock_fences_strictly_increase_when_a_fence_raise_is_lost() {
+    let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.port())).collect();
+    let client = Client::builder()
+        .redlock(proxies.iter().map(|p| p.url()))
+        .node_timeout(ms(250))
+        .build()
+        .unwrap();
+    let lock = client.lock("f").lease(Duration::from_secs(5));
+    let (a, b, c) = (&proxies[0], &proxies[1], &proxies[2]);
+    // Load the scripts everywhere, so the rule below hits the run that counts.
+    lock.acquire().unwrap().release().unwrap();
+    let mut fences = Vec::new();
+
+    c.set_refuse(true);
+    c.cut_all();
+    let g = lock.acquire().unwrap();
+    fences.push(g.fencing_token());
+    g.release().unwrap();
+
+    c.set_refuse(false);
+    std::thread::sleep(ms(600)); // past the window a refused master is skipped
+    a.set_refuse(true);
+    a.cut_all();
+    c.arm(sha("fence_raise.lua"), Fault::CloseBeforeForward);
+    let g = lock.acquire().unwrap();
+    fences.push(g.fencing_token());
+    g.release().unwrap();
+    assert!(c.fired() >= 1, "the fence raise to C was not cut");
+
+    a.set_refuse(false);
+    std::thread::sleep(ms(600));
+    b.set_refuse(true);
+    b.cut_all();
+    let g = lock.acquire().unwrap();
+    fences.push(g.fencing_token());
+    g.release().unwrap();
+
+    println!("FIGURES redlock fences with a lost raise: {fences:?}");
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences must strictly increase: {fences:?}"
+    );
+}
+
+/// Reproduction 2a: a lost reply on a dropped connection used to re-run the
+/// semaphore's grant, which then refused its own permit: `Ok(None)` and an
+/// orphan permit nobody renews or releases.
+#[test]
+#[serial]
+fn semaphore_grant_whose_reply_is_lost_leaves_no_orphan() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port());
+    let client = through(&proxy, |b| b);
+    let sem = client.semaphore("s", 1);
+    sem.try_acquire().unwrap().unwrap().release().unwrap();
+    let mut con = server.con();
+    for _ in 0..5 {
+        proxy.arm(sha("sem_acquire.lua"), Fault::DropReplyAndClose);
+        let got = sem.try_acquire();
+        let held: u64 = con.zcard("{s}:sem").unwrap();
+        match got {
+            Ok(Some(p)) => {
+                assert_eq!(held, 1);
+                p.release().unwrap();
+            }
+            other => panic!(
+                "a retry with the same token re-grants; got {other:?} with {held} permits in Redis"
+            ),
+        }
+        let left: u64 = con.zcard("{s}:sem").unwrap();
+        assert_eq!(left, 0, "permit left behind");
+    }
+    // Another client is not refused by anything left behind.
+    let other = client_with(&server, |b| b);
+    assert!(other.semaphore("s", 1).try_acquire().unwrap().is_some());
+}
+
+/// Reproduction 2b: a release whose reply is lost on a dropped connection
+/// used to report `LockLost` although the lease was never lost.
+#[test]
+#[serial]
+fn release_whose_reply_is_lost_is_ok_not_lock_lost() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port());
+    let client = through(&proxy, |b| b);
+    let lock = client.lock("r");
+    lock.acquire().unwrap().release().unwrap();
+    let mut con = server.con();
+    for file in ["lock_release.lua"] {
+        for _ in 0..5 {
+            let g = lock.acquire().unwrap();
+            proxy.arm(sha(file), Fault::DropReplyAndClose);
+            g.release().expect("the first release removed it: Ok");
+            assert!(!con.exists::<_, bool>("{r}").unwrap());
+        }
+    }
+    let sem = client.semaphore("rs", 2);
+    sem.try_acquire().unwrap().unwrap().release().unwrap();
+    let p = sem.try_acquire().unwrap().unwrap();
+    proxy.arm(sha("sem_release.lua"), Fault::DropReplyAndClose);
+    p.release().expect("permit release with a lost reply is Ok");
+    let rw = client.rw_lock("rr");
+    rw.try_read().unwrap().unwrap().release().unwrap();
+    let r = rw.try_read().unwrap().unwrap();
+    proxy.arm(sha("rw_read_release.lua"), Fault::DropReplyAndClose);
+    r.release().expect("read release with a lost reply is Ok");
+    assert!(proxy.fired() >= 7);
+}
+
+/// Reproduction 3: `try_read` on a response timeout (server busy in
+/// `DEBUG SLEEP`) used to leave an orphan reader that refused writers.
+#[test]
+#[serial]
+fn try_read_on_a_response_timeout_leaves_no_orphan_reader() {
+    let server = Server::start();
+    let client = client_with(&server, |b| b.response_timeout(ms(100)));
+    let rw = client.rw_lock("cfg");
+    rw.try_read().unwrap().unwrap().release().unwrap();
+    let url = server.url();
+    let sleeper = std::thread::spawn(move || {
+        let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let _: redis::RedisResult<()> = redis::cmd("DEBUG").arg("SLEEP").arg("0.6").query(&mut c);
+    });
+    std::thread::sleep(ms(100));
+    let started = Instant::now();
+    let r = rw.try_read();
+    let took = started.elapsed();
+    sleeper.join().unwrap();
+    // Either outcome is honest; what matters is what is left in Redis.
+    if let Ok(Some(g)) = r {
+        g.release().unwrap();
+    }
+    assert!(took < ms(100) * 2 + ms(400), "try_read took {took:?}");
+    let mut con = server.con();
+    assert!(eventually(Duration::from_secs(2), || con
+        .zcard::<_, u64>("{cfg}:rw:r")
+        .unwrap()
+        == 0));
+    let other = client_with(&server, |b| b);
+    assert!(
+        other.rw_lock("cfg").try_write().unwrap().is_some(),
+        "a writer was refused"
+    );
+}
+
+/// Reproduction 4: `write()` after a late reply used to wait for its own
+/// orphan writer key until the lease ran out (6.45 s with a 6 s watchdog).
+#[test]
+#[serial]
+fn write_after_a_late_reply_does_not_wait_for_itself() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port());
+    let client = through(&proxy, |b| {
+        b.watchdog_timeout(Duration::from_secs(6))
+            .response_timeout(ms(300))
+    });
+    let rw = client.rw_lock("w");
+    rw.write().unwrap().release().unwrap();
+    let lock = client.lock("w2");
+    lock.acquire().unwrap().release().unwrap();
+    for (what, file) in [
+        ("write", "rw_write_acquire.lua"),
+        ("lock", "lock_acquire.lua"),
+    ] {
+        proxy.arm(sha(file), Fault::DropReply);
+        let started = Instant::now();
+        let took = if what == "write" {
+            let g = rw.write().unwrap();
+            let t = started.elapsed();
+            assert!(g.is_held());
+            g.release().unwrap();
+            t
+        } else {
+            let g = lock.acquire().unwrap();
+            let t = started.elapsed();
+            g.release().unwrap();
+            t
+        };
+        println!("FIGURES {what} after a dropped reply: {took:?}");
+        assert!(
+            took < Duration::from_secs(2),
+            "{what} waited {took:?} for itself"
+        );
+    }
+    let mut con = server.con();
+    assert!(eventually(Duration::from_secs(2), || {
+        !con.exists::<_, bool>("{w}:rw:w").unwrap() && !con.exists::<_, bool>("{w2}").unwrap()
+    }));
+}
+
+/// Reproduction 5: the local expiry estimate must never outlive the
+/// server's: the server floors its clock to the millisecond, and leases
+/// are whole milliseconds.
+#[test]
+#[serial]
+fn local_expiry_is_conservative_for_permits_reads_and_fractional_leases() {
+    let server = Server::start();
+    let a = client_with(&server, |b| b);
+    let b = client_with(&server, |b| b);
+    let lease = ms(50);
+    let mut late = [0usize; 3];
+    let trials = 40;
+    for _ in 0..trials {
+        let p = a
+            .semaphore("p", 1)
+            .lease(lease)
+            .try_acquire()
+            .unwrap()
+            .unwrap();
+        let sem_b = b.semaphore("p", 1);
+        let mut got = None;
+        assert!(eventually(Duration::from_secs(2), || {
+            got = sem_b.try_acquire().unwrap();
+            got.is_some()
+        }));
+        late[0] += p.is_held() as usize;
+        drop(got);
+        drop(p);
+
+        let r = a.rw_lock("q").lease(lease).try_read().unwrap().unwrap();
+        let rw_b = b.rw_lock("q");
+        let mut w = None;
+        assert!(eventually(Duration::from_secs(2), || {
+            w = rw_b.try_write().unwrap();
+            w.is_some()
+        }));
+        late[1] += r.is_held() as usize;
+        drop(w);
+        drop(r);
+
+        let g = a
+            .lock("x")
+            .lease(Duration::from_micros(50_900))
+            .try_acquire()
+            .unwrap()
+            .unwrap();
+        let lock_b = b.lock("x");
+        let mut h = None;
+        assert!(eventually(Duration::from_secs(2), || {
+            h = lock_b.try_acquire().unwrap();
+            h.is_some()
+        }));
+        late[2] += g.is_held() as usize;
+        drop(h);
+        drop(g);
+    }
+    println!("FIGURES believed held after another was granted (permit, read, fractional lock) of {trials}: {late:?}");
+    assert_eq!(late, [0, 0, 0]);
+}
+
+/// Reproduction 6: a stalled server used to block the one renewal thread,
+/// so leases on a healthy server were lost.
+#[test]
+#[serial]
+fn stalled_servers_do_not_starve_renewal_of_a_healthy_one() {
+    let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let clients: Vec<Client> = servers
+        .iter()
+        .map(|s| {
+            client_with(s, |b| {
+                b.watchdog_timeout(Duration::from_secs(3))
+                    .response_timeout(Duration::from_secs(2))
+            })
+        })
+        .collect();
+    let guards: Vec<_> = clients
+        .iter()
+        .map(|c| c.lock("h").acquire().unwrap())
+        .collect();
+    servers[1].pause();
+    servers[2].pause();
+    let end = Instant::now() + Duration::from_secs(7);
+    let mut con = servers[0].con();
+    let mut ok = true;
+    while Instant::now() < end {
+        ok &= guards[0].is_held() && con.exists::<_, bool>("{h}").unwrap();
+        std::thread::sleep(ms(100));
+    }
+    servers[1].resume();
+    servers[2].resume();
+    assert!(
+        ok,
+        "the healthy server's lease was lost while two others stalled"
+    );
+    drop(guards);
+}
+
+/// Reproduction 7: deadlines during an outage (connection refused). A
+/// refused call is *not sent*: it fails within the connect timeout, with no
+/// clean-up; no call outlives its deadline by more than a response timeout.
+#[test]
+#[serial]
+fn deadlines_hold_while_the_server_refuses_connections() {
+    let mut server = Server::start();
+    let client = client_with(&server, |b| {
+        b.connect_timeout(ms(500))
+            .response_timeout(ms(500))
+            .outage_tolerance(Duration::from_secs(1))
+    });
+    let lock = client.lock("o");
+    lock.acquire().unwrap().release().unwrap();
+    server.stop();
+    let t = Instant::now();
+    let r = lock.try_acquire();
+    let took = t.elapsed();
+    assert!(r.is_err(), "{r:?}");
+    assert!(took < ms(1_300), "try_acquire took {took:?}");
+
+    let t = Instant::now();
+    let r = lock.acquire_timeout(Duration::from_secs(2));
+    let took_timeout = t.elapsed();
+    assert!(r.is_err(), "an outage is an error, not a timeout: {r:?}");
+    assert!(
+        took_timeout < ms(2_000 + 500 + 600),
+        "acquire_timeout(2 s) took {took_timeout:?}"
+    );
+
+    let t = Instant::now();
+    let r = lock.acquire();
+    let took_wait = t.elapsed();
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::Connection);
+    assert!(
+        took_wait < ms(1_000 + 500 + 500 + 800),
+        "acquire() took {took_wait:?}"
+    );
+    println!("FIGURES refused: try_acquire {took:?}, acquire_timeout(2s) {took_timeout:?}, acquire() {took_wait:?}");
+
+    let sem = client.semaphore("o", 1);
+    let t = Instant::now();
+    assert!(sem.try_acquire().is_err());
+    assert!(t.elapsed() < ms(1_300));
+    let t = Instant::now();
+    assert!(client.rw_lock("o").try_write().is_err());
+    assert!(t.elapsed() < ms(1_300));
+}
+
+/// Item 8: one failing entry of a renewal pipeline (a refused write under
+/// OOM) used to fail the whole batch and mark every lease in it lost.
+#[test]
+#[serial]
+fn one_refused_renewal_does_not_fail_the_batch() {
+    let server = Server::start();
+    let client = client_with(&server, |b| b.watchdog_timeout(ms(900)));
+    let g = client.lock("m").acquire().unwrap();
+    let p = client.semaphore("m", 1).acquire().unwrap();
+    let mut con = server.con();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query(&mut con)
+        .unwrap();
+    std::thread::sleep(ms(2_000));
+    let lock_held = g.is_held();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("0")
+        .query(&mut con)
+        .unwrap();
+    assert!(
+        lock_held,
+        "the lock's renewal was failed by the permit's refused write"
+    );
+    drop(p);
+    g.release().unwrap();
+}
+
+/// Item 8: a waiter of this client used to sleep until the fallback poll
+/// when another waiter of the same client gave up and withdrew its intent.
+#[test]
+#[serial]
+fn giving_up_wakes_this_clients_other_waiters() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let client = client_with(&server, |b| b.fallback_poll(Duration::from_secs(3)));
+    let r0 = holder.rw_lock("g").read().unwrap();
+    let rw = client.rw_lock("g");
+    let rw2 = rw.clone();
+    let writer = std::thread::spawn(move || rw2.write_timeout(ms(300)).map(|g| g.is_some()));
+    std::thread::sleep(ms(100));
+    let started = Instant::now();
+    let reader =
+        std::thread::spawn(move || rw.read_timeout(Duration::from_secs(5)).map(|g| g.is_some()));
+    assert!(!writer.join().unwrap().unwrap());
+    assert!(reader.join().unwrap().unwrap());
+    let took = started.elapsed();
+    drop(r0);
+    println!("FIGURES reader behind a writer that gave up: {took:?}");
+    assert!(
+        took < ms(1_500),
+        "the reader slept until the fallback: {took:?}"
+    );
+}
+
+/// Item 8: a waiting writer used to learn of an expired reader only at the
+/// fallback poll (its wait hint was the longest reader lease, including
+/// released ones).
+#[test]
+#[serial]
+fn a_waiting_writer_retries_when_the_first_reader_expires() {
+    let server = Server::start();
+    let a = client_with(&server, |b| b);
+    let b = client_with(&server, |b| b.fallback_poll(Duration::from_secs(3)));
+    let long = a
+        .rw_lock("e")
+        .lease(Duration::from_secs(20))
+        .read()
+        .unwrap();
+    // A second read hold of this thread would re-enter; take it elsewhere.
+    let a2 = a.clone();
+    let dead = std::thread::spawn(move || {
+        let g = a2.rw_lock("e").lease(ms(300)).read().unwrap();
+        std::mem::forget(g); // a holder that never releases: its lease ends
+    });
+    dead.join().unwrap();
+    long.release().unwrap();
+    let started = Instant::now();
+    let w = b
+        .rw_lock("e")
+        .write_timeout(Duration::from_secs(5))
+        .unwrap();
+    let took = started.elapsed();
+    assert!(w.is_some());
+    println!("FIGURES writer after the last reader expired: {took:?}");
+    assert!(
+        took < ms(1_500),
+        "the writer slept until the fallback: {took:?}"
+    );
+}
