@@ -75,6 +75,34 @@
 //! # Ok::<(), redlease::Error>(())
 //! ```
 //!
+//! ## Work-stealing pools (rayon)
+//!
+//! A worker of a work-stealing pool that waits inside a critical section
+//! (say, for a nested `rayon::join`) runs other tasks meanwhile; one of them
+//! asking for the same lock on that thread would be a re-entry, and two
+//! tasks would be inside at once. Use a non-reentrant handle there: the
+//! second acquisition fails at once with [`ErrorKind::WouldDeadlock`].
+//!
+//! ```no_run
+//! # let client = redlease::Client::open("redis://127.0.0.1:6379/")?;
+//! let lock = client.lock("batch").non_reentrant();
+//! let guard = lock.acquire()?;
+//! assert_eq!(
+//!     lock.try_acquire().unwrap_err().kind(),
+//!     redlease::ErrorKind::WouldDeadlock
+//! );
+//! # drop(guard);
+//! # Ok::<(), redlease::Error>(())
+//! ```
+//!
+//! ## When a reply is lost
+//!
+//! Every call is *not sent* (no connection: it fails within the connect
+//! timeout, nothing to undo), *maybe executed* (the grant is repeated with
+//! the same token, which re-grants the same hold, or undone on its own
+//! connection when the reply is late) or *executed*. No call outlives its
+//! deadline by more than one response timeout. See GUARANTEES.md.
+//!
 //! ## Read-write locks
 //!
 //! Many readers or one writer; each holder has its own lease, and a waiting
