@@ -67,6 +67,17 @@ pub(crate) enum Reentry {
     Refuse,
 }
 
+impl Reentry {
+    /// A handle's choice (`Some(false)`: `non_reentrant()`), else the client's.
+    pub(crate) fn of(handle: Option<bool>, client: &Client) -> Reentry {
+        if handle.unwrap_or(client.reentrant()) {
+            Reentry::Allow
+        } else {
+            Reentry::Refuse
+        }
+    }
+}
+
 /// Acquires one hold: re-enters this thread's hold of `slot` if it has one
 /// (or refuses, see [`Reentry`]), otherwise runs `spec`'s grant through the
 /// waiting loop until granted, `deadline` passes (`Ok(None)`) or an error
@@ -302,8 +313,14 @@ fn release(client: &Client, held: &Held) -> Result<()> {
                     "the lease was lost before release (expired, flushed, force-unlocked or taken over)",
                 ))
             }
-            // Broke at once: it may have run; ask again.
-            Err(e) if e.is_ambiguous() && at.elapsed() < response / 2 => repeated = true,
+            // Broke at once: it may have run; ask again. (Redlock: too few
+            // masters answered to decide; asking again is as safe.)
+            Err(e)
+                if (e.is_ambiguous() && at.elapsed() < response / 2)
+                    || e.kind() == crate::error::ErrorKind::QuorumNotReached =>
+            {
+                repeated = true
+            }
             Err(e) => return Err(e),
         }
     }

@@ -98,11 +98,7 @@ impl Lock {
     }
 
     fn reentry(&self) -> Reentry {
-        if self.reentrant.unwrap_or(self.client.reentrant()) {
-            Reentry::Allow
-        } else {
-            Reentry::Refuse
-        }
+        Reentry::of(self.reentrant, &self.client)
     }
 
     fn keys(&self) -> Result<&Arc<Keys>> {
@@ -197,11 +193,7 @@ impl Lock {
         release_args.extend(wake());
         Spec {
             wake: keys.lock.clone(),
-            turns: if self.fair {
-                Turns::Server
-            } else {
-                Turns::Local
-            },
+            turns: Turns::fair(self.fair),
             jump: false,
             lease,
             watchdog: self.lease.is_none(),

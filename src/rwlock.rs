@@ -94,11 +94,7 @@ impl RwLock {
     }
 
     fn reentry(&self) -> Reentry {
-        if self.reentrant.unwrap_or(self.client.reentrant()) {
-            Reentry::Allow
-        } else {
-            Reentry::Refuse
-        }
+        Reentry::of(self.reentrant, &self.client)
     }
 
     fn keys(&self) -> Result<&Arc<Keys>> {

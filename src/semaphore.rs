@@ -202,11 +202,7 @@ impl Semaphore {
             ];
             Ok(Spec {
                 wake: keys.permits.clone(),
-                turns: if self.fair {
-                    Turns::Server
-                } else {
-                    Turns::Local
-                },
+                turns: Turns::fair(self.fair),
                 jump: false,
                 lease,
                 watchdog: self.lease.is_none(),

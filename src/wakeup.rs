@@ -75,6 +75,18 @@ pub(crate) enum Turns {
     Server,
 }
 
+impl Turns {
+    /// Server-ordered for fair primitives (their queue is in Redis), local
+    /// FIFO otherwise.
+    pub(crate) fn fair(fair: bool) -> Turns {
+        if fair {
+            Turns::Server
+        } else {
+            Turns::Local
+        }
+    }
+}
+
 type Queues = HashMap<(Vec<u8>, bool), VecDeque<Arc<Waiter>>>;
 
 struct Shared {
@@ -438,9 +450,13 @@ pub(crate) fn waited<T>(r: Option<T>) -> Result<T> {
     })
 }
 
-/// Errors a waiter retries through: the server is unreachable or slow.
+/// Errors a waiter retries through: the server is unreachable or slow, or
+/// (Redlock) too many masters failed at once for this attempt to decide.
 fn is_outage(e: &crate::error::Error) -> bool {
-    matches!(e.kind(), ErrorKind::Connection | ErrorKind::Pool)
+    matches!(
+        e.kind(),
+        ErrorKind::Connection | ErrorKind::Pool | ErrorKind::QuorumNotReached
+    )
 }
 
 /// What to do after one attempt.
