@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use crate::backend::{Backend, Timeouts};
 use crate::error::{Error, Result};
+use crate::events::{HandleEvent, Handler};
 use crate::lock::Lock;
 use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
@@ -47,6 +48,7 @@ pub(crate) struct Config {
     pub(crate) prefix: Vec<u8>,
     pub(crate) watchdog: Duration,
     pub(crate) reentrant: bool,
+    pub(crate) events: Option<Handler>,
 }
 
 impl fmt::Debug for Client {
@@ -136,6 +138,20 @@ impl Client {
     /// continues). If the lease was lost while `f` ran, the result is an
     /// error of kind [`ErrorKind::LockLost`](crate::ErrorKind::LockLost): `f` completed, but another
     /// holder may have run concurrently for part of it.
+    ///
+    /// To keep `f`'s value even when the lease was lost, hold the guard
+    /// yourself; its [`lost_signal`](crate::LockGuard::lost_signal) lets
+    /// long work stop early:
+    ///
+    /// ```no_run
+    /// # let client = redlease::Client::open("redis://127.0.0.1:6379/")?;
+    /// let guard = client.lock("report").acquire()?;
+    /// let lost = guard.lost_signal();
+    /// let value = (0..10).take_while(|_| !lost.is_lost()).count();
+    /// let exclusive = guard.release().is_ok(); // false: someone else may have run too
+    /// # let _ = (value, exclusive);
+    /// # Ok::<(), redlease::Error>(())
+    /// ```
     pub fn with_lock<T>(&self, name: impl AsRef<[u8]>, f: impl FnOnce() -> T) -> Result<T> {
         self.lock(name).with(f)
     }
@@ -152,6 +168,11 @@ impl Client {
 
     pub(crate) fn wakeup(&self) -> &Wakeup {
         &self.inner.wakeup
+    }
+
+    /// The event handler, if the client has one.
+    pub(crate) fn events(&self) -> Option<&Arc<dyn HandleEvent>> {
+        self.inner.config.events.as_ref().map(|h| &h.0)
     }
 
     pub(crate) fn id_u128(&self) -> u128 {
@@ -175,6 +196,7 @@ impl Client {
 #[derive(Clone, Debug)]
 pub(crate) struct Names {
     base: Vec<u8>,
+    name: Arc<[u8]>,
 }
 
 impl Names {
@@ -193,7 +215,15 @@ impl Names {
         base.push(b'{');
         base.extend_from_slice(&escape_name(name));
         base.push(b'}');
-        Ok(Names { base })
+        Ok(Names {
+            base,
+            name: name.into(),
+        })
+    }
+
+    /// The name as the user gave it.
+    pub(crate) fn name(&self) -> &Arc<[u8]> {
+        &self.name
     }
 
     /// `<prefix>{name}` followed by `suffix`.
@@ -262,6 +292,7 @@ pub struct ClientBuilder {
     outage_tolerance: Duration,
     tls_root: Option<Vec<u8>>,
     reentrant: bool,
+    events: Option<Handler>,
 }
 
 impl Default for ClientBuilder {
@@ -281,6 +312,7 @@ impl Default for ClientBuilder {
             outage_tolerance: Duration::from_secs(10),
             tls_root: None,
             reentrant: true,
+            events: None,
         }
     }
 }
@@ -400,6 +432,14 @@ impl ClientBuilder {
     /// [`Lock::non_reentrant`](crate::Lock::non_reentrant). Defaults to `true`.
     pub fn reentrant(mut self, reentrant: bool) -> Self {
         self.reentrant = reentrant;
+        self
+    }
+
+    /// Calls `handler` on acquisitions, releases and lost leases of every
+    /// primitive of this client; see [`HandleEvent`](crate::HandleEvent).
+    /// Defaults to none.
+    pub fn event_handler(mut self, handler: impl HandleEvent) -> Self {
+        self.events = Some(Handler(Arc::new(handler)));
         self
     }
 
@@ -558,6 +598,7 @@ impl ClientBuilder {
                     prefix,
                     watchdog: self.watchdog,
                     reentrant: self.reentrant,
+                    events: self.events,
                 },
                 backend,
                 wakeup,

@@ -34,6 +34,9 @@ pub enum ErrorKind {
     Unsupported,
     /// The request would deadlock (e.g. a reader asking for the write lock).
     WouldDeadlock,
+    /// The server refused the credentials or the ACL user's rights
+    /// (`WRONGPASS`, `NOAUTH`, `NOPERM`). Retrying will not help.
+    Auth,
 }
 
 impl fmt::Display for ErrorKind {
@@ -49,6 +52,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::QuorumNotReached => "quorum not reached",
             ErrorKind::Unsupported => "unsupported on this backend",
             ErrorKind::WouldDeadlock => "would deadlock",
+            ErrorKind::Auth => "authentication or permission refused",
         })
     }
 }
@@ -66,7 +70,16 @@ pub struct Error {
     /// granted was written right after it on the same connection.
     undone: bool,
     message: Cow<'static, str>,
+    /// What the error is about: the primitive (`lock "orders"`) and where
+    /// (`redis://127.0.0.1:6379/`, password redacted), for `Display`.
+    about: Option<Box<About>>,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+#[derive(Default)]
+struct About {
+    primitive: Option<String>,
+    place: Option<std::sync::Arc<str>>,
 }
 
 /// `Result` with this crate's [`Error`].
@@ -79,8 +92,43 @@ impl Error {
             unsent: false,
             undone: false,
             message: message.into(),
+            about: None,
             source: None,
         }
+    }
+
+    /// The error's own message, without kind or context.
+    pub(crate) fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Names the primitive the error is about (`lock "orders"`), unless
+    /// an inner layer already did.
+    pub(crate) fn about(mut self, what: &str, name: &[u8]) -> Error {
+        let about = self.about.get_or_insert_with(Default::default);
+        if about.primitive.is_none() {
+            let mut name = String::from_utf8_lossy(name).into_owned();
+            if name.len() > 120 {
+                let mut cut = 117;
+                while !name.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                name.truncate(cut);
+                name.push_str("...");
+            }
+            about.primitive = Some(format!("{what} {name:?}"));
+        }
+        self
+    }
+
+    /// Says where the error happened (a URL with its password redacted, or
+    /// a topology), unless an inner layer already did.
+    pub(crate) fn at(mut self, place: &std::sync::Arc<str>) -> Error {
+        let about = self.about.get_or_insert_with(Default::default);
+        if about.place.is_none() {
+            about.place = Some(place.clone());
+        }
+        self
     }
 
     pub(crate) fn with_source(
@@ -141,6 +189,10 @@ impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Error");
         d.field("kind", &self.kind).field("message", &self.message);
+        if let Some(about) = &self.about {
+            d.field("primitive", &about.primitive)
+                .field("at", &about.place);
+        }
         if let Some(source) = &self.source {
             d.field("source", source);
         }
@@ -151,8 +203,16 @@ impl fmt::Debug for Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.kind, self.message)?;
+        if let Some(about) = &self.about {
+            match (&about.primitive, &about.place) {
+                (Some(p), Some(at)) => write!(f, " [{p} at {at}]")?,
+                (Some(p), None) => write!(f, " [{p}]")?,
+                (None, Some(at)) => write!(f, " [at {at}]")?,
+                (None, None) => {}
+            }
+        }
         if let Some(source) = &self.source {
-            write!(f, " ({source})")?;
+            write!(f, ": {source}")?;
         }
         Ok(())
     }
@@ -169,55 +229,93 @@ impl std::error::Error for Error {
 impl From<redis::RedisError> for Error {
     fn from(err: redis::RedisError) -> Error {
         let text = err.to_string();
-        let (kind, message): (ErrorKind, Cow<'static, str>) = if matches!(
+        let code = err.code().unwrap_or("");
+        let e = |kind, message: &'static str| Error::new(kind, message);
+        let error = if matches!(
             err.kind(),
             redis::ErrorKind::UnexpectedReturnType | redis::ErrorKind::Parse
         ) && !err.is_io_error()
         {
-            (
+            e(
                 ErrorKind::Server,
-                "the server's reply did not have the expected shape".into(),
+                "the server's reply did not have the expected shape",
             )
+        } else if err.kind() == redis::ErrorKind::AuthenticationFailed
+            || matches!(code, "NOAUTH" | "WRONGPASS" | "NOPERM")
+        {
+            auth_error(&text).unwrap_or_else(|| {
+                e(
+                    ErrorKind::Auth,
+                    "authentication failed: wrong or missing username or password",
+                )
+            })
+        } else if matches!(code, "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN") {
+            // The server refused to run the command for now (loading its data
+            // set, running a script, a replica without its master, a
+            // resharding): nothing ran, and waiting callers ride it out like
+            // an outage.
+            e(
+                ErrorKind::Connection,
+                "the server is not serving commands right now (loading, busy or without a master); the command was not run",
+            )
+            .unsent()
         } else if err.is_io_error()
             || err.is_timeout()
             || err.is_connection_dropped()
             || err.is_unrecoverable_error() && err.code().is_none()
         {
-            (ErrorKind::Connection, "redis connection failed".into())
-        } else if text.contains("WRONGTYPE") {
-            (
+            e(ErrorKind::Connection, "redis connection failed")
+        } else if code == "WRONGTYPE" || text.contains("WRONGTYPE") {
+            e(
                 ErrorKind::WrongType,
-                "the key holds a value of another type".into(),
+                "the key holds a value of another type",
             )
         } else if text.contains("REDLEASE_FOREIGN") {
-            (
+            e(
                 ErrorKind::WrongType,
-                "the key holds a value that was not written by redlease".into(),
+                "the key holds a value that was not written by redlease",
             )
         } else if text.contains("REDLEASE_MISMATCH") {
-            (
+            e(
                 ErrorKind::InvalidArgument,
-                "handles of this semaphore disagree on its permit count".into(),
+                "handles of this semaphore disagree on its permit count",
             )
         } else if err.kind() == redis::ErrorKind::InvalidClientConfig {
-            (ErrorKind::InvalidArgument, "invalid redis URL".into())
-        } else if text.contains("NOAUTH") || text.contains("WRONGPASS") {
-            (ErrorKind::Connection, "authentication failed".into())
-        } else if text.contains("NOPERM") {
-            (
-                ErrorKind::Server,
-                "the ACL user may not run this command or touch this key (see the README's ACL line)"
-                    .into(),
-            )
+            e(ErrorKind::InvalidArgument, "invalid redis URL")
+        } else if let Some(auth) = auth_error(&text) {
+            auth
         } else {
-            (ErrorKind::Server, "redis returned an error".into())
+            e(ErrorKind::Server, "redis returned an error")
         };
-        Error::new(kind, message).with_source(err)
+        error.with_source(RedisErrorText::of(err))
+    }
+}
+
+/// The `Auth` error for a refusal of credentials or rights, if `text` is one.
+fn auth_error(text: &str) -> Option<Error> {
+    if text.contains("NOAUTH")
+        || text.contains("WRONGPASS")
+        || text.contains("AuthenticationFailed")
+    {
+        Some(Error::new(
+            ErrorKind::Auth,
+            "authentication failed: wrong or missing username or password",
+        ))
+    } else if text.contains("NOPERM") {
+        Some(Error::new(
+            ErrorKind::Auth,
+            "the ACL user may not run this command or touch this key (see the README's ACL line)",
+        ))
+    } else {
+        None
     }
 }
 
 impl From<r2d2::Error> for Error {
     fn from(err: r2d2::Error) -> Error {
+        if let Some(auth) = auth_error(&err.to_string()) {
+            return auth.with_source(err);
+        }
         // r2d2 appends the last connect error when the pool could not open a
         // connection at all; that is an unreachable server, not a busy pool.
         if err.to_string().contains(": ") {
@@ -229,5 +327,124 @@ impl From<r2d2::Error> for Error {
             )
             .with_source(err)
         }
+    }
+}
+
+/// A `redis` error as its text with script hashes cut out, so that no
+/// message of this crate shows one (they mean nothing to a reader and
+/// change between versions). Its kind and code stay inspectable.
+#[derive(Debug)]
+pub struct RedisErrorText {
+    kind: redis::ErrorKind,
+    code: Option<String>,
+    text: String,
+}
+
+impl RedisErrorText {
+    fn of(err: redis::RedisError) -> RedisErrorText {
+        RedisErrorText {
+            kind: err.kind(),
+            code: err.code().map(str::to_owned),
+            text: without_script_hash(&err.to_string()),
+        }
+    }
+
+    /// The `redis` crate's classification of the error.
+    pub fn kind(&self) -> redis::ErrorKind {
+        self.kind
+    }
+
+    /// The server's error code (`WRONGTYPE`, `NOPERM`, ...), if it sent one.
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
+    }
+}
+
+impl fmt::Display for RedisErrorText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::error::Error for RedisErrorText {}
+
+/// Cuts `script: <40 hex digits>` (and any other run of 40 hex digits, the
+/// form of a SHA-1) out of a server error text.
+pub(crate) fn without_script_hash(text: &str) -> String {
+    let text = text.replace("script: ", "");
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let run = bytes[i..]
+            .iter()
+            .take_while(|b| b.is_ascii_hexdigit())
+            .count();
+        if run == 40 {
+            out.push_str("<script>");
+            i += run;
+        } else if run > 0 {
+            out.push_str(&text[i..i + run]);
+            i += run;
+        } else {
+            let c = text[i..].chars().next().unwrap_or(' ');
+            out.push(c);
+            i += c.len_utf8();
+        }
+    }
+    out
+}
+
+/// `url` with the password (anything after `:` in the user part) replaced
+/// by `***`, for messages and logs.
+pub(crate) fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_owned();
+    };
+    let user = &authority[..at];
+    let user = match user.find(':') {
+        Some(colon) => format!("{}:***", &user[..colon]),
+        None => user.to_owned(),
+    };
+    format!(
+        "{}://{}@{}{}",
+        &url[..scheme_end],
+        user,
+        &authority[at + 1..],
+        &rest[authority_end..]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_lose_their_password() {
+        assert_eq!(
+            redact_url("redis://:s3cret@127.0.0.1:6379/0"),
+            "redis://:***@127.0.0.1:6379/0"
+        );
+        assert_eq!(
+            redact_url("rediss://bob:p@ss@host:1/"),
+            "rediss://bob:***@host:1/"
+        );
+        assert_eq!(redact_url("redis://bob@host/"), "redis://bob@host/");
+        assert_eq!(redact_url("redis://host:1"), "redis://host:1");
+        assert_eq!(redact_url("not a url"), "not a url");
+    }
+
+    #[test]
+    fn script_hashes_are_cut() {
+        let t = "WRONGTYPE: Operation against a key script: e0e1f9fabfc9d4800c877a703b823ac0578ff831, on @user_script:3.";
+        let out = without_script_hash(t);
+        assert!(!out.contains("e0e1f9fa"), "{out}");
+        assert!(out.contains("WRONGTYPE"), "{out}");
     }
 }

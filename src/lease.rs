@@ -27,11 +27,16 @@ use crate::backend::Script;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::reentrancy::{self, Held, HoldKey};
-use crate::renewal;
+use crate::renewal::{self, LeaseState};
+use crate::signal::LostSignal;
 use crate::wakeup::{Attempt, Turns};
 
 /// What a primitive supplies for one acquisition, built for one token.
 pub(crate) struct Spec {
+    /// What kind of primitive (`"lock"`, `"semaphore"`, ...) and its name
+    /// as the user gave it: for messages and events.
+    pub(crate) what: &'static str,
+    pub(crate) name: Arc<[u8]>,
     /// The key this name's waiters wait on (and its release messages name).
     pub(crate) wake: Arc<[u8]>,
     pub(crate) turns: Turns,
@@ -89,6 +94,31 @@ pub(crate) fn acquire(
     deadline: Option<Instant>,
     make: impl Fn(&Arc<str>) -> Result<Spec>,
 ) -> Result<Option<Arc<Held>>> {
+    let started = Instant::now();
+    let mut about: Option<(&'static str, Arc<[u8]>)> = None;
+    let outcome = attempt(client, slot, deadline, &make, &mut about);
+    match (&outcome, &about) {
+        // `about` is set once past re-entry: a re-entry is not an event.
+        (Ok(Some(held)), Some(_)) => {
+            if let Some(events) = client.events() {
+                events.on_acquired(&held.name, started.elapsed());
+            }
+        }
+        (Err(_), Some((what, name))) => {
+            return outcome.map_err(|e| e.about(what, name));
+        }
+        _ => {}
+    }
+    outcome
+}
+
+fn attempt(
+    client: &Client,
+    slot: Option<(&HoldKey, Reentry)>,
+    deadline: Option<Instant>,
+    make: &dyn Fn(&Arc<str>) -> Result<Spec>,
+    about: &mut Option<(&'static str, Arc<[u8]>)>,
+) -> Result<Option<Arc<Held>>> {
     let backend = client.backend();
     let (slot, reentry) = match slot {
         Some((s, r)) => (Some(s), r),
@@ -114,6 +144,7 @@ pub(crate) fn acquire(
     }
     let mut token = client.new_token();
     let mut spec = make(&token)?;
+    *about = Some((spec.what, spec.name.clone()));
     let lease_ms = lease_millis(spec.lease)?;
     let wakeup = client.wakeup();
     // The server stores `floor(now_ms) + lease_ms`: the lease may end up to
@@ -166,22 +197,22 @@ pub(crate) fn acquire(
             // Earlier tokens (replaced after a late reply) may have left
             // queue entries or intents.
             clean_up(client, &sent, false, false);
-            let state = renewal::start(
-                backend,
-                spec.watchdog,
-                at + valid,
-                valid,
-                spec.lease,
-                spec.extend.lua,
-                spec.extend.keys,
-                spec.extend.args,
-            );
+            let hook = client.events().map(|h| (h.clone(), spec.name.clone()));
+            let state = LeaseState::new(at + valid, hook);
+            if spec.watchdog {
+                renewal::keep_alive(backend, &state, at + valid, valid, spec.lease, &spec.extend);
+            }
             let held = Arc::new(Held {
                 token,
                 fence: fence.max(0) as u64,
                 state,
                 release: spec.release,
+                extend: spec.extend,
+                watchdog: spec.watchdog,
                 wake,
+                what: spec.what,
+                name: spec.name,
+                acquired: at,
             });
             if let Some(slot) = slot {
                 reentrancy::enter(slot.clone(), held.clone());
@@ -253,34 +284,130 @@ impl Holding {
         self.held.state.is_held()
     }
 
+    pub(crate) fn lost_signal(&self) -> LostSignal {
+        LostSignal::new(vec![self.held.state.clone()])
+    }
+
+    pub(crate) fn state(&self) -> &Arc<LeaseState> {
+        &self.held.state
+    }
+
+    pub(crate) fn expires_in(&self) -> Duration {
+        self.held.state.expires_in()
+    }
+
+    /// Makes the lease end `lease` from now (one round trip). A watchdog
+    /// lease keeps being renewed, with `lease` from now on; a fixed lease
+    /// simply ends then. `LockLost` if it was already lost.
+    pub(crate) fn extend(&self, lease: Duration) -> Result<()> {
+        let held = &self.held;
+        extend(&self.client, held, lease).map_err(|e| e.about(held.what, &held.name))
+    }
+
+    /// Stops tracking the hold without releasing it: it stays in Redis
+    /// (renewed while the client lives, if it has a watchdog) until
+    /// released by token or its lease ends. For holds without re-entry.
+    pub(crate) fn detach(mut self) -> Arc<Held> {
+        self.done = true;
+        self.held.state.quiet();
+        self.held.clone()
+    }
+
     /// Releases this level of the hold; the outermost level releases it in
     /// Redis. `LockLost` if the lease had been lost.
     pub(crate) fn release(&mut self) -> Result<()> {
         if std::mem::replace(&mut self.done, true) {
             return Ok(());
         }
+        let held = &self.held;
         let outermost = match &self.slot {
-            Some(slot) => reentrancy::leave(slot, &self.held.token),
+            Some(slot) => reentrancy::leave(slot, &held.token),
             None => true,
         };
         if !outermost {
-            if self.held.state.is_lost() {
-                return Err(Error::lost("the lease was lost while it was held"));
+            if held.state.is_lost() {
+                return Err(Error::lost("the lease was lost while it was held")
+                    .about(held.what, &held.name));
             }
             return Ok(()); // an inner level: the outer guard still holds it
         }
-        self.held.state.finish();
-        release(&self.client, &self.held)
+        // Known lost: say so at once, without waiting on the network (a
+        // server that stopped answering is the usual reason). The key has
+        // expired on the server, or was removed, or (a renewal that ran
+        // but whose reply was lost) ends by itself within one lease.
+        if held.state.is_lost() {
+            held.state.finish();
+            return Err(Error::lost(
+                "the lease was lost while it was held (expired unrenewed, taken over, force-unlocked or flushed)",
+            )
+            .about(held.what, &held.name));
+        }
+        held.state.finish();
+        let released = release(&self.client, held).map_err(|e| e.about(held.what, &held.name));
+        if released.is_ok() {
+            if let Some(events) = self.client.events() {
+                events.on_released(&held.name, held.acquired.elapsed());
+            }
+        }
+        released
+    }
+}
+
+/// One extension of a hold (see [`Holding::extend`]).
+fn extend(client: &Client, held: &Held, lease: Duration) -> Result<()> {
+    let ms = lease_millis(lease)?;
+    if !held.state.is_held() {
+        return Err(Error::lost("the lease was already lost"));
+    }
+    let backend = client.backend();
+    let mut script = held.extend.clone();
+    if let Some(last) = script.args.last_mut() {
+        *last = ms.to_string().into_bytes();
+    }
+    let valid =
+        Duration::from_millis(ms).saturating_sub(Duration::from_millis(1) + backend.drift(lease));
+    let sent = Instant::now();
+    match backend.confirm(&script.call()) {
+        Ok(1) => {
+            held.state.extended(sent, valid, true);
+            if held.watchdog {
+                renewal::keep_alive(backend, &held.state, sent + valid, valid, lease, &script);
+            }
+            if held.state.is_lost() {
+                return Err(Error::lost("the lease ran out while it was being extended"));
+            }
+            Ok(())
+        }
+        Ok(0) => {
+            held.state.mark_lost();
+            Err(Error::lost(
+                "the lease was lost before the extension (expired, flushed, force-unlocked or taken over)",
+            ))
+        }
+        other => {
+            // It may have run: the lease may now end `lease` from `sent`,
+            // possibly sooner than before. Believe the sooner end; the
+            // renewal (if any) goes on with the old lease and may set it
+            // longer again, which only makes the estimate conservative.
+            held.state.extended(sent, valid, false);
+            if held.watchdog {
+                renewal::keep_alive(backend, &held.state, sent + valid, valid, lease, &script);
+            }
+            Err(match other {
+                Err(e) => e,
+                _ => Error::new(
+                    crate::error::ErrorKind::Connection,
+                    "the extension's outcome is undecided; the lease may now end sooner",
+                ),
+            })
+        }
     }
 }
 
 impl Drop for Holding {
     fn drop(&mut self) {
         if let Err(e) = self.release() {
-            log::warn!(
-                "redlease: releasing {:?} on drop: {e}",
-                String::from_utf8_lossy(&self.held.wake)
-            );
+            log::warn!("redlease: releasing on drop: {e}");
         }
     }
 }
@@ -329,3 +456,52 @@ fn release(client: &Client, held: &Held) -> Result<()> {
         "the release's connection broke three times; the lease ends by itself",
     ))
 }
+
+/// Removes `keys` (a primitive's holds), whoever holds them, and wakes the
+/// waiters of `wake`, here and in other clients: `true` if anything was
+/// removed. Holders learn it at their next renewal.
+pub(crate) fn force_remove(client: &Client, keys: &[Vec<u8>], wake: &[u8]) -> Result<bool> {
+    let wakeup = client.wakeup();
+    let removed = client.backend().confirm(&crate::backend::Call {
+        lua: &crate::scripts::FORCE_UNLOCK,
+        keys,
+        args: &[wakeup.channel().to_vec(), wakeup.message(wake)],
+    })?;
+    wakeup.notify_local(wake);
+    Ok(removed == 1)
+}
+
+/// Makes a guard `!Send` under a name that compile errors show ("within
+/// `ThreadBound` ... within `LockGuard`"): a hold belongs to the thread
+/// that took it, whose re-entry count lives in that thread.
+#[derive(Default)]
+pub(crate) struct ThreadBound(std::marker::PhantomData<*const ()>);
+
+/// The lease controls every guard has, over its `inner: Holding`.
+macro_rules! lease_controls {
+    () => {
+        /// A signal that fires once this hold ends (lost or released),
+        /// checked without a round trip: hand it to the threads doing the
+        /// guarded work. See [`LostSignal`](crate::LostSignal).
+        pub fn lost_signal(&self) -> crate::LostSignal {
+            self.inner.lost_signal()
+        }
+
+        /// How long the lease surely still runs, from the conservative local
+        /// estimate (no round trip); zero once lost. With a watchdog this is
+        /// at most the lease, renewed every third of it.
+        pub fn expires_in(&self) -> std::time::Duration {
+            self.inner.expires_in()
+        }
+
+        /// Makes the lease end `lease` from now (one round trip). With a
+        /// watchdog, renewal continues with `lease` from now on; with a fixed
+        /// lease, the hold simply ends then. Fails with `LockLost` if the
+        /// lease was already lost. If the reply is lost, the lease is then
+        /// believed to end at the sooner of the old end and `lease` from now.
+        pub fn extend(&self, lease: std::time::Duration) -> crate::Result<()> {
+            self.inner.extend(lease)
+        }
+    };
+}
+pub(crate) use lease_controls;

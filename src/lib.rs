@@ -173,6 +173,7 @@
 mod backend;
 mod client;
 mod error;
+mod events;
 mod inspect;
 mod lease;
 mod lock;
@@ -181,6 +182,7 @@ mod renewal;
 mod rwlock;
 mod scripts;
 mod semaphore;
+mod signal;
 mod wakeup;
 
 /// Guards are tied to the thread that acquired them (its reentrancy
@@ -211,8 +213,10 @@ struct GuardsAreNotSend;
 struct ReadmeDoctests;
 
 pub use client::{Client, ClientBuilder, MAX_NAME_LEN};
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, RedisErrorText, Result};
+pub use events::HandleEvent;
 pub use inspect::LockInfo;
 pub use lock::{Lock, LockGuard};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
-pub use semaphore::{Permit, Semaphore};
+pub use semaphore::{Permit, PermitId, Semaphore};
+pub use signal::LostSignal;

@@ -1,22 +1,21 @@
 //! The reentrant exclusive lock and its guard.
 
 use std::fmt;
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::{Call, Script};
+use crate::backend::Script;
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::lease::{self, Holding, Reentry, Spec};
+use crate::lease::{self, lease_controls, Holding, Reentry, Spec, ThreadBound};
 use crate::reentrancy::{self, HoldKey, Mode};
-use crate::scripts::{
-    FAIR_ACQUIRE, FORCE_UNLOCK, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, QUEUE_LEAVE,
-};
+use crate::scripts::{FAIR_ACQUIRE, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, QUEUE_LEAVE};
 use crate::wakeup::{deadline_after, waited, Turns};
 
 #[derive(Debug)]
 struct Keys {
+    /// The name as given (for messages and events).
+    name: Arc<[u8]>,
     lock: Arc<[u8]>,
     fence: Vec<u8>,
     /// Fair locks only: the waiter queue and its deadlines.
@@ -61,13 +60,14 @@ impl Lock {
             .names(name)
             .map(|n| {
                 Arc::new(Keys {
+                    name: n.name().clone(),
                     lock: n.key("").into(),
                     fence: n.key(":fence"),
                     queue: n.key(":queue"),
                     queue_deadlines: n.key(":queue:t"),
                 })
             })
-            .map_err(|e| Arc::from(e.to_string()));
+            .map_err(|e| Arc::from(e.message()));
         Lock {
             client,
             keys,
@@ -150,7 +150,7 @@ impl Lock {
         Ok(held.map(|held| LockGuard {
             lock: self.clone(),
             inner: Holding::new(self.client.clone(), Some(slot), held),
-            _not_send: PhantomData,
+            _not_send: ThreadBound::default(),
         }))
     }
 
@@ -192,6 +192,8 @@ impl Lock {
         let mut release_args = vec![t.clone()];
         release_args.extend(wake());
         Spec {
+            what: if self.fair { "fair lock" } else { "lock" },
+            name: keys.name.clone(),
             wake: keys.lock.clone(),
             turns: Turns::fair(self.fair),
             jump: false,
@@ -224,14 +226,8 @@ impl Lock {
     /// (`is_held()` turns false, `release()` fails with `LockLost`).
     pub fn force_unlock(&self) -> Result<bool> {
         let keys = self.keys()?;
-        let wakeup = self.client.wakeup();
-        let removed = self.client.backend().confirm(&Call {
-            lua: &FORCE_UNLOCK,
-            keys: &[keys.lock.to_vec()],
-            args: &[wakeup.channel().to_vec(), wakeup.message(&keys.lock)],
-        })?;
-        wakeup.notify_local(&keys.lock);
-        Ok(removed == 1)
+        lease::force_remove(&self.client, &[keys.lock.to_vec()], &keys.lock)
+            .map_err(|e| e.about("lock", &keys.name))
     }
 
     /// Runs `f` while holding the lock, waiting as long as needed; see
@@ -241,6 +237,40 @@ impl Lock {
         let value = f();
         guard.release()?;
         Ok(value)
+    }
+
+    /// Runs `f` while holding the lock if it is free right now: `None`
+    /// (and `f` not run) when it is busy. Like [`Lock::with`], a lease lost
+    /// while `f` ran is an error of kind `LockLost`.
+    pub fn try_with<T>(&self, f: impl FnOnce() -> T) -> Result<Option<T>> {
+        run_under(self.try_acquire()?, f)
+    }
+
+    /// Runs `f` while holding the lock, waiting at most `timeout` for it:
+    /// `None` (and `f` not run) when it timed out.
+    pub fn with_timeout<T>(&self, timeout: Duration, f: impl FnOnce() -> T) -> Result<Option<T>> {
+        run_under(self.acquire_timeout(timeout)?, f)
+    }
+
+    /// Whether the current thread holds this lock through this client, with
+    /// its lease still believed held (no round trip).
+    pub fn is_held_by_current_thread(&self) -> bool {
+        match &self.keys {
+            Ok(keys) => reentrancy::peek(&self.hold_key(keys)).is_some_and(|h| h.state.is_held()),
+            Err(_) => false,
+        }
+    }
+}
+
+/// Runs `f` under `guard` if there is one, then releases it.
+fn run_under<T>(guard: Option<LockGuard>, f: impl FnOnce() -> T) -> Result<Option<T>> {
+    match guard {
+        Some(guard) => {
+            let value = f();
+            guard.release()?;
+            Ok(Some(value))
+        }
+        None => Ok(None),
     }
 }
 
@@ -252,7 +282,7 @@ impl Lock {
 pub struct LockGuard {
     lock: Lock,
     inner: Holding,
-    _not_send: PhantomData<*const ()>,
+    _not_send: ThreadBound,
 }
 
 impl fmt::Debug for LockGuard {
@@ -285,4 +315,6 @@ impl LockGuard {
     pub fn release(mut self) -> Result<()> {
         self.inner.release()
     }
+
+    lease_controls!();
 }

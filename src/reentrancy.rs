@@ -34,8 +34,17 @@ pub(crate) struct Held {
     pub(crate) state: Arc<LeaseState>,
     /// The token-checked release (`1` released, `0` not ours).
     pub(crate) release: Script,
-    /// The key waiters of this name wait on (and the name in messages).
+    /// The token-checked extension; its last argument is the lease in ms.
+    pub(crate) extend: Script,
+    /// Renewed by the watchdog (else a fixed lease).
+    pub(crate) watchdog: bool,
+    /// The key waiters of this name wait on.
     pub(crate) wake: Arc<[u8]>,
+    /// The primitive's kind and name, for messages and events.
+    pub(crate) what: &'static str,
+    pub(crate) name: Arc<[u8]>,
+    /// When the granting command was sent.
+    pub(crate) acquired: std::time::Instant,
 }
 
 struct Entry {

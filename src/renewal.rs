@@ -15,8 +15,9 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -24,7 +25,8 @@ use crossbeam_channel::{Receiver, Sender};
 use once_cell::sync::Lazy;
 use redis::Value;
 
-use crate::backend::{Backend, Call};
+use crate::backend::{Backend, Call, Script};
+use crate::events::HandleEvent;
 use crate::scripts::Lua;
 
 /// What a holder and the renewal thread share about one lease.
@@ -37,26 +39,64 @@ use crate::scripts::Lua;
 /// server applied it later, so the real expiry is never earlier. Once that instant passes without a renewal —
 /// the process was paused, or the server unreachable — the lease counts as
 /// lost at once, without waiting for the renewal thread to find out.
-#[derive(Debug)]
 pub(crate) struct LeaseState {
     lost: AtomicBool,
     done: AtomicBool,
     /// Nanoseconds since `EPOCH`.
     expires: AtomicU64,
+    /// Bumped by `extend`: renewals registered before it are retired and
+    /// their late replies no longer move the expiry.
+    generation: AtomicU64,
+    /// Serialises expiry writers (renewal replies, `extend`) so that a
+    /// stale renewal cannot undo an extension that shortened the lease.
+    writing: Mutex<()>,
+    /// Told once when the lease is lost (the event handler, the name).
+    on_lost: Option<LostHook>,
+    /// A detached permit: its loss is expected (released by id elsewhere),
+    /// so it is not logged.
+    quiet: AtomicBool,
 }
 
+impl fmt::Debug for LeaseState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseState")
+            .field("lost", &self.lost)
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Who to tell when a lease is lost: the event handler, the name.
+pub(crate) type LostHook = (Arc<dyn HandleEvent>, Arc<[u8]>);
+
 static EPOCH: Lazy<Instant> = Lazy::new(Instant::now);
+
+/// Every waiter of every `LostSignal` sleeps on this one condition
+/// variable: losses and releases are rare, so a shared wake-up costs less
+/// than one per lease. Expiry by time is not announced; waiters wake at
+/// the expiry they computed.
+static CHANGED: Lazy<(Mutex<()>, Condvar)> = Lazy::new(|| (Mutex::new(()), Condvar::new()));
+
+fn announce() {
+    let (lock, cv) = &*CHANGED;
+    drop(lock.lock().unwrap_or_else(|e| e.into_inner()));
+    cv.notify_all();
+}
 
 fn to_nanos(t: Instant) -> u64 {
     t.saturating_duration_since(*EPOCH).as_nanos() as u64
 }
 
 impl LeaseState {
-    pub(crate) fn new(expires: Instant) -> Arc<LeaseState> {
+    pub(crate) fn new(expires: Instant, on_lost: Option<LostHook>) -> Arc<LeaseState> {
         Arc::new(LeaseState {
             lost: AtomicBool::new(false),
             done: AtomicBool::new(false),
             expires: AtomicU64::new(to_nanos(expires)),
+            generation: AtomicU64::new(0),
+            writing: Mutex::new(()),
+            on_lost,
+            quiet: AtomicBool::new(false),
         })
     }
 
@@ -72,33 +112,130 @@ impl LeaseState {
             return true;
         }
         if to_nanos(Instant::now()) >= self.expires.load(Ordering::Acquire) {
-            self.lost.store(true, Ordering::Release);
+            self.mark_lost();
             return true;
         }
         false
     }
 
-    pub(crate) fn mark_lost(&self) {
-        self.lost.store(true, Ordering::Release);
+    /// How long the lease surely still runs (zero once lost or finished).
+    pub(crate) fn expires_in(&self) -> Duration {
+        if !self.is_held() {
+            return Duration::ZERO;
+        }
+        let at = self.expires.load(Ordering::Acquire);
+        Duration::from_nanos(at.saturating_sub(to_nanos(Instant::now())))
     }
 
-    /// A renewal sent at `sent` succeeded. If the old expiry had already
-    /// passed, the holder may have been told the lease was lost; it stays
-    /// lost (a lease never comes back).
-    fn renewed(&self, sent: Instant, valid: Duration) {
-        if !self.is_lost() {
+    /// `!is_held()` without side effects (no marking, no announcing): safe
+    /// to call while holding `CHANGED`.
+    fn has_ended(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+            || self.lost.load(Ordering::Acquire)
+            || to_nanos(Instant::now()) >= self.expires.load(Ordering::Acquire)
+    }
+
+    fn expires_at(&self) -> Instant {
+        *EPOCH + Duration::from_nanos(self.expires.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn mark_lost(&self) {
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            if !self.done.load(Ordering::Acquire) {
+                if let Some((handler, name)) = &self.on_lost {
+                    handler.on_lease_lost(name);
+                }
+            }
+            announce();
+        }
+    }
+
+    /// A renewal of generation `generation` sent at `sent` succeeded. If
+    /// the old expiry had already passed, the holder may have been told the
+    /// lease was lost; it stays lost (a lease never comes back).
+    fn renewed(&self, sent: Instant, valid: Duration, generation: u64) {
+        let _w = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.is_lost() && self.generation.load(Ordering::Acquire) == generation {
             self.expires
                 .fetch_max(to_nanos(sent + valid), Ordering::AcqRel);
         }
     }
 
+    /// An extension sent at `sent` set the lease to end `valid` later (or,
+    /// `certain == false`, may have): the expiry becomes exactly that
+    /// (at most that), and earlier renewals are retired: the caller
+    /// registers the renewal that continues with the new lease.
+    pub(crate) fn extended(&self, sent: Instant, valid: Duration, certain: bool) {
+        let _w = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let at = to_nanos(sent + valid);
+        if certain {
+            if !self.is_lost() {
+                self.expires.store(at, Ordering::Release);
+            }
+        } else {
+            self.expires.fetch_min(at, Ordering::AcqRel);
+        }
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
     /// The holder released (or is releasing): stop renewing.
     pub(crate) fn finish(&self) {
         self.done.store(true, Ordering::Release);
+        announce();
     }
 
     fn is_done(&self) -> bool {
         self.done.load(Ordering::Acquire)
+    }
+
+    /// Stops logging this lease's loss (a detached permit).
+    pub(crate) fn quiet(&self) {
+        self.quiet.store(true, Ordering::Release);
+    }
+
+    fn is_quiet(&self) -> bool {
+        self.quiet.load(Ordering::Acquire)
+    }
+}
+
+/// Waits until any of `states` is no longer held (lost or finished), or
+/// `timeout` passes; returns whether one is no longer held.
+pub(crate) fn wait_lost(states: &[Arc<LeaseState>], timeout: Duration) -> bool {
+    let deadline = Instant::now().checked_add(timeout);
+    let (lock, cv) = &*CHANGED;
+    let mut guard = lock.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        if states.iter().any(|s| s.has_ended()) {
+            drop(guard);
+            // Now record a loss by time (and tell the event handler).
+            for s in states {
+                let _ = s.is_held();
+            }
+            return true;
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return false;
+        }
+        // Wake at the earliest local expiry at the latest: nobody announces it.
+        let expiry = states.iter().map(|s| s.expires_at()).min();
+        let until = match (deadline, expiry) {
+            (Some(d), Some(e)) => d.min(e),
+            (Some(d), None) => d,
+            (None, Some(e)) => e,
+            (None, None) => now + Duration::from_secs(3600),
+        };
+        let wait = until
+            .saturating_duration_since(now)
+            .max(Duration::from_micros(100));
+        guard = cv
+            .wait_timeout(guard, wait)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
     }
 }
 
@@ -119,6 +256,19 @@ pub(crate) struct Renewal {
     /// holder knows.
     pub(crate) expires: Instant,
     pub(crate) state: Arc<LeaseState>,
+    /// The state's generation when registered (see `LeaseState::extended`).
+    pub(crate) generation: u64,
+}
+
+impl Renewal {
+    /// No longer to be renewed: released, or replaced after an `extend`.
+    fn retired(&self) -> bool {
+        self.state.is_done() || self.state.generation() != self.generation
+    }
+
+    fn name(&self) -> String {
+        String::from_utf8_lossy(self.keys.first().map_or(&[][..], |k| k)).into_owned()
+    }
 }
 
 struct Shared {
@@ -213,6 +363,8 @@ struct IoWorker {
     busy: bool,
     /// Due entries waiting for the worker to finish its current batch.
     pending: Vec<Entry>,
+    /// The last batch failed as a whole (warned once until it works again).
+    failing: bool,
 }
 
 /// The one scheduling thread: keeps the due times, hands due leases to the
@@ -307,7 +459,7 @@ impl Scheduler {
             }
             self.heap.pop();
             if let Some(entry) = self.entries.remove(&id) {
-                if !entry.renewal.state.is_done() && !entry.renewal.state.is_lost() {
+                if !entry.renewal.retired() && !entry.renewal.state.is_lost() {
                     out.push(entry);
                 }
             }
@@ -362,6 +514,7 @@ impl Scheduler {
                 tx,
                 busy: false,
                 pending: Vec::new(),
+                failing: false,
             },
         );
         id
@@ -396,54 +549,60 @@ impl Scheduler {
     fn expire_pending(&mut self, now: Instant) {
         for w in self.workers.values_mut() {
             w.pending.retain(|e| {
-                if now >= e.renewal.expires && !e.renewal.state.is_done() {
-                    log::warn!(
-                        "redlease: lease of {:?} expired while its server did not answer",
-                        String::from_utf8_lossy(e.renewal.keys.first().map_or(&[][..], |k| k))
-                    );
-                    e.renewal.state.mark_lost();
+                if now >= e.renewal.expires && !e.renewal.retired() {
+                    lost(&e.renewal, "expired while its server did not answer");
                     return false;
                 }
-                !e.renewal.state.is_done()
+                !e.renewal.retired()
             });
         }
     }
 
     fn apply(&mut self, done: Done) {
+        let now = Instant::now();
+        let failed = match &done.replies {
+            Ok(values) => values.len() != done.entries.len(),
+            Err(_) => true,
+        };
         if let Some(w) = self.workers.get_mut(&done.worker) {
             w.busy = false;
+            // One warning per outage of a server, not one per attempt.
+            if failed && !w.failing {
+                if let Err(e) = &done.replies {
+                    log::warn!(
+                        "redlease: lease renewal failed, retrying until each lease runs out: {e}"
+                    );
+                }
+            } else if !failed && w.failing {
+                log::info!("redlease: lease renewal works again");
+            }
+            w.failing = failed;
         }
-        let now = Instant::now();
         match done.replies {
             Ok(values) if values.len() == done.entries.len() => {
                 for (mut entry, value) in done.entries.into_iter().zip(values) {
+                    if entry.renewal.retired() {
+                        continue; // released, or extended since it was sent
+                    }
                     match value {
                         Value::Int(1) => {
                             let r = &mut entry.renewal;
-                            r.state.renewed(done.sent, r.valid);
+                            r.state.renewed(done.sent, r.valid, r.generation);
                             r.expires = r.expires.max(done.sent + r.valid);
                             entry.due = done.sent + r.lease / 3;
                             self.push(entry);
                         }
-                        Value::Int(0) => {
-                            if !entry.renewal.state.is_done() {
-                                log::warn!(
-                                    "redlease: lease of {:?} was lost (renewal found another owner or no key)",
-                                    String::from_utf8_lossy(entry.renewal.keys.first().map_or(&[][..], |k| k))
-                                );
-                                entry.renewal.state.mark_lost();
-                            }
-                        }
+                        Value::Int(0) => lost(
+                            &entry.renewal,
+                            "was lost (renewal found another owner or no key)",
+                        ),
                         // Undecided (a refused write, an error reply to this
                         // one call, no Redlock majority): retry this one.
                         _ => self.retry(entry, now),
                     }
                 }
             }
-            other => {
-                if let Err(e) = &other {
-                    log::warn!("redlease: lease renewal failed, will retry: {e}");
-                }
+            _ => {
                 for entry in done.entries {
                     self.retry(entry, now);
                 }
@@ -455,15 +614,11 @@ impl Scheduler {
     /// Tries again soon (not in a tight loop), unless the lease has already
     /// run out on the server, in which case it is lost.
     fn retry(&mut self, mut entry: Entry, now: Instant) {
-        if entry.renewal.state.is_done() {
+        if entry.renewal.retired() {
             return;
         }
         if now >= entry.renewal.expires {
-            log::warn!(
-                "redlease: lease of {:?} expired while its server was unreachable",
-                String::from_utf8_lossy(entry.renewal.keys.first().map_or(&[][..], |k| k))
-            );
-            entry.renewal.state.mark_lost();
+            lost(&entry.renewal, "expired while its server was unreachable");
         } else {
             let wait =
                 (entry.renewal.lease / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
@@ -471,6 +626,15 @@ impl Scheduler {
             self.push(entry);
         }
     }
+}
+
+/// Marks a lease lost, with a warning naming it (unless its loss is
+/// expected: a detached permit released by id).
+fn lost(renewal: &Renewal, why: &str) {
+    if !renewal.state.is_quiet() {
+        log::warn!("redlease: lease of {:?} {why}", renewal.name());
+    }
+    renewal.state.mark_lost();
 }
 
 /// How many calls go into one pipeline: large enough to make 10,000 leases a
@@ -517,35 +681,28 @@ fn io_worker(id: usize, rx: Receiver<(Arc<Backend>, Vec<Entry>)>, done: Sender<D
     }
 }
 
-/// The lease state of a fresh acquisition: a watchdog lease is handed to
-/// the renewal thread (renewed with `lua`, `keys`, `args`); a fixed lease
-/// just ends at `expires`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn start(
+/// Keeps `state`'s lease alive with `extend` (whose last argument is the
+/// lease in ms) until the holder finishes it, or until an `extend` retires
+/// this registration. `expires` is when the lease ends at the earliest now.
+pub(crate) fn keep_alive(
     backend: &Arc<Backend>,
-    watchdog: bool,
+    state: &Arc<LeaseState>,
     expires: Instant,
     valid: Duration,
     lease: Duration,
-    lua: &'static Lua,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
-) -> Arc<LeaseState> {
-    let state = LeaseState::new(expires);
-    if !watchdog {
-        return state;
-    }
+    extend: &Script,
+) {
     register(Renewal {
         backend: Arc::downgrade(backend),
-        lua,
-        keys,
-        args,
+        lua: extend.lua,
+        keys: extend.keys.clone(),
+        args: extend.args.clone(),
         lease,
         valid,
         expires,
         state: state.clone(),
+        generation: state.generation(),
     });
-    state
 }
 
 /// Longest lease accepted: a year. Longer ones would overflow `Instant`

@@ -1,14 +1,13 @@
 //! The distributed read-write lock and its guards.
 
 use std::fmt;
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::Script;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
-use crate::lease::{self, Holding, Reentry, Spec};
+use crate::lease::{self, lease_controls, Holding, Reentry, Spec, ThreadBound};
 use crate::reentrancy::{self, HoldKey, Mode};
 use crate::scripts::{
     LOCK_EXTEND, LOCK_RELEASE, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WRITE_ACQUIRE, ZSET_EXTEND,
@@ -17,6 +16,8 @@ use crate::wakeup::{deadline_after, waited, Turns};
 
 #[derive(Debug)]
 struct Keys {
+    /// The name as given (for messages and events).
+    name: Arc<[u8]>,
     writer: Arc<[u8]>,
     readers: Vec<u8>,
     intent: Vec<u8>,
@@ -61,13 +62,14 @@ impl RwLock {
             .names(name)
             .map(|n| {
                 Arc::new(Keys {
+                    name: n.name().clone(),
                     writer: n.key(":rw:w").into(),
                     readers: n.key(":rw:r"),
                     intent: n.key(":rw:i"),
                     fence: n.key(":fence"),
                 })
             })
-            .map_err(|e| Arc::from(e.to_string()));
+            .map_err(|e| Arc::from(e.message()));
         RwLock {
             client,
             keys,
@@ -109,6 +111,39 @@ impl RwLock {
             mode,
             key: keys.writer.clone(),
         }
+    }
+
+    /// Removes the write hold and every read hold, whoever holds them, and
+    /// wakes waiters; returns whether any hold was removed. Holders learn it
+    /// at their next renewal (`is_held()` turns false, `release()` fails
+    /// with `LockLost`). A writer's waiting intent is left alone.
+    pub fn force_unlock(&self) -> Result<bool> {
+        let keys = self.keys()?;
+        lease::force_remove(
+            &self.client,
+            &[keys.writer.to_vec(), keys.readers.clone()],
+            &keys.writer,
+        )
+        .map_err(|e| e.about("read-write lock", &keys.name))
+    }
+
+    /// Runs `f` under a read hold (waiting as long as needed), then
+    /// releases it. A lease lost while `f` ran is an error of kind
+    /// `LockLost` (see [`Client::with_lock`](crate::Client::with_lock)).
+    pub fn with_read<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
+        let guard = self.read()?;
+        let value = f();
+        guard.release()?;
+        Ok(value)
+    }
+
+    /// Runs `f` under the write hold (waiting as long as needed), then
+    /// releases it. A lease lost while `f` ran is an error of kind `LockLost`.
+    pub fn with_write<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
+        let guard = self.write()?;
+        let value = f();
+        guard.release()?;
+        Ok(value)
     }
 
     /// Waits for a read hold.
@@ -205,6 +240,8 @@ impl RwLock {
                 let t = token.as_bytes().to_vec();
                 let ms = lease_arg.as_bytes().to_vec();
                 Ok(Spec {
+                    what: "read lock",
+                    name: keys.name.clone(),
                     wake: keys.writer.clone(),
                     turns: Turns::Local,
                     jump: !own_write.is_empty(),
@@ -261,6 +298,8 @@ impl RwLock {
                 let t = token.as_bytes().to_vec();
                 let ms = lease_arg.as_bytes().to_vec();
                 Ok(Spec {
+                    what: "write lock",
+                    name: keys.name.clone(),
                     wake: keys.writer.clone(),
                     turns: Turns::Local,
                     jump: false,
@@ -310,7 +349,7 @@ macro_rules! rw_guard {
         pub struct $name {
             lock: RwLock,
             inner: Holding,
-            _not_send: PhantomData<*const ()>,
+            _not_send: ThreadBound,
         }
 
         impl $name {
@@ -318,7 +357,7 @@ macro_rules! rw_guard {
                 $name {
                     lock,
                     inner,
-                    _not_send: PhantomData,
+                    _not_send: ThreadBound::default(),
                 }
             }
 
@@ -332,6 +371,8 @@ macro_rules! rw_guard {
             pub fn release(mut self) -> Result<()> {
                 self.inner.release()
             }
+
+            lease_controls!();
         }
 
         impl fmt::Debug for $name {

@@ -63,5 +63,6 @@ script!(SEM_ACQUIRE, "sem_acquire.lua");
 script!(SEM_RELEASE, "sem_release.lua");
 script!(SEM_STATE, "sem_state.lua");
 script!(SEM_RESIZE, "sem_resize.lua");
+script!(SEM_FORCE_RELEASE, "sem_force_release.lua");
 script!(INSPECT, "inspect.lua");
 script!(FENCE_RAISE, "fence_raise.lua");

@@ -1,19 +1,22 @@
 //! Expiring, owned, optionally fair counting semaphores.
 
 use std::fmt;
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::Script;
+use crate::backend::{Call, Script};
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::lease::{self, Holding, Spec};
-use crate::scripts::{QUEUE_LEAVE, SEM_ACQUIRE, SEM_RELEASE, SEM_RESIZE, SEM_STATE, ZSET_EXTEND};
+use crate::lease::{self, lease_controls, Holding, Spec, ThreadBound};
+use crate::scripts::{
+    QUEUE_LEAVE, SEM_ACQUIRE, SEM_FORCE_RELEASE, SEM_RELEASE, SEM_RESIZE, SEM_STATE, ZSET_EXTEND,
+};
 use crate::wakeup::{deadline_after, waited, Turns};
 
 #[derive(Debug)]
 struct Keys {
+    /// The name as given (for messages and events).
+    name: Arc<[u8]>,
     permits: Arc<[u8]>,
     count: Vec<u8>,
     queue: Vec<u8>,
@@ -61,13 +64,14 @@ impl Semaphore {
             .names(name)
             .map(|n| {
                 Arc::new(Keys {
+                    name: n.name().clone(),
                     permits: n.key(":sem").into(),
                     count: n.key(":sem:n"),
                     queue: n.key(":sem:queue"),
                     queue_deadlines: n.key(":sem:queue:t"),
                 })
             })
-            .map_err(|e| Arc::from(e.to_string()));
+            .map_err(|e| Arc::from(e.message()));
         Semaphore {
             client,
             keys,
@@ -93,6 +97,15 @@ impl Semaphore {
         self.keys
             .as_ref()
             .map_err(|e| Error::invalid(e.to_string()))
+    }
+
+    /// Runs `f` holding one permit (waiting as long as needed), then
+    /// returns it. A lease lost while `f` ran is an error of kind `LockLost`.
+    pub fn with_permit<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
+        let permit = self.acquire()?;
+        let value = f();
+        permit.release()?;
+        Ok(value)
     }
 
     /// Waits for one permit.
@@ -169,6 +182,50 @@ impl Semaphore {
         Ok(s)
     }
 
+    /// Returns a permit detached with [`Permit::detach`], from any thread,
+    /// client or process: `true` if it was still held and is now free,
+    /// `false` if it was not held (already released, expired, removed, or
+    /// never taken from this semaphore). Waiters are woken.
+    pub fn release_id(&self, id: &PermitId) -> Result<bool> {
+        let keys = self.keys()?;
+        let wakeup = self.client.wakeup();
+        let released = self
+            .client
+            .backend()
+            .confirm(&Call {
+                lua: &SEM_RELEASE,
+                keys: &[keys.permits.to_vec(), keys.count.clone()],
+                args: &[
+                    id.member.as_bytes().to_vec(),
+                    wakeup.channel().to_vec(),
+                    wakeup.message(&keys.permits),
+                ],
+            })
+            .map_err(|e| e.about("semaphore", &keys.name))?;
+        wakeup.notify_local(&keys.permits);
+        Ok(released == 1)
+    }
+
+    /// Removes every permit, whoever holds it, and wakes waiters; returns
+    /// how many holders (permit guards or detached ids, whatever their
+    /// count) were removed. Holders learn it at their next renewal
+    /// (`is_held()` turns false, `release()` fails with `LockLost`).
+    pub fn force_release_all(&self) -> Result<u32> {
+        let keys = self.keys()?;
+        let wakeup = self.client.wakeup();
+        let removed = self
+            .client
+            .backend()
+            .confirm(&Call {
+                lua: &SEM_FORCE_RELEASE,
+                keys: &[keys.permits.to_vec(), keys.count.clone()],
+                args: &[wakeup.channel().to_vec(), wakeup.message(&keys.permits)],
+            })
+            .map_err(|e| e.about("semaphore", &keys.name))?;
+        wakeup.notify_local(&keys.permits);
+        Ok(removed.clamp(0, u32::MAX as i64) as u32)
+    }
+
     fn acquire_until(&self, k: u32, deadline: Option<Instant>) -> Result<Option<Permit>> {
         let keys = self.keys()?;
         if self.permits == 0 {
@@ -201,6 +258,8 @@ impl Semaphore {
                 wakeup.message(&keys.permits),
             ];
             Ok(Spec {
+                what: "semaphore",
+                name: keys.name.clone(),
                 wake: keys.permits.clone(),
                 turns: Turns::fair(self.fair),
                 jump: false,
@@ -251,7 +310,7 @@ impl Semaphore {
             semaphore: self.clone(),
             count: k,
             inner: Holding::new(self.client.clone(), None, held),
-            _not_send: PhantomData,
+            _not_send: ThreadBound::default(),
         }))
     }
 }
@@ -264,7 +323,7 @@ pub struct Permit {
     semaphore: Semaphore,
     count: u32,
     inner: Holding,
-    _not_send: PhantomData<*const ()>,
+    _not_send: ThreadBound,
 }
 
 impl fmt::Debug for Permit {
@@ -291,5 +350,74 @@ impl Permit {
     /// Returns the permits; `LockLost` if their lease had ended.
     pub fn release(mut self) -> Result<()> {
         self.inner.release()
+    }
+
+    /// Hands the permits over to an id: the guard goes away without
+    /// returning them, and whoever has the id returns them with
+    /// [`Semaphore::release_id`] — from another thread, client or process.
+    ///
+    /// A detached permit with a watchdog keeps being renewed while the
+    /// client that acquired it lives (any clone of it), until it is
+    /// released by id; when that client is dropped or its process ends,
+    /// the permit ends one lease later. A permit with a fixed lease ends
+    /// at its lease as usual.
+    pub fn detach(self) -> PermitId {
+        let held = self.inner.detach();
+        PermitId {
+            member: format!("{}:{}", self.count, held.token),
+        }
+    }
+
+    lease_controls!();
+}
+
+/// The id of a detached [`Permit`]: give it to whoever should return the
+/// permits ([`Semaphore::release_id`]), in this process or another.
+///
+/// `Display` and `FromStr` round-trip it through text (a queue message, a
+/// database row, an environment variable); it carries no secret beyond
+/// being unguessable.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct PermitId {
+    /// The permit's member in the semaphore's sorted set: `<k>:<token>`.
+    member: String,
+}
+
+impl fmt::Display for PermitId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.member)
+    }
+}
+
+impl fmt::Debug for PermitId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PermitId({})", self.member)
+    }
+}
+
+impl std::str::FromStr for PermitId {
+    type Err = Error;
+
+    /// Parses `<count>:rl:<32 hex>:<32 hex>`, the form `Display` writes.
+    fn from_str(s: &str) -> Result<PermitId> {
+        let bad = || {
+            Error::invalid(format!(
+                "not a permit id (expected <count>:rl:<client>:<random>): {:?}",
+                s.chars().take(100).collect::<String>()
+            ))
+        };
+        let mut parts = s.split(':');
+        let count = parts.next().ok_or_else(bad)?;
+        let rl = parts.next().ok_or_else(bad)?;
+        let client = parts.next().ok_or_else(bad)?;
+        let random = parts.next().ok_or_else(bad)?;
+        let hex32 = |p: &str| p.len() == 32 && p.bytes().all(|b| b.is_ascii_hexdigit());
+        let count_ok = count.parse::<u32>().is_ok_and(|k| k > 0) && !count.starts_with('0');
+        if parts.next().is_some() || !count_ok || rl != "rl" || !hex32(client) || !hex32(random) {
+            return Err(bad());
+        }
+        Ok(PermitId {
+            member: s.to_owned(),
+        })
     }
 }

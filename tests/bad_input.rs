@@ -323,12 +323,12 @@ fn hostile_client_settings() {
         (
             "wrong password",
             b().url(format!("redis://:wrong@127.0.0.1:{port}/")).build(),
-            ErrorKind::Connection,
+            ErrorKind::Auth,
         ),
         (
             "no password",
             b().url(format!("redis://127.0.0.1:{port}/")).build(),
-            ErrorKind::Connection,
+            ErrorKind::Auth,
         ),
         (
             "unreachable",

@@ -66,6 +66,6 @@ fn restricted_acl_user_can_use_every_primitive() {
     let outside = Client::builder().url(&url).build().unwrap();
     assert_eq!(
         outside.lock("a").try_acquire().unwrap_err().kind(),
-        ErrorKind::Server
+        ErrorKind::Auth
     );
 }

@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 
 use redis::{FromRedisValue, Value};
 
-use crate::error::{Error, ErrorKind, Result};
+use std::sync::Arc;
+
+use crate::error::{redact_url, Error, ErrorKind, Result};
 use crate::scripts::Lua;
 
 use redlock::Redlock;
@@ -81,6 +83,16 @@ pub(crate) struct Backend {
     timeouts: Timeouts,
     /// Make grants wait for this many replicas (one leader only).
     replica_ack: Option<(u32, Duration)>,
+    /// Where the servers are, passwords redacted: every error says it.
+    place: Arc<str>,
+}
+
+/// `urls` redacted and joined, for error messages.
+fn places(urls: &[String]) -> String {
+    urls.iter()
+        .map(|u| redact_url(u))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn unsupported() -> Error {
@@ -98,6 +110,7 @@ impl Backend {
             kind: Kind::Single(Box::new(node)),
             timeouts,
             replica_ack: None,
+            place: redact_url(url).into(),
         })
     }
 
@@ -120,7 +133,8 @@ impl Backend {
             .iter()
             .map(|u| {
                 redis::IntoConnectionInfo::into_connection_info(u.as_str()).map_err(|e| {
-                    Error::invalid(format!("cannot use sentinel URL {u:?}")).with_source(e)
+                    Error::invalid(format!("cannot use sentinel URL {:?}", redact_url(u)))
+                        .with_source(e)
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -149,6 +163,7 @@ impl Backend {
             ))),
             timeouts,
             replica_ack: None,
+            place: format!("Sentinel master {master:?} via {}", places(urls)).into(),
         })
     }
 
@@ -174,6 +189,7 @@ impl Backend {
             kind: Kind::Redlock(Redlock::new(nodes)?),
             timeouts,
             replica_ack: None,
+            place: format!("Redlock masters {}", places(urls)).into(),
         })
     }
 
@@ -184,18 +200,21 @@ impl Backend {
             kind: Kind::Cluster(Box::new(leader)),
             timeouts,
             replica_ack: None,
+            place: format!("Cluster via {}", places(urls)).into(),
         })
     }
 
     /// Checks that the servers answer (a majority, on Redlock), warning
     /// about eviction policies on the way.
     pub(crate) fn check(&self) -> Result<()> {
-        match &self.kind {
+        let place = &self.place;
+        (match &self.kind {
             Kind::Single(node) => node.check(),
             #[cfg(feature = "cluster")]
             Kind::Cluster(c) => c.check(),
             Kind::Redlock(r) => r.check(),
-        }
+        })
+        .map_err(|e| e.at(place))
     }
 
     /// Whether this backend is a Redis Cluster.
@@ -221,22 +240,26 @@ impl Backend {
         keys: &[&[u8]],
         args: &[&[u8]],
     ) -> Result<T> {
-        match &self.kind {
+        let place = &self.place;
+        (match &self.kind {
             Kind::Single(node) => node.eval(lua, keys, args),
             #[cfg(feature = "cluster")]
             Kind::Cluster(c) => c.eval(lua, keys, args),
             Kind::Redlock(_) => Err(unsupported()),
-        }
+        })
+        .map_err(|e| e.at(place))
     }
 
     /// Runs one plain command on the leader (not on Redlock).
     pub(crate) fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        match &self.kind {
+        let place = &self.place;
+        (match &self.kind {
             Kind::Single(node) => node.query(cmd),
             #[cfg(feature = "cluster")]
             Kind::Cluster(c) => c.query(cmd),
             Kind::Redlock(_) => Err(unsupported()),
-        }
+        })
+        .map_err(|e| e.at(place))
     }
 
     /// Runs a granting script once: `{1, value}` or `{0, wait_ms}`. `undo`
@@ -254,7 +277,8 @@ impl Backend {
         fence: Option<&[u8]>,
         deadline: Option<Instant>,
     ) -> Result<(i64, i64)> {
-        match (&self.kind, self.replica_ack) {
+        let place = &self.place;
+        (match (&self.kind, self.replica_ack) {
             (Kind::Redlock(r), _) => r.grant(call, undo, lease, fence),
             (Kind::Single(node), Some((replicas, timeout))) => {
                 node.grant_acked(call, undo, replicas, timeout, deadline)
@@ -262,49 +286,58 @@ impl Backend {
             (Kind::Single(node), None) => node.call(call, Some(undo), deadline),
             #[cfg(feature = "cluster")]
             (Kind::Cluster(c), _) => c.call(call, deadline),
-        }
+        })
+        .map_err(|e| e.at(place))
     }
 
     /// Runs a confirming script once (`1` done, `0` not ours); on Redlock
     /// by majority.
     pub(crate) fn confirm(&self, call: &Call<'_>) -> Result<i64> {
-        match &self.kind {
+        let place = &self.place;
+        (match &self.kind {
             Kind::Redlock(r) => r.confirm(call),
             Kind::Single(node) => node.call(call, None, None),
             #[cfg(feature = "cluster")]
             Kind::Cluster(c) => c.call(call, None),
-        }
+        })
+        .map_err(|e| e.at(place))
     }
 
     /// Whether `key` exists (on a majority, on Redlock).
     pub(crate) fn exists(&self, key: &[u8]) -> Result<bool> {
-        match &self.kind {
+        let place = &self.place;
+        (match &self.kind {
             Kind::Redlock(r) => Ok(r.exists(key)),
             _ => self.query(redis::cmd("EXISTS").arg(key)),
-        }
+        })
+        .map_err(|e| e.at(place))
     }
 
     /// Many confirming calls in one round trip per server (renewal), waiting
     /// at most `limit`. Each reply is `Int(1)` (confirmed), `Int(0)`
     /// (denied), or anything else (undecided: retry later).
     pub(crate) fn eval_batch(&self, calls: &[Call<'_>], limit: Duration) -> Result<Vec<Value>> {
-        match &self.kind {
+        let place = &self.place;
+        (match &self.kind {
             Kind::Single(node) => node.eval_batch(calls, limit),
             #[cfg(feature = "cluster")]
             Kind::Cluster(c) => c.eval_batch(calls),
             Kind::Redlock(r) => Ok(r.eval_batch(calls, limit)),
-        }
+        })
+        .map_err(|e| e.at(place))
     }
 
     /// A dedicated connection outside the pools (for the wake-up subscriber).
     pub(crate) fn dedicated(&self) -> Result<redis::Connection> {
         let t = self.timeouts.connect;
-        match &self.kind {
+        let place = &self.place;
+        (match &self.kind {
             Kind::Single(node) => node.dedicated(t),
             #[cfg(feature = "cluster")]
             Kind::Cluster(c) => c.dedicated(t),
             Kind::Redlock(r) => r.dedicated(t),
-        }
+        })
+        .map_err(|e| e.at(place))
     }
 
     pub(crate) fn timeouts(&self) -> &Timeouts {

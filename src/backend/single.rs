@@ -29,13 +29,46 @@ pub(crate) fn pool<M: r2d2::ManageConnection>(
         .min_idle(Some(0))
         .test_on_check_out(false)
         .connection_timeout(timeouts.pool)
+        .error_handler(Box::new(ThrottledErrors::default()))
         .build_unchecked(manager)
+}
+
+/// r2d2 logs every failed connection attempt at ERROR (hundreds in one
+/// outage); callers already get each failure as an `Error`. This logs one
+/// warning per minute at most, with how many were folded into it.
+#[derive(Debug, Default)]
+struct ThrottledErrors {
+    last: std::sync::Mutex<Option<Instant>>,
+    folded: AtomicU64,
+}
+
+impl<E: std::fmt::Display> r2d2::HandleError<E> for ThrottledErrors {
+    fn handle_error(&self, error: E) {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if last.is_some_and(|t| t.elapsed() < Duration::from_secs(60)) {
+            self.folded.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        *last = Some(Instant::now());
+        let folded = self.folded.swap(0, Ordering::Relaxed);
+        let text = crate::error::without_script_hash(&error.to_string());
+        if folded > 0 {
+            log::warn!("redlease: cannot open a connection: {text} ({folded} more failures in the last minute)");
+        } else {
+            log::warn!("redlease: cannot open a connection: {text}");
+        }
+    }
 }
 
 /// [`open_client`], with a bad URL reported as an invalid argument.
 pub(crate) fn client_for(url: &str, timeouts: &Timeouts) -> Result<redis::Client> {
-    open_client(url, timeouts)
-        .map_err(|e| Error::invalid(format!("cannot use redis URL {url:?}")).with_source(e))
+    open_client(url, timeouts).map_err(|e| {
+        Error::invalid(format!(
+            "cannot use redis URL {:?}",
+            crate::error::redact_url(url)
+        ))
+        .with_source(e)
+    })
 }
 
 /// A client for one URL; with TLS, verifying the server's certificate
@@ -468,10 +501,18 @@ impl Node {
     }
 
     /// Answers a PING, and warns when the server may evict lock keys.
+    /// Connects once, outside the pool, so that a refused connection or a
+    /// wrong password is reported at once and precisely (the pool would
+    /// retry until its timeout and report a timeout).
     pub(crate) fn check(&self) -> Result<()> {
-        let mut con = self.conn(None)?;
-        redis::cmd("PING").query::<()>(&mut *con)?;
-        warn_if_evicting(&mut *con);
+        let mut con = self
+            .source
+            .client()?
+            .get_connection_with_timeout(self.timeouts.connect)
+            .map_err(|e| Error::from(e).unsent())?;
+        con.set_read_timeout(Some(self.timeouts.response))?;
+        redis::cmd("PING").query::<()>(&mut con)?;
+        warn_if_evicting(&mut con);
         Ok(())
     }
 
