@@ -10,7 +10,9 @@ use uuid::Uuid;
 use crate::backend::{Backend, Timeouts};
 use crate::error::{Error, Result};
 use crate::events::{HandleEvent, Handler};
+use crate::latch::CountDownLatch;
 use crate::lock::Lock;
+use crate::multilock::MultiLock;
 use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
 use crate::wakeup::Wakeup;
@@ -130,6 +132,20 @@ impl Client {
     /// one that dies is dropped, so neither stalls the queue.
     pub fn fair_semaphore(&self, name: impl AsRef<[u8]>, permits: u32) -> Semaphore {
         Semaphore::new(self.clone(), name.as_ref(), permits, true)
+    }
+
+    /// The locks `names` taken together, all or nothing; see [`MultiLock`].
+    pub fn multi_lock<I, N>(&self, names: I) -> MultiLock
+    where
+        I: IntoIterator<Item = N>,
+        N: AsRef<[u8]>,
+    {
+        MultiLock::new(self, names)
+    }
+
+    /// A count-down latch named `name`; see [`CountDownLatch`].
+    pub fn count_down_latch(&self, name: impl AsRef<[u8]>) -> CountDownLatch {
+        CountDownLatch::new(self.clone(), name.as_ref())
     }
 
     /// Runs `f` while holding the lock `name` (waiting as long as needed).

@@ -130,7 +130,16 @@ impl Lock {
         self.acquire_until(deadline_after(timeout))
     }
 
-    fn acquire_until(&self, deadline: Option<Instant>) -> Result<Option<LockGuard>> {
+    /// What multi-locks order names by: the key (an invalid name sorts
+    /// first and reports its error when acquired).
+    pub(crate) fn sort_key(&self) -> Vec<u8> {
+        match &self.keys {
+            Ok(k) => k.lock.to_vec(),
+            Err(e) => e.as_bytes().to_vec(),
+        }
+    }
+
+    pub(crate) fn acquire_until(&self, deadline: Option<Instant>) -> Result<Option<LockGuard>> {
         let keys = self.keys()?;
         let lease = self.lease.unwrap_or(self.client.watchdog_timeout());
         let lease_arg = lease::lease_millis(lease)?.to_string();
@@ -314,6 +323,10 @@ impl LockGuard {
     /// outermost). Fails with `LockLost` if the lease had been lost.
     pub fn release(mut self) -> Result<()> {
         self.inner.release()
+    }
+
+    pub(crate) fn holding(&self) -> &Holding {
+        &self.inner
     }
 
     lease_controls!();

@@ -140,3 +140,45 @@ fn renewal_batches_reach_every_node() {
     let other = client();
     assert!(other.lock("cl:lease:7").try_acquire().unwrap().is_none());
 }
+
+#[test]
+fn latch_and_multi_lock_work_across_slots() {
+    let c = client();
+    let other = client();
+    // A latch per slot area, counted down from another client.
+    for i in 0..6 {
+        let name = format!("latch:{i}");
+        let l = c.count_down_latch(&name);
+        assert!(l.try_set_count(2).unwrap());
+        let waiter = {
+            let l = other.count_down_latch(&name);
+            std::thread::spawn(move || l.wait_timeout(Duration::from_secs(10)).unwrap())
+        };
+        l.count_down().unwrap();
+        assert_eq!(l.count().unwrap(), 1);
+        other.count_down_latch(&name).count_down().unwrap();
+        assert!(waiter.join().unwrap());
+    }
+    // A multi-lock whose names live on different masters.
+    let names: Vec<String> = (0..8).map(|i| format!("ml:{i}")).collect();
+    let g = c.multi_lock(&names).acquire().unwrap();
+    assert_eq!(g.fencing_tokens().len(), 8);
+    assert!(other.lock("ml:5").try_acquire().unwrap().is_none());
+    assert!(other
+        .multi_lock(["ml:7", "ml:0"])
+        .try_acquire()
+        .unwrap()
+        .is_none());
+    g.release().unwrap();
+    let g = other.multi_lock(["ml:7", "ml:0"]).try_acquire().unwrap();
+    assert!(g.is_some());
+    // Permit ids and force operations on Cluster too.
+    let sem = c.semaphore("ml:sem", 2);
+    let id = sem.acquire().unwrap().detach();
+    assert!(other.semaphore("ml:sem", 2).release_id(&id).unwrap());
+    let _p = sem.acquire().unwrap();
+    assert_eq!(other.semaphore("ml:sem", 2).force_release_all().unwrap(), 1);
+    let rw = c.rw_lock("ml:rw");
+    let _r = rw.read().unwrap();
+    assert!(other.rw_lock("ml:rw").force_unlock().unwrap());
+}

@@ -346,7 +346,7 @@ fn messages_name_the_primitive_and_the_server_but_no_secret() {
 
 #[test]
 fn a_guard_known_lost_releases_at_once_during_an_outage() {
-    let mut server = Server::start();
+    let server = Server::start();
     let c = client_with(&server, |b| {
         b.watchdog_timeout(Duration::from_millis(600))
             .response_timeout(Duration::from_secs(2))

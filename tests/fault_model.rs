@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::proxy::{Fault, Proxy};
-use common::{client_with, eventually, Server};
+use common::{client, client_with, eventually, Server};
 use redis::Commands;
 use redlease::{Client, ErrorKind};
 use serial_test::serial;
@@ -468,4 +468,40 @@ fn a_waiting_writer_retries_when_the_first_reader_expires() {
         took < ms(1_500),
         "the writer slept until the fallback: {took:?}"
     );
+}
+
+/// A server busy running a long script answers `BUSY` (and a restarting
+/// one `LOADING`): the command was not run. A waiter rides it out like an
+/// outage instead of failing; `try_` reports it as a not-sent connection
+/// error, not a server error.
+#[test]
+fn a_busy_server_is_ridden_out_by_waiters() {
+    let server = Server::start_with(&["--busy-reply-threshold", "50"]);
+    let c = client(&server);
+    let url = server.url();
+    // A read-only script that spins for about 1.2 s of server time.
+    let spinner = std::thread::spawn(move || {
+        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let _: redis::RedisResult<i64> = redis::cmd("EVAL")
+            .arg(
+                "local t = redis.call('TIME') local s = tonumber(t[1]) * 1000000 + tonumber(t[2]) \
+                 while true do local u = redis.call('TIME') \
+                 if tonumber(u[1]) * 1000000 + tonumber(u[2]) - s > 1200000 then return 1 end end",
+            )
+            .arg(0)
+            .query(&mut con);
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let err = c.lock("busy").try_acquire().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(!err.is_ambiguous(), "BUSY means not run: {err}");
+    let t = Instant::now();
+    let g = c
+        .lock("busy")
+        .acquire_timeout(Duration::from_secs(10))
+        .unwrap()
+        .expect("granted once the script ends");
+    println!("FIGURES busy server: acquired after {:?}", t.elapsed());
+    g.release().unwrap();
+    spinner.join().unwrap();
 }

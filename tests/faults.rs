@@ -8,14 +8,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::worker::{say, Worker};
 use common::{client, client_with, eventually, Server};
-use crossbeam_channel::Receiver;
 use redis::Commands;
 use redlease::{Client, ErrorKind};
 use serial_test::serial;
@@ -39,73 +37,13 @@ fn fenced_write(con: &mut redis::Connection, token: u64, value: &str) -> bool {
 }
 
 /// A child process running `worker_entry` in the given role.
-struct Worker {
-    child: Child,
-    lines: Receiver<String>,
-}
-
-impl Worker {
-    fn spawn(role: &str, url: &str, extra: &[(&str, String)]) -> Worker {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args([
-            "--exact",
-            "worker_entry",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env("REDLEASE_FAULT_WORKER", role)
-        .env("REDLEASE_FAULT_URL", url)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-        for (k, v) in extra {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = crossbeam_channel::unbounded();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                // libtest may print "test worker_entry ... " on the same line.
-                if let Some(at) = line.find("@@ ") {
-                    if tx.send(line[at + 3..].to_string()).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
-        Worker { child, lines: rx }
-    }
-
-    /// The next message, waiting at most `limit`.
-    fn next(&self, limit: Duration) -> String {
-        self.lines
-            .recv_timeout(limit)
-            .unwrap_or_else(|_| panic!("worker said nothing for {limit:?}"))
-    }
-
-    fn signal(&self, sig: i32) {
-        unsafe { libc::kill(self.child.id() as i32, sig) };
-    }
-
-    fn tell(&mut self, line: &str) {
-        let stdin = self.child.stdin.as_mut().unwrap();
-        writeln!(stdin, "{line}").unwrap();
-        stdin.flush().unwrap();
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn say(msg: impl std::fmt::Display) {
-    println!("@@ {msg}");
-    let _ = std::io::stdout().flush();
+fn fault_worker(role: &str, url: &str, extra: &[(&str, String)]) -> Worker {
+    let mut env = vec![
+        ("REDLEASE_FAULT_WORKER", role.to_string()),
+        ("REDLEASE_FAULT_URL", url.to_string()),
+    ];
+    env.extend(extra.iter().cloned());
+    Worker::spawn("worker_entry", &env)
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {
@@ -211,7 +149,7 @@ fn mutual_exclusion_across_processes_under_load() {
     let start = Instant::now();
     let workers: Vec<Worker> = (0..processes)
         .map(|_| {
-            Worker::spawn(
+            fault_worker(
                 "exclusion",
                 &server.url(),
                 &[
@@ -250,7 +188,7 @@ fn mutual_exclusion_across_processes_under_load() {
 fn paused_holder_learns_it_lost_and_is_fenced_off() {
     let server = Server::start();
     let watchdog_ms = 900;
-    let mut holder = Worker::spawn(
+    let mut holder = fault_worker(
         "holder",
         &server.url(),
         &[("REDLEASE_FAULT_WATCHDOG_MS", watchdog_ms.to_string())],
@@ -293,7 +231,7 @@ fn paused_holder_learns_it_lost_and_is_fenced_off() {
 fn crashed_holders_lock_is_free_within_its_lease() {
     let server = Server::start();
     let watchdog_ms = 1_000;
-    let w = Worker::spawn(
+    let w = fault_worker(
         "crash",
         &server.url(),
         &[("REDLEASE_FAULT_WATCHDOG_MS", watchdog_ms.to_string())],

@@ -62,15 +62,13 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::proxy::{Fault, Proxy};
-use common::Server;
-use crossbeam_channel::Receiver;
+use common::{worker, Server};
 
 const ROLE_ENV: &str = "REDLEASE_NEMESIS_WORKER";
 const WORKERS: usize = 4;
@@ -885,69 +883,39 @@ fn worker_entry() {
 
 // ---------------------------------------------------------------- parent
 
-/// A child process running `worker_entry`.
+/// A child process running `worker_entry`, with its progress.
 struct Worker {
-    child: Child,
-    lines: Receiver<String>,
+    inner: worker::Worker,
     history: std::path::PathBuf,
     granted: u64,
 }
 
 impl Worker {
     fn spawn(index: usize, env: &[(&str, String)], history: std::path::PathBuf) -> Worker {
-        let mut cmd = Command::new(std::env::current_exe().unwrap());
-        cmd.args([
-            "--exact",
-            "worker_entry",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(ROLE_ENV, index.to_string())
-        .env("REDLEASE_NEMESIS_HISTORY", &history)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = crossbeam_channel::unbounded();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                // libtest may print "test worker_entry ... " on the same line.
-                if let Some(at) = line.find("@@ ") {
-                    if tx.send(line[at + 3..].to_string()).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
+        let mut all = vec![
+            (ROLE_ENV, index.to_string()),
+            ("REDLEASE_NEMESIS_HISTORY", history.display().to_string()),
+        ];
+        all.extend(env.iter().cloned());
         Worker {
-            child,
-            lines: rx,
+            inner: worker::Worker::spawn("worker_entry", &all),
             history,
             granted: 0,
         }
     }
 
     fn tell(&mut self, line: &str) {
-        if let Some(stdin) = self.child.stdin.as_mut() {
-            let _ = writeln!(stdin, "{line}");
-            let _ = stdin.flush();
-        }
+        self.inner.tell(line);
     }
 
     fn signal(&self, sig: i32) {
-        // SAFETY: plain kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, sig) };
+        self.inner.signal(sig);
     }
 
     /// Takes the progress lines; returns the other messages.
     fn drain(&mut self) -> Vec<String> {
         let mut other = Vec::new();
-        while let Ok(l) = self.lines.try_recv() {
+        while let Ok(l) = self.inner.lines.try_recv() {
             if let Some(n) = l.strip_prefix("n ") {
                 self.granted = n.parse().unwrap_or(self.granted);
             } else {
@@ -958,15 +926,7 @@ impl Worker {
     }
 
     fn exited(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(Some(_)))
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        self.signal(libc::SIGCONT);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.inner.exited()
     }
 }
 
@@ -1305,7 +1265,7 @@ fn nemesis_soak() {
         let end = Instant::now() + Duration::from_secs(30);
         loop {
             assert!(Instant::now() < end, "worker {i} did not finish");
-            match w.lines.recv_timeout(Duration::from_millis(100)) {
+            match w.inner.lines.recv_timeout(Duration::from_millis(100)) {
                 Ok(l) if l.starts_with("done ") => break,
                 _ => {}
             }

@@ -239,3 +239,27 @@ fn reentrancy_fencing_and_unsupported_primitives() {
         assert_eq!(err.kind(), ErrorKind::Unsupported);
     }
 }
+
+#[test]
+fn multi_lock_on_redlock_takes_each_name_by_quorum() {
+    let servers = masters(3);
+    let a = redlock(&servers);
+    let b = redlock(&servers);
+    let g = a.multi_lock(["r:1", "r:2"]).acquire().unwrap();
+    assert!(b.lock("r:2").try_acquire().unwrap().is_none());
+    assert!(b
+        .multi_lock(["r:2", "r:3"])
+        .try_acquire()
+        .unwrap()
+        .is_none());
+    assert!(
+        !b.lock("r:3").is_locked().unwrap(),
+        "a failed attempt holds nothing"
+    );
+    g.release().unwrap();
+    assert!(b
+        .multi_lock(["r:2", "r:3"])
+        .try_acquire()
+        .unwrap()
+        .is_some());
+}

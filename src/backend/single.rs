@@ -513,6 +513,8 @@ impl Node {
         con.set_read_timeout(Some(self.timeouts.response))?;
         redis::cmd("PING").query::<()>(&mut con)?;
         warn_if_evicting(&mut con);
+        // Warm the pool: the first lock call should not pay for a connect.
+        drop(self.conn(None)?);
         Ok(())
     }
 

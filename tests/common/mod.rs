@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use redis_test::server::RedisServer;
 pub mod proxy;
+pub mod worker;
 
 pub struct Server {
     inner: Option<RedisServer>,

@@ -1,0 +1,207 @@
+//! Several locks taken as one: all or nothing, without deadlock.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::client::Client;
+use crate::error::Result;
+use crate::lock::{Lock, LockGuard};
+use crate::signal::LostSignal;
+use crate::wakeup::{deadline_after, waited};
+
+/// Several named locks acquired together (Redisson's `RedissonMultiLock`).
+///
+/// Made by [`Client::multi_lock`]. Its names are plain locks: a multi-lock
+/// over `["a", "b"]` and `client.lock("a")` exclude each other, and each
+/// name keeps its own fencing token.
+///
+/// **All or nothing.** The locks are taken one by one in a canonical order
+/// (by key), so two multi-locks over overlapping sets, in any order, never
+/// deadlock: whoever gets the first shared name gets all of them in turn.
+/// If an attempt fails — busy for `try_acquire`, the timeout passes, an
+/// error — every name it had taken is released before it returns, so a
+/// failed attempt leaves no name held. Duplicate names count once.
+///
+/// Works on every topology: the names may live in different Cluster slots
+/// (each lock is one key with its own hash tag, no cross-slot script), and
+/// on Redlock each name is its own quorum lock. What does *not* hold there
+/// is atomicity of the whole set *as seen by readers*: between the first
+/// and the last grant, another client may observe some names held by this
+/// multi-lock and others free. No holder ever gets a name another holds.
+///
+/// ```no_run
+/// # let client = redlease::Client::open("redis://127.0.0.1:6379/")?;
+/// let both = client.multi_lock(["account:1", "account:2"]);
+/// let guard = both.acquire()?;
+/// let [from, to] = guard.fencing_tokens()[..] else { unreachable!() };
+/// // ... move money between the accounts, passing the tokens along ...
+/// guard.release()?;
+/// # let _ = (from, to);
+/// # Ok::<(), redlease::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct MultiLock {
+    /// The distinct locks in canonical (key) order.
+    locks: Vec<Lock>,
+    /// For each name as given, its index in `locks`.
+    order: Vec<usize>,
+}
+
+impl fmt::Debug for MultiLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiLock")
+            .field("locks", &self.locks)
+            .finish()
+    }
+}
+
+impl MultiLock {
+    pub(crate) fn new<I, N>(client: &Client, names: I) -> MultiLock
+    where
+        I: IntoIterator<Item = N>,
+        N: AsRef<[u8]>,
+    {
+        let given: Vec<Lock> = names.into_iter().map(|n| client.lock(n)).collect();
+        let mut sorted: Vec<(Vec<u8>, usize)> = given
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (l.sort_key(), i))
+            .collect();
+        sorted.sort();
+        sorted.dedup_by(|a, b| a.0 == b.0);
+        let order = given
+            .iter()
+            .map(|l| {
+                let k = l.sort_key();
+                sorted.iter().position(|(s, _)| *s == k).unwrap_or(0)
+            })
+            .collect();
+        let locks = sorted.iter().map(|(_, i)| given[*i].clone()).collect();
+        MultiLock { locks, order }
+    }
+
+    /// Gives every name a fixed lease and no watchdog. Defaults to the
+    /// client's watchdog timeout, renewed while the guard lives.
+    pub fn lease(mut self, lease: Duration) -> MultiLock {
+        self.locks = self.locks.into_iter().map(|l| l.lease(lease)).collect();
+        self
+    }
+
+    /// Waits until every name is acquired.
+    pub fn acquire(&self) -> Result<MultiLockGuard> {
+        self.acquire_until(None).and_then(waited)
+    }
+
+    /// Acquires every name if all are free right now; `None` (nothing
+    /// held) otherwise.
+    pub fn try_acquire(&self) -> Result<Option<MultiLockGuard>> {
+        self.acquire_until(Some(Instant::now()))
+    }
+
+    /// Waits at most `timeout` for every name; `None` (nothing held) when it
+    /// timed out.
+    pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<MultiLockGuard>> {
+        self.acquire_until(deadline_after(timeout))
+    }
+
+    fn acquire_until(&self, deadline: Option<Instant>) -> Result<Option<MultiLockGuard>> {
+        if self.locks.is_empty() {
+            return Err(crate::error::Error::invalid(
+                "a multi-lock needs at least one name",
+            ));
+        }
+        let mut guards = Vec::with_capacity(self.locks.len());
+        for lock in &self.locks {
+            // On `None` or an error, `guards` is dropped: every name taken
+            // so far is released before we return.
+            match lock.acquire_until(deadline)? {
+                Some(g) => guards.push(g),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(MultiLockGuard {
+            guards,
+            order: self.order.clone(),
+        }))
+    }
+}
+
+/// Proof that this thread holds every name of a [`MultiLock`]; releases
+/// them all when dropped. Not `Send`, like every guard.
+#[must_use = "the locks are released as soon as the guard is dropped"]
+pub struct MultiLockGuard {
+    guards: Vec<LockGuard>,
+    order: Vec<usize>,
+}
+
+impl fmt::Debug for MultiLockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiLockGuard")
+            .field("fencing_tokens", &self.fencing_tokens())
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
+
+impl MultiLockGuard {
+    /// Each name's fencing token, in the order the names were given.
+    pub fn fencing_tokens(&self) -> Vec<u64> {
+        self.order
+            .iter()
+            .map(|&i| self.guards.get(i).map_or(0, |g| g.fencing_token()))
+            .collect()
+    }
+
+    /// Whether every name's lease is still believed held (no round trip).
+    pub fn is_held(&self) -> bool {
+        self.guards.iter().all(|g| g.is_held())
+    }
+
+    /// A signal that fires once any name's hold ends; see [`LostSignal`].
+    pub fn lost_signal(&self) -> LostSignal {
+        LostSignal::new(
+            self.guards
+                .iter()
+                .map(|g| g.holding().state().clone())
+                .collect(),
+        )
+    }
+
+    /// How long every name's lease surely still runs (the shortest).
+    pub fn expires_in(&self) -> Duration {
+        self.guards
+            .iter()
+            .map(|g| g.expires_in())
+            .min()
+            .unwrap_or_default()
+    }
+
+    /// Makes every name's lease end `lease` from now (one round trip per
+    /// name); the first error is returned after trying them all.
+    pub fn extend(&self, lease: Duration) -> Result<()> {
+        let mut first = Ok(());
+        for g in &self.guards {
+            if let Err(e) = g.extend(lease) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+
+    /// Releases every name (all of them, even if one fails); the first
+    /// error is returned, `LockLost` if a lease had been lost.
+    pub fn release(self) -> Result<()> {
+        let mut first = Ok(());
+        // In reverse order of acquisition, as nested guards would.
+        for g in self.guards.into_iter().rev() {
+            if let Err(e) = g.release() {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+}

@@ -1,0 +1,479 @@
+//! The rest of Redisson's family: count-down latch, multi-lock, permits
+//! released by id, force-unlock of read-write locks and semaphores.
+
+mod common;
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use common::worker::{say, Worker};
+use common::{client, client_with, eventually, Server};
+use redis::Commands;
+use redlease::{Client, ErrorKind, PermitId};
+
+/// Clients whose fallback poll is far longer than any wait here: a waiter
+/// that returns in time was woken by a message, not by polling.
+fn no_poll(server: &Server) -> Client {
+    client_with(server, |b| b.fallback_poll(Duration::from_secs(60)))
+}
+
+// ------------------------------------------------------------------ latch
+
+#[test]
+fn latch_counts_down_across_clients_and_wakes_every_waiter() {
+    let server = Server::start();
+    let coordinator = no_poll(&server);
+    let latch = coordinator.count_down_latch("deploy");
+    assert_eq!(latch.count().unwrap(), 0);
+    assert!(latch.try_set_count(3).unwrap());
+    assert!(!latch.try_set_count(5).unwrap(), "a count is already set");
+    assert_eq!(latch.count().unwrap(), 3);
+    assert!(!latch.wait_timeout(Duration::from_millis(200)).unwrap());
+
+    // Waiters in two other clients (two threads in one of them).
+    let start = Arc::new(Barrier::new(4));
+    let waiters: Vec<_> = [no_poll(&server), no_poll(&server), no_poll(&server)]
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let start = start.clone();
+            std::thread::spawn(move || {
+                let l = c.count_down_latch("deploy");
+                start.wait();
+                if i == 0 {
+                    l.wait().unwrap();
+                    true
+                } else {
+                    l.wait_timeout(Duration::from_secs(20)).unwrap()
+                }
+            })
+        })
+        .collect();
+    start.wait();
+    std::thread::sleep(Duration::from_millis(200));
+    let worker = client(&server).count_down_latch("deploy");
+    worker.count_down().unwrap();
+    worker.count_down().unwrap();
+    assert_eq!(latch.count().unwrap(), 1);
+    let t = Instant::now();
+    worker.count_down().unwrap();
+    for w in waiters {
+        assert!(w.join().unwrap());
+    }
+    let took = t.elapsed();
+    assert!(took < Duration::from_secs(5), "waiters woke after {took:?}");
+    // Finished: nothing left, waits return at once, counting down does nothing.
+    let mut con = server.con();
+    let keys: Vec<String> = con.keys("*").unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
+    assert!(latch.wait_timeout(Duration::ZERO).unwrap());
+    latch.count_down().unwrap();
+    assert_eq!(latch.count().unwrap(), 0);
+    // A new round.
+    assert!(latch.try_set_count(1).unwrap());
+    latch.count_down().unwrap();
+    latch.wait().unwrap();
+}
+
+#[test]
+fn latch_rejects_bad_input_and_foreign_data() {
+    let server = Server::start();
+    let c = client(&server);
+    assert_eq!(
+        c.count_down_latch("z").try_set_count(0).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        c.count_down_latch("").count().unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        c.count_down_latch(vec![b'x'; 9000])
+            .wait()
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidArgument
+    );
+    let mut con = server.con();
+    let _: () = con.set("{odd}:latch", "not a number").unwrap();
+    let l = c.count_down_latch("odd");
+    assert_eq!(l.count().unwrap_err().kind(), ErrorKind::WrongType);
+    assert_eq!(l.count_down().unwrap_err().kind(), ErrorKind::WrongType);
+    assert_eq!(
+        l.wait_timeout(Duration::from_millis(100))
+            .unwrap_err()
+            .kind(),
+        ErrorKind::WrongType
+    );
+    let _: () = con.hset("{hash}:latch", "f", "v").unwrap();
+    assert_eq!(
+        c.count_down_latch("hash").count_down().unwrap_err().kind(),
+        ErrorKind::WrongType
+    );
+}
+
+#[test]
+fn latch_is_unsupported_on_redlock() {
+    let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let c = Client::builder()
+        .redlock(servers.iter().map(|s| s.url()))
+        .build()
+        .unwrap();
+    let l = c.count_down_latch("r");
+    assert_eq!(
+        l.try_set_count(1).unwrap_err().kind(),
+        ErrorKind::Unsupported
+    );
+    assert_eq!(l.count_down().unwrap_err().kind(), ErrorKind::Unsupported);
+    assert_eq!(l.wait().unwrap_err().kind(), ErrorKind::Unsupported);
+}
+
+/// The child side of the process tests. Does nothing unless run as one.
+#[test]
+fn worker_entry() {
+    let Ok(role) = std::env::var("REDLEASE_FAMILY_WORKER") else {
+        return;
+    };
+    let url = std::env::var("REDLEASE_FAMILY_URL").unwrap();
+    let c = Client::builder()
+        .url(&url)
+        .watchdog_timeout(Duration::from_millis(600))
+        .build()
+        .unwrap();
+    match role.as_str() {
+        "latch-waiter" => {
+            say("waiting");
+            c.count_down_latch("killed").wait().unwrap();
+            say("opened");
+        }
+        "multi-holder" => {
+            let g = c.multi_lock(["m:a", "m:b", "m:c"]).acquire().unwrap();
+            say(format!("held {:?}", g.fencing_tokens()));
+            std::thread::sleep(Duration::from_secs(600));
+        }
+        "permit-id" => {
+            let id = c.semaphore("jobs", 2).acquire().unwrap().detach();
+            say(id);
+            std::thread::sleep(Duration::from_secs(600));
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+fn family_worker(role: &str, server: &Server) -> Worker {
+    Worker::spawn(
+        "worker_entry",
+        &[
+            ("REDLEASE_FAMILY_WORKER", role.to_string()),
+            ("REDLEASE_FAMILY_URL", server.url()),
+        ],
+    )
+}
+
+#[test]
+fn a_latch_waiter_killed_while_waiting_leaves_nothing() {
+    let server = Server::start();
+    let w = family_worker("latch-waiter", &server);
+    let latch = client(&server).count_down_latch("killed");
+    assert!(latch.try_set_count(1).unwrap());
+    assert_eq!(w.next(Duration::from_secs(10)), "waiting");
+    std::thread::sleep(Duration::from_millis(200));
+    drop(w); // SIGKILL
+    let survivor = {
+        let c = no_poll(&server);
+        std::thread::spawn(move || {
+            c.count_down_latch("killed")
+                .wait_timeout(Duration::from_secs(10))
+                .unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    latch.count_down().unwrap();
+    assert!(survivor.join().unwrap());
+    let keys: Vec<String> = server.con().keys("*").unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
+}
+
+// ------------------------------------------------------------- multi-lock
+
+#[test]
+fn multi_lock_is_all_or_nothing_and_shares_names_with_plain_locks() {
+    let server = Server::start();
+    let a = client(&server);
+    let b = client(&server);
+    let m = a.multi_lock(["x", "y", "z"]);
+    let g = m.try_acquire().unwrap().expect("all free");
+    let tokens = g.fencing_tokens();
+    assert_eq!(tokens.len(), 3);
+    assert!(g.is_held());
+    assert!(!g.lost_signal().is_lost());
+    assert!(g.expires_in() > Duration::from_secs(20));
+    // Plain locks of the same names are excluded, and vice versa.
+    assert!(b.lock("y").try_acquire().unwrap().is_none());
+    g.release().unwrap();
+    let plain = std::thread::spawn({
+        let b = b.clone();
+        move || {
+            let g = b.lock("z").acquire().unwrap();
+            std::thread::sleep(Duration::from_millis(400));
+            g.release().unwrap();
+        }
+    });
+    assert!(eventually(Duration::from_secs(5), || a
+        .lock("z")
+        .is_locked()
+        .unwrap()));
+    // A failed attempt leaves no name held.
+    assert!(m.try_acquire().unwrap().is_none());
+    assert!(!a.lock("x").is_locked().unwrap());
+    assert!(!a.lock("y").is_locked().unwrap());
+    assert!(m
+        .acquire_timeout(Duration::from_millis(100))
+        .unwrap()
+        .is_none());
+    assert!(!a.lock("x").is_locked().unwrap());
+    // Waiting gets all of them once the plain lock is released.
+    let g = m.acquire_timeout(Duration::from_secs(10)).unwrap().unwrap();
+    plain.join().unwrap();
+    let again = g.fencing_tokens();
+    for (before, after) in tokens.iter().zip(&again) {
+        assert!(
+            after > before,
+            "fences increase per name: {tokens:?} {again:?}"
+        );
+    }
+    g.extend(Duration::from_secs(60)).unwrap();
+    assert!(g.expires_in() > Duration::from_secs(55));
+    drop(g);
+    for n in ["x", "y", "z"] {
+        assert!(!a.lock(n).is_locked().unwrap());
+    }
+    // Duplicates count once; the tokens follow the order given.
+    let g = a.multi_lock(["q", "p", "q"]).acquire().unwrap();
+    let t = g.fencing_tokens();
+    assert_eq!(t.len(), 3);
+    assert_eq!(t[0], t[2]);
+    drop(g);
+    // Bad input.
+    let none: [&str; 0] = [];
+    assert_eq!(
+        a.multi_lock(none).try_acquire().unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        a.multi_lock(["ok", ""]).try_acquire().unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert!(!a.lock("ok").is_locked().unwrap());
+}
+
+#[test]
+fn overlapping_multi_locks_never_deadlock_and_exclude() {
+    let server = Server::start();
+    // Separate clients, names given in different orders.
+    let sets: [&[&str]; 4] = [
+        &["o:a", "o:b", "o:c"],
+        &["o:c", "o:b"],
+        &["o:b", "o:a"],
+        &["o:c", "o:a", "o:d"],
+    ];
+    let url = server.url();
+    let threads: Vec<_> = sets
+        .iter()
+        .map(|set| {
+            let c = client(&server);
+            let set: Vec<String> = set.iter().map(|s| s.to_string()).collect();
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+                let m = c.multi_lock(&set);
+                for _ in 0..25 {
+                    let g = m
+                        .acquire_timeout(Duration::from_secs(20))
+                        .unwrap()
+                        .expect("a deadlock would time out here");
+                    // Non-atomic read-modify-write of one register per name.
+                    for n in &set {
+                        let v: i64 = con.get(format!("reg:{n}")).unwrap_or(0);
+                        std::thread::sleep(Duration::from_micros(300));
+                        let _: () = con.set(format!("reg:{n}"), v + 1).unwrap();
+                    }
+                    g.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut con = server.con();
+    let expect = |n: &str| sets.iter().filter(|s| s.contains(&n)).count() as i64 * 25;
+    for n in ["o:a", "o:b", "o:c", "o:d"] {
+        let v: i64 = con.get(format!("reg:{n}")).unwrap();
+        assert_eq!(v, expect(n), "lost updates on {n}");
+    }
+}
+
+#[test]
+fn a_multi_lock_holder_killed_frees_every_name_after_its_lease() {
+    let server = Server::start();
+    let w = family_worker("multi-holder", &server);
+    let held = w.next(Duration::from_secs(10));
+    assert!(held.starts_with("held"), "{held}");
+    let c = client(&server);
+    assert!(c
+        .multi_lock(["m:c", "m:a"])
+        .try_acquire()
+        .unwrap()
+        .is_none());
+    drop(w); // SIGKILL: nobody renews
+    let t = Instant::now();
+    let g = c
+        .multi_lock(["m:a", "m:b", "m:c"])
+        .acquire_timeout(Duration::from_secs(10))
+        .unwrap()
+        .expect("the dead holder's leases end");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    g.release().unwrap();
+}
+
+#[test]
+fn a_holder_that_panics_releases_every_name_on_the_way_out() {
+    let server = Server::start();
+    let c = client(&server);
+    let m = c.multi_lock(["d:1", "d:2"]);
+    let crashed = std::thread::spawn(move || {
+        let _g = m.acquire().unwrap();
+        panic!("the holder crashes while holding");
+    })
+    .join();
+    assert!(crashed.is_err());
+    drop(c);
+    let other = client(&server);
+    let t = Instant::now();
+    let got = other.multi_lock(["d:2", "d:1"]).try_acquire().unwrap();
+    assert!(
+        got.is_some(),
+        "released during unwinding, not after a lease"
+    );
+    assert!(t.elapsed() < Duration::from_secs(1));
+}
+
+// ------------------------------------------------------------- permit ids
+
+#[test]
+fn detached_permits_are_released_by_id_anywhere() {
+    let server = Server::start();
+    let a = client_with(&server, |b| b.watchdog_timeout(Duration::from_millis(600)));
+    let sem = a.semaphore("jobs", 2);
+    let p = sem.acquire().unwrap();
+    let id = p.detach();
+    // Still held, and renewed past its lease while the client lives.
+    std::thread::sleep(Duration::from_millis(1_000));
+    assert_eq!(sem.available().unwrap(), 1);
+    // The id travels as text to another client (another process, say).
+    let text = id.to_string();
+    let parsed: PermitId = text.parse().unwrap();
+    assert_eq!(parsed, id);
+    let b = client(&server);
+    let other = b.semaphore("jobs", 2);
+    let from_thread = std::thread::spawn(move || other.release_id(&parsed).unwrap());
+    assert!(from_thread.join().unwrap());
+    assert_eq!(sem.available().unwrap(), 2);
+    assert!(
+        !b.semaphore("jobs", 2).release_id(&id).unwrap(),
+        "already released"
+    );
+    // The renewal finds it gone and stops; nothing resurrects it.
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(sem.available().unwrap(), 2);
+    let keys: Vec<String> = server.con().keys("*").unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
+
+    // Bad ids: a clear error or false, never a panic.
+    for bad in [
+        "",
+        "x",
+        "1:rl:zz:yy",
+        "0:rl:00000000000000000000000000000000:00000000000000000000000000000000",
+        "1:rl:00000000000000000000000000000000:00000000000000000000000000000000:extra",
+        "1:xx:00000000000000000000000000000000:00000000000000000000000000000000",
+    ] {
+        let e = bad.parse::<PermitId>().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{bad:?}");
+    }
+    let unknown: PermitId =
+        "1:rl:00000000000000000000000000000000:00000000000000000000000000000000"
+            .parse()
+            .unwrap();
+    assert!(!sem.release_id(&unknown).unwrap());
+}
+
+#[test]
+fn a_permit_detached_by_a_dead_process_ends_with_its_lease() {
+    let server = Server::start();
+    let w = family_worker("permit-id", &server);
+    let id: PermitId = w.next(Duration::from_secs(10)).parse().unwrap();
+    let sem = client(&server).semaphore("jobs", 2);
+    assert_eq!(sem.available().unwrap(), 1);
+    drop(w);
+    assert!(eventually(Duration::from_secs(5), || sem
+        .available()
+        .unwrap()
+        == 2));
+    assert!(!sem.release_id(&id).unwrap());
+}
+
+// ------------------------------------------------------------ force ops
+
+#[test]
+fn force_unlock_and_force_release_all_wake_waiters_and_tell_holders() {
+    let server = Server::start();
+    let a = client_with(&server, |b| b.watchdog_timeout(Duration::from_millis(600)));
+    let b = no_poll(&server);
+    let rw = a.rw_lock("frw");
+    assert!(!rw.force_unlock().unwrap(), "nothing held");
+    let r1 = rw.read().unwrap();
+    let r2 = std::thread::spawn({
+        let rw = rw.clone();
+        move || {
+            let g = rw.read().unwrap();
+            let sig = g.lost_signal();
+            sig.wait_timeout(Duration::from_secs(10))
+        }
+    });
+    assert!(eventually(Duration::from_secs(5), || rw.state().unwrap().1 == 2));
+    let writer = std::thread::spawn({
+        let rw = b.rw_lock("frw");
+        move || {
+            let t = Instant::now();
+            let g = rw.write_timeout(Duration::from_secs(20)).unwrap();
+            (g.is_some(), t.elapsed())
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(rw.force_unlock().unwrap());
+    let (got, _) = writer.join().unwrap();
+    assert!(got, "the waiting writer got in");
+    assert!(r2.join().unwrap(), "the other reader learned it lost");
+    assert!(r1.lost_signal().wait_timeout(Duration::from_secs(5)));
+    assert_eq!(r1.release().unwrap_err().kind(), ErrorKind::LockLost);
+
+    let sem = a.semaphore("fsem", 3);
+    assert_eq!(sem.force_release_all().unwrap(), 0);
+    let p1 = sem.acquire().unwrap();
+    let _id = sem.acquire_many(2).unwrap().detach();
+    let waiter = std::thread::spawn({
+        let s = b.semaphore("fsem", 3);
+        move || {
+            s.acquire_many_timeout(3, Duration::from_secs(20))
+                .unwrap()
+                .is_some()
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(sem.force_release_all().unwrap(), 2, "two holders");
+    assert!(waiter.join().unwrap(), "the waiter got all three permits");
+    assert!(p1.lost_signal().wait_timeout(Duration::from_secs(5)));
+    assert_eq!(p1.release().unwrap_err().kind(), ErrorKind::LockLost);
+}
