@@ -4,6 +4,9 @@
 //!
 //! `REDIS_URL=redis://127.0.0.1:6379/ cargo run --example api_limiter`
 
+#[path = "support/server.rs"]
+mod support;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +14,7 @@ use std::time::Duration;
 use redlease::Client;
 
 fn main() -> Result<(), redlease::Error> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+    let url = support::url();
     let name = format!("api_limiter:{}", uuid::Uuid::new_v4().simple());
     let in_flight = Arc::new(AtomicUsize::new(0));
     let peak = Arc::new(AtomicUsize::new(0));

@@ -4,13 +4,16 @@
 //!
 //! `REDIS_URL=redis://127.0.0.1:6379/ cargo run --example config_reload`
 
+#[path = "support/server.rs"]
+mod support;
+
 use std::time::Duration;
 
 use redis::Commands;
 use redlease::Client;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+    let url = support::url();
     let run = uuid::Uuid::new_v4().simple().to_string();
     let (name, a, b) = (
         format!("config:{run}"),

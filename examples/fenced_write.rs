@@ -8,6 +8,9 @@
 //!
 //! `REDIS_URL=redis://127.0.0.1:6379/ cargo run --example fenced_write`
 
+#[path = "support/server.rs"]
+mod support;
+
 use std::time::Duration;
 
 use redlease::Client;
@@ -34,7 +37,7 @@ fn write(con: &mut redis::Connection, run: &str, token: u64, value: &str) -> boo
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+    let url = support::url();
     let run = uuid::Uuid::new_v4().simple().to_string();
     let name = format!("fenced:{run}");
     let mut con = redis::Client::open(url.as_str())?.get_connection()?;

@@ -5,13 +5,16 @@
 //!
 //! `REDIS_URL=redis://127.0.0.1:6379/ cargo run --example lottery`
 
+#[path = "support/server.rs"]
+mod support;
+
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::Commands;
 use redlease::Client;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+    let url = support::url();
     let mut con = redis::Client::open(url.as_str())?.get_connection()?;
     let day = SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos();
     let draw_key = format!("lottery:{day}:winners");

@@ -6,11 +6,14 @@
 //!
 //! `REDIS_URL=redis://127.0.0.1:6379/ cargo run --example marketplace`
 
+#[path = "support/server.rs"]
+mod support;
+
 use redis::Commands;
 use redlease::Client;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+    let url = support::url();
     let run = uuid::Uuid::new_v4().simple().to_string();
     let mut con = redis::Client::open(url.as_str())?.get_connection()?;
     let items = 20;

@@ -2,12 +2,15 @@
 //!
 //! `REDIS_URL=redis://127.0.0.1:6379/ cargo run --example quickstart`
 
+#[path = "support/server.rs"]
+mod support;
+
 use std::time::Duration;
 
 use redlease::Client;
 
 fn main() -> Result<(), redlease::Error> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+    let url = support::url();
     let client = Client::open(&url)?;
 
     // `with_lock` waits for the lock, runs the closure, releases (also on panic).

@@ -4,12 +4,15 @@
 //!
 //! `REDIS_URL=redis://127.0.0.1:6379/ cargo run --example rayon_batch`
 
+#[path = "support/server.rs"]
+mod support;
+
 use rayon::prelude::*;
 use redis::Commands;
 use redlease::Client;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into());
+    let url = support::url();
     let items: Vec<u32> = (0..20).collect();
     let passes = 10;
     let run = uuid::Uuid::new_v4().simple().to_string();

@@ -18,7 +18,7 @@ if [ -z "${REDIS_URL:-}" ]; then
   export REDIS_URL="redis://127.0.0.1:$port/"
   echo "== started a private redis-server at $REDIS_URL"
 fi
-examples="${*:-quickstart lottery rayon_batch api_limiter config_reload marketplace fenced_write redlock}"
+examples="${*:-quickstart lottery rayon_batch api_limiter config_reload marketplace fenced_write deploy_gate transfer redlock}"
 cargo build --quiet --examples
 for ex in $examples; do
   if [ -f "examples/$ex.rs" ]; then
