@@ -1,0 +1,93 @@
+//! Count-down latch wake-up latency: the last `count_down` in one client →
+//! a waiter blocked in `wait` in another client returns. Reported as a
+//! ratio to the floor measured in the same run, interleaved: one raw PING
+//! round trip made after the same 5 ms idle (the machine's wake-up cost).
+//!
+//! Run: `cargo bench --bench latch` (`REDLEASE_BENCH_QUICK=1` for a short
+//! smoke run).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use common::Server;
+use redlease::Client;
+use support::{percentile, scale, us};
+
+fn main() {
+    let server = Server::start();
+    let url = server.url();
+    // Long fallback poll: a waiter that returns fast was woken by a message.
+    let builder = || {
+        Client::builder()
+            .url(&url)
+            .fallback_poll(Duration::from_secs(30))
+    };
+    let counter = builder().build().unwrap();
+    let waiter = builder().build().unwrap();
+    let mut raw = server.con();
+    let rounds = scale(400);
+    let (go_tx, go_rx) = crossbeam_channel::bounded::<String>(1);
+    let (done_tx, done_rx) = crossbeam_channel::bounded::<Instant>(1);
+    let w = std::thread::spawn(move || {
+        while let Ok(name) = go_rx.recv() {
+            waiter.count_down_latch(&name).wait().unwrap();
+            done_tx.send(Instant::now()).unwrap();
+        }
+    });
+    let mut floor = Vec::with_capacity(rounds);
+    let mut wake = Vec::with_capacity(rounds);
+    for i in 0..rounds {
+        // Floor: one round trip after 5 ms idle.
+        std::thread::sleep(Duration::from_millis(5));
+        let t = Instant::now();
+        let _: String = redis::cmd("PING").query(&mut raw).unwrap();
+        floor.push(t.elapsed());
+        // The latch: the waiter is blocked (its subscription is live after
+        // the first round), then the last count-down.
+        let name = format!("bench:latch:{}", i % 8);
+        let latch = counter.count_down_latch(&name);
+        assert!(latch.try_set_count(1).unwrap());
+        go_tx.send(name).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let t = Instant::now();
+        latch.count_down().unwrap();
+        let returned = done_rx.recv_timeout(Duration::from_secs(40)).unwrap();
+        wake.push(returned.saturating_duration_since(t));
+    }
+    drop(go_tx);
+    w.join().unwrap();
+    floor.sort();
+    wake.sort();
+    let f50 = percentile(&floor, 0.5);
+    let (w50, w90, w99) = (
+        percentile(&wake, 0.5),
+        percentile(&wake, 0.9),
+        percentile(&wake, 0.99),
+    );
+    println!("redlease latch benchmark ({rounds} rounds, interleaved with the floor)");
+    println!(
+        "{:<44} {:>9.1} us",
+        "floor: PING after 5 ms idle, p50",
+        us(f50)
+    );
+    println!(
+        "{:<44} {:>9.1} us   {:.2}x floor (p90 {:.1} us, p99 {:.1} us = {:.2}x)",
+        "last count_down -> waiter returns, p50",
+        us(w50),
+        us(w50) / us(f50),
+        us(w90),
+        us(w99),
+        us(w99) / us(f50)
+    );
+    println!(
+        "{{\"bench\":\"latch\",\"floor_p50_us\":{:.1},\"wake_p50_us\":{:.1},\"wake_p99_us\":{:.1},\"wake_p50_ratio\":{:.2},\"wake_p99_ratio\":{:.2}}}",
+        us(f50),
+        us(w50),
+        us(w99),
+        us(w50) / us(f50),
+        us(w99) / us(f50)
+    );
+}
