@@ -149,6 +149,55 @@
 //! # Ok::<(), redlease::Error>(())
 //! ```
 //!
+//! ## Knowing the lease is still yours
+//!
+//! Every guard has [`LockGuard::lost_signal`] (a [`LostSignal`] to hand to
+//! worker threads: no round trip to check it), [`LockGuard::expires_in`]
+//! (the conservative remaining time) and [`LockGuard::extend`]:
+//!
+//! ```no_run
+//! # let client = redlease::Client::open("redis://127.0.0.1:6379/")?;
+//! use std::time::Duration;
+//! let guard = client.lock("migration").acquire()?;
+//! let lost = guard.lost_signal();
+//! let worker = std::thread::spawn(move || {
+//!     // Stops within a second of the lease being lost.
+//!     while !lost.wait_timeout(Duration::from_secs(1)) { /* a step of work */ break; }
+//! });
+//! guard.extend(Duration::from_secs(300))?; // the lease now ends 5 min from now
+//! worker.join().expect("worker panicked");
+//! guard.release()?;
+//! # Ok::<(), redlease::Error>(())
+//! ```
+//!
+//! Closures: [`Lock::try_with`], [`Lock::with_timeout`],
+//! [`RwLock::with_read`], [`RwLock::with_write`], [`Semaphore::with_permit`].
+//! Events (acquired, released, lease lost) go to a [`HandleEvent`] given to
+//! [`ClientBuilder::event_handler`].
+//!
+//! ## Latches, multi-locks, permits by id
+//!
+//! [`CountDownLatch`] (`client.count_down_latch(name)`) lets a coordinator
+//! wait for N events from anywhere; [`MultiLock`] (`client.multi_lock(names)`)
+//! takes several plain locks all or nothing, without deadlock between
+//! overlapping sets; [`Permit::detach`] turns a permit into a [`PermitId`]
+//! that [`Semaphore::release_id`] returns from any thread, client or process.
+//!
+//! ```no_run
+//! # let client = redlease::Client::open("redis://127.0.0.1:6379/")?;
+//! let g = client.multi_lock(["stock:7", "order:9"]).acquire()?;
+//! println!("fences {:?}", g.fencing_tokens());
+//! # Ok::<(), redlease::Error>(())
+//! ```
+//!
+//! ## Logging
+//!
+//! The library logs through the [`log`](https://docs.rs/log) facade under
+//! the target `redlease`: a warning naming the lease whenever one is lost,
+//! one warning per outage of a server (connection failures are folded, at
+//! most one a minute), a warning when a server's `maxmemory-policy` may
+//! evict lock keys. Nothing is logged on the happy path.
+//!
 //! ## Fencing
 //!
 //! A lease cannot stop a holder that pauses longer than its lease from
@@ -166,7 +215,10 @@
 //!
 //! Every fallible call returns [`Error`]; match on [`Error::kind`]. Bad input
 //! (empty or oversized names, zero leases, a key that holds someone else's
-//! data) is an error, never a panic.
+//! data) is an error, never a panic. Messages name the primitive and the
+//! server (`[lock "orders" at redis://:***@10.0.0.5:6379/]`), never a
+//! password or a script hash; a refused password or ACL right is
+//! [`ErrorKind::Auth`].
 
 #![warn(missing_docs)]
 
