@@ -352,6 +352,16 @@ impl Permit {
         self.inner.release()
     }
 
+    /// The id this permit would have once detached (see
+    /// [`Permit::detach`]); [`Semaphore::release_id`] with it returns the
+    /// permit from anywhere, after which this guard's `release()` reports
+    /// `LockLost`.
+    pub fn id(&self) -> PermitId {
+        PermitId {
+            member: format!("{}:{}", self.count, self.inner.held().token),
+        }
+    }
+
     /// Hands the permits over to an id: the guard goes away without
     /// returning them, and whoever has the id returns them with
     /// [`Semaphore::release_id`] — from another thread, client or process.

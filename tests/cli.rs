@@ -266,3 +266,167 @@ fn tempfile_dir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+#[test]
+fn signals_while_waiting_end_the_wait_at_once_and_run_nothing() {
+    let server = Server::start();
+    let c = client(&server);
+    let g = c.lock("busy").acquire().unwrap();
+    let dir = tempfile_dir();
+    let marker = dir.join("ran");
+    for (sig, code) in [(libc::SIGINT, 130), (libc::SIGTERM, 143)] {
+        let mut child = redlease(&server)
+            .args(["run", "busy", "--", "touch", marker.to_str().unwrap()])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        let t = Instant::now();
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(t.elapsed() < Duration::from_secs(5), "still waiting");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let took = t.elapsed();
+        assert_eq!(status.code(), Some(code));
+        assert!(took < Duration::from_secs(1), "{took:?}");
+        assert!(!marker.exists(), "the command must not run");
+    }
+    g.release().unwrap();
+}
+
+#[test]
+fn a_kill_is_forwarded_once_to_the_command() {
+    let server = Server::start();
+    let dir = tempfile_dir();
+    let log = dir.join("got");
+    let script = format!(
+        "trap 'echo INT >> {0}' INT; echo ready >> {0}; i=0; while [ $i -lt 40 ]; do sleep 0.05; i=$((i+1)); done",
+        log.display()
+    );
+    let mut child = redlease(&server)
+        .args(["run", "fw", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("ready")
+    }));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.matches("INT").count(), 1, "{text}");
+}
+
+#[test]
+fn help_never_prints_the_url_and_usage_errors_say_what_is_missing() {
+    let server = Server::start();
+    let o = run(redlease(&server)
+        .env("REDIS_URL", "redis://:topsecret@127.0.0.1:1/")
+        .args(["run", "--help"]));
+    assert!(o.status.success());
+    let all = format!("{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+    assert!(!all.contains("topsecret"), "{all}");
+    assert!(all.contains("--watchdog"), "{all}");
+    let o = run(redlease(&server).args(["run"]));
+    assert_eq!(o.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(err.contains("<NAME>") && err.contains("<COMMAND>"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // One duration grammar: integer + unit; bare numbers and fractions refused.
+    for bad in ["10", "1.5s", "5q", "s", "-1s", "1d", "99999999h"] {
+        let o = run(redlease(&server).args(["run", "x", "--wait", bad, "--", "true"]));
+        assert_eq!(o.status.code(), Some(64), "{bad}");
+    }
+    for good in ["500ms", "2s", "1m", "1h"] {
+        let o = run(redlease(&server).args(["run", "x", "--wait", good, "--", "true"]));
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{good}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+#[test]
+fn semaphore_runs_get_a_permit_id_and_no_fence() {
+    let server = Server::start();
+    let o = run(redlease(&server).env("REDLEASE_FENCE", "stale").args([
+        "run",
+        "pool",
+        "--semaphore",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "echo \"fence=[$REDLEASE_FENCE] id=$REDLEASE_PERMIT_ID\"",
+    ]));
+    assert!(o.status.success());
+    let out = stdout(&o);
+    assert!(out.contains("fence=[]"), "{out}");
+    let id = out.trim().rsplit("id=").next().unwrap();
+    assert!(id.parse::<redlease::PermitId>().is_ok(), "{out}");
+}
+
+#[test]
+fn unlock_force_on_a_free_lock_does_not_ask_and_watchdog_is_honoured() {
+    let server = Server::start();
+    let mut child = redlease(&server)
+        .args(["unlock", "--force", "free"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "it asked for confirmation"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success());
+    // --watchdog: a lost lease is noticed within about a third of it.
+    let c = client(&server);
+    let mut child = redlease(&server)
+        .args(["--watchdog", "900ms", "run", "wd", "--", "sleep", "20"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || c
+        .lock("wd")
+        .is_locked()
+        .unwrap()));
+    let t = Instant::now();
+    assert!(c.lock("wd").force_unlock().unwrap());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(73));
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+}
+
+#[test]
+fn refused_connection_exits_69_fast_with_the_address() {
+    let server = Server::start();
+    let dead = redis_test::utils::get_random_available_port();
+    let t = Instant::now();
+    let o = run(redlease(&server)
+        .env("REDIS_URL", format!("redis://:pw@127.0.0.1:{dead}/"))
+        .args(["run", "x", "--", "true"]));
+    assert_eq!(o.status.code(), Some(69));
+    assert!(t.elapsed() < Duration::from_millis(2_500));
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(err.contains(&format!("127.0.0.1:{dead}")), "{err}");
+    assert!(!err.contains(":pw@"), "{err}");
+    let o = run(redlease(&server)
+        .env("RUST_LOG", "debug")
+        .args(["-v", "status", "x"]));
+    assert!(o.status.success());
+}

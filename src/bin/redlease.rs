@@ -5,11 +5,15 @@
 //! the configured signal); 69 Redis was unreachable or failed; 64 bad
 //! arguments (bad duration, URL, ...); 65 `unlock` declined at the
 //! confirmation; 126/127 the command could not be started; 128+N the command
-//! was killed by signal N.
+//! was killed by signal N; 130/143 interrupted (SIGINT/SIGTERM) while
+//! waiting, nothing run.
+//!
+//! Durations are written `<integer><unit>`, unit one of `ms`, `s`, `m`, `h`
+//! (`500ms`, `30s`, `5m`, `1h`); anything else is refused.
 
 use std::io::{BufRead, Write};
 use std::process::{Command, ExitCode};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
@@ -21,6 +25,9 @@ const EXIT_UNAVAILABLE: u8 = 69;
 const EXIT_LOST: u8 = 73;
 const EXIT_TIMEOUT: u8 = 75;
 
+/// How long one slice of waiting lasts: the bound on noticing a signal.
+const WAIT_SLICE: Duration = Duration::from_millis(250);
+
 #[derive(Parser)]
 #[command(
     name = "redlease",
@@ -28,14 +35,22 @@ const EXIT_TIMEOUT: u8 = 75;
     about = "Run commands under Redis locks; inspect locks"
 )]
 struct Cli {
-    /// Redis URL.
+    /// Redis URL (its value is never printed by --help).
     #[arg(
         long,
         env = "REDIS_URL",
+        hide_env_values = true,
         default_value = "redis://127.0.0.1:6379/",
         global = true
     )]
     url: String,
+    /// Lease of locks without --lease, renewed every third of it; a lost
+    /// lease is noticed within about a third of it. E.g. 30s.
+    #[arg(long, value_parser = parse_duration, default_value = "30s", global = true)]
+    watchdog: Duration,
+    /// Log more: -v info, -vv debug, -vvv trace (RUST_LOG=debug works too).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     /// Key prefix (namespace) shared with the applications using the locks.
     #[arg(long, env = "REDLEASE_PREFIX", default_value = "", global = true)]
     prefix: String,
@@ -45,17 +60,20 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Acquire NAME, run CMD with REDLEASE_FENCE and REDLEASE_NAME set, release.
+    /// Acquire NAME, run CMD with REDLEASE_FENCE (or REDLEASE_PERMIT_ID) and
+    /// REDLEASE_NAME set, release.
     Run {
         name: String,
-        /// Longest wait for the lock (e.g. 500ms, 30s, 5m); exit 75 if it passes.
+        /// Longest wait for the lock (<integer><unit>: 500ms, 30s, 5m, 1h);
+        /// exit 75 if it passes.
         /// Default: wait as long as needed.
         #[arg(long, value_parser = parse_duration)]
         wait: Option<Duration>,
         /// Fixed lease instead of a watchdog-renewed one.
         #[arg(long, value_parser = parse_duration)]
         lease: Option<Duration>,
-        /// Take one permit of a semaphore with this many permits instead of a lock.
+        /// Take one permit of a semaphore with this many permits instead of a
+        /// lock; the command gets REDLEASE_PERMIT_ID (no REDLEASE_FENCE).
         #[arg(long)]
         semaphore: Option<u32>,
         /// Signal sent to the command when the lease is lost.
@@ -93,27 +111,27 @@ enum Cmd {
     },
 }
 
-/// `500ms`, `30s`, `5m`, `1h`; a bare number is seconds.
+/// The one duration grammar: `<integer><unit>`, unit `ms`, `s`, `m` or
+/// `h` (`500ms`, `30s`, `5m`, `1h`). A bare number or a fraction is refused
+/// rather than guessed at.
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid duration {s:?}: expected e.g. 500ms, 30s, 5m"))?;
-    let secs = match unit {
-        "ms" => v / 1000.0,
-        "" | "s" => v,
-        "m" => v * 60.0,
-        "h" => v * 3600.0,
-        _ => return Err(format!("invalid duration unit in {s:?}: use ms, s, m or h")),
+    let bad = || {
+        format!("invalid duration {s:?}: write <integer><unit>, unit ms, s, m or h (e.g. 500ms, 30s, 5m)")
     };
-    if !secs.is_finite() || !(0.0..=365.0 * 86400.0).contains(&secs) {
-        return Err(format!("duration {s:?} is out of range"));
+    let v: u64 = num.parse().map_err(|_| bad())?;
+    let ms = match unit {
+        "ms" => Some(v),
+        "s" => v.checked_mul(1_000),
+        "m" => v.checked_mul(60_000),
+        "h" => v.checked_mul(3_600_000),
+        _ => return Err(bad()),
+    };
+    match ms {
+        Some(ms) if ms <= 365 * 86_400_000 => Ok(Duration::from_millis(ms)),
+        _ => Err(format!("duration {s:?} is out of range (at most a year)")),
     }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 fn parse_signal(s: &str) -> Result<i32, String> {
@@ -130,20 +148,76 @@ fn parse_signal(s: &str) -> Result<i32, String> {
     })
 }
 
-/// The last SIGINT/SIGTERM received (0 = none), to forward to the child.
+/// The last SIGINT/SIGTERM/SIGHUP received (0 = none).
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
+/// Whether that signal was sent by a process (`kill`), so it must be
+/// forwarded to the command; a terminal's Ctrl-C (sent by the kernel to the
+/// whole foreground process group) has already reached the command.
+static FROM_PROCESS: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_signal(sig: libc::c_int) {
+extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo with SA_SIGINFO; reading it
+    // and storing into atomics is async-signal-safe.
+    let pid = if info.is_null() {
+        0
+    } else {
+        unsafe { (*info).si_pid() }
+    };
+    FROM_PROCESS.store(pid != 0, Ordering::SeqCst);
     RECEIVED.store(sig, Ordering::SeqCst);
 }
 
 fn install_handlers() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores into an atomic, which is
-        // async-signal-safe.
+        // SAFETY: a zeroed sigaction with our handler and SA_SIGINFO is a
+        // valid argument; the handler is async-signal-safe (see above).
         unsafe {
-            libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_signal as *const () as libc::sighandler_t;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut());
         }
+    }
+}
+
+/// A minimal stderr logger for `-v` and `RUST_LOG` (no extra dependency).
+struct StderrLog(log::LevelFilter);
+
+impl log::Log for StderrLog {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.level() <= self.0
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        if self.enabled(r.metadata()) {
+            eprintln!("[{} {}] {}", r.level(), r.target(), r.args());
+        }
+    }
+    fn flush(&self) {}
+}
+
+/// Level from `-v` count, else `RUST_LOG` (`debug`, or `redlease=debug`:
+/// the last level named wins), else warnings only.
+fn init_logging(verbose: u8) {
+    let from_env = std::env::var("RUST_LOG").ok().and_then(|v| {
+        v.split(',')
+            .filter_map(|part| {
+                part.rsplit('=')
+                    .next()?
+                    .trim()
+                    .parse::<log::LevelFilter>()
+                    .ok()
+            })
+            .last()
+    });
+    let level = match verbose {
+        0 => from_env.unwrap_or(log::LevelFilter::Warn),
+        1 => log::LevelFilter::Info,
+        2 => log::LevelFilter::Debug,
+        _ => log::LevelFilter::Trace,
+    };
+    if log::set_logger(Box::leak(Box::new(StderrLog(level)))).is_ok() {
+        log::set_max_level(level);
     }
 }
 
@@ -170,17 +244,36 @@ fn main() -> ExitCode {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
             }
+            // Everything before the usage line: the error and, for missing
+            // arguments, the list of what is missing.
             let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
+            let what: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.starts_with("Usage:"))
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
+            let what = what.join(" ");
+            let what = what.trim_start_matches("error: ");
             return fail(
                 EXIT_USAGE,
-                format!("{} (see --help)", first.trim_start_matches("error: ")),
+                format!(
+                    "{} (see --help)",
+                    if what.is_empty() {
+                        "invalid arguments"
+                    } else {
+                        what
+                    }
+                ),
             );
         }
     };
+    init_logging(cli.verbose);
     let client = match Client::builder()
         .url(&cli.url)
         .key_prefix(&cli.prefix)
+        .watchdog_timeout(cli.watchdog)
+        .connect_timeout(Duration::from_secs(2))
         .build()
     {
         Ok(c) => c,
@@ -249,47 +342,64 @@ fn run(
     command: &[String],
 ) -> redlease::Result<ExitCode> {
     install_handlers();
-    let held = match semaphore {
-        Some(permits) => {
-            let mut sem = client.semaphore(name, permits);
-            if let Some(l) = lease {
-                sem = sem.lease(l);
-            }
-            match wait {
-                Some(w) => sem.acquire_timeout(w)?,
-                None => Some(sem.acquire()?),
-            }
-            .map(Held::Permit)
+    let sem = semaphore.map(|permits| {
+        let s = client.semaphore(name, permits);
+        match lease {
+            Some(l) => s.lease(l),
+            None => s,
         }
-        None => {
-            let mut lock = client.lock(name);
-            if let Some(l) = lease {
-                lock = lock.lease(l);
-            }
-            match wait {
-                Some(w) => lock.acquire_timeout(w)?,
-                None => Some(lock.acquire()?),
-            }
-            .map(Held::Lock)
-        }
+    });
+    let lock = match lease {
+        Some(l) => client.lock(name).lease(l),
+        None => client.lock(name),
     };
-    let Some(held) = held else {
-        return Ok(fail(
-            EXIT_TIMEOUT,
-            format!("timed out waiting for {name:?}; command not run"),
-        ));
+    // Wait in slices, so that SIGINT/SIGTERM while waiting ends the wait
+    // within a slice (nothing run) instead of when the holder releases.
+    let deadline = wait.and_then(|w| Instant::now().checked_add(w));
+    let held = loop {
+        let sig = RECEIVED.load(Ordering::SeqCst);
+        if sig != 0 {
+            return Ok(fail(
+                128 + sig as u8,
+                format!("interrupted while waiting for {name:?}; command not run"),
+            ));
+        }
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if left == Some(Duration::ZERO) {
+            return Ok(fail(
+                EXIT_TIMEOUT,
+                format!("timed out waiting for {name:?}; command not run"),
+            ));
+        }
+        let slice = left.map_or(WAIT_SLICE, |l| l.min(WAIT_SLICE));
+        let got = match &sem {
+            Some(s) => s.acquire_timeout(slice)?.map(Held::Permit),
+            None => lock.acquire_timeout(slice)?.map(Held::Lock),
+        };
+        if let Some(h) = got {
+            break h;
+        }
     };
     if RECEIVED.load(Ordering::SeqCst) != 0 {
+        let sig = RECEIVED.load(Ordering::SeqCst);
         held.release()?;
         return Ok(fail(
-            128 + RECEIVED.load(Ordering::SeqCst) as u8,
-            "interrupted before the command started",
+            128 + sig as u8,
+            "interrupted before the command started; nothing run",
         ));
     }
     let mut cmd = Command::new(&command[0]);
-    cmd.args(&command[1..]).env("REDLEASE_NAME", name);
-    if let Held::Lock(g) = &held {
-        cmd.env("REDLEASE_FENCE", g.fencing_token().to_string());
+    cmd.args(&command[1..])
+        .env("REDLEASE_NAME", name)
+        .env_remove("REDLEASE_FENCE")
+        .env_remove("REDLEASE_PERMIT_ID");
+    match &held {
+        Held::Lock(g) => {
+            cmd.env("REDLEASE_FENCE", g.fencing_token().to_string());
+        }
+        Held::Permit(p) => {
+            cmd.env("REDLEASE_PERMIT_ID", p.id().to_string());
+        }
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
@@ -314,8 +424,9 @@ fn run(
             }
         }
         let sig = RECEIVED.swap(0, Ordering::SeqCst);
-        if sig != 0 {
-            // SAFETY: plain kill(2) on our own child's pid.
+        if sig != 0 && FROM_PROCESS.load(Ordering::SeqCst) {
+            // SAFETY: plain kill(2) on our own child's pid. A terminal's
+            // Ctrl-C already reached the command (same process group).
             unsafe { libc::kill(pid, sig) };
         }
         match lost_at {
@@ -455,6 +566,10 @@ fn unlock(client: &Client, name: &str, force: bool, yes: bool) -> redlease::Resu
             EXIT_USAGE,
             "unlock needs --force: it removes the lock from whoever holds it",
         ));
+    }
+    if !client.lock(name).is_locked()? {
+        println!("{name:?} was not locked; nothing to remove");
+        return Ok(ExitCode::SUCCESS);
     }
     if !yes {
         eprint!("Remove the lock {name:?} from its current holder? [y/N] ");
