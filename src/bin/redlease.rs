@@ -200,15 +200,13 @@ impl log::Log for StderrLog {
 /// the last level named wins), else warnings only.
 fn init_logging(verbose: u8) {
     let from_env = std::env::var("RUST_LOG").ok().and_then(|v| {
-        v.split(',')
-            .filter_map(|part| {
-                part.rsplit('=')
-                    .next()?
-                    .trim()
-                    .parse::<log::LevelFilter>()
-                    .ok()
-            })
-            .last()
+        v.rsplit(',').find_map(|part| {
+            part.rsplit('=')
+                .next()?
+                .trim()
+                .parse::<log::LevelFilter>()
+                .ok()
+        })
     });
     let level = match verbose {
         0 => from_env.unwrap_or(log::LevelFilter::Warn),
