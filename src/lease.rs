@@ -100,6 +100,7 @@ pub(crate) fn acquire(
     match (&outcome, &about) {
         // `about` is set once past re-entry: a re-entry is not an event.
         (Ok(Some(held)), Some(_)) => {
+            crate::metrics::acquired(held.what, started.elapsed());
             if let Some(events) = client.events() {
                 events.on_acquired(&held.name, started.elapsed());
             }
@@ -345,6 +346,7 @@ impl Holding {
         held.state.finish();
         let released = release(&self.client, held).map_err(|e| e.about(held.what, &held.name));
         if released.is_ok() {
+            crate::metrics::released(held.what, held.acquired.elapsed());
             if let Some(events) = self.client.events() {
                 events.on_released(&held.name, held.acquired.elapsed());
             }

@@ -230,6 +230,7 @@ mod inspect;
 mod latch;
 mod lease;
 mod lock;
+mod metrics;
 mod multilock;
 mod reentrancy;
 mod renewal;

@@ -142,6 +142,7 @@ impl LeaseState {
     pub(crate) fn mark_lost(&self) {
         if !self.lost.swap(true, Ordering::AcqRel) {
             if !self.done.load(Ordering::Acquire) {
+                crate::metrics::lease_lost();
                 if let Some((handler, name)) = &self.on_lost {
                     handler.on_lease_lost(name);
                 }
@@ -586,16 +587,20 @@ impl Scheduler {
                     }
                     match value {
                         Value::Int(1) => {
+                            crate::metrics::renewals("ok", 1);
                             let r = &mut entry.renewal;
                             r.state.renewed(done.sent, r.valid, r.generation);
                             r.expires = r.expires.max(done.sent + r.valid);
                             entry.due = done.sent + r.lease / 3;
                             self.push(entry);
                         }
-                        Value::Int(0) => lost(
-                            &entry.renewal,
-                            "was lost (renewal found another owner or no key)",
-                        ),
+                        Value::Int(0) => {
+                            crate::metrics::renewals("lost", 1);
+                            lost(
+                                &entry.renewal,
+                                "was lost (renewal found another owner or no key)",
+                            )
+                        }
                         // Undecided (a refused write, an error reply to this
                         // one call, no Redlock majority): retry this one.
                         _ => self.retry(entry, now),
@@ -617,6 +622,7 @@ impl Scheduler {
         if entry.renewal.retired() {
             return;
         }
+        crate::metrics::renewals("retry", 1);
         if now >= entry.renewal.expires {
             lost(&entry.renewal, "expired while its server was unreachable");
         } else {

@@ -338,6 +338,7 @@ impl Shared {
             return;
         };
         self.delivered.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::wakeup();
         self.notify(&payload[colon + 1..]);
     }
 
