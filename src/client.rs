@@ -8,7 +8,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::backend::{Backend, Timeouts};
-use crate::error::{Error, Result};
+use crate::error::{redact_url, Error, Result};
 use crate::events::{HandleEvent, Handler};
 use crate::latch::CountDownLatch;
 use crate::lock::Lock;
@@ -266,8 +266,12 @@ pub(crate) fn escape_name(name: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Largest accepted pool: far beyond what one process needs against one
+/// server, far below what would exhaust memory or file descriptors.
+const MAX_POOL_SIZE: u32 = 4096;
+
 /// Which servers a client talks to.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 enum Topology {
     #[default]
     Unset,
@@ -277,6 +281,19 @@ enum Topology {
     Cluster(Vec<String>),
     #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
     Sentinel(Vec<String>, String),
+}
+
+impl fmt::Debug for Topology {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let urls = |u: &[String]| -> Vec<String> { u.iter().map(|u| redact_url(u)).collect() };
+        match self {
+            Topology::Unset => f.write_str("Unset"),
+            Topology::Standalone(u) => f.debug_tuple("Standalone").field(&redact_url(u)).finish(),
+            Topology::Redlock(u) => f.debug_tuple("Redlock").field(&urls(u)).finish(),
+            Topology::Cluster(u) => f.debug_tuple("Cluster").field(&urls(u)).finish(),
+            Topology::Sentinel(u, m) => f.debug_tuple("Sentinel").field(&urls(u)).field(m).finish(),
+        }
+    }
 }
 
 /// Configures and builds a [`Client`].
@@ -291,7 +308,7 @@ enum Topology {
 ///     .build()?;
 /// # Ok::<(), redlease::Error>(())
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 #[must_use = "a builder does nothing until .build() is called"]
 pub struct ClientBuilder {
     topology: Topology,
@@ -309,6 +326,31 @@ pub struct ClientBuilder {
     tls_root: Option<Vec<u8>>,
     reentrant: bool,
     events: Option<Handler>,
+}
+
+/// Passwords never appear: URLs are redacted, credentials shown as `***`.
+impl fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("topology", &self.topology)
+            .field("pool_size", &self.pool_size)
+            .field("prefix", &self.prefix)
+            .field("watchdog", &self.watchdog)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("pool_timeout", &self.pool_timeout)
+            .field("fallback_poll", &self.fallback_poll)
+            .field("node_timeout", &self.node_timeout)
+            .field(
+                "master_auth",
+                &self.master_auth.as_ref().map(|(user, _)| (user, "***")),
+            )
+            .field("replica_ack", &self.replica_ack)
+            .field("outage_tolerance", &self.outage_tolerance)
+            .field("tls_root", &self.tls_root.as_ref().map(|r| r.len()))
+            .field("reentrant", &self.reentrant)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for ClientBuilder {
@@ -459,7 +501,7 @@ impl ClientBuilder {
         self
     }
 
-    /// Maximum pooled connections. Defaults to 16.
+    /// Maximum pooled connections, 1 to 4096. Defaults to 16.
     pub fn pool_size(mut self, n: u32) -> Self {
         self.pool_size = n;
         self
@@ -530,8 +572,10 @@ impl ClientBuilder {
                 "watchdog_timeout must be at least 30 ms (it is renewed every third)",
             ));
         }
-        if self.pool_size == 0 {
-            return Err(Error::invalid("pool_size must be at least 1"));
+        if self.pool_size == 0 || self.pool_size > MAX_POOL_SIZE {
+            return Err(Error::invalid(format!(
+                "pool_size must be between 1 and {MAX_POOL_SIZE}"
+            )));
         }
         if self.prefix.contains(['{', '}']) {
             return Err(Error::invalid(

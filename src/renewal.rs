@@ -322,7 +322,12 @@ pub(crate) fn register(renewal: Renewal) {
     // Pairs with the fence in `Scheduler::run`: either the scheduler sees
     // this registration before parking, or we see its plan and unpark it.
     std::sync::atomic::fence(Ordering::SeqCst);
-    if nanos_since(shared.epoch, due) < shared.planned.load(Ordering::SeqCst) {
+    // Also wake it every so many registrations, so that it takes them in
+    // and sweeps the released ones even while nothing is due (a long
+    // watchdog): otherwise they pile up in the channel.
+    if nanos_since(shared.epoch, due) < shared.planned.load(Ordering::SeqCst)
+        || shared.tx.len() >= SWEEP_MIN
+    {
         wake_scheduler();
     }
 }
@@ -379,7 +384,14 @@ struct Scheduler {
     next_id: u64,
     workers: HashMap<usize, IoWorker>,
     next_worker: usize,
+    /// When `entries` reaches this size, released leases are swept out, so
+    /// memory follows the leases held, not the acquisition rate times the
+    /// watchdog (a released lease would otherwise wait for its due time).
+    sweep_at: usize,
 }
+
+/// The smallest sweep threshold.
+const SWEEP_MIN: usize = 1024;
 
 impl Scheduler {
     fn new(rx: Receiver<Renewal>) -> Scheduler {
@@ -393,6 +405,7 @@ impl Scheduler {
             next_id: 0,
             workers: HashMap::new(),
             next_worker: 0,
+            sweep_at: SWEEP_MIN,
         }
     }
 
@@ -444,6 +457,24 @@ impl Scheduler {
         self.next_id += 1;
         self.heap.push(Reverse((entry.due, id)));
         self.entries.insert(id, entry);
+        if self.entries.len() >= self.sweep_at {
+            self.sweep();
+        }
+    }
+
+    /// Drops released and replaced leases now rather than at their due
+    /// time; amortised O(1) per registration (the threshold doubles with
+    /// what stays).
+    fn sweep(&mut self) {
+        self.entries.retain(|_, e| !e.renewal.retired());
+        self.heap = self
+            .entries
+            .iter()
+            .map(|(id, e)| Reverse((e.due, *id)))
+            .collect();
+        self.heap.shrink_to_fit();
+        self.entries.shrink_to(self.entries.len() * 2);
+        self.sweep_at = (self.entries.len() * 2).max(SWEEP_MIN);
     }
 
     /// Everything due now, or due within a tenth of its period (so that

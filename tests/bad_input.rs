@@ -386,3 +386,26 @@ fn hostile_client_settings() {
     let c = Client::open(format!("redis://:s3cret@127.0.0.1:{port}/")).unwrap();
     assert!(c.lock("ok").try_acquire().unwrap().is_some());
 }
+
+#[test]
+fn builder_debug_never_shows_a_password_and_pool_size_is_bounded() {
+    let b = Client::builder()
+        .url("redis://:hunter2@127.0.0.1:1/")
+        .redlock(["redis://u:hunter3@127.0.0.1:2/"]);
+    let text = format!("{b:?}");
+    assert!(!text.contains("hunter"), "{text}");
+    let b = Client::builder().url("redis://:hunter2@127.0.0.1:1/");
+    let text = format!("{b:?}");
+    assert!(!text.contains("hunter2") && text.contains("***"), "{text}");
+    let err = Client::builder()
+        .url("redis://:hunter2@[::1")
+        .build()
+        .unwrap_err();
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+    let err = Client::builder()
+        .url("redis://127.0.0.1:1/")
+        .pool_size(u32::MAX)
+        .build()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+}
