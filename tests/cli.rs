@@ -430,3 +430,60 @@ fn refused_connection_exits_69_fast_with_the_address() {
         .args(["-v", "status", "x"]));
     assert!(o.status.success());
 }
+
+#[test]
+fn the_lock_is_held_until_every_process_of_the_command_exits() {
+    let server = Server::start();
+    let dir = tempfile_dir();
+    let f = dir.join("order");
+    let bg = format!("(sleep 1; echo A >> {0}) & exit 0", f.display());
+    let mut first = redlease(&server)
+        .args(["run", "tree", "--", "sh", "-c", &bg])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let second = run(redlease(&server).args([
+        "run",
+        "tree",
+        "--",
+        "sh",
+        "-c",
+        &format!("echo B >> {0}", f.display()),
+    ]));
+    assert!(second.status.success());
+    assert!(first.wait().unwrap().success());
+    let text = std::fs::read_to_string(&f).unwrap();
+    assert_eq!(
+        text, "A\nB\n",
+        "the background job ran beside the next holder"
+    );
+}
+
+#[test]
+fn signals_and_death_of_redlease_reach_the_whole_command() {
+    let server = Server::start();
+    let dir = tempfile_dir();
+    // SIGTERM to redlease: the background job dies too.
+    let f = dir.join("term");
+    let script = format!("(sleep 1.5; echo A >> {0}) & wait", f.display());
+    let mut child = redlease(&server)
+        .args(["run", "grp", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    child.wait().unwrap();
+    // SIGKILL to redlease (the OOM killer): the command dies with it.
+    let g = dir.join("kill");
+    let script = format!("sleep 1.5; echo A >> {0}", g.display());
+    let mut child = redlease(&server)
+        .args(["run", "grp2", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(1_800));
+    assert!(!f.exists(), "a background job outlived SIGTERM");
+    assert!(!g.exists(), "the command outlived a killed redlease");
+}

@@ -13,7 +13,7 @@
 
 use std::io::{BufRead, Write};
 use std::process::{Command, ExitCode};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
@@ -148,22 +148,14 @@ fn parse_signal(s: &str) -> Result<i32, String> {
     })
 }
 
-/// The last SIGINT/SIGTERM/SIGHUP received (0 = none).
+/// The last SIGINT/SIGTERM/SIGHUP received (0 = none), forwarded to the
+/// command's process group. The command has its own group, so a terminal's
+/// Ctrl-C reaches it either from the terminal (it is the foreground group)
+/// or through us, never both.
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
-/// Whether that signal was sent by a process (`kill`), so it must be
-/// forwarded to the command; a terminal's Ctrl-C (sent by the kernel to the
-/// whole foreground process group) has already reached the command.
-static FROM_PROCESS: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid siginfo with SA_SIGINFO; reading it
-    // and storing into atomics is async-signal-safe.
-    let pid = if info.is_null() {
-        0
-    } else {
-        unsafe { (*info).si_pid() }
-    };
-    FROM_PROCESS.store(pid != 0, Ordering::SeqCst);
+extern "C" fn on_signal(sig: libc::c_int) {
+    // Storing into an atomic is async-signal-safe.
     RECEIVED.store(sig, Ordering::SeqCst);
 }
 
@@ -174,9 +166,69 @@ fn install_handlers() {
         unsafe {
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = on_signal as *const () as libc::sighandler_t;
-            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            action.sa_flags = libc::SA_RESTART;
             libc::sigemptyset(&mut action.sa_mask);
             libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Runs the command as `flock(1)`-style supervisors do: in its own process
+/// group (signals and a lost lease reach every process of it), killed if
+/// redlease dies (Linux: `PR_SET_PDEATHSIG`; elsewhere it runs on), with
+/// redlease as the subreaper of everything it starts (Linux), so the lock
+/// is released only once all of them have exited. When the terminal is
+/// ours, the command's group becomes its foreground group, so Ctrl-C
+/// reaches the command once, from the terminal, and interactive commands
+/// can read it.
+fn supervise(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl on our own process.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setpgid(0, 0);
+            #[cfg(target_os = "linux")]
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            if libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgid(libc::getppid()) {
+                // Taking the foreground from a background group raises
+                // SIGTTOU; ignore it for the call, then restore.
+                let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                libc::tcsetpgrp(0, libc::getpid());
+                libc::signal(libc::SIGTTOU, old);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Takes the terminal's foreground back after the command (see
+/// `supervise`).
+fn restore_terminal() {
+    // SAFETY: plain terminal calls on our own stdin.
+    unsafe {
+        if libc::isatty(0) == 1 && libc::tcgetpgrp(0) != libc::getpgrp() {
+            let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            libc::tcsetpgrp(0, libc::getpgrp());
+            libc::signal(libc::SIGTTOU, old);
+        }
+    }
+}
+
+/// Reaps descendants that have exited; `true` while any is still running.
+fn reap_descendants() -> bool {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid on any child of ours, without blocking.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        match pid {
+            0 => return true,  // some are still running
+            p if p > 0 => {}   // reaped one; look again
+            _ => return false, // ECHILD: none left
         }
     }
 }
@@ -399,6 +451,7 @@ fn run(
             cmd.env("REDLEASE_PERMIT_ID", p.id().to_string());
         }
     }
+    supervise(&mut cmd);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -411,35 +464,46 @@ fn run(
             return Ok(fail(code, format!("cannot run {:?}: {e}", command[0])));
         }
     };
-    let pid = child.id() as libc::pid_t;
+    // The command's process group: its pid (it called setpgid(0, 0)).
+    let group = -(child.id() as libc::pid_t);
     let mut lost_at: Option<Instant> = None;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) => {}
-            Err(e) => {
-                eprintln!("redlease: waiting for the command failed: {e}");
+    let mut status = None;
+    // Until the command *and every process it started* have exited: the
+    // direct child first, then (we are their subreaper) any descendant
+    // still running, e.g. a background job. Only then is the lock released.
+    loop {
+        if status.is_none() {
+            match child.try_wait() {
+                Ok(Some(s)) => status = Some(s),
+                Ok(None) => {}
+                Err(e) => eprintln!("redlease: waiting for the command failed: {e}"),
             }
         }
+        if status.is_some() && !reap_descendants() {
+            break;
+        }
         let sig = RECEIVED.swap(0, Ordering::SeqCst);
-        if sig != 0 && FROM_PROCESS.load(Ordering::SeqCst) {
-            // SAFETY: plain kill(2) on our own child's pid. A terminal's
-            // Ctrl-C already reached the command (same process group).
-            unsafe { libc::kill(pid, sig) };
+        if sig != 0 {
+            // SAFETY: kill(2) on our own command's process group.
+            unsafe { libc::kill(group, sig) };
         }
         match lost_at {
             None if !held.is_held() => {
                 eprintln!("redlease: the lease on {name:?} was lost; stopping the command");
-                unsafe { libc::kill(pid, lost_signal) };
+                unsafe { libc::kill(group, lost_signal) };
                 lost_at = Some(Instant::now());
             }
             Some(t) if t.elapsed() >= kill_after => {
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+                unsafe { libc::kill(group, libc::SIGKILL) };
                 lost_at = Some(Instant::now() + Duration::from_secs(3600));
             }
             _ => {}
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+    restore_terminal();
+    let Some(status) = status else {
+        return Ok(ExitCode::FAILURE);
     };
     let released = held.release();
     if lost_at.is_some() {
