@@ -1,21 +1,25 @@
--- Count a latch down by one; the last count-down removes it and wakes its
--- waiters. A latch without a count is left alone (counting down a
--- finished or never-set latch does nothing, as in Redisson).
--- KEYS[1]  the latch count
+-- Count a latch down by one; the last count-down removes it and announces
+-- the opening of its round. A latch without a count is left alone
+-- (counting down a finished or never-set latch does nothing).
+-- KEYS[1]  the latch: "<count>:<round>"
 -- ARGV[1]  wake-up channel
--- ARGV[2]  wake-up message
--- Returns  the count left (0 = the latch opened, or had no count)
+-- ARGV[2]  wake-up message for the latch key; "#<round>" is appended, so
+--          the message names this round's opening and nothing else
+-- Returns  {count left, round}: {0, round} = this call opened the latch,
+--          {0, ""} = it had no count
 local v = redis.call('GET', KEYS[1])
 if not v then
-  return 0
+  return {0, ''}
 end
-local n = tonumber(v)
-if not n or n ~= math.floor(n) then
-  return redis.error_reply('REDLEASE_FOREIGN the latch key holds ' .. v)
+local n, round = string.match(v, '^(%d+):(.+)$')
+n = tonumber(n)
+if not n then
+  return redis.error_reply('REDLEASE_FOREIGN the latch key holds a value redlease did not write')
 end
 if n <= 1 then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[1], ARGV[2])
-  return 0
+  redis.call('PUBLISH', ARGV[1], ARGV[2] .. '#' .. round)
+  return {0, round}
 end
-return redis.call('DECR', KEYS[1])
+redis.call('SET', KEYS[1], (n - 1) .. ':' .. round)
+return {n - 1, round}

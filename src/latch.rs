@@ -101,10 +101,17 @@ impl CountDownLatch {
                     .about("latch", name),
             );
         }
+        // A fresh id per round: the opening message names its round, so a
+        // late message of an earlier round cannot open this one.
+        let round = self.client.new_token();
         let set: i64 = self
             .client
             .backend()
-            .eval(&LATCH_SET, &[key], &[count.to_string().as_bytes()])
+            .eval(
+                &LATCH_SET,
+                &[key],
+                &[count.to_string().as_bytes(), round.as_bytes()],
+            )
             .map_err(|e| e.about("latch", name))?;
         Ok(set == 1)
     }
@@ -115,17 +122,18 @@ impl CountDownLatch {
     pub fn count_down(&self) -> Result<()> {
         let (key, name) = self.key()?;
         let wakeup = self.client.wakeup();
-        let left = self
+        // Never repeated: a second run would count down twice.
+        let (left, round): (i64, Vec<u8>) = self
             .client
             .backend()
-            .confirm(&Call {
+            .once(&Call {
                 lua: &LATCH_COUNT_DOWN,
                 keys: &[key.to_vec()],
                 args: &[wakeup.channel().to_vec(), wakeup.message(key)],
             })
             .map_err(|e| e.about("latch", name))?;
-        if left == 0 {
-            wakeup.notify_local(key);
+        if left == 0 && !round.is_empty() {
+            wakeup.notify_local(&round_key(key, &round));
         }
         Ok(())
     }
@@ -133,20 +141,33 @@ impl CountDownLatch {
     /// The current count (0 when open or never set). One round trip.
     pub fn count(&self) -> Result<u64> {
         let (key, name) = self.key()?;
-        self.read(key).map_err(|e| e.about("latch", name))
+        Ok(self
+            .read(key)
+            .map_err(|e| e.about("latch", name))?
+            .map_or(0, |(n, _)| n))
     }
 
-    fn read(&self, key: &[u8]) -> Result<u64> {
-        let v: Option<String> = self.client.backend().query(redis::cmd("GET").arg(key))?;
-        match v {
-            None => Ok(0),
-            Some(v) => v.parse::<u64>().map_err(|_| {
-                Error::new(
-                    ErrorKind::WrongType,
-                    "the latch key holds a value that was not written by redlease",
-                )
-            }),
+    /// The count and round, `None` when the latch has no count.
+    fn read(&self, key: &[u8]) -> Result<Option<(u64, Vec<u8>)>> {
+        let v: Option<Vec<u8>> = self.client.backend().query(redis::cmd("GET").arg(key))?;
+        let Some(v) = v else {
+            return Ok(None);
+        };
+        let foreign = || {
+            Error::new(
+                ErrorKind::WrongType,
+                "the latch key holds a value that was not written by redlease",
+            )
+        };
+        let colon = v.iter().position(|&b| b == b':').ok_or_else(foreign)?;
+        let n = std::str::from_utf8(&v[..colon])
+            .ok()
+            .and_then(|n| n.parse::<u64>().ok())
+            .ok_or_else(foreign)?;
+        if colon + 1 == v.len() {
+            return Err(foreign());
         }
+        Ok(Some((n, v[colon + 1..].to_vec())))
     }
 
     /// Waits until the count reaches zero.
@@ -162,16 +183,45 @@ impl CountDownLatch {
 
     fn wait_until(&self, deadline: Option<Instant>) -> Result<Option<()>> {
         let (key, name) = self.key()?;
-        // Every waiter looks on every wake-up (`Turns::Server`): the latch
-        // opens for all of them at once.
+        let round = match self.read(key).map_err(|e| e.about("latch", name))? {
+            None => return Ok(Some(())),
+            Some((_, round)) => round,
+        };
+        // Wait on this round's opening: its announcement is the answer (no
+        // re-read, so a waiter returns one message after the last
+        // count-down). Every waiter is woken (`Turns::Server`). Without an
+        // announcement (a lost message, a reconnect nudge, the fallback
+        // poll) the latch is read again: gone, or another round, means
+        // this round opened.
+        let signalled = std::cell::Cell::new(false);
         self.client
             .wakeup()
-            .acquire(key, Turns::Server, deadline, false, || {
-                Ok(match self.read(key)? {
-                    0 => Attempt::Acquired(()),
-                    _ => Attempt::Busy(None),
-                })
-            })
+            .acquire_noting(
+                &round_key(key, &round),
+                Turns::Server,
+                deadline,
+                false,
+                Some(&signalled),
+                || {
+                    if signalled.get() {
+                        return Ok(Attempt::Acquired(()));
+                    }
+                    Ok(match self.read(key)? {
+                        Some((_, r)) if r == round => Attempt::Busy(None),
+                        _ => Attempt::Acquired(()),
+                    })
+                },
+            )
             .map_err(|e| e.about("latch", name))
     }
+}
+
+/// The key a round's waiters wait on: `<latch key>#<round>`, which is what
+/// the opening message names.
+fn round_key(key: &[u8], round: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(key.len() + 1 + round.len());
+    k.extend_from_slice(key);
+    k.push(b'#');
+    k.extend_from_slice(round);
+    k
 }

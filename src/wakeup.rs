@@ -41,9 +41,12 @@ impl<T> Attempt<T> {
     }
 }
 
+/// A waiting thread's wake-up slot: `true` = a release (or other event)
+/// of its key was announced, `false` = a nudge to look again (a reconnect,
+/// a turn passed on).
 struct Waiter {
-    tx: Sender<()>,
-    rx: Receiver<()>,
+    tx: Sender<bool>,
+    rx: Receiver<bool>,
 }
 
 impl Waiter {
@@ -55,7 +58,11 @@ impl Waiter {
     }
 
     fn wake(&self) {
-        let _ = self.tx.try_send(());
+        let _ = self.tx.try_send(false);
+    }
+
+    fn signal(&self) {
+        let _ = self.tx.try_send(true);
     }
 }
 
@@ -192,6 +199,22 @@ impl Wakeup {
         turns: Turns,
         deadline: Option<Instant>,
         jump: bool,
+        attempt: impl FnMut() -> Result<Attempt<T>>,
+    ) -> Result<Option<T>> {
+        self.acquire_noting(key, turns, deadline, jump, None, attempt)
+    }
+
+    /// [`Wakeup::acquire`], also setting `signalled` when an announcement
+    /// of `key` (a message, or a local notify) arrived, as opposed to a
+    /// nudge or a timeout: for keys that name a single event (a latch
+    /// round opening), the announcement itself is the answer.
+    pub(crate) fn acquire_noting<T>(
+        &self,
+        key: &[u8],
+        turns: Turns,
+        deadline: Option<Instant>,
+        jump: bool,
+        signalled: Option<&std::cell::Cell<bool>>,
         mut attempt: impl FnMut() -> Result<Attempt<T>>,
     ) -> Result<Option<T>> {
         let server = turns == Turns::Server;
@@ -232,7 +255,9 @@ impl Wakeup {
                 continue;
             }
             // Drop a stale wake-up: this attempt sees the current state.
-            let _ = waiter.rx.try_recv();
+            if let (Ok(true), Some(flag)) = (waiter.rx.try_recv(), signalled) {
+                flag.set(true);
+            }
             let retry = match tries.judge(&mut attempt) {
                 Step::Done(v) => return Ok(Some(v)),
                 Step::Again => continue,
@@ -249,7 +274,9 @@ impl Wakeup {
             if let Some(left) = deadline.map(|d| d.saturating_duration_since(Instant::now())) {
                 wait = wait.min(left);
             }
-            let _ = waiter.rx.recv_timeout(wait);
+            if let (Ok(true), Some(flag)) = (waiter.rx.recv_timeout(wait), signalled) {
+                flag.set(true);
+            }
         }
     }
 
@@ -311,11 +338,11 @@ impl Shared {
         let queues = lock(&self.queues);
         let mut k = (key.to_vec(), false);
         if let Some(head) = queues.get(&k).and_then(|q| q.front()) {
-            head.wake();
+            head.signal();
         }
         k.1 = true;
         for w in queues.get(&k).into_iter().flatten() {
-            w.wake();
+            w.signal();
         }
     }
 

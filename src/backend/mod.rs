@@ -290,6 +290,19 @@ impl Backend {
         .map_err(|e| e.at(place))
     }
 
+    /// Runs a script once on the key's leader (never repeated: for scripts
+    /// that are not safe to run twice). Not on Redlock.
+    pub(crate) fn once<T: FromRedisValue>(&self, call: &Call<'_>) -> Result<T> {
+        let place = &self.place;
+        (match &self.kind {
+            Kind::Single(node) => node.call(call, None, None),
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(c) => c.call(call, None),
+            Kind::Redlock(_) => Err(unsupported()),
+        })
+        .map_err(|e| e.at(place))
+    }
+
     /// Runs a confirming script once (`1` done, `0` not ours); on Redlock
     /// by majority.
     pub(crate) fn confirm(&self, call: &Call<'_>) -> Result<i64> {
