@@ -2,11 +2,11 @@
 -- KEYS[1]  lock key            KEYS[2]  fencing counter
 -- KEYS[3]  fair-lock queue     KEYS[4]  rwlock writer key
 -- KEYS[5]  rwlock readers      KEYS[6]  semaphore permits
--- KEYS[7]  semaphore queue
+-- KEYS[7]  semaphore queue      KEYS[8]  the lock holder's note
 -- ARGV     none
 -- Returns  {lock holder token or '', lock pttl, fence or 0, fair waiters,
 --           writer token or '', writer pttl, live readers, live permits
---           in use, semaphore waiters}
+--           in use, semaphore waiters, the holder's note or ''}
 -- Only string/zset values written by redlease are read; anything else is
 -- reported as absent rather than failing the whole snapshot.
 local t = redis.call('TIME')
@@ -40,5 +40,12 @@ if redis.call('TYPE', KEYS[6]).ok == 'zset' then
     used = used + (tonumber(string.match(m, '^(%d+):')) or 1)
   end
 end
+-- A note counts only if the current holder wrote it.
+local note = ''
+local n = str(KEYS[8])
+if n and holder ~= '' then
+  local tok, text = string.match(n, '^([^\n]*)\n(.*)$')
+  if tok == holder then note = text end
+end
 return {holder, redis.call('PTTL', KEYS[1]), fence, zcard(KEYS[3]), writer,
-        redis.call('PTTL', KEYS[4]), zcount_live(KEYS[5]), used, zcard(KEYS[7])}
+        redis.call('PTTL', KEYS[4]), zcount_live(KEYS[5]), used, zcard(KEYS[7]), note}

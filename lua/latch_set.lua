@@ -2,8 +2,13 @@
 -- KEYS[1]  the latch: "<count>:<round>" (a string)
 -- ARGV[1]  the count (> 0)
 -- ARGV[2]  this round's id (random): names the round's opening message
--- Returns  1 set, 0 a count was already set (the latch is in use)
-if redis.call('EXISTS', KEYS[1]) == 1 then
+-- Returns  1 set (also when this same round is already set: a repeat of
+--          a call whose reply was lost), 0 another count is already set
+local v = redis.call('GET', KEYS[1])
+if v then
+  if string.match(v, '^%d+:(.+)$') == ARGV[2] then
+    return 1
+  end
   return 0
 end
 redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2])

@@ -402,23 +402,19 @@ pub(crate) fn redact_url(url: &str) -> String {
         return url.to_owned();
     };
     let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let Some(at) = authority.rfind('@') else {
+    // The user part ends at the *last* `@`: passwords often hold `/`, `@`
+    // or `#` unescaped (generated base64), which a URL parser would take
+    // for the path or the fragment.
+    let Some(at) = rest.rfind('@') else {
         return url.to_owned();
     };
-    let user = &authority[..at];
+    let user = &rest[..at];
     let user = match user.find(':') {
         Some(colon) => format!("{}:***", &user[..colon]),
+        None if user.contains('/') => "***".to_owned(),
         None => user.to_owned(),
     };
-    format!(
-        "{}://{}@{}{}",
-        &url[..scheme_end],
-        user,
-        &authority[at + 1..],
-        &rest[authority_end..]
-    )
+    format!("{}://{}@{}", &url[..scheme_end], user, &rest[at + 1..])
 }
 
 #[cfg(test)]
@@ -436,6 +432,10 @@ mod tests {
             "rediss://bob:***@host:1/"
         );
         assert_eq!(redact_url("redis://bob@host/"), "redis://bob@host/");
+        assert_eq!(
+            redact_url("redis://:se/cr@t@127.0.0.1:6379/"),
+            "redis://:***@127.0.0.1:6379/"
+        );
         assert_eq!(redact_url("redis://host:1"), "redis://host:1");
         assert_eq!(redact_url("not a url"), "not a url");
     }

@@ -29,6 +29,10 @@ pub struct LockInfo {
     pub readers: usize,
     /// Semaphore permits in use by holders whose lease has not ended.
     pub permits_in_use: u64,
+    /// What the exclusive lock's holder said about itself with
+    /// [`LockGuard::annotate`](crate::LockGuard::annotate) (the CLI writes
+    /// host, pid and since when).
+    pub note: Option<String>,
 }
 
 impl LockInfo {
@@ -54,7 +58,18 @@ fn ms(v: i64) -> Option<Duration> {
     (v >= 0).then(|| Duration::from_millis(v as u64))
 }
 
-type Snapshot = (String, i64, u64, usize, String, i64, usize, u64, usize);
+type Snapshot = (
+    String,
+    i64,
+    u64,
+    usize,
+    String,
+    i64,
+    usize,
+    u64,
+    usize,
+    String,
+);
 
 impl Client {
     /// What is stored under `name` right now (one round trip).
@@ -68,9 +83,10 @@ impl Client {
             n.key(":rw:r"),
             n.key(":sem"),
             n.key(":sem:queue"),
+            n.key(":note"),
         ];
         let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
-        let (holder, pttl, fence, fair_waiters, writer, wpttl, readers, used, sem_waiters): Snapshot =
+        let (holder, pttl, fence, fair_waiters, writer, wpttl, readers, used, sem_waiters, note): Snapshot =
             self.backend().eval(&INSPECT, &refs, &[])?;
         let holder = client_of(&holder);
         let writer = client_of(&writer);
@@ -83,6 +99,7 @@ impl Client {
             writer,
             readers,
             permits_in_use: used,
+            note: (!note.is_empty()).then_some(note),
         })
     }
 

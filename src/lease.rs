@@ -362,18 +362,23 @@ fn extend(client: &Client, held: &Held, lease: Duration) -> Result<()> {
         return Err(Error::lost("the lease was already lost"));
     }
     let backend = client.backend();
-    let mut script = held.extend.clone();
-    if let Some(last) = script.args.last_mut() {
+    // The renewal from now on: the new lease, never shortening (so a
+    // renewal sent before this call but run after it cannot undo it).
+    let mut renew = held.extend.clone();
+    if let Some(last) = renew.args.last_mut() {
         *last = ms.to_string().into_bytes();
     }
+    // This call sets the lease exactly, shorter or longer.
+    let mut exact = renew.clone();
+    exact.args.push(b"exact".to_vec());
     let valid =
         Duration::from_millis(ms).saturating_sub(Duration::from_millis(1) + backend.drift(lease));
     let sent = Instant::now();
-    match backend.confirm(&script.call()) {
+    match backend.confirm(&exact.call()) {
         Ok(1) => {
             held.state.extended(sent, valid, true);
             if held.watchdog {
-                renewal::keep_alive(backend, &held.state, sent + valid, valid, lease, &script);
+                renewal::keep_alive(backend, &held.state, sent + valid, valid, lease, &renew);
             }
             if held.state.is_lost() {
                 return Err(Error::lost("the lease ran out while it was being extended"));
@@ -388,12 +393,14 @@ fn extend(client: &Client, held: &Held, lease: Duration) -> Result<()> {
         }
         other => {
             // It may have run: the lease may now end `lease` from `sent`,
-            // possibly sooner than before. Believe the sooner end; the
-            // renewal (if any) goes on with the old lease and may set it
-            // longer again, which only makes the estimate conservative.
+            // possibly sooner than before. Believe the sooner end, and renew
+            // with the new lease counted from that sooner end (at once if it
+            // is already due), so a lease that kept its old length does not
+            // lapse waiting for the new period.
             held.state.extended(sent, valid, false);
             if held.watchdog {
-                renewal::keep_alive(backend, &held.state, sent + valid, valid, lease, &script);
+                let ends = held.state.expires_at();
+                renewal::keep_alive(backend, &held.state, ends, valid, lease, &renew);
             }
             Err(match other {
                 Err(e) => e,

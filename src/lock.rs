@@ -18,6 +18,8 @@ struct Keys {
     name: Arc<[u8]>,
     lock: Arc<[u8]>,
     fence: Vec<u8>,
+    /// The holder's note (`LockGuard::annotate`).
+    note: Vec<u8>,
     /// Fair locks only: the waiter queue and its deadlines.
     queue: Vec<u8>,
     queue_deadlines: Vec<u8>,
@@ -63,6 +65,7 @@ impl Lock {
                     name: n.name().clone(),
                     lock: n.key("").into(),
                     fence: n.key(":fence"),
+                    note: n.key(":note"),
                     queue: n.key(":queue"),
                     queue_deadlines: n.key(":queue:t"),
                 })
@@ -323,6 +326,36 @@ impl LockGuard {
     /// outermost). Fails with `LockLost` if the lease had been lost.
     pub fn release(mut self) -> Result<()> {
         self.inner.release()
+    }
+
+    /// Stores a short note about this holder beside the lock — host, pid,
+    /// since when, a job id — shown by [`Client::inspect`] (`note`) and
+    /// `redlease status`. One round trip when called, nothing otherwise: the
+    /// lock itself never writes it. The note lives until the lease's
+    /// current end; call again after renewals to keep it (the CLI does).
+    /// Returns whether it was stored (`false`: no longer held). At most
+    /// 1 KiB.
+    pub fn annotate(&self, note: &str) -> Result<bool> {
+        let keys = self.lock.keys()?;
+        if note.len() > 1024 {
+            return Err(
+                Error::invalid("a holder note must be at most 1 KiB").about("lock", &keys.name)
+            );
+        }
+        let stored = self
+            .lock
+            .client
+            .backend()
+            .confirm(&crate::backend::Call {
+                lua: &crate::scripts::LOCK_NOTE,
+                keys: &[keys.lock.to_vec(), keys.note.clone()],
+                args: &[
+                    self.inner.held().token.as_bytes().to_vec(),
+                    note.as_bytes().to_vec(),
+                ],
+            })
+            .map_err(|e| e.about("lock", &keys.name))?;
+        Ok(stored == 1)
     }
 
     pub(crate) fn holding(&self) -> &Holding {

@@ -135,13 +135,15 @@ impl LeaseState {
             || to_nanos(Instant::now()) >= self.expires.load(Ordering::Acquire)
     }
 
-    fn expires_at(&self) -> Instant {
+    pub(crate) fn expires_at(&self) -> Instant {
         *EPOCH + Duration::from_nanos(self.expires.load(Ordering::Acquire))
     }
 
     pub(crate) fn mark_lost(&self) {
         if !self.lost.swap(true, Ordering::AcqRel) {
-            if !self.done.load(Ordering::Acquire) {
+            // Not a loss to report: released, or a detached permit whose
+            // end (released by id elsewhere) is expected.
+            if !self.done.load(Ordering::Acquire) && !self.is_quiet() {
                 crate::metrics::lease_lost();
                 if let Some((handler, name)) = &self.on_lost {
                     handler.on_lease_lost(name);
@@ -177,6 +179,9 @@ impl LeaseState {
             self.expires.fetch_min(at, Ordering::AcqRel);
         }
         self.generation.fetch_add(1, Ordering::AcqRel);
+        // A sooner end must wake `LostSignal` waiters sleeping until the
+        // old one.
+        announce();
     }
 
     fn generation(&self) -> u64 {

@@ -394,6 +394,9 @@ fn builder_debug_never_shows_a_password_and_pool_size_is_bounded() {
         .redlock(["redis://u:hunter3@127.0.0.1:2/"]);
     let text = format!("{b:?}");
     assert!(!text.contains("hunter"), "{text}");
+    let b = Client::builder().url("redis://:hun/ter2@127.0.0.1:1/");
+    let text = format!("{b:?}");
+    assert!(!text.contains("ter2"), "{text}");
     let b = Client::builder().url("redis://:hunter2@127.0.0.1:1/");
     let text = format!("{b:?}");
     assert!(!text.contains("hunter2") && text.contains("***"), "{text}");

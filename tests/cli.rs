@@ -487,3 +487,33 @@ fn signals_and_death_of_redlease_reach_the_whole_command() {
     assert!(!f.exists(), "a background job outlived SIGTERM");
     assert!(!g.exists(), "the command outlived a killed redlease");
 }
+
+#[test]
+fn status_shows_the_holders_host_pid_and_start_and_escapes_control_characters() {
+    let server = Server::start();
+    let mut child = redlease(&server)
+        .args(["run", "noted", "--", "sleep", "3"])
+        .spawn()
+        .unwrap();
+    let c = client(&server);
+    assert!(eventually(Duration::from_secs(10), || c
+        .inspect("noted")
+        .unwrap()
+        .note
+        .is_some()));
+    let o = run(redlease(&server).args(["status", "noted"]));
+    let text = stdout(&o);
+    assert!(text.contains(&format!("pid={}", child.id())), "{text}");
+    assert!(text.contains("host=") && text.contains("since="), "{text}");
+    let o = run(redlease(&server).args(["status", "noted", "--json"]));
+    assert!(stdout(&o).contains("\"note\":\"host="), "{}", stdout(&o));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // A name with a newline and an escape cannot forge a row.
+    let g = c.lock("evil\n\x1b[2Jrow").acquire().unwrap();
+    let o = run(redlease(&server).args(["status", "evil\n\x1b[2Jrow"]));
+    let text = stdout(&o);
+    assert_eq!(text.lines().count(), 1, "{text:?}");
+    assert!(!text.contains('\x1b'), "{text:?}");
+    drop(g);
+}

@@ -6,6 +6,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::proxy::{Fault, Proxy};
 use common::{client, client_with, Server};
 use redlease::{Client, ErrorKind, HandleEvent};
 
@@ -360,4 +361,117 @@ fn a_guard_known_lost_releases_at_once_during_an_outage() {
     server.resume();
     assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
     assert!(took < Duration::from_millis(100), "{took:?}");
+}
+
+// ---------------------------------------------------------------------------
+// Regressions found by review: extend against in-flight renewals, lost
+// extend replies, waking on a shortened lease, detached permits' events,
+// a repeated latch set.
+
+fn via(proxy: &Proxy, watchdog_ms: u64) -> Client {
+    Client::builder()
+        .url(proxy.url())
+        .watchdog_timeout(Duration::from_millis(watchdog_ms))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_renewal_running_after_an_extension_cannot_undo_it() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port());
+    let c = via(&proxy, 3_000);
+    let other = client(&server);
+    let g = c.lock("race").acquire().unwrap();
+    std::thread::sleep(Duration::from_millis(1_750));
+    // Hold back only the extension's reply: the renewal due at 2 s is sent
+    // while the extension waits, and runs after it on the server.
+    proxy.arm(b"\r\n60000\r\n", Fault::Delay(Duration::from_millis(600)));
+    g.extend(Duration::from_secs(60)).unwrap();
+    std::thread::sleep(Duration::from_millis(1_500));
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("{race}")
+        .query(&mut server.con())
+        .unwrap();
+    assert!(
+        pttl > 50_000,
+        "a stale renewal shortened the extended lease: pttl {pttl}"
+    );
+    assert!(g.is_held());
+    assert!(
+        other.lock("race").try_acquire().unwrap().is_none(),
+        "two holders"
+    );
+}
+
+#[test]
+fn a_lost_extension_reply_does_not_let_the_watchdog_lease_lapse() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port());
+    let c = via(&proxy, 3_000);
+    let other = client(&server);
+    let g = c.lock("lapse").acquire().unwrap();
+    std::thread::sleep(Duration::from_millis(1_500));
+    proxy.arm(b"\r\n60000\r\n", Fault::CloseBeforeForward);
+    assert!(g.extend(Duration::from_secs(60)).is_err());
+    std::thread::sleep(Duration::from_millis(2_500));
+    assert!(g.is_held(), "the watchdog kept it");
+    assert!(other.lock("lapse").try_acquire().unwrap().is_none());
+}
+
+#[test]
+fn shortening_a_lease_wakes_lost_signal_waiters() {
+    let server = Server::start();
+    let c = client(&server);
+    let g = c
+        .lock("short")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .unwrap();
+    let sig = g.lost_signal();
+    let waiter = std::thread::spawn(move || {
+        let t = Instant::now();
+        (sig.wait_timeout(Duration::from_secs(8)), t.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    g.extend(Duration::from_millis(300)).unwrap();
+    let (fired, took) = waiter.join().unwrap();
+    assert!(fired);
+    assert!(took < Duration::from_secs(2), "woke only after {took:?}");
+}
+
+#[test]
+fn a_detached_permit_released_by_id_is_not_reported_lost() {
+    let server = Server::start();
+    let rec = Recorder::default();
+    let c = Client::builder()
+        .url(server.url())
+        .watchdog_timeout(Duration::from_millis(300))
+        .event_handler(rec.clone())
+        .build()
+        .unwrap();
+    let sem = c.semaphore("det", 1);
+    let id = sem.acquire().unwrap().detach();
+    assert!(sem.release_id(&id).unwrap());
+    std::thread::sleep(Duration::from_millis(600)); // a renewal finds it gone
+    let seen = rec.0.lock().unwrap().clone();
+    assert_eq!(seen, vec!["acquired det"], "{seen:?}");
+}
+
+#[test]
+fn a_latch_count_set_whose_reply_was_lost_is_reported_set() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port());
+    let c = via(&proxy, 30_000);
+    assert!(c.count_down_latch("warm").try_set_count(1).unwrap()); // loads the script
+    proxy.arm(b"fresh", Fault::DropReplyAndClose);
+    assert!(c.count_down_latch("fresh").try_set_count(3).unwrap());
+    assert_eq!(
+        client(&server).count_down_latch("fresh").count().unwrap(),
+        3
+    );
+    assert!(!client(&server)
+        .count_down_latch("fresh")
+        .try_set_count(3)
+        .unwrap());
 }

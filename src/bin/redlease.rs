@@ -219,6 +219,22 @@ fn restore_terminal() {
     }
 }
 
+/// `host=<hostname> pid=<pid> since=<unix seconds>`.
+fn holder_note() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
+    let host = if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        "?".into()
+    };
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!("host={host} pid={} since={since}", std::process::id())
+}
+
 /// Reaps descendants that have exited; `true` while any is still running.
 fn reap_descendants() -> bool {
     loop {
@@ -464,6 +480,14 @@ fn run(
             return Ok(fail(code, format!("cannot run {:?}: {e}", command[0])));
         }
     };
+    // Say who holds it (host, pid, since), for `status` and `list`; kept
+    // fresh every third of the lease while the command runs.
+    let note = holder_note();
+    let refresh = lease.unwrap_or(client.watchdog_timeout()) / 3;
+    let mut noted = Instant::now();
+    if let Held::Lock(g) = &held {
+        let _ = g.annotate(&note);
+    }
     // The command's process group: its pid (it called setpgid(0, 0)).
     let group = -(child.id() as libc::pid_t);
     let mut lost_at: Option<Instant> = None;
@@ -481,6 +505,12 @@ fn run(
         }
         if status.is_some() && !reap_descendants() {
             break;
+        }
+        if let Held::Lock(g) = &held {
+            if noted.elapsed() >= refresh && g.is_held() {
+                let _ = g.annotate(&note);
+                noted = Instant::now();
+            }
         }
         let sig = RECEIVED.swap(0, Ordering::SeqCst);
         if sig != 0 {
@@ -553,10 +583,11 @@ fn opt_ms(d: Option<Duration>) -> String {
 
 fn info_json(name: &str, i: &redlease::LockInfo) -> String {
     format!(
-        "{{\"name\":{},\"held\":{},\"holder\":{},\"remaining_ms\":{},\"fence\":{},\"waiters\":{},\"writer\":{},\"writer_remaining_ms\":{},\"readers\":{},\"permits_in_use\":{}}}",
+        "{{\"name\":{},\"held\":{},\"holder\":{},\"note\":{},\"remaining_ms\":{},\"fence\":{},\"waiters\":{},\"writer\":{},\"writer_remaining_ms\":{},\"readers\":{},\"permits_in_use\":{}}}",
         json_str(name),
         i.is_held(),
         opt_json(&i.holder),
+        opt_json(&i.note),
         opt_ms(i.remaining),
         i.fence,
         i.waiters,
@@ -567,11 +598,31 @@ fn info_json(name: &str, i: &redlease::LockInfo) -> String {
     )
 }
 
+/// `s` with control characters escaped, so that names, tokens and notes
+/// cannot forge rows or send terminal escapes in text output.
+fn printable(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
 fn info_line(name: &str, i: &redlease::LockInfo) -> String {
+    let name = printable(name);
     let mut parts = Vec::new();
     if let Some(h) = &i.holder {
+        let note = i
+            .note
+            .as_deref()
+            .map_or(String::new(), |n| format!("{}, ", printable(n)));
         parts.push(format!(
-            "locked by {h} ({} ms left)",
+            "locked by {} ({note}{} ms left)",
+            printable(h),
             i.remaining.map_or(-1, |d| d.as_millis() as i64)
         ));
     }
