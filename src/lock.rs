@@ -289,7 +289,16 @@ fn run_under<T>(guard: Option<LockGuard>, f: impl FnOnce() -> T) -> Result<Optio
 /// Proof that the current thread holds a [`Lock`]; releases it when dropped.
 ///
 /// Not `Send`: the hold belongs to the thread that acquired it (its
-/// reentrancy count lives in that thread).
+/// reentrancy count lives in that thread). Moving it to another thread
+/// does not compile; the error names `LockGuard` and its `ThreadBound`
+/// marker. Hand the thread a [`LostSignal`](crate::LostSignal) instead.
+///
+/// ```compile_fail
+/// # let client = redlease::Client::open("redis://127.0.0.1:6379/")?;
+/// let guard = client.lock("x").acquire()?;
+/// std::thread::spawn(move || drop(guard)); // error: `*const ()` cannot be sent ... within `ThreadBound`
+/// # Ok::<(), redlease::Error>(())
+/// ```
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
     lock: Lock,
