@@ -89,7 +89,9 @@ impl CountDownLatch {
 
     /// Sets the count to `count` if the latch has none (it is new or its
     /// last round finished): `true` if set, `false` if a count was already
-    /// set. A count of 0 is an `InvalidArgument` error.
+    /// set. A count of 0 is an `InvalidArgument` error. If the reply is
+    /// lost, the error [`is_ambiguous`](crate::Error::is_ambiguous): the
+    /// count may or may not be set (it is never set twice).
     pub fn try_set_count(&self, count: u64) -> Result<bool> {
         let (key, name) = self.key()?;
         if count == 0 {
@@ -104,14 +106,17 @@ impl CountDownLatch {
         // A fresh id per round: the opening message names its round, so a
         // late message of an earlier round cannot open this one.
         let round = self.client.new_token();
+        // Never repeated: if the round opened between a lost reply and a
+        // repeat, the repeat would set it again. A lost reply is an error
+        // whose outcome is unknown (`count()` tells).
         let set: i64 = self
             .client
             .backend()
-            .eval(
-                &LATCH_SET,
-                &[key],
-                &[count.to_string().as_bytes(), round.as_bytes()],
-            )
+            .once(&Call {
+                lua: &LATCH_SET,
+                keys: &[key.to_vec()],
+                args: &[count.to_string().into_bytes(), round.as_bytes().to_vec()],
+            })
             .map_err(|e| e.about("latch", name))?;
         Ok(set == 1)
     }

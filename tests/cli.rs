@@ -585,3 +585,123 @@ fn a_terminal_ctrl_c_reaches_the_command_once() {
     let text = std::fs::read_to_string(&log).unwrap();
     assert_eq!(text.matches("INT").count(), 1, "{text}");
 }
+
+fn wait_exit(child: &mut std::process::Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+#[test]
+fn a_descendant_that_left_the_group_is_still_stopped_on_lease_loss() {
+    let server = Server::start();
+    let dir = tempfile_dir();
+    let pidf = dir.join("pid");
+    let script = format!("setsid sleep 30 & echo $! > {}; exit 0", pidf.display());
+    let mut rl = redlease(&server)
+        .args([
+            "--watchdog",
+            "900ms",
+            "run",
+            "escapee",
+            "--kill-after",
+            "200ms",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || {
+        std::fs::read_to_string(&pidf).is_ok_and(|s| !s.trim().is_empty())
+    }));
+    let escapee: i32 = std::fs::read_to_string(&pidf)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // Still running: the lock is held for it.
+    assert!(client(&server).lock("escapee").is_locked().unwrap());
+    assert!(client(&server).lock("escapee").force_unlock().unwrap());
+    let status = wait_exit(&mut rl, Duration::from_secs(6));
+    let alive = unsafe { libc::kill(escapee, 0) } == 0;
+    if alive {
+        unsafe { libc::kill(escapee, libc::SIGKILL) };
+    }
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(73),
+        "redlease did not finish"
+    );
+    assert!(!alive, "the escaped descendant outlived the lost lease");
+}
+
+#[test]
+fn an_ignored_sigchld_does_not_hang_the_run() {
+    use std::os::unix::process::CommandExt;
+    let server = Server::start();
+    let mut cmd = redlease(&server);
+    cmd.args(["run", "chld", "--", "true"]);
+    // SAFETY: only signal(2) between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+    let status = wait_exit(&mut child, Duration::from_secs(5));
+    assert_eq!(status.and_then(|s| s.code()), Some(0));
+    assert!(!client(&server).lock("chld").is_locked().unwrap());
+}
+
+#[test]
+fn two_different_signals_both_reach_the_command() {
+    let server = Server::start();
+    let dir = tempfile_dir();
+    let log = dir.join("sigs");
+    let script = format!(
+        "trap 'echo HUP >> {0}' HUP; trap 'echo TERM >> {0}; exit 0' TERM; echo ready >> {0}; i=0; while [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done",
+        log.display()
+    );
+    let mut child = redlease(&server)
+        .args(["run", "two", "--", "sh", "-c", &script])
+        .spawn()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("ready")
+    }));
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGHUP);
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    assert!(wait_exit(&mut child, Duration::from_secs(5)).is_some());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("HUP") && text.contains("TERM"), "{text}");
+}
+
+#[test]
+fn a_foreign_writer_value_cannot_forge_status_rows() {
+    let server = Server::start();
+    let _: () = redis::cmd("SET")
+        .arg("{n}:rw:w")
+        .arg("rl:\x1b[2Jevil\nforged\tlocked by nobody:x#1")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut server.con())
+        .unwrap();
+    let o = run(redlease(&server).args(["status", "n"]));
+    let text = stdout(&o);
+    assert_eq!(text.lines().count(), 1, "{text:?}");
+    assert!(!text.contains('\x1b'), "{text:?}");
+}

@@ -459,19 +459,17 @@ fn a_detached_permit_released_by_id_is_not_reported_lost() {
 }
 
 #[test]
-fn a_latch_count_set_whose_reply_was_lost_is_reported_set() {
+fn a_latch_count_set_whose_reply_was_lost_is_never_repeated() {
     let server = Server::start();
     let proxy = Proxy::start(server.port());
     let c = via(&proxy, 30_000);
     assert!(c.count_down_latch("warm").try_set_count(1).unwrap()); // loads the script
     proxy.arm(b"fresh", Fault::DropReplyAndClose);
-    assert!(c.count_down_latch("fresh").try_set_count(3).unwrap());
-    assert_eq!(
-        client(&server).count_down_latch("fresh").count().unwrap(),
-        3
-    );
-    assert!(!client(&server)
-        .count_down_latch("fresh")
-        .try_set_count(3)
-        .unwrap());
+    // Not `Ok(false)` (a repeat finding its own count), and not repeated
+    // (which could re-arm a round that opened meanwhile): unknown outcome.
+    let err = c.count_down_latch("fresh").try_set_count(3).unwrap_err();
+    assert!(err.is_ambiguous(), "{err}");
+    let other = client(&server).count_down_latch("fresh");
+    assert_eq!(other.count().unwrap(), 3);
+    assert!(!other.try_set_count(3).unwrap());
 }

@@ -18,6 +18,7 @@ use crate::scripts::Lua;
 pub(crate) struct ClusterLeader {
     pool: r2d2::Pool<ClusterClient>,
     seeds: Vec<redis::Client>,
+    response: Duration,
 }
 
 impl ClusterLeader {
@@ -39,7 +40,11 @@ impl ClusterLeader {
             .build()
             .map_err(|e| Error::invalid("invalid cluster configuration").with_source(e))?;
         let pool = pool(client, pool_size, &timeouts);
-        Ok(ClusterLeader { pool, seeds })
+        Ok(ClusterLeader {
+            pool,
+            seeds,
+            response: timeouts.response,
+        })
     }
 
     /// A pooled cluster connection, or a *not sent* error.
@@ -96,7 +101,10 @@ impl ClusterLeader {
     /// and no `NOSCRIPT` after a restart or `SCRIPT FLUSH`. The extend
     /// scripts catch their own write errors (`redis.pcall`), so one bad
     /// entry does not fail the pipeline here either.
-    pub(crate) fn eval_batch(&self, calls: &[Call<'_>]) -> Result<Vec<Value>> {
+    ///
+    /// Each read waits at most `limit` (the earliest lease in the batch):
+    /// a late answer is no use after that.
+    pub(crate) fn eval_batch(&self, calls: &[Call<'_>], limit: Duration) -> Result<Vec<Value>> {
         let mut pipe = redis::cluster::cluster_pipe();
         for call in calls {
             let cmd = pipe.cmd("EVAL").arg(call.lua.code).arg(call.keys.len());
@@ -108,7 +116,12 @@ impl ClusterLeader {
             }
         }
         let mut con = self.conn()?;
-        Ok(pipe.query(&mut con)?)
+        let bound = limit.clamp(Duration::from_millis(1), self.response);
+        con.set_read_timeout(Some(bound))?;
+        let replies = pipe.query(&mut con);
+        // Pooled: back to the normal response timeout for the next user.
+        let _ = con.set_read_timeout(Some(self.response));
+        Ok(replies?)
     }
 
     pub(crate) fn dedicated(&self, timeout: Duration) -> Result<redis::Connection> {

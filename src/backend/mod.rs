@@ -334,7 +334,7 @@ impl Backend {
         (match &self.kind {
             Kind::Single(node) => node.eval_batch(calls, limit),
             #[cfg(feature = "cluster")]
-            Kind::Cluster(c) => c.eval_batch(calls),
+            Kind::Cluster(c) => c.eval_batch(calls, limit),
             Kind::Redlock(r) => Ok(r.eval_batch(calls, limit)),
         })
         .map_err(|e| e.at(place))

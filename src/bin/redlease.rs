@@ -12,8 +12,9 @@
 //! (`500ms`, `30s`, `5m`, `1h`); anything else is refused.
 
 use std::io::{BufRead, Write};
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitCode};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
@@ -148,15 +149,28 @@ fn parse_signal(s: &str) -> Result<i32, String> {
     })
 }
 
-/// The last SIGINT/SIGTERM/SIGHUP received (0 = none), forwarded to the
-/// command's process group. The command has its own group, so a terminal's
-/// Ctrl-C reaches it either from the terminal (it is the foreground group)
-/// or through us, never both.
-static RECEIVED: AtomicI32 = AtomicI32::new(0);
+/// SIGINT/SIGTERM/SIGHUP received and not yet handled, one bit per signal
+/// (two different signals between two looks are both kept), forwarded to
+/// the command. The command has its own group, so a terminal's Ctrl-C
+/// reaches it either from the terminal (it is the foreground group) or
+/// through us, never both.
+static RECEIVED: AtomicU32 = AtomicU32::new(0);
 
 extern "C" fn on_signal(sig: libc::c_int) {
-    // Storing into an atomic is async-signal-safe.
-    RECEIVED.store(sig, Ordering::SeqCst);
+    // An atomic or is async-signal-safe.
+    if (0..32).contains(&sig) {
+        RECEIVED.fetch_or(1 << sig, Ordering::SeqCst);
+    }
+}
+
+/// The signals in a `RECEIVED` bit set, lowest first.
+fn signals(bits: u32) -> impl Iterator<Item = i32> {
+    (1..32).filter(move |s| bits & (1 << s) != 0)
+}
+
+/// The first pending signal, without taking it.
+fn pending() -> Option<i32> {
+    signals(RECEIVED.load(Ordering::SeqCst)).next()
 }
 
 fn install_handlers() {
@@ -207,7 +221,7 @@ fn supervise(cmd: &mut Command) {
 }
 
 /// Takes the terminal's foreground back after the command (see
-/// `supervise`).
+/// `supervise`); only called when redlease had it before.
 fn restore_terminal() {
     // SAFETY: plain terminal calls on our own stdin.
     unsafe {
@@ -233,6 +247,23 @@ fn holder_note() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     format!("host={host} pid={} since={since}", std::process::id())
+}
+
+/// Our children now (Linux: `/proc/self/task/*/children`; elsewhere none
+/// are known, and only the group is signalled).
+fn children() -> Vec<libc::pid_t> {
+    let mut out = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for task in tasks.flatten() {
+            if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
+                out.extend(
+                    list.split_whitespace()
+                        .filter_map(|p| p.parse::<libc::pid_t>().ok()),
+                );
+            }
+        }
+    }
+    out
 }
 
 /// Reaps descendants that have exited; `true` while any is still running.
@@ -423,8 +454,7 @@ fn run(
     // within a slice (nothing run) instead of when the holder releases.
     let deadline = wait.and_then(|w| Instant::now().checked_add(w));
     let held = loop {
-        let sig = RECEIVED.load(Ordering::SeqCst);
-        if sig != 0 {
+        if let Some(sig) = pending() {
             return Ok(fail(
                 128 + sig as u8,
                 format!("interrupted while waiting for {name:?}; command not run"),
@@ -446,8 +476,7 @@ fn run(
             break h;
         }
     };
-    if RECEIVED.load(Ordering::SeqCst) != 0 {
-        let sig = RECEIVED.load(Ordering::SeqCst);
+    if let Some(sig) = pending() {
         held.release()?;
         return Ok(fail(
             128 + sig as u8,
@@ -467,6 +496,13 @@ fn run(
             cmd.env("REDLEASE_PERMIT_ID", p.id().to_string());
         }
     }
+    // SIGCHLD ignored (inherited across exec) would let the kernel reap the
+    // command before we could: take the default back.
+    // SAFETY: resetting a signal disposition of our own process.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
+    // The terminal is handed to the command only if it was ours.
+    // SAFETY: plain terminal queries on our stdin.
+    let gave_terminal = unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() };
     supervise(&mut cmd);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
@@ -490,6 +526,15 @@ fn run(
     }
     // The command's process group: its pid (it called setpgid(0, 0)).
     let group = -(child.id() as libc::pid_t);
+    // Every process of the command: its group, and any descendant that left
+    // the group (setsid, a double fork) but is still ours (subreaper).
+    let signal_all = |sig: i32| {
+        // SAFETY: kill(2) on our command's group and on our own children.
+        unsafe { libc::kill(group, sig) };
+        for pid in children() {
+            unsafe { libc::kill(pid, sig) };
+        }
+    };
     let mut lost_at: Option<Instant> = None;
     let mut status = None;
     // Until the command *and every process it started* have exited: the
@@ -500,7 +545,12 @@ fn run(
             match child.try_wait() {
                 Ok(Some(s)) => status = Some(s),
                 Ok(None) => {}
-                Err(e) => eprintln!("redlease: waiting for the command failed: {e}"),
+                Err(e) => {
+                    // ECHILD: someone reaped it (SIGCHLD ignored is reset
+                    // below, but be sure never to loop on it).
+                    eprintln!("redlease: waiting for the command failed: {e}");
+                    status = Some(std::process::ExitStatus::from_raw(1 << 8));
+                }
             }
         }
         if status.is_some() && !reap_descendants() {
@@ -512,26 +562,27 @@ fn run(
                 noted = Instant::now();
             }
         }
-        let sig = RECEIVED.swap(0, Ordering::SeqCst);
-        if sig != 0 {
-            // SAFETY: kill(2) on our own command's process group.
-            unsafe { libc::kill(group, sig) };
+        for sig in signals(RECEIVED.swap(0, Ordering::SeqCst)) {
+            signal_all(sig);
         }
         match lost_at {
             None if !held.is_held() => {
                 eprintln!("redlease: the lease on {name:?} was lost; stopping the command");
-                unsafe { libc::kill(group, lost_signal) };
+                signal_all(lost_signal);
                 lost_at = Some(Instant::now());
             }
             Some(t) if t.elapsed() >= kill_after => {
-                unsafe { libc::kill(group, libc::SIGKILL) };
-                lost_at = Some(Instant::now() + Duration::from_secs(3600));
+                // Again every second: a process may have been forked since.
+                signal_all(libc::SIGKILL);
+                lost_at = Some(Instant::now() - kill_after + Duration::from_secs(1));
             }
             _ => {}
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    restore_terminal();
+    if gave_terminal {
+        restore_terminal();
+    }
     let Some(status) = status else {
         return Ok(ExitCode::FAILURE);
     };
@@ -551,7 +602,6 @@ fn run(
         }
         eprintln!("redlease: release failed: {e}");
     }
-    use std::os::unix::process::ExitStatusExt;
     Ok(match (status.code(), status.signal()) {
         (Some(code), _) => ExitCode::from(code as u8),
         (None, Some(sig)) => ExitCode::from(128 + sig as u8),
@@ -627,7 +677,7 @@ fn info_line(name: &str, i: &redlease::LockInfo) -> String {
         ));
     }
     if let Some(w) = &i.writer {
-        parts.push(format!("write-locked by {w}"));
+        parts.push(format!("write-locked by {}", printable(w)));
     }
     if i.readers > 0 {
         parts.push(format!("{} readers", i.readers));
