@@ -299,6 +299,21 @@ impl Node {
             let got = match self.pool.get_timeout(first.max(Duration::from_millis(1))) {
                 Ok(c) => Ok(c),
                 Err(e) if e.to_string().contains(": ") => Err(e), // could not connect
+                // Room in the pool, yet no connection within the connect
+                // timeout: the server cannot be reached (r2d2 backs off
+                // between attempts, so its last error may be missing).
+                Err(e) if self.pool.state().connections < self.pool.max_size() => {
+                    let e = Error::new(
+                        ErrorKind::Connection,
+                        "could not connect to redis within the connect timeout",
+                    )
+                    .with_source(e)
+                    .unsent();
+                    if let Some(down) = &self.down_until {
+                        down.store(now_nanos() + DOWN_FOR.as_nanos() as u64, Ordering::Relaxed);
+                    }
+                    return Err(e);
+                }
                 Err(_) => {
                     // Every connection is busy: wait for one, up to the pool
                     // timeout in all.
