@@ -10,7 +10,8 @@
 --                      and draws nothing: a hold is counted once.
 --          {0, pttl}   held by another owner; pttl in ms (-1: no expiry)
 -- Errors   WRONGTYPE (key is not a string), REDLEASE_FOREIGN (string not
---          written by redlease, or a counter that is not a positive integer).
+--          written by redlease, a holder without expiry, or a counter that
+--          is not a positive integer).
 local holder = redis.call('GET', KEYS[1])
 if not holder then
   local fence = redis.pcall('INCR', KEYS[2])
@@ -27,4 +28,10 @@ end
 if string.sub(holder, 1, 3) ~= 'rl:' then
   return redis.error_reply('REDLEASE_FOREIGN lock key holds a value not written by redlease')
 end
-return {0, redis.call('PTTL', KEYS[1])}
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl == -1 then
+  -- redlease always writes a lease; a holder that never expires would make
+  -- every waiter wait forever.
+  return redis.error_reply('REDLEASE_FOREIGN lock key has no expiry (redlease always sets one)')
+end
+return {0, pttl}

@@ -16,6 +16,14 @@ local writer = redis.call('GET', KEYS[1])
 if writer and string.sub(writer, 1, 3) ~= 'rl:' then
   return redis.error_reply('REDLEASE_FOREIGN writer key holds a value not written by redlease')
 end
+-- redlease always writes a lease and an intent lifetime: a writer or an
+-- intent that never expires would make every waiter wait forever.
+if writer and redis.call('PTTL', KEYS[1]) == -1 then
+  return redis.error_reply('REDLEASE_FOREIGN writer key has no expiry (redlease always sets one)')
+end
+if redis.call('EXISTS', KEYS[3]) == 1 and redis.call('PTTL', KEYS[3]) == -1 then
+  return redis.error_reply('REDLEASE_FOREIGN writer intent has no expiry (redlease always sets one)')
+end
 if writer and string.match(writer, '^[^#]*') == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(string.match(writer, '#(%d+)$')) or 0}

@@ -412,3 +412,41 @@ fn builder_debug_never_shows_a_password_and_pool_size_is_bounded() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
 }
+
+#[test]
+fn keys_without_expiry_are_refused_not_waited_for_forever() {
+    let server = Server::start();
+    let c = Client::open(server.url()).unwrap();
+    let mut con = server.con();
+    let _: () = redis::cmd("SET")
+        .arg("{stuck}")
+        .arg("rl:someone:x#1")
+        .query(&mut con)
+        .unwrap();
+    let t = std::time::Instant::now();
+    let err = c.lock("stuck").acquire().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongType, "{err}");
+    assert!(t.elapsed() < Duration::from_secs(2));
+    let _: () = redis::cmd("SET")
+        .arg("{rw}:rw:w")
+        .arg("rl:someone:x#1")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        c.rw_lock("rw").read().unwrap_err().kind(),
+        ErrorKind::WrongType
+    );
+    assert_eq!(
+        c.rw_lock("rw").write().unwrap_err().kind(),
+        ErrorKind::WrongType
+    );
+    let _: () = redis::cmd("SET")
+        .arg("{rwi}:rw:i")
+        .arg("rl:someone:x")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        c.rw_lock("rwi").read().unwrap_err().kind(),
+        ErrorKind::WrongType
+    );
+}
