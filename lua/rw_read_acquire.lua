@@ -27,6 +27,10 @@ if redis.call('EXISTS', KEYS[3]) == 1 and redis.call('PTTL', KEYS[3]) == -1 then
   return redis.error_reply('REDLEASE_FOREIGN writer intent has no expiry (redlease always sets one)')
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local top = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+if top[2] and tonumber(top[2]) == math.huge then
+  return redis.error_reply('REDLEASE_FOREIGN a reader never expires (score +inf; redlease always sets one)')
+end
 local expiry = now + tonumber(ARGV[2])
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   redis.call('ZADD', KEYS[2], expiry, ARGV[1])

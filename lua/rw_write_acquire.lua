@@ -29,6 +29,10 @@ if writer and string.match(writer, '^[^#]*') == ARGV[1] then
   return {1, tonumber(string.match(writer, '#(%d+)$')) or 0}
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local top = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+if top[2] and tonumber(top[2]) == math.huge then
+  return redis.error_reply('REDLEASE_FOREIGN a reader never expires (score +inf; redlease always sets one)')
+end
 local readers = redis.call('ZCARD', KEYS[2])
 if writer or readers > 0 then
   local intent = redis.call('GET', KEYS[3])

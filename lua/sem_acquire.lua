@@ -15,13 +15,20 @@
 --          {0, ms} wait (ms until the first permit expires,
 --          -1 unknown)
 -- Errors   REDLEASE_MISMATCH when holders use another permit count;
---          WRONGTYPE when the keys hold foreign data.
+--          WRONGTYPE / REDLEASE_FOREIGN when the keys hold foreign data
+--          (another type, a permit that never expires).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n = tonumber(ARGV[3])
 local k = tonumber(ARGV[4])
 local stored = redis.call('GET', KEYS[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+-- redlease scores every permit with a finite expiry; one that never
+-- expires would hold its permits forever.
+local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if top[2] and tonumber(top[2]) == math.huge then
+  return redis.error_reply('REDLEASE_FOREIGN a permit never expires (score +inf; redlease always sets one)')
+end
 local fair = ARGV[5] == '1'
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])

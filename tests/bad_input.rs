@@ -450,3 +450,32 @@ fn keys_without_expiry_are_refused_not_waited_for_forever() {
         ErrorKind::WrongType
     );
 }
+
+#[test]
+fn members_that_never_expire_are_refused() {
+    let server = Server::start();
+    let c = Client::open(server.url()).unwrap();
+    let mut con = server.con();
+    let _: () = redis::cmd("ZADD")
+        .arg("{inf}:sem")
+        .arg("+inf")
+        .arg("1:rl:a:b")
+        .query(&mut con)
+        .unwrap();
+    let err = c.semaphore("inf", 2).try_acquire().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongType, "{err}");
+    let _: () = redis::cmd("ZADD")
+        .arg("{infr}:rw:r")
+        .arg("+inf")
+        .arg("rl:a:b")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        c.rw_lock("infr").try_write().unwrap_err().kind(),
+        ErrorKind::WrongType
+    );
+    assert_eq!(
+        c.rw_lock("infr").try_read().unwrap_err().kind(),
+        ErrorKind::WrongType
+    );
+}
