@@ -447,7 +447,8 @@ impl ClientBuilder {
     /// This narrows, but does not close, the window in which a failover
     /// loses a lock: replication stays asynchronous, a replica that
     /// confirmed may not be the one promoted, and renewals are not waited
-    /// for. One server or Sentinel only. Defaults to off.
+    /// for. One server or Sentinel only. `timeout` must be at least 1 ms
+    /// and shorter than the watchdog timeout. Defaults to off.
     pub fn replica_ack(mut self, replicas: u32, timeout: Duration) -> Self {
         self.replica_ack = Some((replicas, timeout));
         self
@@ -635,6 +636,13 @@ impl ClientBuilder {
         };
         let backend = match self.replica_ack {
             Some((0, _)) => return Err(Error::invalid("replica_ack needs at least one replica")),
+            // `WAIT n 0` would block forever; waiting longer than the lease
+            // would outlive what it protects.
+            Some((_, t)) if t < Duration::from_millis(1) || t >= self.watchdog => {
+                return Err(Error::invalid(
+                    "replica_ack's timeout must be at least 1 ms and shorter than the watchdog timeout",
+                ))
+            }
             Some((n, t)) => backend.with_replica_ack(n, t)?,
             None => backend,
         };

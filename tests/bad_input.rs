@@ -479,3 +479,41 @@ fn members_that_never_expire_are_refused() {
         ErrorKind::WrongType
     );
 }
+
+#[test]
+fn replica_ack_is_bounded_and_says_what_happened() {
+    let server = Server::start();
+    for t in [
+        Duration::from_micros(999),
+        Duration::ZERO,
+        Duration::from_secs(60),
+    ] {
+        let err = Client::builder()
+            .url(server.url())
+            .replica_ack(1, t)
+            .build()
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{t:?}: {err}");
+    }
+    // No replica at all: the grant is undone, and the message says so.
+    let c = Client::builder()
+        .url(server.url())
+        .replica_ack(1, Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let err = c.lock("acked").try_acquire().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::QuorumNotReached, "{err}");
+    assert!(err.to_string().contains("released it"), "{err}");
+    let left: bool = redis::cmd("EXISTS")
+        .arg("{acked}")
+        .query(&mut server.con())
+        .unwrap();
+    assert!(!left);
+    // The pool is still usable afterwards.
+    let plain = Client::open(server.url()).unwrap();
+    assert!(plain.lock("acked").try_acquire().unwrap().is_some());
+    assert_eq!(
+        c.lock("acked2").try_acquire().unwrap_err().kind(),
+        ErrorKind::QuorumNotReached
+    );
+}

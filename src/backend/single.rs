@@ -439,29 +439,45 @@ impl Node {
         if reply.0 != 1 {
             return Ok(reply);
         }
-        let acked: Result<i64> = redis::cmd("WAIT")
-            .arg(replicas)
-            .arg(timeout.as_millis() as u64)
-            .query(&mut *con)
-            .map_err(Error::from);
+        // WAIT answers after at most `timeout` (at least 1 ms: `build`
+        // refuses less, since `WAIT n 0` blocks forever); read its answer
+        // for that long plus the response timeout.
+        let ms = (timeout.as_millis() as u64).max(1);
+        let _ = con
+            .inner
+            .set_read_timeout(Some(timeout + self.timeouts.response));
+        let acked: redis::RedisResult<i64> =
+            redis::cmd("WAIT").arg(replicas).arg(ms).query(&mut *con);
+        let _ = con.inner.set_read_timeout(Some(self.timeouts.response));
         match acked {
             Ok(n) if n >= i64::from(replicas) => Ok(reply),
-            other => {
-                let _ = undo
-                    .lua
-                    .call(undo.keys, undo.args)
-                    .invoke::<Value>(&mut *con);
-                let e = Error::new(
+            Ok(n) => {
+                // WAIT answered: the connection is in step; undo and say
+                // what the undo found.
+                let undone = undo.lua.call(undo.keys, undo.args).invoke::<i64>(&mut *con);
+                let outcome = match undone {
+                    Ok(1) => "released it".to_owned(),
+                    Ok(_) => "it was already gone".to_owned(),
+                    Err(e) => {
+                        self.failed(&mut con, &e);
+                        format!("releasing it failed ({e}); it ends with its lease")
+                    }
+                };
+                Err(Error::new(
                     ErrorKind::QuorumNotReached,
-                    format!(
-                        "{} of {replicas} replicas confirmed the acquisition within {timeout:?}; released it",
-                        other.as_ref().map_or(0, |n| *n)
-                    ),
-                );
-                Err(match other {
-                    Err(src) => e.with_source(src),
-                    Ok(_) => e,
-                })
+                    format!("{n} of {replicas} replicas confirmed the acquisition within {timeout:?}; {outcome}"),
+                ))
+            }
+            Err(e) => {
+                // No answer: the undo goes right behind the WAIT on the same
+                // connection (the server runs it after), which is retired.
+                self.failed(&mut con, &e);
+                con.send_eval(undo);
+                Err(Error::new(
+                    ErrorKind::QuorumNotReached,
+                    "the replicas' confirmation did not arrive; a release was sent but not confirmed (the lease ends by itself at the latest)",
+                )
+                .with_source(Error::from(e)))
             }
         }
     }
