@@ -23,6 +23,10 @@ local holder = redis.call('GET', KEYS[1])
 if holder and string.sub(holder, 1, 3) ~= 'rl:' then
   return redis.error_reply('REDLEASE_FOREIGN lock key holds a value not written by redlease')
 end
+-- As in lock_acquire.lua: a holder that never expires is not ours.
+if holder and redis.call('PTTL', KEYS[1]) == -1 then
+  return redis.error_reply('REDLEASE_FOREIGN lock key has no expiry (redlease always sets one)')
+end
 if holder and string.match(holder, '^[^#]*') == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, tonumber(string.match(holder, '#(%d+)$')) or 0}

@@ -200,15 +200,16 @@ fn attempt(
             clean_up(client, &sent, false, false);
             let hook = client.events().map(|h| (h.clone(), spec.name.clone()));
             let state = LeaseState::new(at + valid, hook);
+            let extend = Arc::new(spec.extend);
             if spec.watchdog {
-                renewal::keep_alive(backend, &state, at + valid, valid, spec.lease, &spec.extend);
+                renewal::keep_alive(backend, &state, at + valid, valid, spec.lease, &extend);
             }
             let held = Arc::new(Held {
                 token,
                 fence: fence.max(0) as u64,
                 state,
                 release: spec.release,
-                extend: spec.extend,
+                extend,
                 watchdog: spec.watchdog,
                 wake,
                 what: spec.what,
@@ -364,13 +365,14 @@ fn extend(client: &Client, held: &Held, lease: Duration) -> Result<()> {
     let backend = client.backend();
     // The renewal from now on: the new lease, never shortening (so a
     // renewal sent before this call but run after it cannot undo it).
-    let mut renew = held.extend.clone();
+    let mut renew = Script::clone(&held.extend);
     if let Some(last) = renew.args.last_mut() {
         *last = ms.to_string().into_bytes();
     }
     // This call sets the lease exactly, shorter or longer.
     let mut exact = renew.clone();
     exact.args.push(b"exact".to_vec());
+    let renew = Arc::new(renew);
     let valid =
         Duration::from_millis(ms).saturating_sub(Duration::from_millis(1) + backend.drift(lease));
     let sent = Instant::now();

@@ -35,7 +35,7 @@ pub(crate) struct Held {
     /// The token-checked release (`1` released, `0` not ours).
     pub(crate) release: Script,
     /// The token-checked extension; its last argument is the lease in ms.
-    pub(crate) extend: Script,
+    pub(crate) extend: Arc<Script>,
     /// Renewed by the watchdog (else a fixed lease).
     pub(crate) watchdog: bool,
     /// The key waiters of this name wait on.

@@ -16,7 +16,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -27,7 +27,6 @@ use redis::Value;
 
 use crate::backend::{Backend, Call, Script};
 use crate::events::HandleEvent;
-use crate::scripts::Lua;
 
 /// What a holder and the renewal thread share about one lease.
 ///
@@ -77,7 +76,17 @@ static EPOCH: Lazy<Instant> = Lazy::new(Instant::now);
 /// the expiry they computed.
 static CHANGED: Lazy<(Mutex<()>, Condvar)> = Lazy::new(|| (Mutex::new(()), Condvar::new()));
 
+/// Threads inside `wait_lost`: with none (the usual case), a release or a
+/// loss does not touch the shared mutex at all.
+static WAITERS: AtomicUsize = AtomicUsize::new(0);
+
 fn announce() {
+    // Pairs with the fence in `wait_lost`: either a waiter that registered
+    // is seen here, or it sees the state change before it sleeps.
+    std::sync::atomic::fence(Ordering::SeqCst);
+    if WAITERS.load(Ordering::SeqCst) == 0 {
+        return;
+    }
     let (lock, cv) = &*CHANGED;
     drop(lock.lock().unwrap_or_else(|e| e.into_inner()));
     cv.notify_all();
@@ -211,6 +220,15 @@ impl LeaseState {
 /// Waits until any of `states` is no longer held (lost or finished), or
 /// `timeout` passes; returns whether one is no longer held.
 pub(crate) fn wait_lost(states: &[Arc<LeaseState>], timeout: Duration) -> bool {
+    struct Registered;
+    impl Drop for Registered {
+        fn drop(&mut self) {
+            WAITERS.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    WAITERS.fetch_add(1, Ordering::SeqCst);
+    let _registered = Registered;
+    std::sync::atomic::fence(Ordering::SeqCst);
     let deadline = Instant::now().checked_add(timeout);
     let (lock, cv) = &*CHANGED;
     let mut guard = lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -248,9 +266,8 @@ pub(crate) fn wait_lost(states: &[Arc<LeaseState>], timeout: Duration) -> bool {
 /// One lease to keep alive.
 pub(crate) struct Renewal {
     pub(crate) backend: Weak<Backend>,
-    pub(crate) lua: &'static Lua,
-    pub(crate) keys: Vec<Vec<u8>>,
-    pub(crate) args: Vec<Vec<u8>>,
+    /// The extend script, shared with the hold (no copy per lease).
+    pub(crate) script: Arc<Script>,
     /// The lease granted on the server at each renewal (sets the period).
     pub(crate) lease: Duration,
     /// How long after a renewal is *sent* the lease surely still runs on
@@ -273,7 +290,7 @@ impl Renewal {
     }
 
     fn name(&self) -> String {
-        String::from_utf8_lossy(self.keys.first().map_or(&[][..], |k| k)).into_owned()
+        String::from_utf8_lossy(self.script.keys.first().map_or(&[][..], |k| k)).into_owned()
     }
 }
 
@@ -701,9 +718,9 @@ fn io_worker(id: usize, rx: Receiver<(Arc<Backend>, Vec<Entry>)>, done: Sender<D
             let calls: Vec<Call<'_>> = chunk
                 .iter()
                 .map(|e| Call {
-                    lua: e.renewal.lua,
-                    keys: &e.renewal.keys,
-                    args: &e.renewal.args,
+                    lua: e.renewal.script.lua,
+                    keys: &e.renewal.script.keys,
+                    args: &e.renewal.script.args,
                 })
                 .collect();
             let replies = backend.eval_batch(&calls, limit);
@@ -732,13 +749,11 @@ pub(crate) fn keep_alive(
     expires: Instant,
     valid: Duration,
     lease: Duration,
-    extend: &Script,
+    extend: &Arc<Script>,
 ) {
     register(Renewal {
         backend: Arc::downgrade(backend),
-        lua: extend.lua,
-        keys: extend.keys.clone(),
-        args: extend.args.clone(),
+        script: extend.clone(),
         lease,
         valid,
         expires,

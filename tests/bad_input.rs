@@ -424,7 +424,10 @@ fn keys_without_expiry_are_refused_not_waited_for_forever() {
         .query(&mut con)
         .unwrap();
     let t = std::time::Instant::now();
-    let err = c.lock("stuck").acquire().unwrap_err();
+    let wait = Duration::from_secs(2);
+    let err = c.lock("stuck").acquire_timeout(wait).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongType, "{err}");
+    let err = c.fair_lock("stuck").acquire_timeout(wait).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::WrongType, "{err}");
     assert!(t.elapsed() < Duration::from_secs(2));
     let _: () = redis::cmd("SET")

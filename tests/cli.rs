@@ -261,6 +261,17 @@ fn bad_arguments_give_one_line_errors() {
     assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1);
 }
 
+/// Waits until the command under test wrote `ready` to `log` (its traps
+/// are installed by then).
+fn wait_ready(log: &std::path::Path) {
+    assert!(
+        eventually(Duration::from_secs(10), || std::fs::read_to_string(log)
+            .unwrap_or_default()
+            .contains("ready")),
+        "the command never got ready"
+    );
+}
+
 fn tempfile_dir() -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("redlease-cli-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -311,11 +322,7 @@ fn a_kill_is_forwarded_once_to_the_command() {
         .args(["run", "fw", "--", "sh", "-c", &script])
         .spawn()
         .unwrap();
-    assert!(eventually(Duration::from_secs(10), || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("ready")
-    }));
+    wait_ready(&log);
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     child.wait().unwrap();
     let text = std::fs::read_to_string(&log).unwrap();
@@ -556,11 +563,7 @@ fn a_terminal_ctrl_c_reaches_the_command_once() {
             libc::_exit(127);
         }
     }
-    assert!(eventually(Duration::from_secs(10), || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("ready")
-    }));
+    wait_ready(&log);
     std::thread::sleep(Duration::from_millis(100));
     // Ctrl-C, as typed.
     let ctrl_c = [3u8];
@@ -676,11 +679,7 @@ fn two_different_signals_both_reach_the_command() {
         .args(["run", "two", "--", "sh", "-c", &script])
         .spawn()
         .unwrap();
-    assert!(eventually(Duration::from_secs(10), || {
-        std::fs::read_to_string(&log)
-            .unwrap_or_default()
-            .contains("ready")
-    }));
+    wait_ready(&log);
     unsafe {
         libc::kill(child.id() as i32, libc::SIGHUP);
         libc::kill(child.id() as i32, libc::SIGTERM);

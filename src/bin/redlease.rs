@@ -531,8 +531,12 @@ fn run(
     let signal_all = |sig: i32| {
         // SAFETY: kill(2) on our command's group and on our own children.
         unsafe { libc::kill(group, sig) };
+        // Only those outside the group: the group's members already got it
+        // (a second copy may be handled as a second signal).
         for pid in children() {
-            unsafe { libc::kill(pid, sig) };
+            if unsafe { libc::getpgid(pid) } != -group {
+                unsafe { libc::kill(pid, sig) };
+            }
         }
     };
     let mut lost_at: Option<Instant> = None;
