@@ -47,8 +47,8 @@ fn main() {
     // Floors and the uncontended cycle, interleaved in blocks so that the
     // machine's drifting load hits both alike; the ratio is the median of
     // the per-block ratios.
-    let acq = redis::Script::new(include_str!("../lua/lock_acquire.lua"));
-    let rel = redis::Script::new(include_str!("../lua/lock_release.lua"));
+    let acq = redis::Script::new(&common::lua_source("lock_acquire.lua"));
+    let rel = redis::Script::new(&common::lua_source("lock_release.lua"));
     let lock = client.lock("bench:uncontended");
     let blocks = 10;
     let per_block = (n / blocks).max(10);
@@ -65,18 +65,30 @@ fn main() {
         // work costs, so the library's own overhead can be told apart.
         let r = mean(per_block, || {
             let token = format!("rl:bench:{}", uuid::Uuid::new_v4().simple());
+            let keys = [
+                "{bench:raw}",
+                "{bench:raw}:fence",
+                "{bench:raw}:queue",
+                "{bench:raw}:queue:t",
+            ];
             let _: (i64, i64) = acq
-                .key("{bench:raw}")
-                .key("{bench:raw}:fence")
+                .key(&keys[..])
                 .arg(&token)
                 .arg(30_000)
+                .arg(0)
+                .arg("{bench:raw}:grant:")
+                .arg(500)
                 .invoke(&mut raw)
                 .unwrap();
             let _: i64 = rel
-                .key("{bench:raw}")
+                .key(&keys[..])
                 .arg(&token)
-                .arg("bench:nobody")
-                .arg("x")
+                .arg("")
+                .arg("")
+                .arg("{bench:raw}:grant:")
+                .arg(500)
+                .arg("")
+                .arg("")
                 .invoke(&mut raw)
                 .unwrap();
         });

@@ -1,14 +1,17 @@
 -- Raise a fencing counter to at least a value (Redlock: masters count
 -- independently; after a grant the granting masters agree on the fence).
--- KEYS[1]  fencing counter
+-- KEYS[1]  fencing counter (fence.lua)
 -- ARGV[1]  the fence just handed out
+-- ARGV[2]  how long the counter lives, in milliseconds (the lease: like
+--          every counter, it lapses once the name is idle)
 -- Returns  the counter's value afterwards (0 if it holds foreign data)
 local cur = redis.call('GET', KEYS[1])
 if cur and not tonumber(cur) then
   return 0
 end
 if not cur or tonumber(cur) < tonumber(ARGV[1]) then
-  redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return tonumber(ARGV[1])
 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return tonumber(cur)

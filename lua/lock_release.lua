@@ -1,13 +1,47 @@
--- Release an exclusive lease if, and only if, the caller still owns it.
+-- End an exclusive lease if, and only if, the caller still owns it, and
+-- hand the name to the oldest live waiter, if any (queue.lua).
+-- Uses     fence.lua, queue.lua
 -- KEYS[1]  lock key ("<owner token>#<fence>", or a plain token: intents)
--- ARGV[1]  owner token
--- ARGV[2]  wake-up channel
--- ARGV[3]  wake-up message (publisher id and key)
--- Returns  1 released (waiters are notified), 0 not held by this token
-local v = redis.call('GET', KEYS[1])
-if v and string.match(v, '^[^#]*') == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
-  return 1
+-- KEYS[2]  optional, with KEYS[3] and KEYS[4]: the fencing counter, the
+--          waiter queue and its deadlines. Without them (a read-write
+--          lock's writer) the lock is only removed.
+-- ARGV[1]  owner token; also a waiter's queue entry, withdrawn either way
+--          (this script is also how a waiter that gives up leaves)
+-- ARGV[2]  wake-up channel ("" = publish nothing)
+-- ARGV[3]  wake-up message
+-- ARGV[4]  grant list prefix (queue.lua)
+-- ARGV[5]  claim window of a grant, in milliseconds
+-- ARGV[6]  "force": end the lease whoever holds it
+-- ARGV[7]  "keep": leave the fencing counter to lapse by itself (Redlock:
+--          masters keep agreeing on it); otherwise it is removed with the
+--          last hold, since a fresh one starts above it (fence.lua)
+-- ARGV[8]  'direct': waiters block for their grant, so publish only if a
+--          grant could not be pushed (queue.lua announce); otherwise
+--          always publish
+-- Returns  1 released (handed on, or waiters notified), 0 not held by
+--          this token
+local queued = #KEYS >= 4
+if queued then
+  queue_leave(KEYS[3], KEYS[4], ARGV[1])
+  redis.call('DEL', ARGV[4] .. ARGV[1])
 end
-return 0
+local v = redis.call('GET', KEYS[1])
+if not v or (ARGV[6] ~= 'force' and string.match(v, '^[^#]*') ~= ARGV[1]) then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+local pushed = false
+if queued then
+  local head = queue_head(KEYS[3], KEYS[4])
+  if head then
+    pushed = grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], head, tonumber(ARGV[5]))
+  else
+    if ARGV[7] ~= 'keep' then
+      redis.call('DEL', KEYS[2])
+    end
+    -- Nobody is queued: with direct grants, nobody waits.
+    pushed = true
+  end
+end
+announce(ARGV[2], ARGV[3], ARGV[8], pushed)
+return 1

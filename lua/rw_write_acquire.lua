@@ -1,8 +1,9 @@
 -- Take the write hold of a read-write lock.
+-- Uses     fence.lua
 -- KEYS[1]  writer key (string "<owner token>#<fence>", PX lease)
 -- KEYS[2]  readers (sorted set: reader token -> expiry, server ms)
 -- KEYS[3]  writer intent (string, waiting writer's token, PX)
--- KEYS[4]  fencing counter
+-- KEYS[4]  fencing counter (fence.lua)
 -- ARGV[1]  writer token
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  intent lifetime in milliseconds (renewed at every retry, so a dead
@@ -45,11 +46,8 @@ if writer or readers > 0 then
   local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   return {0, tonumber(first[2]) - now}
 end
-local fence = redis.pcall('INCR', KEYS[4])
-if type(fence) == 'table' and fence.err or fence < 1 then
-  return redis.error_reply('REDLEASE_FOREIGN fencing counter is not a positive integer')
-end
-redis.call('SET', KEYS[1], ARGV[1] .. '#' .. fence, 'PX', ARGV[2])
+local fence = next_fence(KEYS[4], ARGV[2])
+redis.call('SET', KEYS[1], holder_value(ARGV[1], fence), 'PX', ARGV[2])
 if redis.call('GET', KEYS[3]) == ARGV[1] then
   redis.call('DEL', KEYS[3])
 end

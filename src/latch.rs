@@ -206,8 +206,9 @@ impl CountDownLatch {
                 Turns::Server,
                 deadline,
                 false,
+                None,
                 Some(&signalled),
-                || {
+                |_| {
                     if signalled.get() {
                         return Ok(Attempt::Acquired(()));
                     }

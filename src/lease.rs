@@ -56,7 +56,33 @@ pub(crate) struct Spec {
     /// Withdraws what a waiting attempt leaves besides a hold (a fair-queue
     /// entry, a writer's intent), after giving up.
     pub(crate) leave: Option<Script>,
+    /// Direct grant: the list this token's grant is pushed onto (the
+    /// release hands the hold over inside its script). A queued waiter
+    /// blocks on it with `grant` pipelined behind, where the backend
+    /// allows; elsewhere it waits for release messages as usual.
+    pub(crate) grant_list: Option<Vec<u8>>,
 }
+
+/// How long a waiter blocked on its direct grant stays blocked per round
+/// trip. Each round trip also renews its queue entry, and a grant's lease
+/// estimate counts from the start of the round trip that carried it, so a
+/// short lease gets short slices.
+pub(crate) fn grant_slice(lease: Duration) -> Duration {
+    (lease / 8).clamp(Duration::from_millis(20), GRANT_SLICE)
+}
+
+/// The longest slice (see [`grant_slice`]).
+pub(crate) const GRANT_SLICE: Duration = Duration::from_millis(400);
+
+/// How long a grant waits for its waiter to take it before it lapses (a
+/// waiter that died or was cut off between queueing and the grant). With
+/// the slice this bounds the stall such a waiter causes: the grant lapses
+/// after this, and the next waiter takes the name at the end of its
+/// current slice, under a second in all.
+pub(crate) const GRANT_CLAIM: Duration = Duration::from_millis(500);
+
+/// How long a queue entry lives without its waiter renewing it.
+pub(crate) const QUEUE_ENTRY: Duration = Duration::from_secs(2);
 
 /// Checks a lease and returns it in whole milliseconds (at least 1).
 pub(crate) fn lease_millis(lease: Duration) -> Result<u64> {
@@ -154,6 +180,8 @@ fn attempt(
         .saturating_sub(Duration::from_millis(1) + backend.drift(spec.lease));
     let wake = spec.wake.clone();
     let (turns, jump) = (spec.turns, spec.jump);
+    let direct =
+        (spec.grant_list.is_some() && backend.grants_directly()).then(|| grant_slice(spec.lease));
 
     // What the attempts left behind, for the clean-up if we give up.
     let mut ambiguous = false; // the last attempt may have granted, undecided
@@ -161,15 +189,26 @@ fn attempt(
     let mut sent: Vec<Spec> = Vec::new(); // specs whose grant reached the server
     let mut reached = false; // the current spec's grant reached the server
 
-    let acquired = wakeup.acquire(&wake, turns, deadline, jump, || {
+    let acquired = wakeup.acquire(&wake, turns, deadline, jump, direct, |block| {
+        // A lease granted in this round trip started after this instant.
         let at = Instant::now();
-        let reply = backend.grant(
-            &spec.grant.call(),
-            &spec.release.call(),
-            spec.lease,
-            spec.fence.as_deref(),
-            deadline,
-        );
+        let reply = match (block, &spec.grant_list) {
+            (Some(block), Some(list)) => backend
+                .grant_blocking(list, block, &spec.grant.call(), &spec.release.call())
+                .map(|(reply, popped)| {
+                    if popped {
+                        wakeup.delivered_directly();
+                    }
+                    reply
+                }),
+            _ => backend.grant(
+                &spec.grant.call(),
+                &spec.release.call(),
+                spec.lease,
+                spec.fence.as_deref(),
+                deadline,
+            ),
+        };
         match reply {
             Ok((1, fence)) => Ok(Attempt::Acquired((fence, at))),
             Ok((_, wait)) => {

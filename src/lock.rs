@@ -9,7 +9,7 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease::{self, lease_controls, Holding, Reentry, Spec, ThreadBound};
 use crate::reentrancy::{self, HoldKey, Mode};
-use crate::scripts::{FAIR_ACQUIRE, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, QUEUE_LEAVE};
+use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE};
 use crate::wakeup::{deadline_after, waited, Turns};
 
 #[derive(Debug)]
@@ -20,9 +20,11 @@ struct Keys {
     fence: Vec<u8>,
     /// The holder's note (`LockGuard::annotate`).
     note: Vec<u8>,
-    /// Fair locks only: the waiter queue and its deadlines.
+    /// The waiter queue and its deadlines (lua/queue.lua).
     queue: Vec<u8>,
     queue_deadlines: Vec<u8>,
+    /// Prefix of a waiter's grant list (the waiter's token follows).
+    grant_prefix: Vec<u8>,
 }
 
 /// A named, reentrant, distributed mutual-exclusion lock.
@@ -68,6 +70,7 @@ impl Lock {
                     note: n.key(":note"),
                     queue: n.key(":queue"),
                     queue_deadlines: n.key(":queue:t"),
+                    grant_prefix: n.key(":grant:"),
                 })
             })
             .map_err(|e| Arc::from(e.message()));
@@ -153,11 +156,13 @@ impl Lock {
             ));
         }
         let slot = self.hold_key(keys);
+        // A try never queues; a waiter queues from its first attempt.
+        let waits = deadline.is_none_or(|d| d > Instant::now());
         let held = lease::acquire(
             &self.client,
             Some((&slot, self.reentry())),
             deadline,
-            |token| Ok(self.spec(keys, token, lease, &lease_arg)),
+            |token| Ok(self.spec(keys, token, lease, &lease_arg, waits)),
         )?;
         Ok(held.map(|held| LockGuard {
             lock: self.clone(),
@@ -166,43 +171,57 @@ impl Lock {
         }))
     }
 
-    /// The scripts of one acquisition by `token`.
-    fn spec(&self, keys: &Keys, token: &str, lease: Duration, lease_arg: &str) -> Spec {
-        let wakeup = self.client.wakeup();
+    /// The scripts of one acquisition by `token`. Plain and fair locks
+    /// share them: waiters queue in Redis and a release hands the lock to
+    /// the oldest live one. They differ in who queues: every waiting
+    /// thread of a fair lock, only the first waiting thread per client of a
+    /// plain one (the others wait behind it locally, which is cheaper).
+    fn spec(
+        &self,
+        keys: &Keys,
+        token: &str,
+        lease: Duration,
+        lease_arg: &str,
+        waits: bool,
+    ) -> Spec {
+        let backend = self.client.backend();
         let t = token.as_bytes().to_vec();
         let ms = lease_arg.as_bytes().to_vec();
-        let wake = || vec![wakeup.channel().to_vec(), wakeup.message(&keys.lock)];
-        let (grant, leave) = if self.fair {
-            let queue_ttl = (wakeup.fallback() * 3 + Duration::from_secs(1))
-                .as_millis()
-                .to_string();
-            let queue = vec![keys.queue.clone(), keys.queue_deadlines.clone()];
-            let mut all = vec![keys.lock.to_vec(), keys.fence.clone()];
-            all.extend(queue.iter().cloned());
-            (
-                Script::new(
-                    &FAIR_ACQUIRE,
-                    all,
-                    vec![t.clone(), ms.clone(), queue_ttl.into_bytes()],
-                ),
-                Some(Script::new(&QUEUE_LEAVE, queue, {
-                    let mut a = vec![t.clone()];
-                    a.extend(wake());
-                    a
-                })),
-            )
+        // On Redlock each master would keep its own queue, and their heads
+        // could differ: waiters there do not queue, and retry on messages.
+        let queues = waits && !backend.is_redlock();
+        let queue_ttl = if !queues {
+            Duration::ZERO
+        } else if backend.grants_directly() {
+            lease::QUEUE_ENTRY
         } else {
-            (
-                Script::new(
-                    &LOCK_ACQUIRE,
-                    vec![keys.lock.to_vec(), keys.fence.clone()],
-                    vec![t.clone(), ms.clone()],
-                ),
-                None,
-            )
+            // Waiters retry on messages, or after the fallback wait.
+            self.client.wakeup().fallback() * 3 + Duration::from_secs(1)
         };
-        let mut release_args = vec![t.clone()];
-        release_args.extend(wake());
+        let all = || {
+            vec![
+                keys.lock.to_vec(),
+                keys.fence.clone(),
+                keys.queue.clone(),
+                keys.queue_deadlines.clone(),
+            ]
+        };
+        let claim = lease::GRANT_CLAIM.as_millis().to_string().into_bytes();
+        let release = Script::new(
+            &LOCK_RELEASE,
+            all(),
+            self.release_args(keys, t.clone(), claim.clone(), false),
+        );
+        let mut grant_list = keys.grant_prefix.clone();
+        grant_list.extend_from_slice(&t);
+        let mut grant_args = vec![
+            t.clone(),
+            ms.clone(),
+            queue_ttl.as_millis().to_string().into_bytes(),
+            keys.grant_prefix.clone(),
+            claim,
+        ];
+        grant_args.extend(self.announce_args(keys));
         Spec {
             what: if self.fair { "fair lock" } else { "lock" },
             name: keys.name.clone(),
@@ -211,12 +230,55 @@ impl Lock {
             jump: false,
             lease,
             watchdog: self.lease.is_none(),
-            grant,
+            grant: Script::new(&LOCK_ACQUIRE, all(), grant_args),
             fence: Some(keys.fence.clone()),
-            release: Script::new(&LOCK_RELEASE, vec![keys.lock.to_vec()], release_args),
+            // The release also withdraws a queue entry, and hands on a
+            // grant that came just as we gave up.
+            leave: queues.then(|| release.clone()),
+            release,
             extend: Script::new(&LOCK_EXTEND, vec![keys.lock.to_vec()], vec![t, ms]),
-            leave,
+            grant_list: (queues && backend.grants_directly()).then_some(grant_list),
         }
+    }
+
+    /// The release script's arguments (lua/lock_release.lua) for `token`,
+    /// or for whoever holds the lock (`force`).
+    fn release_args(
+        &self,
+        keys: &Keys,
+        token: Vec<u8>,
+        claim: Vec<u8>,
+        force: bool,
+    ) -> Vec<Vec<u8>> {
+        let [channel, message, mode] = self.announce_args(keys);
+        let keep = self.client.backend().is_redlock();
+        vec![
+            token,
+            channel,
+            message,
+            keys.grant_prefix.clone(),
+            claim,
+            if force { b"force".to_vec() } else { Vec::new() },
+            if keep { b"keep".to_vec() } else { Vec::new() },
+            mode,
+        ]
+    }
+
+    /// Channel, message and mode for a hand-over (lua/queue.lua
+    /// `announce`): where waiters block for their grant, a release
+    /// publishes only when a grant could not be pushed to its waiter.
+    fn announce_args(&self, keys: &Keys) -> [Vec<u8>; 3] {
+        let wakeup = self.client.wakeup();
+        let direct = self.client.backend().grants_directly();
+        [
+            wakeup.channel().to_vec(),
+            wakeup.message(&keys.lock),
+            if direct {
+                b"direct".to_vec()
+            } else {
+                Vec::new()
+            },
+        ]
     }
 
     /// Whether anyone holds the lock now (one round trip).
@@ -238,8 +300,24 @@ impl Lock {
     /// (`is_held()` turns false, `release()` fails with `LockLost`).
     pub fn force_unlock(&self) -> Result<bool> {
         let keys = self.keys()?;
-        lease::force_remove(&self.client, &[keys.lock.to_vec()], &keys.lock)
-            .map_err(|e| e.about("lock", &keys.name))
+        let claim = lease::GRANT_CLAIM.as_millis().to_string().into_bytes();
+        // The release script, whoever holds it: the next waiter is granted.
+        let removed = self
+            .client
+            .backend()
+            .confirm(&crate::backend::Call {
+                lua: &LOCK_RELEASE,
+                keys: &[
+                    keys.lock.to_vec(),
+                    keys.fence.clone(),
+                    keys.queue.clone(),
+                    keys.queue_deadlines.clone(),
+                ],
+                args: &self.release_args(keys, Vec::new(), claim, true),
+            })
+            .map_err(|e| e.about("lock", &keys.name))?;
+        self.client.wakeup().notify_local(&keys.lock);
+        Ok(removed == 1)
     }
 
     /// Runs `f` while holding the lock, waiting as long as needed; see

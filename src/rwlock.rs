@@ -264,6 +264,7 @@ impl RwLock {
                     ),
                     extend: Script::new(&ZSET_EXTEND, vec![keys.readers.clone()], vec![t, ms]),
                     leave: None,
+                    grant_list: None,
                 })
             },
         )?;
@@ -328,6 +329,7 @@ impl RwLock {
                         vec![keys.intent.clone()],
                         self.wake_args(keys, token),
                     )),
+                    grant_list: None,
                 })
             },
         )?;

@@ -5,6 +5,10 @@
 //! after a restart or `SCRIPT FLUSH`. Pipelined callers (renewal) cannot
 //! retry one command of a pipeline, so they send `SCRIPT LOAD` first, which
 //! is why the source text is kept next to the hashed script.
+//!
+//! Code several scripts share (drawing a fence, the waiter queue) lives in
+//! prelude files, once; a script names the preludes it needs in its
+//! `-- Uses` header line and is sent with them in front.
 
 use once_cell::sync::Lazy;
 use redis::Script;
@@ -15,8 +19,44 @@ pub(crate) struct Lua {
     pub(crate) code: &'static str,
 }
 
+/// The preludes a script may name in its `-- Uses` line.
+const PRELUDES: &[(&str, &str)] = &[
+    ("fence.lua", include_str!("../lua/fence.lua")),
+    ("queue.lua", include_str!("../lua/queue.lua")),
+];
+
+/// The preludes `body` names in its header's `-- Uses` line, in order.
+fn uses(body: &str) -> impl Iterator<Item = &str> {
+    body.lines()
+        .take_while(|l| l.starts_with("--"))
+        .find_map(|l| l.strip_prefix("-- Uses"))
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+}
+
+/// `body` with the preludes it uses in front (made once per script, and
+/// kept for the life of the process like the script itself).
+fn compose(body: &'static str) -> &'static str {
+    let mut code = String::new();
+    for name in uses(body) {
+        // Every name resolves: checked by the tests below.
+        if let Some((_, text)) = PRELUDES.iter().find(|(n, _)| *n == name) {
+            code.push_str(text);
+            code.push('\n');
+        }
+    }
+    if code.is_empty() {
+        return body;
+    }
+    code.push_str(body);
+    Box::leak(code.into_boxed_str())
+}
+
 impl Lua {
-    fn new(code: &'static str) -> Lua {
+    fn new(body: &'static str) -> Lua {
+        let code = compose(body);
         Lua {
             script: Script::new(code),
             code,
@@ -52,7 +92,6 @@ script!(LOCK_ACQUIRE, "lock_acquire.lua");
 script!(LOCK_RELEASE, "lock_release.lua");
 script!(LOCK_EXTEND, "lock_extend.lua");
 script!(FORCE_UNLOCK, "force_unlock.lua");
-script!(FAIR_ACQUIRE, "fair_acquire.lua");
 script!(QUEUE_LEAVE, "queue_leave.lua");
 script!(RW_READ_ACQUIRE, "rw_read_acquire.lua");
 script!(RW_WRITE_ACQUIRE, "rw_write_acquire.lua");
@@ -69,3 +108,33 @@ script!(LOCK_NOTE, "lock_note.lua");
 script!(LATCH_COUNT_DOWN, "latch_count_down.lua");
 script!(INSPECT, "inspect.lua");
 script!(FENCE_RAISE, "fence_raise.lua");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_prelude_a_script_uses_exists() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let body = std::fs::read_to_string(&path).unwrap();
+            for name in uses(&body) {
+                assert!(
+                    PRELUDES.iter().any(|(n, _)| *n == name),
+                    "{} uses an unknown prelude {name}",
+                    path.display()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_script_is_sent_with_its_preludes_in_front() {
+        assert!(LOCK_ACQUIRE.code.starts_with(PRELUDES[0].1));
+        assert!(LOCK_ACQUIRE
+            .code
+            .ends_with(include_str!("../lua/lock_acquire.lua")));
+        assert_eq!(LOCK_EXTEND.code, include_str!("../lua/lock_extend.lua"));
+    }
+}

@@ -304,6 +304,7 @@ impl Semaphore {
                         release_args,
                     )
                 }),
+                grant_list: None,
             })
         })?;
         Ok(held.map(|held| Permit {

@@ -176,6 +176,13 @@ impl Wakeup {
         self.shared.delivered.load(Ordering::Relaxed)
     }
 
+    /// Counts a wake-up that came as a direct grant (the waiter popped it
+    /// itself, without the subscriber).
+    pub(crate) fn delivered_directly(&self) {
+        self.shared.delivered.fetch_add(1, Ordering::Relaxed);
+        crate::metrics::wakeup();
+    }
+
     /// Stops the subscriber thread (the client is being dropped).
     pub(crate) fn shutdown(&self) {
         self.shared.shutdown.store(true, Ordering::Release);
@@ -188,6 +195,12 @@ impl Wakeup {
     /// (`Some(now)` = try once). `jump` skips this client's local queue
     /// (a downgrade must not wait behind waiters that wait for itself).
     ///
+    /// With `direct` (a slice), the attempt is told to block on the server
+    /// for a direct grant, at most that long per round trip
+    /// (`attempt(Some(d))`): the head waiter learns of its grant in its own
+    /// reply, and no release message is involved. Without it, waiters
+    /// sleep until a release message (or the fallback wait) and retry.
+    ///
     /// Outcomes: a reply decides; an attempt whose connection broke at once
     /// (it may have run) is repeated at once to learn the outcome; a server
     /// that cannot be reached is ridden out for up to the outage tolerance
@@ -199,23 +212,26 @@ impl Wakeup {
         turns: Turns,
         deadline: Option<Instant>,
         jump: bool,
-        attempt: impl FnMut() -> Result<Attempt<T>>,
+        direct: Option<Duration>,
+        attempt: impl FnMut(Option<Duration>) -> Result<Attempt<T>>,
     ) -> Result<Option<T>> {
-        self.acquire_noting(key, turns, deadline, jump, None, attempt)
+        self.acquire_noting(key, turns, deadline, jump, direct, None, attempt)
     }
 
     /// [`Wakeup::acquire`], also setting `signalled` when an announcement
     /// of `key` (a message, or a local notify) arrived, as opposed to a
     /// nudge or a timeout: for keys that name a single event (a latch
     /// round opening), the announcement itself is the answer.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn acquire_noting<T>(
         &self,
         key: &[u8],
         turns: Turns,
         deadline: Option<Instant>,
         jump: bool,
+        direct: Option<Duration>,
         signalled: Option<&std::cell::Cell<bool>>,
-        mut attempt: impl FnMut() -> Result<Attempt<T>>,
+        mut attempt: impl FnMut(Option<Duration>) -> Result<Attempt<T>>,
     ) -> Result<Option<T>> {
         let server = turns == Turns::Server;
         let mut tries = Tries::new(
@@ -224,9 +240,11 @@ impl Wakeup {
             deadline,
         );
         // Fast path: nobody of ours is queued, so trying first is fair.
+        let mut tried = false;
         if server || jump || !self.shared.has_queue(key) {
+            tried = true;
             loop {
-                match tries.judge(&mut attempt) {
+                match tries.judge(&mut || attempt(None)) {
                     Step::Done(v) => return Ok(Some(v)),
                     Step::Again => continue,
                     Step::Fail(e) => return Err(e),
@@ -237,9 +255,17 @@ impl Wakeup {
                 return tries.timed_out();
             }
         }
-        self.ensure_subscribed();
+        if direct.is_none() || !self.backend.grants_directly() {
+            self.ensure_subscribed();
+        }
         let waiter = Waiter::new();
         let _member = Membership::join(&self.shared, key, server, waiter.clone());
+        // The next attempt blocks for a grant (direct waiting, head only):
+        // at once if the fast path found the name busy (and queued us).
+        let mut block = match direct {
+            Some(slice) if tried && !tries.in_outage() => block_for(slice, deadline),
+            _ => None,
+        };
         loop {
             let now = Instant::now();
             let left = deadline.map(|d| d.saturating_duration_since(now));
@@ -252,18 +278,36 @@ impl Wakeup {
                     .unwrap_or(self.shared.fallback)
                     .min(self.shared.fallback);
                 let _ = waiter.rx.recv_timeout(wait);
+                block = None;
                 continue;
             }
             // Drop a stale wake-up: this attempt sees the current state.
             if let (Ok(true), Some(flag)) = (waiter.rx.try_recv(), signalled) {
                 flag.set(true);
             }
-            let retry = match tries.judge(&mut attempt) {
+            let retry = match tries.judge(&mut || attempt(block)) {
                 Step::Done(v) => return Ok(Some(v)),
                 Step::Again => continue,
                 Step::Fail(e) => return Err(e),
                 Step::Wait(retry) => retry,
             };
+            block = None;
+            // Direct waiting, unless the server refused it meanwhile (an
+            // old ACL): then release messages wake us.
+            let direct = direct.filter(|_| self.backend.grants_directly());
+            if direct.is_none() {
+                self.ensure_subscribed();
+            }
+            if let (Some(slice), false) = (direct, tries.in_outage()) {
+                // Queued in Redis: block there for our grant. Under a
+                // millisecond before the deadline there is nothing left to
+                // block for: the loop ends at the deadline.
+                block = block_for(slice, deadline);
+                if block.is_none() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                continue;
+            }
             let mut wait = retry
                 .unwrap_or(self.shared.fallback)
                 .min(self.shared.fallback);
@@ -466,6 +510,14 @@ fn sleep_unless_shutdown(shared: &Shared, d: Duration) {
     }
 }
 
+/// How long the next direct-grant round trip blocks: a slice, cut to the
+/// deadline; `None` when under a millisecond is left.
+fn block_for(slice: Duration, deadline: Option<Instant>) -> Option<Duration> {
+    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    let b = left.map_or(slice, |l| l.min(slice));
+    (b >= Duration::from_millis(1)).then_some(b)
+}
+
 /// The result of a wait without deadline: it ends with the hold or an
 /// error, never with a timeout. Should that ever break, it is an error, not
 /// a panic in the caller's thread.
@@ -523,6 +575,11 @@ impl Tries {
             backoff: Duration::ZERO,
             repeats: 3,
         }
+    }
+
+    /// Whether the last attempts failed to reach the server.
+    fn in_outage(&self) -> bool {
+        self.outage.is_some()
     }
 
     fn past_deadline(&self) -> bool {

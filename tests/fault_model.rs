@@ -20,9 +20,10 @@ fn ms(n: u64) -> Duration {
 
 /// The SHA1 a script is sent under (`EVALSHA <sha>`): what a proxy rule matches.
 fn sha(file: &str) -> Vec<u8> {
-    let code =
-        std::fs::read_to_string(format!("{}/lua/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
-    redis::Script::new(&code).get_hash().as_bytes().to_vec()
+    redis::Script::new(&common::lua_source(file))
+        .get_hash()
+        .as_bytes()
+        .to_vec()
 }
 
 fn through(

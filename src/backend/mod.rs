@@ -290,6 +290,37 @@ impl Backend {
         .map_err(|e| e.at(place))
     }
 
+    /// Whether waiters can block on the server for a direct grant (one
+    /// leader reached without a cluster router, and no replica
+    /// acknowledgement to wait for after a grant).
+    pub(crate) fn grants_directly(&self) -> bool {
+        match &self.kind {
+            Kind::Single(node) => self.replica_ack.is_none() && node.blocks(),
+            _ => false,
+        }
+    }
+
+    /// [`Backend::grant`] for a queued waiter: first blocks up to `block`
+    /// for a grant pushed onto `list`, then runs the script in the same
+    /// round trip (see `Node::grant_blocking`); also whether a grant's
+    /// wake-up was popped. Only where [`Backend::grants_directly`].
+    pub(crate) fn grant_blocking(
+        &self,
+        list: &[u8],
+        block: Duration,
+        call: &Call<'_>,
+        undo: &Call<'_>,
+    ) -> Result<((i64, i64), bool)> {
+        let place = &self.place;
+        (match &self.kind {
+            Kind::Single(node) if self.replica_ack.is_none() => {
+                node.grant_blocking(list, block, call, undo)
+            }
+            _ => Err(unsupported()),
+        })
+        .map_err(|e| e.at(place))
+    }
+
     /// Runs a script once on the key's leader (never repeated: for scripts
     /// that are not safe to run twice). Not on Redlock.
     pub(crate) fn once<T: FromRedisValue>(&self, call: &Call<'_>) -> Result<T> {

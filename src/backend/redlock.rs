@@ -128,7 +128,7 @@ impl Redlock {
                 );
             }
             let agreed = match fence {
-                Some(key) => self.agree_on_fence(key, best),
+                Some(key) => self.agree_on_fence(key, best, lease),
                 None => true,
             };
             let valid = lease
@@ -176,10 +176,12 @@ impl Redlock {
     /// about to be handed out, and require a majority to confirm it reached
     /// at least that value. A raise that was lost on one master is then
     /// harmless: the majority that confirmed overlaps every later majority.
-    fn agree_on_fence(&self, key: &[u8], fence: i64) -> bool {
+    fn agree_on_fence(&self, key: &[u8], fence: i64, lease: Duration) -> bool {
         let f = fence.to_string();
         let keys = [key.to_vec()];
-        let args = [f.into_bytes()];
+        // The counter lapses with the lease, like every counter (fence.lua).
+        let ms = (lease.as_millis() as u64).max(1).to_string();
+        let args = [f.into_bytes(), ms.into_bytes()];
         let raise = Call {
             lua: &FENCE_RAISE,
             keys: &keys,

@@ -216,7 +216,17 @@ pub(crate) struct Node {
     /// (an immediate missing vote) until this instant, in ns since `EPOCH`,
     /// so that a dead master costs one timeout per window, not per call.
     down_until: Option<AtomicU64>,
+    /// Idle connections for waiters blocked on their grant (see
+    /// [`Node::grant_blocking`]). Outside the pool: a blocked waiter must
+    /// never keep a holder of the same client from its release.
+    blockers: std::sync::Mutex<Vec<Con>>,
+    /// The server refused `BLPOP` (an ACL from before direct grants):
+    /// waiters wait for release messages instead.
+    blocking_refused: std::sync::atomic::AtomicBool,
 }
+
+/// How many idle blocking connections a node keeps.
+const IDLE_BLOCKERS: usize = 32;
 
 /// How long a Redlock master that could not be reached is skipped.
 const DOWN_FOR: Duration = Duration::from_millis(500);
@@ -269,6 +279,8 @@ impl Node {
             timeouts,
             generation,
             down_until: breaker.then(|| AtomicU64::new(0)),
+            blockers: std::sync::Mutex::new(Vec::new()),
+            blocking_refused: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -411,6 +423,133 @@ impl Node {
             || Error::new(ErrorKind::Connection, "no attempt made"),
             Error::from,
         ))
+    }
+
+    /// A connection for one blocked waiter: an idle one opened since the
+    /// last drop was noticed, or a new one.
+    fn blocker(&self) -> Result<Con> {
+        let current = self.generation.load(Ordering::Acquire);
+        let idle = {
+            let mut stash = self.blockers.lock().unwrap_or_else(|p| p.into_inner());
+            stash.retain(|c| c.generation >= current);
+            stash.pop()
+        };
+        if let Some(con) = idle {
+            return Ok(con);
+        }
+        let inner = self
+            .source
+            .client()
+            .and_then(|c| c.get_connection_with_timeout(self.timeouts.connect))
+            .map_err(|e| Error::from(e).unsent())?;
+        inner.set_write_timeout(Some(self.timeouts.response))?;
+        Ok(Con {
+            inner,
+            broken: false,
+            generation: current,
+        })
+    }
+
+    /// Waits up to `block` for a grant pushed onto `list` (`BLPOP`), with the
+    /// granting script pipelined behind it: the server runs the script as
+    /// soon as the pop returns (or times out), so a granted waiter learns it
+    /// in the same reply, without another round trip and without any other
+    /// thread involved. Outcomes are those of [`Node::call`]: a late reply
+    /// gets `undo` written behind it, and the connection is retired. Also
+    /// says whether a grant's wake-up was popped.
+    pub(crate) fn grant_blocking(
+        &self,
+        list: &[u8],
+        block: Duration,
+        call: &Call<'_>,
+        undo: &Call<'_>,
+    ) -> Result<((i64, i64), bool)> {
+        let mut con = self.blocker()?;
+        let mut pipe = redis::pipe();
+        // Error replies stay values: the pop and the script are judged apart.
+        pipe.ignore_errors();
+        pipe.cmd("BLPOP")
+            .arg(list)
+            .arg(format!("{:.3}", block.as_secs_f64().max(0.001)));
+        let script = pipe
+            .cmd("EVALSHA")
+            .arg(call.lua.script.get_hash())
+            .arg(call.keys.len());
+        for k in call.keys {
+            script.arg(k.as_slice());
+        }
+        for a in call.args {
+            script.arg(a.as_slice());
+        }
+        let _ = con
+            .inner
+            .set_read_timeout(Some(block + self.timeouts.response));
+        let replies = match pipe.query::<Vec<Value>>(&mut con) {
+            Ok(r) => r,
+            Err(e) => {
+                self.failed(&mut con, &e);
+                if e.is_timeout() {
+                    con.send_eval(undo);
+                    return Err(Error::from(e).undone());
+                }
+                if e.is_io_error() {
+                    // The connection broke during the long read (or a
+                    // signal interrupted it: socket reads with a timeout
+                    // are never restarted after EINTR). Close it, which
+                    // ends the pop, and ask again plainly: a grant made
+                    // meanwhile names our token either way, and the judge
+                    // of attempts would count the blocked time as a slow
+                    // failure rather than one that broke at once.
+                    drop(con);
+                    return Ok((self.call(call, Some(undo), None)?, false));
+                }
+                return Err(e.into());
+            }
+        };
+        let _ = con.inner.set_read_timeout(Some(self.timeouts.response));
+        self.idle_blocker(con);
+        let mut replies = replies.into_iter();
+        let (Some(pop), Some(reply)) = (replies.next(), replies.next()) else {
+            return Err(Error::new(
+                ErrorKind::Server,
+                "a blocking grant got fewer than two replies",
+            ));
+        };
+        let popped = matches!(pop, Value::Array(_));
+        if let Value::ServerError(e) = &pop {
+            if e.code() == "NOPERM" && self.blocks() {
+                log::warn!(
+                    "redlease: the server refuses BLPOP ({}); waiters fall back to release \
+                     messages (slower). Allow +blpop +rpush, as the README's ACL line does",
+                    e.details().unwrap_or("")
+                );
+                self.blocking_refused.store(true, Ordering::Relaxed);
+            }
+        }
+        match reply {
+            // The script loads on an ordinary call; a grant the pop took
+            // stays ours meanwhile (the lock names our token).
+            Value::ServerError(e) if e.code() == "NOSCRIPT" => {
+                Ok((self.call(call, Some(undo), None)?, popped))
+            }
+            Value::ServerError(e) => Err(redis::RedisError::from(e).into()),
+            reply => Ok((
+                <(i64, i64)>::from_redis_value(reply).map_err(redis::RedisError::from)?,
+                popped,
+            )),
+        }
+    }
+
+    /// Whether waiters may block on the server for their grant.
+    pub(crate) fn blocks(&self) -> bool {
+        !self.blocking_refused.load(Ordering::Relaxed)
+    }
+
+    fn idle_blocker(&self, con: Con) {
+        let mut stash = self.blockers.lock().unwrap_or_else(|p| p.into_inner());
+        if stash.len() < IDLE_BLOCKERS {
+            stash.push(con);
+        }
     }
 
     /// A granting script followed, on the same connection, by `WAIT` for

@@ -139,3 +139,24 @@ pub fn client_with(
         .build()
         .unwrap()
 }
+
+/// A script of `lua/` as the library sends it: the preludes named in its
+/// `-- Uses` header line, then the file itself (see src/scripts.rs).
+#[allow(dead_code)]
+pub fn lua_source(file: &str) -> String {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
+    let body = std::fs::read_to_string(format!("{dir}/{file}")).unwrap();
+    let uses = body
+        .lines()
+        .take_while(|l| l.starts_with("--"))
+        .find_map(|l| l.strip_prefix("-- Uses"))
+        .unwrap_or("")
+        .to_owned();
+    let mut code = String::new();
+    for name in uses.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        code.push_str(&std::fs::read_to_string(format!("{dir}/{name}")).unwrap());
+        code.push('\n');
+    }
+    code.push_str(&body);
+    code
+}

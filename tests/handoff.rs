@@ -1,0 +1,287 @@
+//! Direct grant: a release hands the lock to the oldest live waiter, who
+//! learns it in its own blocked round trip. These tests break that hand-over
+//! on purpose — a lost grant reply, a waiter killed while queued, a waiter
+//! that gives up just as it is granted — and check there is no orphan, no
+//! stall beyond the documented bound (a grant not taken lapses after 500 ms,
+//! and the next waiter takes the name within its next 400 ms slice), and no
+//! double grant.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::proxy::{Fault, Proxy};
+use common::worker::{say, Worker};
+use common::{client_with, eventually, Server};
+use redis::Commands;
+use redlease::Client;
+use serial_test::serial;
+
+/// A client that never polls: only a grant (or a message) can wake it.
+fn no_poll(url: &str) -> Client {
+    Client::builder()
+        .url(url)
+        .fallback_poll(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+/// Keys of the name `n` left in Redis (the lock, its counter, queue and
+/// grant lists).
+fn keys_of(con: &mut redis::Connection, n: &str) -> Vec<String> {
+    con.keys(format!("{{{n}}}*")).unwrap()
+}
+
+#[test]
+fn waiters_are_granted_in_arrival_order_across_clients() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let g = holder.lock("fifo").acquire().unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for i in 0..4 {
+        let c = no_poll(&server.url());
+        let order = order.clone();
+        threads.push(std::thread::spawn(move || {
+            let g = c.lock("fifo").acquire().unwrap();
+            order.lock().unwrap().push(i);
+            std::thread::sleep(Duration::from_millis(20));
+            g.release().unwrap();
+        }));
+        // Let each one queue before the next arrives.
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    // A try never queues and never jumps the queue.
+    assert!(holder.lock("fifo").try_acquire().unwrap().is_some()); // re-entry
+    let other = client_with(&server, |b| b);
+    g.release().unwrap();
+    assert!(other.lock("fifo").try_acquire().unwrap().is_none());
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+    // Wake-ups came as grants, each popped by its own waiter.
+    let mut con = server.con();
+    assert!(eventually(Duration::from_secs(2), || keys_of(
+        &mut con, "fifo"
+    )
+    .is_empty()));
+}
+
+#[test]
+fn a_release_nobody_waits_for_leaves_no_key_and_publishes_nothing() {
+    let server = Server::start();
+    let c = client_with(&server, |b| b);
+    let mut con = server.con();
+    let mut fences = Vec::new();
+    for _ in 0..5 {
+        let g = c.lock("idle").acquire().unwrap();
+        fences.push(g.fencing_token());
+        g.release().unwrap();
+        // Not even the fencing counter stays behind...
+        assert!(keys_of(&mut con, "idle").is_empty());
+    }
+    // ...and fences still only grow across the idle gaps.
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+    // Commands run by scripts are counted too.
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut con)
+        .unwrap();
+    assert!(!info.contains("cmdstat_publish"), "{info}");
+}
+
+/// The grant's wake-up is popped, and its reply lost with the connection:
+/// the waiter asks again with the same token and gets the same hold.
+#[test]
+#[serial]
+fn a_grant_whose_reply_is_lost_is_taken_once_by_its_waiter() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port());
+    let holder = client_with(&server, |b| b);
+    let waiter = no_poll(&proxy.url());
+    let third = client_with(&server, |b| b);
+    for round in 0..3 {
+        let g = holder.lock("lost").acquire().unwrap();
+        // The waiter's first blocked round trip is the one cut.
+        proxy.arm("BLPOP", Fault::DropReplyAndClose);
+        let w = waiter.clone();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+        let t = std::thread::spawn(move || {
+            let g = w
+                .lock("lost")
+                .acquire_timeout(Duration::from_secs(10))
+                .unwrap()
+                .unwrap();
+            tx.send((g.fencing_token(), g.is_held(), Instant::now()))
+                .unwrap();
+            let _ = done_rx.recv();
+            g.release().unwrap();
+        });
+        std::thread::sleep(Duration::from_millis(150));
+        let released = Instant::now();
+        let old = g.fencing_token();
+        g.release().unwrap();
+        let (fence, held, at) = rx.recv_timeout(Duration::from_secs(15)).unwrap();
+        let took = at - released;
+        println!("FIGURES round {round}: granted after a lost grant reply in {took:?}");
+        assert!(proxy.fired() > round, "the fault did not fire");
+        assert!(held && fence > old);
+        assert!(took < Duration::from_secs(2), "took {took:?}");
+        // Exactly one holder: nobody else gets it meanwhile.
+        assert!(third.lock("lost").try_acquire().unwrap().is_none());
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+    }
+    let mut con = server.con();
+    assert!(eventually(Duration::from_secs(3), || keys_of(
+        &mut con, "lost"
+    )
+    .is_empty()));
+}
+
+/// A waiter killed while queued is granted after its death (its queue entry
+/// is still fresh): that grant lapses, and the next waiter takes the name
+/// within the documented bound.
+#[test]
+fn a_waiter_killed_while_queued_stalls_the_name_under_a_second() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let g = holder.lock("killed").acquire().unwrap();
+    let w = Worker::spawn("worker_entry", &[("REDLEASE_HANDOFF_WORKER", server.url())]);
+    assert_eq!(w.next(Duration::from_secs(10)), "waiting");
+    std::thread::sleep(Duration::from_millis(300)); // it is queued and blocked
+    let survivor = no_poll(&server.url());
+    let s = std::thread::spawn(move || {
+        let g = survivor
+            .lock("killed")
+            .acquire_timeout(Duration::from_secs(10))
+            .unwrap();
+        (Instant::now(), g.is_some())
+    });
+    std::thread::sleep(Duration::from_millis(300)); // queued behind it
+    drop(w); // SIGKILL
+    std::thread::sleep(Duration::from_millis(50));
+    let released = Instant::now();
+    g.release().unwrap();
+    let (at, got) = s.join().unwrap();
+    let took = at - released;
+    println!("FIGURES a grant to a dead waiter stalled the name {took:?} (bound: 0.5 s + 0.4 s)");
+    assert!(got);
+    // 900 ms documented; the margin is for a loaded 2-core machine.
+    assert!(took < Duration::from_millis(1_600), "took {took:?}");
+    let mut con = server.con();
+    assert!(eventually(Duration::from_secs(5), || keys_of(
+        &mut con, "killed"
+    )
+    .is_empty()));
+}
+
+/// A waiter whose deadline falls at the moment it is granted either takes
+/// the lock or leaves it free: never an orphan hold nobody releases.
+#[test]
+fn a_waiter_timing_out_as_it_is_granted_leaves_no_orphan() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let waiter = no_poll(&server.url());
+    let (mut taken, mut gave_up) = (0, 0);
+    let mut con = server.con();
+    for round in 0..16u64 {
+        let g = holder.lock("edge").acquire().unwrap();
+        let w = waiter.clone();
+        let t = std::thread::spawn(move || {
+            w.lock("edge")
+                .acquire_timeout(Duration::from_millis(150))
+                .unwrap()
+                .map(|g| g.release().is_ok())
+        });
+        // Release around the waiter's deadline: before, at and after it.
+        std::thread::sleep(Duration::from_micros(140_000 + round * 1_500));
+        g.release().unwrap();
+        match t.join().unwrap() {
+            Some(released) => {
+                assert!(released);
+                taken += 1;
+            }
+            None => gave_up += 1,
+        }
+        // Either way nothing is held now: no grant was left to lapse.
+        assert!(
+            eventually(Duration::from_millis(300), || keys_of(&mut con, "edge")
+                .is_empty()),
+            "round {round}: left {:?}",
+            keys_of(&mut con, "edge")
+        );
+    }
+    println!("FIGURES deadline at the grant: taken {taken}, gave up {gave_up}");
+}
+
+/// Separate clients hammering one name with a non-atomic read-modify-write
+/// inside: no lost update, and every client gets a fair share.
+#[test]
+fn separate_clients_take_turns_without_lost_updates() {
+    let server = Server::start();
+    let url = server.url();
+    let stop = Arc::new(AtomicBool::new(false));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let (c, stop, inside, overlaps) = (
+                no_poll(&url),
+                stop.clone(),
+                inside.clone(),
+                overlaps.clone(),
+            );
+            let mut con = redis::Client::open(url.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            std::thread::spawn(move || {
+                let lock = c.lock("turns");
+                let mut mine = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let g = lock.acquire().unwrap();
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let v: u64 = con.get("turns:counter").unwrap_or(0);
+                    let _: () = con.set("turns:counter", v + 1).unwrap();
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    mine += 1;
+                    g.release().unwrap();
+                }
+                mine
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    let counts: Vec<u64> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let total: u64 = counts.iter().sum();
+    let counter: u64 = server.con().get("turns:counter").unwrap();
+    println!("FIGURES four separate clients: {counts:?}");
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(counter, total, "lost updates");
+    let fair = total as f64 / 4.0;
+    assert!(
+        counts.iter().all(|&n| n as f64 >= 0.5 * fair),
+        "unfair: {counts:?}"
+    );
+}
+
+/// The child side: waits for the lock "killed" and never gets to hold it.
+#[test]
+fn worker_entry() {
+    let Ok(url) = std::env::var("REDLEASE_HANDOFF_WORKER") else {
+        return;
+    };
+    let c = no_poll(&url);
+    say("waiting");
+    let _g = c.lock("killed").acquire().unwrap();
+    say("acquired");
+    std::thread::sleep(Duration::from_secs(600));
+}
