@@ -21,8 +21,12 @@
 -- Returns  1 released (handed on, or waiters notified), 0 not held by
 --          this token
 local queued = #KEYS >= 4
-if queued then
+local waiting = queued and redis.call('EXISTS', KEYS[3]) == 1
+if waiting then
   queue_leave(KEYS[3], KEYS[4], ARGV[1])
+end
+if queued then
+  -- A grant to this token that was never popped (a waiter leaving).
   redis.call('DEL', ARGV[4] .. ARGV[1])
 end
 local v = redis.call('GET', KEYS[1])
@@ -32,7 +36,7 @@ end
 redis.call('DEL', KEYS[1])
 local pushed = false
 if queued then
-  local head = queue_head(KEYS[3], KEYS[4])
+  local head = waiting and queue_head(KEYS[3], KEYS[4]) or nil
   if head then
     pushed = grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], head, tonumber(ARGV[5]))
   else

@@ -12,15 +12,27 @@ use redlease::{Client, ErrorKind};
 const ACL: &str = "on >s3cret resetkeys ~myapp:* resetchannels &myapp:redlease:wake -@all \
     +ping +evalsha +eval +script|load +exists +scan +subscribe +wait \
     +publish +time +get +set +del +incr +pexpire +pttl +type \
-    +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard +zcount +zscore";
+    +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard +zcount +zscore \
+    +blpop +rpush";
 
 #[test]
 fn restricted_acl_user_can_use_every_primitive() {
+    every_primitive_under(ACL);
+}
+
+/// The ACL line from before direct grants (no BLPOP, no RPUSH): waiters
+/// fall back to release messages.
+#[test]
+fn an_acl_without_blocking_commands_still_works() {
+    every_primitive_under(&ACL.replace(" +blpop +rpush", ""));
+}
+
+fn every_primitive_under(acl: &str) {
     let server = Server::start();
     let mut con = server.con();
     let mut cmd = redis::cmd("ACL");
     cmd.arg("SETUSER").arg("app");
-    for part in ACL.split_whitespace() {
+    for part in acl.split_whitespace() {
         cmd.arg(part);
     }
     let _: () = cmd.query(&mut con).unwrap();

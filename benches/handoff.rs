@@ -1,0 +1,321 @@
+//! Handoff and footprint benchmark (issue: handoff at the physical limit).
+//! Every figure is a ratio to a floor measured in the same run on the same
+//! private redis-server, interleaved, because this machine is shared and
+//! noisy. Contention uses separate `Client`s, as separate processes would.
+//!
+//! Run: `cargo bench --bench handoff` (`REDLEASE_BENCH_QUICK=1` for a short
+//! smoke run).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use common::Server;
+use redis::Commands;
+use redlease::Client;
+use support::{percentile, quick, scale, us};
+
+fn client(url: &str) -> Client {
+    Client::builder().url(url).build().unwrap()
+}
+
+fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg(section).query(con).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// One handoff round trip set: the library's (two clients) and the raw
+/// floor (a waiter blocked in a pipelined BLPOP + script, woken by a
+/// script's RPUSH: what the direct grant does, without the library), each
+/// next to an EVALSHA made after 5 ms idle.
+fn handoff(url: &str, rounds: usize) -> (Vec<Duration>, Vec<Duration>, Vec<Duration>) {
+    let holder = client(url);
+    let waiter = client(url);
+    let mut idle_con = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let one = redis::Script::new("return 1");
+    let _: i64 = one.invoke(&mut idle_con).unwrap();
+    let (tx, rx) = crossbeam_channel::bounded::<Instant>(1);
+    let (go_tx, go_rx) = crossbeam_channel::bounded::<bool>(1);
+    let mut wcon = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let t = std::thread::spawn(move || {
+        let lock = waiter.lock("bench:handoff");
+        let get = redis::Script::new("return redis.call('GET', KEYS[1])");
+        let _: Option<String> = get.key("bench:x").invoke(&mut wcon).unwrap();
+        while let Ok(library) = go_rx.recv() {
+            if library {
+                let g = lock.acquire().unwrap();
+                tx.send(Instant::now()).unwrap();
+                drop(g);
+            } else {
+                let mut p = redis::pipe();
+                p.cmd("BLPOP").arg("bench:raw:list").arg(5).ignore();
+                p.cmd("EVALSHA").arg(get.get_hash()).arg(1).arg("bench:x");
+                let _: (Option<String>,) = p.query(&mut wcon).unwrap();
+                tx.send(Instant::now()).unwrap();
+            }
+        }
+    });
+    let lock = holder.lock("bench:handoff");
+    let push = redis::Script::new("redis.call('RPUSH', KEYS[1], '1') return 1");
+    let _: i64 = push.key("bench:warm").invoke(&mut idle_con).unwrap();
+    let (mut lib, mut raw, mut idle) = (vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        std::thread::sleep(Duration::from_millis(5));
+        let t0 = Instant::now();
+        let _: i64 = one.invoke(&mut idle_con).unwrap();
+        idle.push(t0.elapsed());
+
+        let g = lock.acquire().unwrap();
+        go_tx.send(true).unwrap();
+        std::thread::sleep(Duration::from_millis(5)); // the waiter blocks
+        let t0 = Instant::now();
+        drop(g);
+        lib.push(rx.recv().unwrap() - t0);
+
+        go_tx.send(false).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let t0 = Instant::now();
+        let _: i64 = push.key("bench:raw:list").invoke(&mut idle_con).unwrap();
+        raw.push(rx.recv().unwrap() - t0);
+    }
+    drop(go_tx);
+    t.join().unwrap();
+    lib.sort();
+    raw.sort();
+    idle.sort();
+    (lib, raw, idle)
+}
+
+/// `clients` separate clients (or raw SET NX loops polling every 1 ms),
+/// each with its own connection for a non-atomic GET/SET counter inside:
+/// acquisitions per second, each one's count, lost updates.
+fn contended(url: &str, clients: usize, run_for: Duration, library: bool) -> (f64, Vec<u64>, u64) {
+    let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let counter = if library {
+        "bench:c:lib"
+    } else {
+        "bench:c:raw"
+    };
+    let _: () = con.del(counter).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let barrier = Arc::new(Barrier::new(clients + 1));
+    let handles: Vec<_> = (0..clients)
+        .map(|i| {
+            let (stop, barrier, url) = (stop.clone(), barrier.clone(), url.to_owned());
+            std::thread::spawn(move || {
+                let mut con = redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
+                let c = client(&url);
+                let lock = c.lock("bench:contended");
+                let token = format!("raw-{i}");
+                let del = redis::Script::new(
+                    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+                );
+                let mut mine = 0u64;
+                barrier.wait();
+                while !stop.load(Ordering::Relaxed) {
+                    let g = if library {
+                        Some(lock.acquire().unwrap())
+                    } else {
+                        loop {
+                            let ok: Option<String> = redis::cmd("SET")
+                                .arg("bench:rawlock")
+                                .arg(&token)
+                                .arg("NX")
+                                .arg("PX")
+                                .arg(30_000)
+                                .query(&mut con)
+                                .unwrap();
+                            if ok.is_some() || stop.load(Ordering::Relaxed) {
+                                break;
+                            }
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                        None
+                    };
+                    if stop.load(Ordering::Relaxed) && g.is_none() && !library {
+                        let _: i64 = del.key("bench:rawlock").arg(&token).invoke(&mut con).unwrap();
+                        break;
+                    }
+                    let v: u64 = con.get(counter).unwrap_or(0);
+                    let _: () = con.set(counter, v + 1).unwrap();
+                    mine += 1;
+                    match g {
+                        Some(g) => g.release().unwrap(),
+                        None => {
+                            let _: i64 = del.key("bench:rawlock").arg(&token).invoke(&mut con).unwrap();
+                        }
+                    }
+                }
+                mine
+            })
+        })
+        .collect();
+    barrier.wait();
+    let start = Instant::now();
+    std::thread::sleep(run_for);
+    stop.store(true, Ordering::Relaxed);
+    let counts: Vec<u64> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let elapsed = start.elapsed();
+    let total: u64 = counts.iter().sum();
+    let stored: u64 = con.get(counter).unwrap_or(0);
+    (
+        total as f64 / elapsed.as_secs_f64(),
+        counts,
+        total.saturating_sub(stored),
+    )
+}
+
+/// Server output bytes per release cycle of one name, with `idle` other
+/// clients waiting on names of their own meanwhile.
+fn fan_out(url: &str, idle: usize, cycles: usize) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let holder = client(url);
+    let mut held = Vec::new();
+    let mut waiters = Vec::new();
+    for i in 0..idle {
+        let name = format!("bench:idle:{i}");
+        held.push(
+            holder
+                .lock(&name)
+                .lease(Duration::from_secs(60))
+                .acquire()
+                .unwrap(),
+        );
+        let (c, stop) = (client(url), stop.clone());
+        waiters.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = c.lock(&name).acquire_timeout(Duration::from_secs(2));
+            }
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let c = client(url);
+    let lock = c.lock("bench:fan");
+    let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let before = info_field(&mut con, "stats", "total_net_output_bytes");
+    let t = Instant::now();
+    for _ in 0..cycles {
+        lock.acquire().unwrap().release().unwrap();
+    }
+    let elapsed = t.elapsed();
+    let after = info_field(&mut con, "stats", "total_net_output_bytes");
+    stop.store(true, Ordering::Relaxed);
+    drop(held);
+    for w in waiters {
+        w.join().unwrap();
+    }
+    let _ = elapsed;
+    (after - before) as f64 / cycles as f64
+}
+
+fn main() {
+    let server = Server::start();
+    let url = server.url();
+    let mut con = server.con();
+
+    // Handoff between two separate clients.
+    let (lib, raw, idle) = handoff(&url, scale(400));
+    let idle_p50 = us(percentile(&idle, 0.5));
+    let lib_p50 = us(percentile(&lib, 0.5)) / idle_p50;
+    let lib_p99 = us(percentile(&lib, 0.99)) / idle_p50;
+    let raw_p50 = us(percentile(&raw, 0.5)) / idle_p50;
+
+    // Eight separate clients on one key, against raw SET NX 1 ms polling.
+    let run_for = if quick() {
+        Duration::from_millis(700)
+    } else {
+        Duration::from_secs(3)
+    };
+    let (mut lib_rates, mut raw_rates, mut shares, mut lost) = (vec![], vec![], vec![], 0);
+    let mut last_counts = Vec::new();
+    for _ in 0..if quick() { 1 } else { 3 } {
+        let (r, _, l) = contended(&url, 8, run_for, false);
+        raw_rates.push(r);
+        lost += l;
+        let (r, counts, l) = contended(&url, 8, run_for, true);
+        lib_rates.push(r);
+        lost += l;
+        let fair = counts.iter().sum::<u64>() as f64 / counts.len() as f64;
+        shares.push(*counts.iter().min().unwrap() as f64 / fair);
+        last_counts = counts;
+    }
+    let rate_ratio = lib_rates.iter().sum::<f64>() / raw_rates.iter().sum::<f64>();
+    let min_share = shares.iter().cloned().fold(f64::MAX, f64::min);
+
+    // Fan-out: server bytes per release with 32 waiting bystanders ÷ none.
+    let cycles = scale(2_000);
+    let quiet = fan_out(&url, 0, cycles);
+    let busy = fan_out(&url, 32, cycles);
+    let quiet2 = fan_out(&url, 0, cycles);
+    let base = (quiet + quiet2) / 2.0;
+
+    // Footprint: keys and memory per held lease and per released name.
+    let names = if quick() { 5_000 } else { 100_000 };
+    let c = client(&url);
+    let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
+    let mem0 = info_field(&mut con, "memory", "used_memory");
+    let held: Vec<_> = (0..1_000)
+        .map(|i| c.lock(format!("bench:held:{i}")).acquire().unwrap())
+        .collect();
+    let mem_held = info_field(&mut con, "memory", "used_memory");
+    drop(held);
+    let mem1 = info_field(&mut con, "memory", "used_memory");
+    for i in 0..names {
+        c.lock(format!("bench:name:{i}"))
+            .acquire()
+            .unwrap()
+            .release()
+            .unwrap();
+    }
+    let mem2 = info_field(&mut con, "memory", "used_memory");
+    let keys_left: u64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    let per_lease = (mem_held as f64 - mem0 as f64) / 1_000.0;
+    let per_name = (mem2 as f64 - mem1 as f64) / names as f64;
+
+    println!("redlease handoff benchmark (floors measured in this run)");
+    println!(
+        "{:<52} {:>9.1} us",
+        "floor: EVALSHA after 5 ms idle, p50", idle_p50
+    );
+    println!(
+        "{:<52} p50 {:.2}x  p90 {:.2}x  p99 {:.2}x idle RTT (target p50 <= 1.5, p99 <= 3)",
+        "handoff, two separate clients",
+        lib_p50,
+        us(percentile(&lib, 0.9)) / idle_p50,
+        lib_p99
+    );
+    println!(
+        "{:<52} p50 {:.2}x idle RTT (no library: the physical floor of a blocked pop)",
+        "handoff floor: raw BLPOP+script woken by RPUSH", raw_p50
+    );
+    println!(
+        "{:<52} {:.0}/s vs raw SET NX 1 ms poll {:.0}/s = {:.2}x (target >= 1.0); min share {:.2} (target >= 0.8); lost updates {lost}; last run {last_counts:?}",
+        "8 separate clients, one key",
+        lib_rates.iter().sum::<f64>() / lib_rates.len() as f64,
+        raw_rates.iter().sum::<f64>() / raw_rates.len() as f64,
+        rate_ratio,
+        min_share
+    );
+    println!(
+        "{:<52} {:.1} B with 32 waiting on other names, {:.1} B with none: {:.2}x (target <= 1.2)",
+        "server output bytes per acquire+release",
+        busy,
+        base,
+        busy / base
+    );
+    println!(
+        "{:<52} {:.0} B per held lease; {:.2} B and {} keys left per released name ({} names)",
+        "footprint", per_lease, per_name, keys_left, names
+    );
+    println!(
+        "{{\"bench\":\"handoff\",\"idle_rtt_us\":{idle_p50:.1},\"handoff_p50_ratio\":{lib_p50:.2},\"handoff_p99_ratio\":{lib_p99:.2},\"raw_blpop_p50_ratio\":{raw_p50:.2},\"contended_ratio\":{rate_ratio:.2},\"min_share\":{min_share:.2},\"lost_updates\":{lost},\"fan_out_ratio\":{:.2},\"bytes_per_lease\":{per_lease:.0},\"bytes_per_name\":{per_name:.2},\"keys_left\":{keys_left}}}",
+        busy / base
+    );
+}
