@@ -27,6 +27,18 @@ struct Keys {
     grant_prefix: Vec<u8>,
 }
 
+impl Keys {
+    /// The keys of lua/lock_acquire.lua and lua/lock_release.lua.
+    fn scripted(&self) -> Vec<Vec<u8>> {
+        vec![
+            self.lock.to_vec(),
+            self.fence.clone(),
+            self.queue.clone(),
+            self.queue_deadlines.clone(),
+        ]
+    }
+}
+
 /// A named, reentrant, distributed mutual-exclusion lock.
 ///
 /// Made by [`Client::lock`]. Cheap to clone and `Send + Sync`: share it, or
@@ -198,18 +210,10 @@ impl Lock {
             // Waiters retry on messages, or after the fallback wait.
             self.client.wakeup().fallback() * 3 + Duration::from_secs(1)
         };
-        let all = || {
-            vec![
-                keys.lock.to_vec(),
-                keys.fence.clone(),
-                keys.queue.clone(),
-                keys.queue_deadlines.clone(),
-            ]
-        };
         let claim = lease::GRANT_CLAIM.as_millis().to_string().into_bytes();
         let release = Script::new(
             &LOCK_RELEASE,
-            all(),
+            keys.scripted(),
             self.release_args(keys, t.clone(), claim.clone(), false),
         );
         let mut grant_list = keys.grant_prefix.clone();
@@ -230,7 +234,7 @@ impl Lock {
             jump: false,
             lease,
             watchdog: self.lease.is_none(),
-            grant: Script::new(&LOCK_ACQUIRE, all(), grant_args),
+            grant: Script::new(&LOCK_ACQUIRE, keys.scripted(), grant_args),
             fence: Some(keys.fence.clone()),
             // The release also withdraws a queue entry, and hands on a
             // grant that came just as we gave up.
@@ -307,12 +311,7 @@ impl Lock {
             .backend()
             .confirm(&crate::backend::Call {
                 lua: &LOCK_RELEASE,
-                keys: &[
-                    keys.lock.to_vec(),
-                    keys.fence.clone(),
-                    keys.queue.clone(),
-                    keys.queue_deadlines.clone(),
-                ],
+                keys: &keys.scripted(),
                 args: &self.release_args(keys, Vec::new(), claim, true),
             })
             .map_err(|e| e.about("lock", &keys.name))?;

@@ -255,8 +255,11 @@ impl Wakeup {
                 return tries.timed_out();
             }
         }
+        // Waiters that block for a direct grant need no subscriber.
+        let mut subscribed = false;
         if direct.is_none() || !self.backend.grants_directly() {
             self.ensure_subscribed();
+            subscribed = true;
         }
         let waiter = Waiter::new();
         let _member = Membership::join(&self.shared, key, server, waiter.clone());
@@ -295,8 +298,9 @@ impl Wakeup {
             // Direct waiting, unless the server refused it meanwhile (an
             // old ACL): then release messages wake us.
             let direct = direct.filter(|_| self.backend.grants_directly());
-            if direct.is_none() {
+            if direct.is_none() && !subscribed {
                 self.ensure_subscribed();
+                subscribed = true;
             }
             if let (Some(slice), false) = (direct, tries.in_outage()) {
                 // Queued in Redis: block there for our grant. Under a

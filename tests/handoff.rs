@@ -130,7 +130,9 @@ fn a_grant_whose_reply_is_lost_is_taken_once_by_its_waiter() {
         println!("FIGURES round {round}: granted after a lost grant reply in {took:?}");
         assert!(proxy.fired() > round, "the fault did not fire");
         assert!(held && fence > old);
-        assert!(took < Duration::from_secs(2), "took {took:?}");
+        // Under the 500 ms claim window: the waiter took its own grant
+        // again (same token), rather than waiting for it to lapse.
+        assert!(took < Duration::from_millis(400), "took {took:?}");
         // Exactly one holder: nobody else gets it meanwhile.
         assert!(third.lock("lost").try_acquire().unwrap().is_none());
         done_tx.send(()).unwrap();

@@ -107,13 +107,7 @@ impl ClusterLeader {
     pub(crate) fn eval_batch(&self, calls: &[Call<'_>], limit: Duration) -> Result<Vec<Value>> {
         let mut pipe = redis::cluster::cluster_pipe();
         for call in calls {
-            let cmd = pipe.cmd("EVAL").arg(call.lua.code).arg(call.keys.len());
-            for k in call.keys {
-                cmd.arg(k.as_slice());
-            }
-            for a in call.args {
-                cmd.arg(a.as_slice());
-            }
+            pipe.add_command(call.command(true));
         }
         let mut con = self.conn()?;
         let bound = limit.clamp(Duration::from_millis(1), self.response);

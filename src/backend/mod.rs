@@ -48,6 +48,32 @@ pub(crate) struct Call<'a> {
     pub(crate) args: &'a [Vec<u8>],
 }
 
+impl Call<'_> {
+    /// This call as one raw command, for pipelines and fire-and-forget
+    /// sends (which cannot fall back on `NOSCRIPT` the way an invocation
+    /// does): `EVALSHA <hash>`, or with `text` the self-contained
+    /// `EVAL <code>`.
+    pub(crate) fn command(&self, text: bool) -> redis::Cmd {
+        let mut cmd = if text {
+            let mut c = redis::cmd("EVAL");
+            c.arg(self.lua.code);
+            c
+        } else {
+            let mut c = redis::cmd("EVALSHA");
+            c.arg(self.lua.script.get_hash());
+            c
+        };
+        cmd.arg(self.keys.len());
+        for k in self.keys {
+            cmd.arg(k.as_slice());
+        }
+        for a in self.args {
+            cmd.arg(a.as_slice());
+        }
+        cmd
+    }
+}
+
 /// An owned script call, kept for later (a release, a renewal).
 #[derive(Clone)]
 pub(crate) struct Script {

@@ -129,14 +129,7 @@ impl Con {
     /// reply. The server runs it after everything sent before on this
     /// connection, even once we have closed it.
     fn send_eval(&mut self, call: &Call<'_>) {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(call.lua.code).arg(call.keys.len());
-        for k in call.keys {
-            cmd.arg(k.as_slice());
-        }
-        for a in call.args {
-            cmd.arg(a.as_slice());
-        }
+        let cmd = call.command(true);
         let _ = self.inner.send_packed_command(&cmd.get_packed_command());
     }
 }
@@ -471,16 +464,7 @@ impl Node {
         pipe.cmd("BLPOP")
             .arg(list)
             .arg(format!("{:.3}", block.as_secs_f64().max(0.001)));
-        let script = pipe
-            .cmd("EVALSHA")
-            .arg(call.lua.script.get_hash())
-            .arg(call.keys.len());
-        for k in call.keys {
-            script.arg(k.as_slice());
-        }
-        for a in call.args {
-            script.arg(a.as_slice());
-        }
+        pipe.add_command(call.command(false));
         let _ = con
             .inner
             .set_read_timeout(Some(block + self.timeouts.response));
@@ -636,16 +620,7 @@ impl Node {
             }
         }
         for call in calls {
-            let cmd = pipe
-                .cmd("EVALSHA")
-                .arg(call.lua.script.get_hash())
-                .arg(call.keys.len());
-            for k in call.keys {
-                cmd.arg(k.as_slice());
-            }
-            for a in call.args {
-                cmd.arg(a.as_slice());
-            }
+            pipe.add_command(call.command(false));
         }
         let limit = limit.max(Duration::from_millis(1));
         let mut con = self.conn(Some(
