@@ -13,8 +13,10 @@
 --          try_acquire never does)
 -- ARGV[4]  grant list prefix (queue.lua)
 -- ARGV[5]  claim window of a grant, in milliseconds (queue.lua)
--- ARGV[6]  wake-up channel, ARGV[7] wake-up message, ARGV[8] 'direct' or
+-- ARGV[6]  wake-up channel, ARGV[7] wake-up message, ARGV[8] 'queued' or
 --          '' (queue.lua announce): for a lock handed on from here
+-- ARGV[9]  'block': this waiter blocks on its grant list (queue.lua
+--          queue_join); otherwise it waits for release messages
 -- Returns  {1, fence}  acquired, with the lease set to ARGV[2]: the lock
 --                      was free with no live waiter ahead, or it had been
 --                      granted to this token (a release handed it over, or
@@ -25,7 +27,7 @@
 --          written by redlease, a holder without expiry, or a counter that
 --          is not a positive integer).
 local lock, counter, q, qt = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local me, lease, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local me, lease, ttl, blocks = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[9] == 'block'
 local holder = redis.call('GET', lock)
 if holder then
   if string.match(holder, '^[^#]*') == me then
@@ -44,11 +46,11 @@ if holder then
     return redis.error_reply('REDLEASE_FOREIGN lock key has no expiry (redlease always sets one)')
   end
   if ttl > 0 then
-    queue_join(q, qt, me, ttl)
+    queue_join(q, qt, me, ttl, blocks)
   end
   return {0, pttl}
 end
-local head = queue_head(q, qt)
+local head, head_blocks = queue_head(q, qt)
 if head == nil or head == me then
   local fence = next_fence(counter, lease)
   redis.call('SET', lock, holder_value(me, fence), 'PX', lease)
@@ -59,9 +61,9 @@ if head == nil or head == me then
 end
 -- Free, yet a live waiter is ahead (the holder's lease ran out, or a grant
 -- lapsed, with nobody to hand the lock on): hand it on now, then wait.
-local pushed = grant(lock, counter, q, qt, ARGV[4], head, tonumber(ARGV[5]))
-announce(ARGV[6], ARGV[7], ARGV[8], pushed)
+local told = grant(lock, counter, q, qt, ARGV[4], head, head_blocks, tonumber(ARGV[5]))
+announce(ARGV[6], ARGV[7], ARGV[8], told)
 if ttl > 0 then
-  queue_join(q, qt, me, ttl)
+  queue_join(q, qt, me, ttl, blocks)
 end
 return {0, tonumber(ARGV[5])}

@@ -15,9 +15,9 @@
 -- ARGV[7]  "keep": leave the fencing counter to lapse by itself (Redlock:
 --          masters keep agreeing on it); otherwise it is removed with the
 --          last hold, since a fresh one starts above it (fence.lua)
--- ARGV[8]  'direct': waiters block for their grant, so publish only if a
---          grant could not be pushed (queue.lua announce); otherwise
---          always publish
+-- ARGV[8]  'queued': every waiter of the name is in the queue, so publish
+--          only for a granted waiter that waits for messages (queue.lua
+--          announce); otherwise always publish
 -- Returns  1 released (handed on, or waiters notified), 0 not held by
 --          this token
 local queued = #KEYS >= 4
@@ -34,18 +34,21 @@ if not v or (ARGV[6] ~= 'force' and string.match(v, '^[^#]*') ~= ARGV[1]) then
   return 0
 end
 redis.call('DEL', KEYS[1])
-local pushed = false
+local told = false
 if queued then
-  local head = waiting and queue_head(KEYS[3], KEYS[4]) or nil
+  local head, blocks = nil, false
+  if waiting then
+    head, blocks = queue_head(KEYS[3], KEYS[4])
+  end
   if head then
-    pushed = grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], head, tonumber(ARGV[5]))
+    told = grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], head, blocks, tonumber(ARGV[5]))
   else
     if ARGV[7] ~= 'keep' then
       redis.call('DEL', KEYS[2])
     end
-    -- Nobody is queued: with direct grants, nobody waits.
-    pushed = true
+    -- Nobody is queued: where every waiter queues, nobody waits.
+    told = true
   end
 end
-announce(ARGV[2], ARGV[3], ARGV[8], pushed)
+announce(ARGV[2], ARGV[3], ARGV[8], told)
 return 1

@@ -56,11 +56,20 @@ pub(crate) struct Spec {
     /// Withdraws what a waiting attempt leaves besides a hold (a fair-queue
     /// entry, a writer's intent), after giving up.
     pub(crate) leave: Option<Script>,
-    /// Direct grant: the list this token's grant is pushed onto (the
-    /// release hands the hold over inside its script). A queued waiter
-    /// blocks on it with `grant` pipelined behind, where the backend
-    /// allows; elsewhere it waits for release messages as usual.
-    pub(crate) grant_list: Option<Vec<u8>>,
+    /// Direct grant, where the backend allows it (see [`Direct`]).
+    pub(crate) direct: Option<Direct>,
+}
+
+/// How a queued waiter learns of its grant without a message: it blocks on
+/// `list`, onto which a release pushes the grant (the release hands the
+/// hold over inside its script), with `grant` pipelined behind. Its queue
+/// entry says so (the grant script's arguments), and a release then sends
+/// no message. Should the server refuse the blocking pop (an old ACL), the
+/// waiter falls back to messages, and its attempts use `by_message`: the
+/// same script, with an entry saying it needs a message when granted.
+pub(crate) struct Direct {
+    pub(crate) list: Vec<u8>,
+    pub(crate) by_message: Script,
 }
 
 /// How long a waiter blocked on its direct grant stays blocked per round
@@ -72,17 +81,27 @@ pub(crate) fn grant_slice(lease: Duration) -> Duration {
 }
 
 /// The longest slice (see [`grant_slice`]).
-pub(crate) const GRANT_SLICE: Duration = Duration::from_millis(400);
+pub(crate) const GRANT_SLICE: Duration = Duration::from_millis(250);
 
 /// How long a grant waits for its waiter to take it before it lapses (a
 /// waiter that died or was cut off between queueing and the grant). With
 /// the slice this bounds the stall such a waiter causes: the grant lapses
 /// after this, and the next waiter takes the name at the end of its
-/// current slice, under a second in all.
+/// current slice, under 0.75 s in all.
 pub(crate) const GRANT_CLAIM: Duration = Duration::from_millis(500);
 
-/// How long a queue entry lives without its waiter renewing it.
-pub(crate) const QUEUE_ENTRY: Duration = Duration::from_secs(2);
+/// How long a blocking waiter's queue entry lives past its slice without
+/// being renewed: the time between one slice's end and the next round
+/// trip (a reply, and the next request), with room for a loaded machine.
+/// Slice plus this never exceeds [`GRANT_CLAIM`]: waiters that died
+/// together have all lapsed when the first one's grant does, so however
+/// many of them there were, they stall the name once, not once each.
+pub(crate) const ENTRY_SLACK: Duration = Duration::from_millis(250);
+
+/// The queue entry life of a waiter that blocks for its grant with `lease`.
+pub(crate) fn blocking_entry(lease: Duration) -> Duration {
+    grant_slice(lease) + ENTRY_SLACK
+}
 
 /// Checks a lease and returns it in whole milliseconds (at least 1).
 pub(crate) fn lease_millis(lease: Duration) -> Result<u64> {
@@ -181,7 +200,7 @@ fn attempt(
     let wake = spec.wake.clone();
     let (turns, jump) = (spec.turns, spec.jump);
     let direct =
-        (spec.grant_list.is_some() && backend.grants_directly()).then(|| grant_slice(spec.lease));
+        (spec.direct.is_some() && backend.grants_directly()).then(|| grant_slice(spec.lease));
 
     // What the attempts left behind, for the clean-up if we give up.
     let mut ambiguous = false; // the last attempt may have granted, undecided
@@ -192,22 +211,37 @@ fn attempt(
     let acquired = wakeup.acquire(&wake, turns, deadline, jump, direct, |block| {
         // A lease granted in this round trip started after this instant.
         let at = Instant::now();
-        let reply = match (block, &spec.grant_list) {
-            (Some(block), Some(list)) => backend
-                .grant_blocking(list, block, &spec.grant.call(), &spec.release.call())
+        let reply = match (block, &spec.direct) {
+            (Some(block), Some(d)) => backend
+                .grant_blocking(
+                    &d.list,
+                    block,
+                    &spec.grant.call(),
+                    &spec.release.call(),
+                    deadline,
+                )
                 .map(|(reply, popped)| {
                     if popped {
                         wakeup.delivered_directly();
                     }
                     reply
                 }),
-            _ => backend.grant(
-                &spec.grant.call(),
-                &spec.release.call(),
-                spec.lease,
-                spec.fence.as_deref(),
-                deadline,
-            ),
+            (_, direct) => {
+                // A waiter that can no longer block (the server refused it)
+                // says so in its queue entry: its grant then comes with a
+                // message.
+                let grant = match direct {
+                    Some(d) if !backend.grants_directly() => &d.by_message,
+                    _ => &spec.grant,
+                };
+                backend.grant(
+                    &grant.call(),
+                    &spec.release.call(),
+                    spec.lease,
+                    spec.fence.as_deref(),
+                    deadline,
+                )
+            }
         };
         match reply {
             Ok((1, fence)) => Ok(Attempt::Acquired((fence, at))),

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::backend::Script;
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::lease::{self, lease_controls, Holding, Reentry, Spec, ThreadBound};
+use crate::lease::{self, lease_controls, Direct, Holding, Reentry, Spec, ThreadBound};
 use crate::reentrancy::{self, HoldKey, Mode};
 use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE};
 use crate::wakeup::{deadline_after, waited, Turns};
@@ -202,13 +202,16 @@ impl Lock {
         // On Redlock each master would keep its own queue, and their heads
         // could differ: waiters there do not queue, and retry on messages.
         let queues = waits && !backend.is_redlock();
+        let blocks = queues && backend.grants_directly();
+        // Waiters that wait for messages renew their entry only when they
+        // retry (on a message, or after the fallback wait).
+        let by_message = self.client.wakeup().fallback() * 3 + Duration::from_secs(1);
         let queue_ttl = if !queues {
             Duration::ZERO
-        } else if backend.grants_directly() {
-            lease::QUEUE_ENTRY
+        } else if blocks {
+            lease::blocking_entry(lease)
         } else {
-            // Waiters retry on messages, or after the fallback wait.
-            self.client.wakeup().fallback() * 3 + Duration::from_secs(1)
+            by_message
         };
         let claim = lease::GRANT_CLAIM.as_millis().to_string().into_bytes();
         let release = Script::new(
@@ -218,14 +221,35 @@ impl Lock {
         );
         let mut grant_list = keys.grant_prefix.clone();
         grant_list.extend_from_slice(&t);
-        let mut grant_args = vec![
-            t.clone(),
-            ms.clone(),
-            queue_ttl.as_millis().to_string().into_bytes(),
-            keys.grant_prefix.clone(),
-            claim,
-        ];
-        grant_args.extend(self.announce_args(keys));
+        let grant_args = |ttl: Duration, blocks: bool| {
+            let mut args = vec![
+                t.clone(),
+                ms.clone(),
+                ttl.as_millis().to_string().into_bytes(),
+                keys.grant_prefix.clone(),
+                claim.clone(),
+            ];
+            args.extend(self.announce_args(keys));
+            args.push(if blocks {
+                b"block".to_vec()
+            } else {
+                Vec::new()
+            });
+            args
+        };
+        let grant = Script::new(
+            &LOCK_ACQUIRE,
+            keys.scripted(),
+            grant_args(queue_ttl, blocks),
+        );
+        let direct = blocks.then(|| Direct {
+            list: grant_list,
+            by_message: Script::new(
+                &LOCK_ACQUIRE,
+                keys.scripted(),
+                grant_args(by_message, false),
+            ),
+        });
         Spec {
             what: if self.fair { "fair lock" } else { "lock" },
             name: keys.name.clone(),
@@ -234,14 +258,14 @@ impl Lock {
             jump: false,
             lease,
             watchdog: self.lease.is_none(),
-            grant: Script::new(&LOCK_ACQUIRE, keys.scripted(), grant_args),
+            grant,
             fence: Some(keys.fence.clone()),
             // The release also withdraws a queue entry, and hands on a
             // grant that came just as we gave up.
             leave: queues.then(|| release.clone()),
             release,
             extend: Script::new(&LOCK_EXTEND, vec![keys.lock.to_vec()], vec![t, ms]),
-            grant_list: (queues && backend.grants_directly()).then_some(grant_list),
+            direct,
         }
     }
 
@@ -269,16 +293,16 @@ impl Lock {
     }
 
     /// Channel, message and mode for a hand-over (lua/queue.lua
-    /// `announce`): where waiters block for their grant, a release
-    /// publishes only when a grant could not be pushed to its waiter.
+    /// `announce`): where every waiter queues (all but Redlock), a release
+    /// publishes only for a granted waiter that waits for messages.
     fn announce_args(&self, keys: &Keys) -> [Vec<u8>; 3] {
         let wakeup = self.client.wakeup();
-        let direct = self.client.backend().grants_directly();
+        let queued = !self.client.backend().is_redlock();
         [
             wakeup.channel().to_vec(),
             wakeup.message(&keys.lock),
-            if direct {
-                b"direct".to_vec()
+            if queued {
+                b"queued".to_vec()
             } else {
                 Vec::new()
             },

@@ -264,7 +264,7 @@ impl RwLock {
                     ),
                     extend: Script::new(&ZSET_EXTEND, vec![keys.readers.clone()], vec![t, ms]),
                     leave: None,
-                    grant_list: None,
+                    direct: None,
                 })
             },
         )?;
@@ -329,7 +329,7 @@ impl RwLock {
                         vec![keys.intent.clone()],
                         self.wake_args(keys, token),
                     )),
-                    grant_list: None,
+                    direct: None,
                 })
             },
         )?;

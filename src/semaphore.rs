@@ -304,7 +304,7 @@ impl Semaphore {
                         release_args,
                     )
                 }),
-                grant_list: None,
+                direct: None,
             })
         })?;
         Ok(held.map(|held| Permit {

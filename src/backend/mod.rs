@@ -336,11 +336,12 @@ impl Backend {
         block: Duration,
         call: &Call<'_>,
         undo: &Call<'_>,
+        deadline: Option<Instant>,
     ) -> Result<((i64, i64), bool)> {
         let place = &self.place;
         (match &self.kind {
             Kind::Single(node) if self.replica_ack.is_none() => {
-                node.grant_blocking(list, block, call, undo)
+                node.grant_blocking(list, block, call, undo, deadline)
             }
             _ => Err(unsupported()),
         })

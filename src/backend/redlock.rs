@@ -1,15 +1,19 @@
 //! Redlock: one lease granted by a majority of independent masters.
 //!
-//! Every call goes to all masters in parallel, each bounded by the node
-//! timeout; votes are combined by majority. A master that errors or times
-//! out is one missing vote, never an aborted attempt. A master that could
-//! not be reached is skipped for a short window (see `Node`), so a dead
-//! master costs one timeout per window, not one per call.
+//! Every call is written to all masters first and their replies read
+//! after, on the calling thread: the masters work at once, and there is no
+//! thread per master (see `Node::send`). Each master's reply is bounded by
+//! the node timeout, counted from its send; votes are combined by
+//! majority. A master that errors or times out is one missing vote, never
+//! an aborted attempt. A master that could not be reached is skipped for a
+//! short window (see `Node`), so a dead master costs one refused connect
+//! per window, not one per call.
 
 use std::time::{Duration, Instant};
 
-use redis::Value;
+use redis::{FromRedisValue, Value};
 
+use super::single::batch;
 use super::{Call, Node};
 use crate::error::{Error, ErrorKind, Result};
 use crate::scripts::FENCE_RAISE;
@@ -25,7 +29,9 @@ pub(crate) struct Redlock {
     nodes: Vec<Node>,
 }
 
-/// Runs `f` on every node at once; results in node order.
+/// Runs `f` on every node at once, a thread each; results in node order.
+/// Only for connecting (`check`): every call after that goes through
+/// [`Redlock::fan_out`].
 fn on_all<T: Send>(nodes: &[Node], f: impl Fn(&Node) -> T + Sync) -> Vec<T> {
     std::thread::scope(|s| {
         let handles: Vec<_> = nodes[1..].iter().map(|n| s.spawn(|| f(n))).collect();
@@ -37,6 +43,14 @@ fn on_all<T: Send>(nodes: &[Node], f: impl Fn(&Node) -> T + Sync) -> Vec<T> {
         }
         out
     })
+}
+
+/// One reply as `T`: an error reply is that master's error.
+fn decode<T: FromRedisValue>(reply: Value) -> Result<T> {
+    match reply {
+        Value::ServerError(e) => Err(redis::RedisError::from(e).into()),
+        v => T::from_redis_value(v).map_err(|e| redis::RedisError::from(e).into()),
+    }
 }
 
 fn slices(v: &[Vec<u8>]) -> Vec<&[u8]> {
@@ -53,6 +67,52 @@ impl Redlock {
 
     fn quorum(&self) -> usize {
         self.nodes.len() / 2 + 1
+    }
+
+    /// Writes `pipe` to every master, then reads every master's replies:
+    /// the masters work at once and one thread waits for all of them. A
+    /// master's replies are due within `limit` (by default the node
+    /// timeout) of its own send; one that fails or is late is an error in
+    /// its place, and a late one gets `undo` written behind it.
+    fn fan_out(
+        &self,
+        pipe: &redis::Pipeline,
+        count: usize,
+        limit: Option<Duration>,
+        undo: Option<&Call<'_>>,
+    ) -> Vec<Result<Vec<Value>>> {
+        let packed = pipe.get_packed_pipeline();
+        let sent: Vec<_> = self
+            .nodes
+            .iter()
+            .map(|n| n.send(&packed, count, limit))
+            .collect();
+        sent.into_iter()
+            .map(|s| s.and_then(|s| s.recv(undo)))
+            .collect()
+    }
+
+    /// One script on every master (see [`Redlock::fan_out`]). A master that
+    /// does not know the script yet (restarted) gets it through an
+    /// ordinary call, which loads it.
+    fn call_all<T: FromRedisValue>(
+        &self,
+        call: &Call<'_>,
+        undo: Option<&Call<'_>>,
+    ) -> Vec<Result<T>> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(call.command(false));
+        self.fan_out(&pipe, 1, None, undo)
+            .into_iter()
+            .zip(&self.nodes)
+            .map(|(replies, node)| match replies?.pop() {
+                Some(Value::ServerError(e)) if e.code() == "NOSCRIPT" => {
+                    node.call(call, undo, None)
+                }
+                Some(reply) => decode(reply),
+                None => Err(Error::new(ErrorKind::Server, "a master sent no reply")),
+            })
+            .collect()
     }
 
     /// A majority of masters must answer.
@@ -93,9 +153,7 @@ impl Redlock {
         fence: Option<&[u8]>,
     ) -> Result<(i64, i64)> {
         let start = Instant::now();
-        let votes = on_all(&self.nodes, |n| {
-            n.call::<(i64, i64)>(call, Some(undo), None)
-        });
+        let votes = self.call_all::<(i64, i64)>(call, Some(undo));
         let mut grants = 0;
         let mut best = 0;
         let mut wait: Option<i64> = None;
@@ -164,12 +222,18 @@ impl Redlock {
         Ok((0, wait.map_or(jitter, |w| w.min(jitter.max(w / 4)))))
     }
 
+    /// Runs `undo` on every master. One whose connection broke at once (a
+    /// stale spare after a restart) is asked again on a fresh connection.
     fn undo(&self, undo: &Call<'_>) {
-        let keys = slices(undo.keys);
-        let args = slices(undo.args);
-        on_all(&self.nodes, |n| {
-            let _ = n.eval::<Value>(undo.lua, &keys, &args);
-        });
+        let started = Instant::now();
+        let results = self.call_all::<Value>(undo, None);
+        let quick = started.elapsed() < self.nodes[0].response_timeout() / 2;
+        let (keys, args) = (slices(undo.keys), slices(undo.args));
+        for (r, n) in results.iter().zip(&self.nodes) {
+            if matches!(r, Err(e) if e.is_ambiguous()) && quick {
+                let _ = n.eval::<Value>(undo.lua, &keys, &args);
+            }
+        }
     }
 
     /// Masters count fences independently: raise every counter to the fence
@@ -187,7 +251,8 @@ impl Redlock {
             keys: &keys,
             args: &args,
         };
-        let confirmed = on_all(&self.nodes, |n| n.call::<i64>(&raise, None, None))
+        let confirmed = self
+            .call_all::<i64>(&raise, None)
             .into_iter()
             .filter(|r| matches!(r, Ok(v) if *v >= fence))
             .count();
@@ -198,7 +263,7 @@ impl Redlock {
     /// `0` when so many deny that no majority can still hold it, otherwise
     /// `QuorumNotReached`.
     pub(crate) fn confirm(&self, call: &Call<'_>) -> Result<i64> {
-        let votes = on_all(&self.nodes, |n| n.call::<i64>(call, None, None));
+        let votes = self.call_all::<i64>(call, None);
         self.combine(votes.iter().map(|v| v.as_ref().ok().copied()))
             .ok_or_else(|| {
                 Error::new(
@@ -210,16 +275,28 @@ impl Redlock {
 
     /// Whether `key` exists on a majority.
     pub(crate) fn exists(&self, key: &[u8]) -> bool {
-        let votes = on_all(&self.nodes, |n| {
-            n.query::<i64>(redis::cmd("EXISTS").arg(key))
-        });
-        votes.iter().filter(|v| matches!(v, Ok(1))).count() >= self.quorum()
+        let mut pipe = redis::pipe();
+        pipe.cmd("EXISTS").arg(key);
+        let votes = self.fan_out(&pipe, 1, None, None);
+        let votes = votes
+            .into_iter()
+            .map(|r| r.and_then(|mut v| decode::<i64>(v.pop().unwrap_or(Value::Nil))));
+        votes.filter(|v| matches!(v, Ok(1))).count() >= self.quorum()
     }
 
     /// Renewal batches: one pipeline per master, in parallel; per call
     /// `Int(1)`/`Int(0)` when a majority decides, `Nil` when undecided.
     pub(crate) fn eval_batch(&self, calls: &[Call<'_>], limit: Duration) -> Vec<Value> {
-        let per_node = on_all(&self.nodes, |n| n.eval_batch(calls, limit).ok());
+        let (pipe, loads) = batch(calls);
+        let limit = limit
+            .min(self.nodes[0].response_timeout())
+            .max(Duration::from_millis(1));
+        let per_node: Vec<Option<Vec<Value>>> = self
+            .fan_out(&pipe, loads + calls.len(), Some(limit), None)
+            .into_iter()
+            // The script loads come first; their replies are not votes.
+            .map(|r| r.ok().map(|v| v.into_iter().skip(loads).collect()))
+            .collect();
         (0..calls.len())
             .map(|i| {
                 let votes = per_node

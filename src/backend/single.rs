@@ -125,6 +125,52 @@ pub(crate) struct Con {
 }
 
 impl Con {
+    /// Writes `packed` (`count` commands) and reads their replies (see
+    /// [`Con::replies`]).
+    fn exchange(
+        &mut self,
+        packed: &[u8],
+        count: usize,
+        until: Instant,
+        response: Duration,
+    ) -> redis::RedisResult<Vec<Value>> {
+        self.inner.send_packed_command(packed)?;
+        self.replies(count, until, response)
+    }
+
+    /// Reads `count` replies, all due by `until`; error replies are values.
+    /// Stops at the first failure: redis-rs's own pipeline reading goes on
+    /// after a timeout, waiting a whole timeout for each remaining reply —
+    /// minutes for a renewal batch on a stalled server, during which every
+    /// other lease of that batch's backend goes unrenewed. The read timeout
+    /// is back to `response` afterwards.
+    fn replies(
+        &mut self,
+        count: usize,
+        until: Instant,
+        response: Duration,
+    ) -> redis::RedisResult<Vec<Value>> {
+        let mut out = Vec::with_capacity(count);
+        let mut result = Ok(());
+        while out.len() < count {
+            let left = until.saturating_duration_since(Instant::now());
+            let _ = self
+                .inner
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))));
+            match self.inner.recv_response() {
+                // RESP3 pushes are not replies.
+                Ok(Value::Push { .. }) => {}
+                Ok(v) => out.push(v),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        let _ = self.inner.set_read_timeout(Some(response));
+        result.map(|()| out)
+    }
+
     /// Writes `call` as a self-contained `EVAL` without waiting for its
     /// reply. The server runs it after everything sent before on this
     /// connection, even once we have closed it.
@@ -158,6 +204,41 @@ impl redis::ConnectionLike for Con {
 
     fn is_open(&self) -> bool {
         !self.broken && self.inner.is_open()
+    }
+}
+
+/// A request written to a node whose replies are still to be read (see
+/// [`Node::send`]).
+pub(crate) struct Sent<'a> {
+    node: &'a Node,
+    con: Con,
+    count: usize,
+    until: Instant,
+}
+
+impl Sent<'_> {
+    /// Reads the replies; error replies are values. When they do not all
+    /// arrive in time and `undo` is given, it is written behind them before
+    /// the connection is retired, as [`Node::call`] does: the server runs
+    /// it after the late request, however late.
+    pub(crate) fn recv(mut self, undo: Option<&Call<'_>>) -> Result<Vec<Value>> {
+        let response = self.node.timeouts.response;
+        match self.con.replies(self.count, self.until, response) {
+            Ok(out) => {
+                self.node.idle_spare(self.con);
+                Ok(out)
+            }
+            Err(e) => {
+                self.node.failed(&mut self.con, &e);
+                Err(match undo {
+                    Some(undo) if e.is_timeout() => {
+                        self.con.send_eval(undo);
+                        Error::from(e).undone()
+                    }
+                    _ => e.into(),
+                })
+            }
+        }
     }
 }
 
@@ -209,17 +290,20 @@ pub(crate) struct Node {
     /// (an immediate missing vote) until this instant, in ns since `EPOCH`,
     /// so that a dead master costs one timeout per window, not per call.
     down_until: Option<AtomicU64>,
-    /// Idle connections for waiters blocked on their grant (see
-    /// [`Node::grant_blocking`]). Outside the pool: a blocked waiter must
-    /// never keep a holder of the same client from its release.
-    blockers: std::sync::Mutex<Vec<Con>>,
+    /// Idle connections outside the pool ("spares"), for two uses the pool
+    /// serves badly: waiters blocked on their grant (see
+    /// [`Node::grant_blocking`]; a blocked waiter must never keep a holder
+    /// of the same client from its release), and Redlock's fan-out (see
+    /// [`Node::send`]; opened directly, a refused master is known at once,
+    /// where the pool would wait out its timeout).
+    spares: std::sync::Mutex<Vec<Con>>,
     /// The server refused `BLPOP` (an ACL from before direct grants):
     /// waiters wait for release messages instead.
     blocking_refused: std::sync::atomic::AtomicBool,
 }
 
-/// How many idle blocking connections a node keeps.
-const IDLE_BLOCKERS: usize = 32;
+/// How many idle spare connections a node keeps.
+const IDLE_SPARES: usize = 32;
 
 /// How long a Redlock master that could not be reached is skipped.
 const DOWN_FOR: Duration = Duration::from_millis(500);
@@ -272,7 +356,7 @@ impl Node {
             timeouts,
             generation,
             down_until: breaker.then(|| AtomicU64::new(0)),
-            blockers: std::sync::Mutex::new(Vec::new()),
+            spares: std::sync::Mutex::new(Vec::new()),
             blocking_refused: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -284,15 +368,7 @@ impl Node {
     /// the server answers, every connection is in use — waits up to the pool
     /// timeout.
     fn conn(&self, deadline: Option<Instant>) -> Result<r2d2::PooledConnection<Manager>> {
-        if let Some(down) = &self.down_until {
-            if now_nanos() < down.load(Ordering::Relaxed) {
-                return Err(Error::new(
-                    ErrorKind::Connection,
-                    "master skipped: it could not be reached a moment ago",
-                )
-                .unsent());
-            }
-        }
+        self.check_down()?;
         let start = Instant::now();
         let cap = deadline.map(|d| d.saturating_duration_since(start) + self.timeouts.response);
         let first = self
@@ -314,9 +390,7 @@ impl Node {
                     )
                     .with_source(e)
                     .unsent();
-                    if let Some(down) = &self.down_until {
-                        down.store(now_nanos() + DOWN_FOR.as_nanos() as u64, Ordering::Relaxed);
-                    }
+                    self.mark_down();
                     return Err(e);
                 }
                 Err(_) => {
@@ -333,9 +407,7 @@ impl Node {
             let mut con = got.map_err(|e| {
                 let e = Error::from(e).unsent();
                 if e.kind() == ErrorKind::Connection {
-                    if let Some(down) = &self.down_until {
-                        down.store(now_nanos() + DOWN_FOR.as_nanos() as u64, Ordering::Relaxed);
-                    }
+                    self.mark_down();
                 }
                 e
             })?;
@@ -418,28 +490,105 @@ impl Node {
         ))
     }
 
-    /// A connection for one blocked waiter: an idle one opened since the
-    /// last drop was noticed, or a new one.
-    fn blocker(&self) -> Result<Con> {
+    /// A spare connection: an idle one opened since the last drop was
+    /// noticed, or a new one, opened within the connect timeout and, like
+    /// a pooled one, by the caller's deadline plus the response timeout. A
+    /// Redlock master that cannot be reached is skipped for a while, as in
+    /// [`Node::conn`].
+    fn spare(&self, deadline: Option<Instant>) -> Result<Con> {
+        self.check_down()?;
         let current = self.generation.load(Ordering::Acquire);
         let idle = {
-            let mut stash = self.blockers.lock().unwrap_or_else(|p| p.into_inner());
+            let mut stash = self.spares.lock().unwrap_or_else(|p| p.into_inner());
             stash.retain(|c| c.generation >= current);
             stash.pop()
         };
         if let Some(con) = idle {
             return Ok(con);
         }
+        let cap =
+            deadline.map(|d| d.saturating_duration_since(Instant::now()) + self.timeouts.response);
+        let connect = self
+            .timeouts
+            .connect
+            .min(cap.unwrap_or(Duration::MAX))
+            .max(Duration::from_millis(1));
         let inner = self
             .source
             .client()
-            .and_then(|c| c.get_connection_with_timeout(self.timeouts.connect))
-            .map_err(|e| Error::from(e).unsent())?;
+            .and_then(|c| c.get_connection_with_timeout(connect))
+            .map_err(|e| {
+                self.mark_down();
+                Error::from(e).unsent()
+            })?;
+        inner.set_read_timeout(Some(self.timeouts.response))?;
         inner.set_write_timeout(Some(self.timeouts.response))?;
         Ok(Con {
             inner,
             broken: false,
             generation: current,
+        })
+    }
+
+    fn idle_spare(&self, con: Con) {
+        if con.broken {
+            return;
+        }
+        let mut stash = self.spares.lock().unwrap_or_else(|p| p.into_inner());
+        if stash.len() < IDLE_SPARES {
+            stash.push(con);
+        }
+    }
+
+    /// How long a reply may take.
+    pub(crate) fn response_timeout(&self) -> Duration {
+        self.timeouts.response
+    }
+
+    /// Redlock: a master that could not be reached a moment ago is skipped
+    /// (an immediate missing vote).
+    fn check_down(&self) -> Result<()> {
+        match &self.down_until {
+            Some(down) if now_nanos() < down.load(Ordering::Relaxed) => Err(Error::new(
+                ErrorKind::Connection,
+                "master skipped: it could not be reached a moment ago",
+            )
+            .unsent()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Redlock: skip this master for a while (see `down_until`).
+    fn mark_down(&self) {
+        if let Some(down) = &self.down_until {
+            down.store(now_nanos() + DOWN_FOR.as_nanos() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Writes `cmds` (packed, `count` commands) on a spare connection and
+    /// returns without waiting for the replies: with [`Sent::recv`], one
+    /// thread talks to several masters at once (Redlock), each server
+    /// working while the others do, with no thread per master. The
+    /// replies are due within `limit` of now (by default the response
+    /// timeout).
+    pub(crate) fn send(
+        &self,
+        cmds: &[u8],
+        count: usize,
+        limit: Option<Duration>,
+    ) -> Result<Sent<'_>> {
+        let limit = limit.unwrap_or(self.timeouts.response);
+        let until = Instant::now() + limit.max(Duration::from_millis(1));
+        let mut con = self.spare(Some(until))?;
+        if let Err(e) = con.inner.send_packed_command(cmds) {
+            self.failed(&mut con, &e);
+            return Err(e.into());
+        }
+        Ok(Sent {
+            node: self,
+            con,
+            count,
+            until,
         })
     }
 
@@ -456,19 +605,18 @@ impl Node {
         block: Duration,
         call: &Call<'_>,
         undo: &Call<'_>,
+        deadline: Option<Instant>,
     ) -> Result<((i64, i64), bool)> {
-        let mut con = self.blocker()?;
+        let mut con = self.spare(deadline)?;
         let mut pipe = redis::pipe();
-        // Error replies stay values: the pop and the script are judged apart.
-        pipe.ignore_errors();
         pipe.cmd("BLPOP")
             .arg(list)
             .arg(format!("{:.3}", block.as_secs_f64().max(0.001)));
         pipe.add_command(call.command(false));
-        let _ = con
-            .inner
-            .set_read_timeout(Some(block + self.timeouts.response));
-        let replies = match pipe.query::<Vec<Value>>(&mut con) {
+        // Error replies stay values: the pop and the script are judged apart.
+        let until = Instant::now() + block + self.timeouts.response;
+        let packed = pipe.get_packed_pipeline();
+        let replies = match con.exchange(&packed, 2, until, self.timeouts.response) {
             Ok(r) => r,
             Err(e) => {
                 self.failed(&mut con, &e);
@@ -485,13 +633,12 @@ impl Node {
                     // of attempts would count the blocked time as a slow
                     // failure rather than one that broke at once.
                     drop(con);
-                    return Ok((self.call(call, Some(undo), None)?, false));
+                    return Ok((self.call(call, Some(undo), deadline)?, false));
                 }
                 return Err(e.into());
             }
         };
-        let _ = con.inner.set_read_timeout(Some(self.timeouts.response));
-        self.idle_blocker(con);
+        self.idle_spare(con);
         let mut replies = replies.into_iter();
         let (Some(pop), Some(reply)) = (replies.next(), replies.next()) else {
             return Err(Error::new(
@@ -514,7 +661,7 @@ impl Node {
             // The script loads on an ordinary call; a grant the pop took
             // stays ours meanwhile (the lock names our token).
             Value::ServerError(e) if e.code() == "NOSCRIPT" => {
-                Ok((self.call(call, Some(undo), None)?, popped))
+                Ok((self.call(call, Some(undo), deadline)?, popped))
             }
             Value::ServerError(e) => Err(redis::RedisError::from(e).into()),
             reply => Ok((
@@ -527,13 +674,6 @@ impl Node {
     /// Whether waiters may block on the server for their grant.
     pub(crate) fn blocks(&self) -> bool {
         !self.blocking_refused.load(Ordering::Relaxed)
-    }
-
-    fn idle_blocker(&self, con: Con) {
-        let mut stash = self.blockers.lock().unwrap_or_else(|p| p.into_inner());
-        if stash.len() < IDLE_BLOCKERS {
-            stash.push(con);
-        }
     }
 
     /// A granting script followed, on the same connection, by `WAIT` for
@@ -609,32 +749,21 @@ impl Node {
     /// replies. Each reply stands alone: an error reply to one call (e.g.
     /// OOM) is that call's `Value::ServerError`, not a failed batch.
     pub(crate) fn eval_batch(&self, calls: &[Call<'_>], limit: Duration) -> Result<Vec<Value>> {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        let mut loaded: Vec<&str> = Vec::new();
-        for call in calls {
-            let hash = call.lua.script.get_hash();
-            if !loaded.contains(&hash) {
-                loaded.push(hash);
-                pipe.cmd("SCRIPT").arg("LOAD").arg(call.lua.code).ignore();
-            }
-        }
-        for call in calls {
-            pipe.add_command(call.command(false));
-        }
+        let (pipe, loads) = batch(calls);
         let limit = limit.max(Duration::from_millis(1));
         let mut con = self.conn(Some(
             Instant::now() + limit.saturating_sub(self.timeouts.response),
         ))?;
-        let _ = con
-            .inner
-            .set_read_timeout(Some(limit.min(self.timeouts.response)));
-        let result = pipe.query::<Vec<Value>>(&mut *con);
-        let _ = con.inner.set_read_timeout(Some(self.timeouts.response));
-        result.map_err(|e| {
-            self.failed(&mut con, &e);
-            e.into()
-        })
+        let until = Instant::now() + limit.min(self.timeouts.response);
+        let packed = pipe.get_packed_pipeline();
+        match con.exchange(&packed, loads + calls.len(), until, self.timeouts.response) {
+            // The script loads come first; their replies are not the calls'.
+            Ok(replies) => Ok(replies.into_iter().skip(loads).collect()),
+            Err(e) => {
+                self.failed(&mut con, &e);
+                Err(e.into())
+            }
+        }
     }
 
     pub(crate) fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
@@ -666,6 +795,25 @@ impl Node {
     pub(crate) fn dedicated(&self, timeout: Duration) -> Result<redis::Connection> {
         Ok(self.source.client()?.get_connection_with_timeout(timeout)?)
     }
+}
+
+/// Many calls as one pipeline, each script loaded in front (a renewal
+/// batch must not fail on `NOSCRIPT` after a restart); also how many of its
+/// replies are those loads, which come first.
+pub(crate) fn batch(calls: &[Call<'_>]) -> (redis::Pipeline, usize) {
+    let mut pipe = redis::pipe();
+    let mut loaded: Vec<&str> = Vec::new();
+    for call in calls {
+        let hash = call.lua.script.get_hash();
+        if !loaded.contains(&hash) {
+            loaded.push(hash);
+            pipe.cmd("SCRIPT").arg("LOAD").arg(call.lua.code);
+        }
+    }
+    for call in calls {
+        pipe.add_command(call.command(false));
+    }
+    (pipe, loaded.len())
 }
 
 /// Logs a warning when the server's `maxmemory-policy` may evict keys:
