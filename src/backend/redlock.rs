@@ -156,6 +156,7 @@ impl Redlock {
         let votes = self.call_all::<(i64, i64)>(call, Some(undo));
         let mut grants = 0;
         let mut best = 0;
+        let mut granted = Vec::new();
         let mut wait: Option<i64> = None;
         let mut errors = 0;
         let mut foreign = None;
@@ -165,6 +166,7 @@ impl Redlock {
                 Ok((1, value)) => {
                     grants += 1;
                     best = best.max(value);
+                    granted.push(value);
                 }
                 Ok((_, ms)) if ms > 0 => wait = Some(wait.map_or(ms, |w: i64| w.min(ms))),
                 Ok(_) => {}
@@ -185,9 +187,15 @@ impl Redlock {
                     "redlease: a Redlock master refused the lease, counted as a missing vote: {e}"
                 );
             }
+            // A granting master's counter is at least the value it
+            // returned. When a majority returned the largest value already,
+            // a majority holds counters at it: no raise is needed (the usual
+            // case, counters moving in step), and the cycle costs no more
+            // round trips than on one server.
+            let at_best = granted.iter().filter(|&&v| v >= best).count();
             let agreed = match fence {
-                Some(key) => self.agree_on_fence(key, best, lease),
-                None => true,
+                Some(key) if at_best < q => self.agree_on_fence(key, best, lease),
+                _ => true,
             };
             let valid = lease
                 .checked_sub(start.elapsed() + drift(lease))
