@@ -275,7 +275,11 @@ impl Wakeup {
             if left == Some(Duration::ZERO) {
                 return tries.timed_out();
             }
-            if !server && !self.shared.is_head(key, &waiter) {
+            // A thread that tried on the fast path may be queued in Redis
+            // (two threads of this client can both get there before either
+            // joins the local queue, in either order): it must stay able to
+            // take a grant, or one made to it lapses unclaimed.
+            if !server && !tried && !self.shared.is_head(key, &waiter) {
                 // Wait for our turn; the head's departure wakes us.
                 let wait = left
                     .unwrap_or(self.shared.fallback)

@@ -240,6 +240,123 @@ fn a_stalled_master_does_not_hold_up_renewal_by_the_majority() {
     }
 }
 
+/// Reproduction (review): with masters stalled, a call connecting to them
+/// one after the other paid twice the node timeout each (the handshake's
+/// two round trips), so two stalled masters of five cost ≈ 800 ms a call.
+/// Masters without a connection now connect at once, within half the node
+/// timeout, and a stalled master is skipped for a while after a timeout.
+#[test]
+#[serial]
+fn stalled_masters_cost_one_node_timeout_a_call() {
+    let servers = masters(5);
+    let c = redlock(&servers); // node timeout 200 ms
+    for i in 0..3 {
+        c.lock(format!("warm{i}"))
+            .try_acquire()
+            .unwrap()
+            .unwrap()
+            .release()
+            .unwrap();
+    }
+    servers[0].pause();
+    servers[1].pause();
+    let mut times = Vec::new();
+    for i in 0..6 {
+        let started = Instant::now();
+        let g = c.lock(format!("s{i}")).try_acquire();
+        times.push(started.elapsed());
+        assert!(matches!(g, Ok(Some(_))), "a majority is free: {g:?}");
+        std::thread::sleep(Duration::from_millis(600)); // past the skip window
+    }
+    servers[0].resume();
+    servers[1].resume();
+    println!("FIGURES two of five masters stalled, try_acquire: {times:?}");
+    let worst = times.iter().max().unwrap();
+    // One node timeout (200 ms) and room for a loaded machine; the defect
+    // cost 800–1,000 ms.
+    assert!(*worst < Duration::from_millis(550), "worst {worst:?}");
+}
+
+/// Reproduction (review): renewal with 2 of 5 masters stalled lost every
+/// lease (each batch paid the stalled masters' connects in turn).
+#[test]
+#[serial]
+fn renewal_survives_two_of_five_stalled_masters() {
+    let servers = masters(5);
+    let c = Client::builder()
+        .redlock(servers.iter().map(|s| s.url()))
+        .watchdog_timeout(Duration::from_millis(1_500))
+        .build()
+        .unwrap();
+    let guards: Vec<_> = (0..10)
+        .map(|i| c.lock(format!("ren{i}")).acquire().unwrap())
+        .collect();
+    servers[0].pause();
+    servers[1].pause();
+    std::thread::sleep(Duration::from_millis(4_000));
+    let held = guards.iter().filter(|g| g.is_held()).count();
+    servers[0].resume();
+    servers[1].resume();
+    println!("FIGURES two of five masters stalled 4 s: {held} of 10 leases held");
+    assert_eq!(held, 10);
+}
+
+/// Reproduction (review): connections the servers had closed (a restart,
+/// or the server's idle `timeout`) cost their votes on the first call
+/// after: `QuorumNotReached` with every master restarted. A connection
+/// that breaks at once is now retried on a fresh one.
+#[test]
+#[serial]
+fn closed_connections_do_not_cost_votes() {
+    let mut servers = masters(3);
+    let c = redlock(&servers);
+    c.lock("w")
+        .try_acquire()
+        .unwrap()
+        .unwrap()
+        .release()
+        .unwrap();
+    for s in servers.iter_mut() {
+        s.restart();
+    }
+    let r = c.lock("after-restart").try_acquire();
+    assert!(matches!(r, Ok(Some(_))), "after a restart of all: {r:?}");
+    drop(r);
+    // One restarted, and another holding a foreign token: the grant needs
+    // the restarted one's vote.
+    c.lock("w2")
+        .try_acquire()
+        .unwrap()
+        .unwrap()
+        .release()
+        .unwrap();
+    servers[2].restart();
+    let _: () = redis::cmd("SET")
+        .arg("{v}")
+        .arg("rl:foreign")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut servers[0].con())
+        .unwrap();
+    let r = c.lock("v").try_acquire();
+    assert!(matches!(r, Ok(Some(_))), "after one restart: {r:?}");
+    drop(r);
+    // Idle connections closed by the servers' `timeout 1`.
+    let idle: Vec<Server> = (0..3)
+        .map(|_| Server::start_with(&["--timeout", "1"]))
+        .collect();
+    let c = redlock(&idle);
+    c.lock("w")
+        .try_acquire()
+        .unwrap()
+        .unwrap()
+        .release()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(3_000));
+    let r = c.lock("idle").try_acquire();
+    assert!(matches!(r, Ok(Some(_))), "after idle close: {r:?}");
+}
+
 #[test]
 #[serial]
 fn reentrancy_fencing_and_unsupported_primitives() {

@@ -2,7 +2,8 @@
 //!
 //! Every call is written to all masters first and their replies read
 //! after, on the calling thread: the masters work at once, and there is no
-//! thread per master (see `Node::send`). Each master's reply is bounded by
+//! thread per master (see `Node::send`; only connecting to several masters
+//! at once takes a thread each). Each master's reply is bounded by
 //! the node timeout, counted from its send; votes are combined by
 //! majority. A master that errors or times out is one missing vote, never
 //! an aborted attempt. A master that could not be reached is skipped for a
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 use redis::{FromRedisValue, Value};
 
 use super::single::batch;
+use super::single::Con;
 use super::{Call, Node};
 use crate::error::{Error, ErrorKind, Result};
 use crate::scripts::FENCE_RAISE;
@@ -30,8 +32,8 @@ pub(crate) struct Redlock {
 }
 
 /// Runs `f` on every node at once, a thread each; results in node order.
-/// Only for connecting (`check`): every call after that goes through
-/// [`Redlock::fan_out`].
+/// Only for checking the masters when the client is built: every call
+/// after that goes through [`Redlock::fan_out`].
 fn on_all<T: Send>(nodes: &[Node], f: impl Fn(&Node) -> T + Sync) -> Vec<T> {
     std::thread::scope(|s| {
         let handles: Vec<_> = nodes[1..].iter().map(|n| s.spawn(|| f(n))).collect();
@@ -53,10 +55,6 @@ fn decode<T: FromRedisValue>(reply: Value) -> Result<T> {
     }
 }
 
-fn slices(v: &[Vec<u8>]) -> Vec<&[u8]> {
-    v.iter().map(|x| x.as_slice()).collect()
-}
-
 impl Redlock {
     pub(crate) fn new(nodes: Vec<Node>) -> Result<Redlock> {
         if nodes.is_empty() {
@@ -74,6 +72,12 @@ impl Redlock {
     /// master's replies are due within `limit` (by default the node
     /// timeout) of its own send; one that fails or is late is an error in
     /// its place, and a late one gets `undo` written behind it.
+    ///
+    /// Masters with an idle connection are written to first. Those without
+    /// one connect at the same time — a thread each, only when several
+    /// must: a stalled master's handshake must not hold up the others' —
+    /// within half the node timeout, so that the handshake's own round
+    /// trips (redis-rs sends two) end within one.
     fn fan_out(
         &self,
         pipe: &redis::Pipeline,
@@ -82,35 +86,76 @@ impl Redlock {
         undo: Option<&Call<'_>>,
     ) -> Vec<Result<Vec<Value>>> {
         let packed = pipe.get_packed_pipeline();
+        let mut cons: Vec<Result<Option<Con>>> = self.nodes.iter().map(|n| n.idle()).collect();
+        let missing: Vec<usize> = (0..cons.len())
+            .filter(|&i| matches!(cons[i], Ok(None)))
+            .collect();
+        let open = |n: &Node| n.open_spare(n.connect_timeout() / 2);
+        match missing.as_slice() {
+            [] => {}
+            [i] => cons[*i] = open(&self.nodes[*i]).map(Some),
+            _ => {
+                let opened = std::thread::scope(|s| {
+                    let handles: Vec<_> = missing
+                        .iter()
+                        .map(|&i| s.spawn(move || open(&self.nodes[i])))
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                        .collect::<Vec<_>>()
+                });
+                for (i, con) in missing.iter().zip(opened) {
+                    cons[*i] = con.map(Some);
+                }
+            }
+        }
         let sent: Vec<_> = self
             .nodes
             .iter()
-            .map(|n| n.send(&packed, count, limit))
+            .zip(cons)
+            .map(|(n, con)| match con {
+                Ok(Some(con)) => n.send(con, &packed, count, limit),
+                Ok(None) => Err(Error::new(ErrorKind::Connection, "no connection").unsent()),
+                Err(e) => Err(e),
+            })
             .collect();
         sent.into_iter()
             .map(|s| s.and_then(|s| s.recv(undo)))
             .collect()
     }
 
-    /// One script on every master (see [`Redlock::fan_out`]). A master that
-    /// does not know the script yet (restarted) gets it through an
-    /// ordinary call, which loads it.
+    /// One script on every master (see [`Redlock::fan_out`]). A master
+    /// whose connection broke at once (an idle connection the server had
+    /// closed: it restarted, or its idle `timeout` passed) is asked again
+    /// on a fresh connection, like a master that does not know the script
+    /// yet (restarted), which gets it loaded. Repeating is safe: every
+    /// script re-grants the same hold to the same token.
     fn call_all<T: FromRedisValue>(
         &self,
         call: &Call<'_>,
         undo: Option<&Call<'_>>,
     ) -> Vec<Result<T>> {
+        let started = Instant::now();
         let mut pipe = redis::pipe();
         pipe.add_command(call.command(false));
-        self.fan_out(&pipe, 1, None, undo)
+        let replies = self.fan_out(&pipe, 1, None, undo);
+        let quick = started.elapsed() < self.nodes[0].response_timeout() / 2;
+        replies
             .into_iter()
             .zip(&self.nodes)
-            .map(|(replies, node)| match replies?.pop() {
-                Some(Value::ServerError(e)) if e.code() == "NOSCRIPT" => {
+            .map(|(replies, node)| match replies {
+                Ok(mut v) => match v.pop() {
+                    Some(Value::ServerError(e)) if e.code() == "NOSCRIPT" => {
+                        node.call(call, undo, None)
+                    }
+                    Some(reply) => decode(reply),
+                    None => Err(Error::new(ErrorKind::Server, "a master sent no reply")),
+                },
+                Err(e) if quick && e.is_ambiguous() && !e.is_undone() => {
                     node.call(call, undo, None)
                 }
-                Some(reply) => decode(reply),
-                None => Err(Error::new(ErrorKind::Server, "a master sent no reply")),
+                Err(e) => Err(e),
             })
             .collect()
     }
@@ -230,18 +275,9 @@ impl Redlock {
         Ok((0, wait.map_or(jitter, |w| w.min(jitter.max(w / 4)))))
     }
 
-    /// Runs `undo` on every master. One whose connection broke at once (a
-    /// stale spare after a restart) is asked again on a fresh connection.
+    /// Runs `undo` on every master.
     fn undo(&self, undo: &Call<'_>) {
-        let started = Instant::now();
-        let results = self.call_all::<Value>(undo, None);
-        let quick = started.elapsed() < self.nodes[0].response_timeout() / 2;
-        let (keys, args) = (slices(undo.keys), slices(undo.args));
-        for (r, n) in results.iter().zip(&self.nodes) {
-            if matches!(r, Err(e) if e.is_ambiguous()) && quick {
-                let _ = n.eval::<Value>(undo.lua, &keys, &args);
-            }
-        }
+        let _ = self.call_all::<Value>(undo, None);
     }
 
     /// Masters count fences independently: raise every counter to the fence

@@ -230,6 +230,11 @@ impl Sent<'_> {
             }
             Err(e) => {
                 self.node.failed(&mut self.con, &e);
+                if e.is_timeout() {
+                    // A Redlock master that stalls is skipped for a while
+                    // rather than costing every call a timeout.
+                    self.node.mark_down();
+                }
                 Err(match undo {
                     Some(undo) if e.is_timeout() => {
                         self.con.send_eval(undo);
@@ -496,27 +501,31 @@ impl Node {
     /// Redlock master that cannot be reached is skipped for a while, as in
     /// [`Node::conn`].
     fn spare(&self, deadline: Option<Instant>) -> Result<Con> {
-        self.check_down()?;
-        let current = self.generation.load(Ordering::Acquire);
-        let idle = {
-            let mut stash = self.spares.lock().unwrap_or_else(|p| p.into_inner());
-            stash.retain(|c| c.generation >= current);
-            stash.pop()
-        };
-        if let Some(con) = idle {
+        if let Some(con) = self.idle()? {
             return Ok(con);
         }
         let cap =
             deadline.map(|d| d.saturating_duration_since(Instant::now()) + self.timeouts.response);
-        let connect = self
-            .timeouts
-            .connect
-            .min(cap.unwrap_or(Duration::MAX))
-            .max(Duration::from_millis(1));
+        self.open_spare(self.timeouts.connect.min(cap.unwrap_or(Duration::MAX)))
+    }
+
+    /// An idle spare connection opened since the last drop was noticed, if
+    /// any; an error if this Redlock master is being skipped.
+    pub(crate) fn idle(&self) -> Result<Option<Con>> {
+        self.check_down()?;
+        let current = self.generation.load(Ordering::Acquire);
+        let mut stash = self.spares.lock().unwrap_or_else(|p| p.into_inner());
+        stash.retain(|c| c.generation >= current);
+        Ok(stash.pop())
+    }
+
+    /// A new spare connection, opened within `connect`.
+    pub(crate) fn open_spare(&self, connect: Duration) -> Result<Con> {
+        let generation = self.generation.load(Ordering::Acquire);
         let inner = self
             .source
             .client()
-            .and_then(|c| c.get_connection_with_timeout(connect))
+            .and_then(|c| c.get_connection_with_timeout(connect.max(Duration::from_millis(1))))
             .map_err(|e| {
                 self.mark_down();
                 Error::from(e).unsent()
@@ -526,8 +535,13 @@ impl Node {
         Ok(Con {
             inner,
             broken: false,
-            generation: current,
+            generation,
         })
+    }
+
+    /// How long a connection may take to open.
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.timeouts.connect
     }
 
     fn idle_spare(&self, con: Con) {
@@ -565,21 +579,21 @@ impl Node {
         }
     }
 
-    /// Writes `cmds` (packed, `count` commands) on a spare connection and
-    /// returns without waiting for the replies: with [`Sent::recv`], one
-    /// thread talks to several masters at once (Redlock), each server
-    /// working while the others do, with no thread per master. The
-    /// replies are due within `limit` of now (by default the response
-    /// timeout).
+    /// Writes `cmds` (packed, `count` commands) on `con`, a spare
+    /// connection of this node, and returns without waiting for the
+    /// replies: with [`Sent::recv`], one thread talks to several masters at
+    /// once (Redlock), each server working while the others do, with no
+    /// thread per master. The replies are due within `limit` of now (by
+    /// default the response timeout).
     pub(crate) fn send(
         &self,
+        mut con: Con,
         cmds: &[u8],
         count: usize,
         limit: Option<Duration>,
     ) -> Result<Sent<'_>> {
         let limit = limit.unwrap_or(self.timeouts.response);
         let until = Instant::now() + limit.max(Duration::from_millis(1));
-        let mut con = self.spare(Some(until))?;
         if let Err(e) = con.inner.send_packed_command(cmds) {
             self.failed(&mut con, &e);
             return Err(e.into());
