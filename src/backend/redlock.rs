@@ -153,11 +153,32 @@ impl Redlock {
                     None => Err(Error::new(ErrorKind::Server, "a master sent no reply")),
                 },
                 Err(e) if quick && e.is_ambiguous() && !e.is_undone() => {
-                    node.call(call, undo, None)
+                    Self::call_fresh(node, call, undo)
                 }
                 Err(e) => Err(e),
             })
             .collect()
+    }
+
+    /// One script on one master over a new connection (opened directly, so
+    /// a master that is down now refuses at once, where the pool would
+    /// wait out its timeout).
+    fn call_fresh<T: FromRedisValue>(
+        node: &Node,
+        call: &Call<'_>,
+        undo: Option<&Call<'_>>,
+    ) -> Result<T> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(call.command(false));
+        let con = node.open_spare(node.connect_timeout() / 2)?;
+        let mut replies = node
+            .send(con, &pipe.get_packed_pipeline(), 1, None)?
+            .recv(undo)?;
+        match replies.pop() {
+            Some(Value::ServerError(e)) if e.code() == "NOSCRIPT" => node.call(call, undo, None),
+            Some(reply) => decode(reply),
+            None => Err(Error::new(ErrorKind::Server, "a master sent no reply")),
+        }
     }
 
     /// A majority of masters must answer.
