@@ -47,6 +47,22 @@ fn on_all<T: Send>(nodes: &[Node], f: impl Fn(&Node) -> T + Sync) -> Vec<T> {
     })
 }
 
+/// A master's reply to one script call as `T`. A master that does not
+/// know the script yet (restarted) gets it through an ordinary call, which
+/// loads it.
+fn script_reply<T: FromRedisValue>(
+    node: &Node,
+    mut replies: Vec<Value>,
+    call: &Call<'_>,
+    undo: Option<&Call<'_>>,
+) -> Result<T> {
+    match replies.pop() {
+        Some(Value::ServerError(e)) if e.code() == "NOSCRIPT" => node.call(call, undo, None),
+        Some(reply) => decode(reply),
+        None => Err(Error::new(ErrorKind::Server, "a master sent no reply")),
+    }
+}
+
 /// One reply as `T`: an error reply is that master's error.
 fn decode<T: FromRedisValue>(reply: Value) -> Result<T> {
     match reply {
@@ -145,13 +161,7 @@ impl Redlock {
             .into_iter()
             .zip(&self.nodes)
             .map(|(replies, node)| match replies {
-                Ok(mut v) => match v.pop() {
-                    Some(Value::ServerError(e)) if e.code() == "NOSCRIPT" => {
-                        node.call(call, undo, None)
-                    }
-                    Some(reply) => decode(reply),
-                    None => Err(Error::new(ErrorKind::Server, "a master sent no reply")),
-                },
+                Ok(v) => script_reply(node, v, call, undo),
                 Err(e) if quick && e.is_ambiguous() && !e.is_undone() => {
                     Self::call_fresh(node, call, undo)
                 }
@@ -171,14 +181,10 @@ impl Redlock {
         let mut pipe = redis::pipe();
         pipe.add_command(call.command(false));
         let con = node.open_spare(node.connect_timeout() / 2)?;
-        let mut replies = node
+        let replies = node
             .send(con, &pipe.get_packed_pipeline(), 1, None)?
             .recv(undo)?;
-        match replies.pop() {
-            Some(Value::ServerError(e)) if e.code() == "NOSCRIPT" => node.call(call, undo, None),
-            Some(reply) => decode(reply),
-            None => Err(Error::new(ErrorKind::Server, "a master sent no reply")),
-        }
+        script_reply(node, replies, call, undo)
     }
 
     /// A majority of masters must answer.

@@ -125,6 +125,24 @@ pub(crate) struct Con {
 }
 
 impl Con {
+    /// A new connection with read and write timeouts set to `response`:
+    /// how the pool and the spares both open theirs.
+    fn open(
+        source: &Source,
+        connect: Duration,
+        response: Duration,
+        generation: u64,
+    ) -> redis::RedisResult<Con> {
+        let inner = source.client()?.get_connection_with_timeout(connect)?;
+        inner.set_read_timeout(Some(response))?;
+        inner.set_write_timeout(Some(response))?;
+        Ok(Con {
+            inner,
+            broken: false,
+            generation,
+        })
+    }
+
     /// Writes `packed` (`count` commands) and reads their replies (see
     /// [`Con::replies`]).
     fn exchange(
@@ -260,17 +278,12 @@ impl r2d2::ManageConnection for Manager {
 
     fn connect(&self) -> Result<Con, redis::RedisError> {
         let generation = self.generation.load(Ordering::Acquire);
-        let inner = self
-            .source
-            .client()?
-            .get_connection_with_timeout(self.timeouts.connect)?;
-        inner.set_read_timeout(Some(self.timeouts.response))?;
-        inner.set_write_timeout(Some(self.timeouts.response))?;
-        Ok(Con {
-            inner,
-            broken: false,
+        Con::open(
+            &self.source,
+            self.timeouts.connect,
+            self.timeouts.response,
             generation,
-        })
+        )
     }
 
     fn is_valid(&self, con: &mut Con) -> Result<(), redis::RedisError> {
@@ -522,20 +535,10 @@ impl Node {
     /// A new spare connection, opened within `connect`.
     pub(crate) fn open_spare(&self, connect: Duration) -> Result<Con> {
         let generation = self.generation.load(Ordering::Acquire);
-        let inner = self
-            .source
-            .client()
-            .and_then(|c| c.get_connection_with_timeout(connect.max(Duration::from_millis(1))))
-            .map_err(|e| {
-                self.mark_down();
-                Error::from(e).unsent()
-            })?;
-        inner.set_read_timeout(Some(self.timeouts.response))?;
-        inner.set_write_timeout(Some(self.timeouts.response))?;
-        Ok(Con {
-            inner,
-            broken: false,
-            generation,
+        let connect = connect.max(Duration::from_millis(1));
+        Con::open(&self.source, connect, self.timeouts.response, generation).map_err(|e| {
+            self.mark_down();
+            Error::from(e).unsent()
         })
     }
 
