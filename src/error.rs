@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::time::Duration;
 
 /// What went wrong, coarsely: enough to decide whether to retry, give up or alert.
 ///
@@ -69,6 +70,10 @@ pub struct Error {
     /// The command's reply was late and the undo of what it may have
     /// granted was written right after it on the same connection.
     undone: bool,
+    /// A read interrupted by a signal (Linux interrupts a socket read that
+    /// has a timeout when a stopped process is continued): the connection
+    /// did not fail, however long the call took.
+    interrupted: bool,
     message: Cow<'static, str>,
     /// What the error is about: the primitive (`lock "orders"`) and where
     /// (`redis://127.0.0.1:6379/`, password redacted), for `Display`.
@@ -91,6 +96,7 @@ impl Error {
             kind,
             unsent: false,
             undone: false,
+            interrupted: false,
             message: message.into(),
             about: None,
             source: None,
@@ -168,6 +174,16 @@ impl Error {
     /// used must not be granted again: the undo may still be on its way).
     pub(crate) fn is_undone(&self) -> bool {
         self.undone
+    }
+
+    /// Whether this ambiguous failure came at once (the connection broke,
+    /// or a signal interrupted the read), within half the `response`
+    /// timeout of the call's start, so the server is answering and asking
+    /// again costs no long wait. A late reply (the server stalled) is not:
+    /// asking again would wait another timeout, and its undo is already
+    /// queued behind it.
+    pub(crate) fn broke_at_once(&self, took: Duration, response: Duration) -> bool {
+        self.is_ambiguous() && !self.undone && (self.interrupted || took < response / 2)
     }
 
     /// Whether the command was never sent (no connection could be had), so
@@ -264,7 +280,10 @@ impl From<redis::RedisError> for Error {
             || err.is_connection_dropped()
             || err.is_unrecoverable_error() && err.code().is_none()
         {
-            e(ErrorKind::Connection, "redis connection failed")
+            let mut error = e(ErrorKind::Connection, "redis connection failed");
+            error.interrupted =
+                io_error_of(&err).is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted);
+            error
         } else if code == "WRONGTYPE" || text.contains("WRONGTYPE") {
             e(
                 ErrorKind::WrongType,
@@ -288,6 +307,17 @@ impl From<redis::RedisError> for Error {
             e(ErrorKind::Server, "redis returned an error")
         };
         error.with_source(RedisErrorText::of(err))
+    }
+}
+
+/// The I/O error under a redis-rs error, if any. redis-rs keeps it behind
+/// an `Arc<dyn Error>`, which is what its `source()` gives.
+fn io_error_of(err: &redis::RedisError) -> Option<&std::io::Error> {
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let source = std::error::Error::source(err)?;
+    match source.downcast_ref::<Shared>() {
+        Some(shared) => shared.downcast_ref(),
+        None => source.downcast_ref(),
     }
 }
 

@@ -527,7 +527,7 @@ fn release(client: &Client, held: &Held) -> Result<()> {
             // Broke at once: it may have run; ask again. (Redlock: too few
             // masters answered to decide; asking again is as safe.)
             Err(e)
-                if (e.is_ambiguous() && at.elapsed() < response / 2)
+                if e.broke_at_once(at.elapsed(), response)
                     || e.kind() == crate::error::ErrorKind::QuorumNotReached =>
             {
                 repeated = true

@@ -611,11 +611,7 @@ impl Tries {
                 self.last = None;
                 Step::Wait(retry)
             }
-            Err(e)
-                if e.is_ambiguous()
-                    && self.repeats > 0
-                    && started.elapsed() < self.response / 2 =>
-            {
+            Err(e) if self.repeats > 0 && e.broke_at_once(started.elapsed(), self.response) => {
                 self.repeats -= 1;
                 self.last = Some(e);
                 Step::Again

@@ -61,9 +61,11 @@ fn worker_entry() {
     };
     let url = std::env::var("REDLEASE_FAULT_URL").unwrap();
     let watchdog = Duration::from_millis(env_u64("REDLEASE_FAULT_WATCHDOG_MS", 30_000));
+    let response = Duration::from_millis(env_u64("REDLEASE_FAULT_RESPONSE_MS", 2_000));
     let client = Client::builder()
         .url(&url)
         .watchdog_timeout(watchdog)
+        .response_timeout(response)
         .build()
         .unwrap();
     match role.as_str() {
@@ -129,6 +131,15 @@ fn worker_entry() {
                 "write {}",
                 fenced_write(&mut con, g.fencing_token(), "stale holder")
             ));
+            let kind = g.release().map_err(|e| format!("{:?}", e.kind()));
+            say(format!("release {kind:?}"));
+        }
+        "stopped_release" => {
+            let g = client.lock("stopped").acquire().unwrap();
+            say("acquired");
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line).unwrap();
+            say("releasing");
             let kind = g.release().map_err(|e| format!("{:?}", e.kind()));
             say(format!("release {kind:?}"));
         }
@@ -224,6 +235,50 @@ fn paused_holder_learns_it_lost_and_is_fenced_off() {
     let value: String = con.get("resource").unwrap();
     assert_eq!(value, "new holder");
     g.release().unwrap();
+}
+
+/// A holder stopped (SIGSTOP) while it waits for its release's reply gets
+/// `EINTR` from the read when it is resumed, however long it was stopped:
+/// Linux interrupts a socket read with a timeout on SIGCONT. The release
+/// ran; the reply is simply not read yet. Before, a stop longer than half
+/// the response timeout made that a slow ambiguous failure and `release()`
+/// returned `Err(Connection)` though the lock was released; an interrupted
+/// read is a failure at once, and the release is asked again.
+#[test]
+#[serial]
+fn a_holder_stopped_during_its_release_learns_it_released() {
+    let server = Server::start();
+    let proxy = common::proxy::Proxy::start(server.port());
+    let mut w = fault_worker(
+        "stopped_release",
+        &proxy.url(),
+        &[("REDLEASE_FAULT_RESPONSE_MS", "3000".to_string())],
+    );
+    assert_eq!(w.next(Duration::from_secs(10)), "acquired");
+    // The release runs; its reply reaches the holder only after it resumed.
+    proxy.arm(
+        "stopped",
+        common::proxy::Fault::Delay(Duration::from_secs(6)),
+    );
+    w.tell("go");
+    assert_eq!(w.next(Duration::from_secs(10)), "releasing");
+    assert!(proxy.wait_fired(1, Duration::from_secs(5)));
+    std::thread::sleep(Duration::from_millis(200));
+    w.signal(libc::SIGSTOP);
+    // Longer than half the response timeout, shorter than all of it.
+    std::thread::sleep(Duration::from_millis(1_900));
+    w.signal(libc::SIGCONT);
+    let resumed = Instant::now();
+    let said = w.next(Duration::from_secs(10));
+    println!("after SIGCONT: {said} in {:?}", resumed.elapsed());
+    assert_eq!(said, "release Ok(())");
+    assert!(
+        resumed.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        resumed.elapsed()
+    );
+    let held: bool = server.con().exists("stopped").unwrap();
+    assert!(!held);
 }
 
 #[test]

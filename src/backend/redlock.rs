@@ -156,15 +156,13 @@ impl Redlock {
         let mut pipe = redis::pipe();
         pipe.add_command(call.command(false));
         let replies = self.fan_out(&pipe, 1, None, undo);
-        let quick = started.elapsed() < self.nodes[0].response_timeout() / 2;
+        let (took, response) = (started.elapsed(), self.nodes[0].response_timeout());
         replies
             .into_iter()
             .zip(&self.nodes)
             .map(|(replies, node)| match replies {
                 Ok(v) => script_reply(node, v, call, undo),
-                Err(e) if quick && e.is_ambiguous() && !e.is_undone() => {
-                    Self::call_fresh(node, call, undo)
-                }
+                Err(e) if e.broke_at_once(took, response) => Self::call_fresh(node, call, undo),
                 Err(e) => Err(e),
             })
             .collect()
