@@ -182,3 +182,73 @@ fn latch_and_multi_lock_work_across_slots() {
     let _r = rw.read().unwrap();
     assert!(other.rw_lock("ml:rw").force_unlock().unwrap());
 }
+
+/// One stalled master (SIGSTOP) must not cost the leases on the healthy
+/// ones: renewal reaches each master on its own. A cluster of its own, so
+/// that the stall does not reach the other tests.
+#[test]
+fn a_stalled_master_does_not_hold_up_renewal_on_the_others() {
+    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    let urls: Vec<String> = cluster
+        .iter_servers()
+        .map(|s| {
+            let (host, port) = s.host_and_port().unwrap();
+            format!("redis://{host}:{port}/")
+        })
+        .collect();
+    let make = || {
+        Client::builder()
+            .cluster(urls.clone())
+            .watchdog_timeout(Duration::from_millis(1_500))
+            .response_timeout(Duration::from_millis(400))
+            .build()
+            .unwrap()
+    };
+    let c = make();
+    let names: Vec<String> = (0..30).map(|i| format!("stall:{i}")).collect();
+    let guards: Vec<_> = names.iter().map(|n| c.lock(n).acquire().unwrap()).collect();
+    // Which master holds each lease.
+    let stalled = cluster.servers[0].process.id() as i32;
+    let mut on_stalled = {
+        let mut con = redis::Client::open(urls[0].as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        names
+            .iter()
+            // Another master's key is a MOVED error.
+            .map(|n| {
+                redis::cmd("EXISTS")
+                    .arg(format!("{{{n}}}"))
+                    .query::<bool>(&mut con)
+                    .unwrap_or(false)
+            })
+            .collect::<Vec<_>>()
+    };
+    assert!(on_stalled.iter().any(|&s| s) && !on_stalled.iter().all(|&s| s));
+    // SAFETY: kill(2) on a redis-server this test started.
+    unsafe { libc::kill(stalled, libc::SIGSTOP) };
+    // Four renewal periods (a period is a third of the lease).
+    std::thread::sleep(Duration::from_millis(2_000));
+    let healthy_lost: Vec<&String> = names
+        .iter()
+        .zip(&guards)
+        .zip(&on_stalled)
+        .filter(|((_, g), stalled)| !**stalled && !g.is_held())
+        .map(|((n, _), _)| n)
+        .collect();
+    // SAFETY: as above.
+    unsafe { libc::kill(stalled, libc::SIGCONT) };
+    assert!(
+        healthy_lost.is_empty(),
+        "lost on healthy masters: {healthy_lost:?}"
+    );
+    // The healthy masters' leases are really held: another client is refused.
+    let other = make();
+    for (n, _) in names.iter().zip(&on_stalled).filter(|(_, s)| !**s).take(5) {
+        assert!(other.lock(n).try_acquire().unwrap().is_none(), "{n}");
+    }
+    on_stalled.clear();
+    drop(guards);
+    cluster.stop();
+}

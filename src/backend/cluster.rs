@@ -1,15 +1,24 @@
 //! Redis Cluster: commands are routed by key slot (MOVED/ASK handled by the
 //! `redis` cluster connection). Every key of one primitive shares the hash
 //! tag `{name}`, so each script touches one slot and never sees CROSSSLOT.
+//!
+//! Renewal batches are the exception: they go to each master on its own
+//! connection, through our own slot map (see [`Masters`]). The cluster
+//! connection reads a pipeline's replies node after node and fails it
+//! whole when one node fails, so one stalled master cost every lease on
+//! the healthy ones.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection};
 use redis::{FromRedisValue, Value};
 
-use super::single::{client_for, pool, warn_if_evicting};
-use super::{Call, Timeouts};
-use crate::error::{Error, Result};
+use super::fan_out::{fan_out, Request};
+use super::single::{batch, client_for, pool, warn_if_evicting, Source};
+use super::{Call, Node, Timeouts};
+use crate::error::{Error, ErrorKind, Result};
 use crate::scripts::Lua;
 
 /// A pooled cluster connection, plus plain clients for the seed nodes (the
@@ -19,6 +28,214 @@ pub(crate) struct ClusterLeader {
     pool: r2d2::Pool<ClusterClient>,
     seeds: Vec<redis::Client>,
     response: Duration,
+    masters: Masters,
+}
+
+/// The masters as renewal sees them: which master serves each slot
+/// (`CLUSTER SLOTS`), and a node (spare connections, like a Redlock
+/// master's) for each.
+struct Masters {
+    /// The seeds; the first one's connection settings (credentials, TLS)
+    /// serve every master, with the master's own address.
+    seeds: Vec<redis::Client>,
+    timeouts: Timeouts,
+    state: Mutex<SlotMap>,
+}
+
+#[derive(Default)]
+struct SlotMap {
+    /// `(first slot, last slot, master address)`, sorted.
+    ranges: Vec<(u16, u16, Arc<str>)>,
+    nodes: HashMap<Arc<str>, Arc<Node>>,
+    /// When the map was last read: a read after a failure waits a while
+    /// (a dead master fails every batch until the cluster moves its slots).
+    read_at: Option<Instant>,
+    /// The map may be stale (a `MOVED` reply, a master that failed).
+    stale: bool,
+    /// The masters that answered the last batch: asked first when the map
+    /// is read again, since a stalled one would cost a response timeout.
+    answered: Vec<Arc<Node>>,
+}
+
+/// How often the slot map may be read again after failures.
+const REREAD_AFTER: Duration = Duration::from_secs(1);
+
+impl Masters {
+    /// The master serving each call's slot, with the indexes of its calls;
+    /// the calls no known master serves are left out (undecided).
+    fn route(&self, calls: &[Call<'_>]) -> Vec<(Arc<Node>, Vec<usize>)> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let due = state.read_at.is_none_or(|t| t.elapsed() >= REREAD_AFTER);
+        if (state.ranges.is_empty() || state.stale) && due {
+            self.read(&mut state);
+        }
+        let mut groups: Vec<(Arc<Node>, Vec<usize>)> = Vec::new();
+        for (i, call) in calls.iter().enumerate() {
+            let Some(key) = call.keys.first() else {
+                continue;
+            };
+            let slot = key_slot(key);
+            let at = state.ranges.partition_point(|(_, last, _)| *last < slot);
+            let Some((first, _, addr)) = state.ranges.get(at) else {
+                continue;
+            };
+            let Some(node) = state.nodes.get(addr).filter(|_| *first <= slot) else {
+                continue;
+            };
+            match groups.iter_mut().find(|(n, _)| Arc::ptr_eq(n, node)) {
+                Some((_, idx)) => idx.push(i),
+                None => groups.push((node.clone(), vec![i])),
+            }
+        }
+        groups
+    }
+
+    /// Reads `CLUSTER SLOTS` from the first known master, or else seed,
+    /// that answers.
+    fn read(&self, state: &mut SlotMap) {
+        state.read_at = Some(Instant::now());
+        let seeds = self.seeds.iter().map(|seed| {
+            let source = Source::Url(seed.clone());
+            Arc::new(Node::with_source(source, 1, self.timeouts.clone(), false))
+        });
+        let mut known = std::mem::take(&mut state.answered);
+        for node in state.nodes.values() {
+            if !known.iter().any(|k| Arc::ptr_eq(k, node)) {
+                known.push(node.clone());
+            }
+        }
+        for node in known.into_iter().chain(seeds) {
+            let Ok(reply) = node.query::<Value>(redis::cmd("CLUSTER").arg("SLOTS")) else {
+                continue;
+            };
+            let Some(ranges) = parse_slots(reply) else {
+                continue;
+            };
+            let mut nodes = HashMap::new();
+            for (_, _, addr) in &ranges {
+                let node = state
+                    .nodes
+                    .get(addr)
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(self.node_at(addr)));
+                nodes.insert(addr.clone(), node);
+            }
+            state.ranges = ranges;
+            state.nodes = nodes;
+            state.stale = false;
+            return;
+        }
+    }
+
+    /// A node for `addr` (`host:port`) with the seed's settings.
+    fn node_at(&self, addr: &str) -> Node {
+        let info = self.seeds[0].get_connection_info().clone();
+        let (host, port) = match addr.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), p.parse().unwrap_or(0)),
+            None => (addr.to_string(), 0),
+        };
+        let addr = match info.addr().clone() {
+            redis::ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => redis::ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure,
+                tls_params,
+            },
+            _ => redis::ConnectionAddr::Tcp(host, port),
+        };
+        let source = match redis::Client::open(info.set_addr(addr)) {
+            Ok(client) => Source::Url(client),
+            // Cannot happen (the seed's own settings); a node that never
+            // connects makes its calls undecided.
+            Err(_) => Source::Url(self.seeds[0].clone()),
+        };
+        // Skipped for a while once it failed (breaker), like a Redlock
+        // master: a stalled master costs one timeout per window.
+        Node::with_source(source, 1, self.timeouts.clone(), true)
+    }
+
+    /// Reads the map now.
+    fn refresh(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        self.read(&mut state);
+    }
+
+    /// The map is to be read again (at most once per [`REREAD_AFTER`]),
+    /// asking first the masters that just `answered`.
+    fn mark_stale(&self, answered: Vec<Arc<Node>>) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.stale = true;
+        state.answered = answered;
+    }
+}
+
+/// `CLUSTER SLOTS` as sorted `(first, last, "host:port")` master ranges.
+fn parse_slots(reply: Value) -> Option<Vec<(u16, u16, Arc<str>)>> {
+    let Value::Array(entries) = reply else {
+        return None;
+    };
+    let mut ranges = Vec::new();
+    for entry in entries {
+        let Value::Array(fields) = entry else {
+            return None;
+        };
+        let [Value::Int(first), Value::Int(last), Value::Array(master), ..] = fields.as_slice()
+        else {
+            return None;
+        };
+        let host = match master.first()? {
+            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            Value::SimpleString(s) => s.clone(),
+            _ => return None,
+        };
+        let Value::Int(port) = master.get(1)? else {
+            return None;
+        };
+        // An empty host means "the node you asked"; the seed's own address
+        // would be a guess, so such a map is not used.
+        if host.is_empty() || host == "?" {
+            return None;
+        }
+        let (first, last) = (u16::try_from(*first).ok()?, u16::try_from(*last).ok()?);
+        ranges.push((first, last, Arc::from(format!("{host}:{port}"))));
+    }
+    ranges.sort();
+    Some(ranges)
+}
+
+/// The cluster slot of `key`: CRC16 (XMODEM) of its hash tag, modulo 16384.
+fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.iter()
+                .position(|&b| b == b'}')
+                .map(|close| &rest[..close])
+        })
+        .filter(|tag| !tag.is_empty())
+        .unwrap_or(key);
+    crc16(tagged) % 16384
+}
+
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in bytes {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
 }
 
 impl ClusterLeader {
@@ -40,10 +257,16 @@ impl ClusterLeader {
             .build()
             .map_err(|e| Error::invalid("invalid cluster configuration").with_source(e))?;
         let pool = pool(client, pool_size, &timeouts);
+        let masters = Masters {
+            seeds: seeds.clone(),
+            timeouts: timeouts.clone(),
+            state: Mutex::new(SlotMap::default()),
+        };
         Ok(ClusterLeader {
             pool,
             seeds,
             response: timeouts.response,
+            masters,
         })
     }
 
@@ -73,6 +296,9 @@ impl ClusterLeader {
                 warn_if_evicting(&mut c);
             }
         }
+        // Renewal's slot map, read now: reading it later could meet a
+        // stalled seed on the renewal thread.
+        self.masters.refresh();
         Ok(())
     }
 
@@ -95,27 +321,66 @@ impl ClusterLeader {
         Ok(cmd.query(&mut *con)?)
     }
 
-    /// A cluster pipeline groups the calls per node. `EVALSHA` cannot be
-    /// routed in one (nor `SCRIPT LOAD` sent to every node), so renewals go
-    /// as `EVAL` with the script text: a few hundred bytes more per lease,
-    /// and no `NOSCRIPT` after a restart or `SCRIPT FLUSH`. The extend
-    /// scripts catch their own write errors (`redis.pcall`), so one bad
-    /// entry does not fail the pipeline here either.
+    /// Renewal: each master's calls as one pipeline on that master's own
+    /// connection, all masters at once (see [`fan_out`]), each read waiting
+    /// at most `limit` (the earliest lease in the batch: a late answer is
+    /// no use after that). A master that fails or is late leaves its own
+    /// calls undecided (`Nil`, retried), never the others'. Scripts are
+    /// loaded in front of each pipeline, as on one server.
     ///
-    /// Each read waits at most `limit` (the earliest lease in the batch):
-    /// a late answer is no use after that.
+    /// An error only when no master answered.
     pub(crate) fn eval_batch(&self, calls: &[Call<'_>], limit: Duration) -> Result<Vec<Value>> {
-        let mut pipe = redis::cluster::cluster_pipe();
-        for call in calls {
-            pipe.add_command(call.command(true));
+        let limit = limit.clamp(Duration::from_millis(1), self.response);
+        let groups = self.masters.route(calls);
+        let packed: Vec<(Vec<u8>, usize, usize)> = groups
+            .iter()
+            .map(|(_, idx)| {
+                let part: Vec<Call<'_>> = idx.iter().map(|&i| calls[i]).collect();
+                let (pipe, loads) = batch(&part);
+                (pipe.get_packed_pipeline(), loads, part.len())
+            })
+            .collect();
+        let requests: Vec<Request<'_>> = groups
+            .iter()
+            .zip(&packed)
+            .map(|((node, _), (cmds, loads, n))| (&**node, &cmds[..], loads + n))
+            .collect();
+        let replies = fan_out(&requests, Some(limit), None);
+        let mut out = vec![Value::Nil; calls.len()];
+        let (mut stale, mut answered, mut failure) = (false, Vec::new(), None);
+        for (((node, idx), (_, loads, _)), reply) in groups.iter().zip(&packed).zip(replies) {
+            match reply {
+                Ok(values) => {
+                    answered.push(node.clone());
+                    // The script loads come first; their replies are not
+                    // the calls'.
+                    for (&i, v) in idx.iter().zip(values.into_iter().skip(*loads)) {
+                        if let Value::ServerError(e) = &v {
+                            stale |= matches!(e.code(), "MOVED" | "ASK" | "CLUSTERDOWN");
+                        }
+                        out[i] = v;
+                    }
+                }
+                Err(e) => {
+                    // A failed master may have been replaced by its replica.
+                    stale = true;
+                    failure = Some(e);
+                }
+            }
         }
-        let mut con = self.conn()?;
-        let bound = limit.clamp(Duration::from_millis(1), self.response);
-        con.set_read_timeout(Some(bound))?;
-        let replies = pipe.query(&mut con);
-        // Pooled: back to the normal response timeout for the next user.
-        let _ = con.set_read_timeout(Some(self.response));
-        Ok(replies?)
+        let none_answered = answered.is_empty();
+        if stale || groups.iter().map(|(_, idx)| idx.len()).sum::<usize>() < calls.len() {
+            self.masters.mark_stale(answered);
+        }
+        match failure {
+            Some(e) if none_answered => Err(e),
+            _ if groups.is_empty() && !calls.is_empty() => Err(Error::new(
+                ErrorKind::Connection,
+                "no cluster master could be reached to read the slot map",
+            )
+            .unsent()),
+            _ => Ok(out),
+        }
     }
 
     pub(crate) fn dedicated(&self, timeout: Duration) -> Result<redis::Connection> {
@@ -127,5 +392,22 @@ impl ClusterLeader {
             }
         }
         Err(last.unwrap_or_else(|| Error::invalid("no cluster seeds")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{crc16, key_slot};
+
+    #[test]
+    fn slots_are_those_redis_computes() {
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        // The examples of the `CLUSTER KEYSLOT` documentation.
+        assert_eq!(key_slot(b"somekey"), 11058);
+        assert_eq!(key_slot(b"foo{hash_tag}"), 2515);
+        assert_eq!(key_slot(b"hash_tag"), 2515);
+        // An empty tag is no tag; only the first `{...}` counts.
+        assert_eq!(key_slot(b"{}x"), crc16(b"{}x") % 16384);
+        assert_eq!(key_slot(b"{a}{b}"), key_slot(b"a"));
     }
 }

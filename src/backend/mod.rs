@@ -14,6 +14,7 @@
 
 #[cfg(feature = "cluster")]
 mod cluster;
+mod fan_out;
 mod redlock;
 mod single;
 
@@ -42,6 +43,7 @@ pub(crate) struct Timeouts {
 }
 
 /// One script call: the script, its keys and its arguments.
+#[derive(Clone, Copy)]
 pub(crate) struct Call<'a> {
     pub(crate) lua: &'static Lua,
     pub(crate) keys: &'a [Vec<u8>],

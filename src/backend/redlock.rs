@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 use redis::{FromRedisValue, Value};
 
 use super::single::batch;
-use super::single::Con;
-use super::{Call, Node};
+use super::{fan_out, Call, Node};
 use crate::error::{Error, ErrorKind, Result};
 use crate::scripts::FENCE_RAISE;
 
@@ -83,17 +82,10 @@ impl Redlock {
         self.nodes.len() / 2 + 1
     }
 
-    /// Writes `pipe` to every master, then reads every master's replies:
-    /// the masters work at once and one thread waits for all of them. A
-    /// master's replies are due within `limit` (by default the node
-    /// timeout) of its own send; one that fails or is late is an error in
-    /// its place, and a late one gets `undo` written behind it.
-    ///
-    /// Masters with an idle connection are written to first. Those without
-    /// one connect at the same time — a thread each, only when several
-    /// must: a stalled master's handshake must not hold up the others' —
-    /// within half the node timeout, so that the handshake's own round
-    /// trips (redis-rs sends two) end within one.
+    /// Writes `pipe` to every master, then reads every master's replies
+    /// (see [`fan_out::fan_out`]): a master's replies are due within
+    /// `limit` (by default the node timeout), and one that fails or is late
+    /// is an error in its place.
     fn fan_out(
         &self,
         pipe: &redis::Pipeline,
@@ -102,43 +94,9 @@ impl Redlock {
         undo: Option<&Call<'_>>,
     ) -> Vec<Result<Vec<Value>>> {
         let packed = pipe.get_packed_pipeline();
-        let mut cons: Vec<Result<Option<Con>>> = self.nodes.iter().map(|n| n.idle()).collect();
-        let missing: Vec<usize> = (0..cons.len())
-            .filter(|&i| matches!(cons[i], Ok(None)))
-            .collect();
-        let open = |n: &Node| n.open_spare(n.connect_timeout() / 2);
-        match missing.as_slice() {
-            [] => {}
-            [i] => cons[*i] = open(&self.nodes[*i]).map(Some),
-            _ => {
-                let opened = std::thread::scope(|s| {
-                    let handles: Vec<_> = missing
-                        .iter()
-                        .map(|&i| s.spawn(move || open(&self.nodes[i])))
-                        .collect();
-                    handles
-                        .into_iter()
-                        .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                        .collect::<Vec<_>>()
-                });
-                for (i, con) in missing.iter().zip(opened) {
-                    cons[*i] = con.map(Some);
-                }
-            }
-        }
-        let sent: Vec<_> = self
-            .nodes
-            .iter()
-            .zip(cons)
-            .map(|(n, con)| match con {
-                Ok(Some(con)) => n.send(con, &packed, count, limit),
-                Ok(None) => Err(Error::new(ErrorKind::Connection, "no connection").unsent()),
-                Err(e) => Err(e),
-            })
-            .collect();
-        sent.into_iter()
-            .map(|s| s.and_then(|s| s.recv(undo)))
-            .collect()
+        let requests: Vec<fan_out::Request<'_>> =
+            self.nodes.iter().map(|n| (n, &packed[..], count)).collect();
+        fan_out::fan_out(&requests, limit, undo)
     }
 
     /// One script on every master (see [`Redlock::fan_out`]). A master
