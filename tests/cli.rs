@@ -704,3 +704,54 @@ fn a_foreign_writer_value_cannot_forge_status_rows() {
     assert_eq!(text.lines().count(), 1, "{text:?}");
     assert!(!text.contains('\x1b'), "{text:?}");
 }
+
+#[test]
+fn conflict_exit_code_sets_the_timeout_status() {
+    let server = Server::start();
+    let c = client(&server);
+    let _g = c.lock("busy-e").acquire().unwrap();
+    for flag in ["-E", "--conflict-exit-code"] {
+        let o =
+            run(redlease(&server)
+                .args(["run", "busy-e", "--wait", "100ms", flag, "10", "--", "true"]));
+        assert_eq!(o.status.code(), Some(10), "{flag}");
+    }
+    // 0 would read as the command's success: refused.
+    let o = run(redlease(&server).args(["run", "busy-e", "-E", "0", "--", "true"]));
+    assert_eq!(o.status.code(), Some(64));
+}
+
+#[test]
+fn the_password_comes_from_a_file_and_never_reaches_the_command() {
+    let server = Server::start_with(&["--requirepass", "s3cret"]);
+    let dir = tempfile_dir();
+    let file = dir.join("pw");
+    std::fs::write(&file, "s3cret\n").unwrap();
+    let echo = ["--", "sh", "-c", "echo \"url=[$REDIS_URL]\""];
+    // From a file: the URL (and argv) carry no password.
+    let o = run(redlease(&server)
+        .arg("--password-file")
+        .arg(&file)
+        .args(["run", "pw"])
+        .args(echo));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(stdout(&o).trim(), format!("url=[{}]", server.url()));
+    // In REDIS_URL: the command does not inherit it.
+    let secret = format!("redis://:s3cret@127.0.0.1:{}/", server.port());
+    let o = run(redlease(&server)
+        .env("REDIS_URL", &secret)
+        .args(["run", "pw"])
+        .args(echo));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(stdout(&o).trim(), "url=[]");
+    // A missing or empty file is a usage error, before anything runs.
+    let empty = dir.join("empty");
+    std::fs::write(&empty, "").unwrap();
+    for f in [&empty, &dir.join("missing")] {
+        let o = run(redlease(&server)
+            .arg("--password-file")
+            .arg(f)
+            .args(["run", "pw", "--", "true"]));
+        assert_eq!(o.status.code(), Some(64));
+    }
+}

@@ -1,7 +1,8 @@
 //! `redlease`: run any command under a distributed lock, and inspect locks.
 //!
 //! Exit codes: the command's own status when it ran; 75 the wait timed out
-//! (nothing ran); 73 the lease was lost while the command ran (it was sent
+//! (nothing ran; `-E`/`--conflict-exit-code` picks another code, as in
+//! flock(1), so that it cannot be mistaken for the command's own); 73 the lease was lost while the command ran (it was sent
 //! the configured signal); 69 Redis was unreachable or failed; 64 bad
 //! arguments (bad duration, URL, ...); 65 `unlock` declined at the
 //! confirmation; 126/127 the command could not be started; 128+N the command
@@ -45,6 +46,10 @@ struct Cli {
         global = true
     )]
     url: String,
+    /// Read the Redis password from this file (its first line) instead of
+    /// putting it in the URL, where it would show in the process list.
+    #[arg(long, global = true, value_name = "FILE")]
+    password_file: Option<std::path::PathBuf>,
     /// Lease of locks without --lease, renewed every third of it; a lost
     /// lease is noticed within about a third of it. E.g. 30s.
     #[arg(long, value_parser = parse_duration, default_value = "30s", global = true)]
@@ -70,6 +75,11 @@ enum Cmd {
         /// Default: wait as long as needed.
         #[arg(long, value_parser = parse_duration)]
         wait: Option<Duration>,
+        /// Exit status when the wait times out (nothing ran), so that it can
+        /// be told apart from the command's own statuses.
+        #[arg(short = 'E', long, default_value_t = EXIT_TIMEOUT,
+              value_parser = clap::value_parser!(u8).range(1..))]
+        conflict_exit_code: u8,
         /// Fixed lease instead of a watchdog-renewed one.
         #[arg(long, value_parser = parse_duration)]
         lease: Option<Duration>,
@@ -133,6 +143,27 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         Some(ms) if ms <= 365 * 86_400_000 => Ok(Duration::from_millis(ms)),
         _ => Err(format!("duration {s:?} is out of range (at most a year)")),
     }
+}
+
+/// `url` with the password read from `file` (its first line).
+fn with_password(url: &str, file: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| format!("cannot read the password file {}: {e}", file.display()))?;
+    let password = text.lines().next().unwrap_or("");
+    if password.is_empty() {
+        return Err(format!("the password file {} is empty", file.display()));
+    }
+    let mut parsed =
+        url::Url::parse(url).map_err(|_| "invalid Redis URL (see --help)".to_string())?;
+    parsed
+        .set_password(Some(password))
+        .map_err(|()| "this Redis URL cannot carry a password".to_string())?;
+    Ok(parsed.into())
+}
+
+/// Whether a Redis URL carries a password.
+fn has_password(url: &str) -> bool {
+    url::Url::parse(url).map_or(true, |u| u.password().is_some())
 }
 
 fn parse_signal(s: &str) -> Result<i32, String> {
@@ -366,8 +397,15 @@ fn main() -> ExitCode {
         }
     };
     init_logging(cli.verbose);
+    let url = match &cli.password_file {
+        Some(file) => match with_password(&cli.url, file) {
+            Ok(url) => url,
+            Err(e) => return fail(EXIT_USAGE, e),
+        },
+        None => cli.url.clone(),
+    };
     let client = match Client::builder()
-        .url(&cli.url)
+        .url(&url)
         .key_prefix(&cli.prefix)
         .watchdog_timeout(cli.watchdog)
         .connect_timeout(Duration::from_secs(2))
@@ -380,6 +418,7 @@ fn main() -> ExitCode {
         Cmd::Run {
             name,
             wait,
+            conflict_exit_code,
             lease,
             semaphore,
             lost_signal,
@@ -388,7 +427,7 @@ fn main() -> ExitCode {
         } => run(
             &client,
             &name,
-            wait,
+            (wait, conflict_exit_code),
             lease,
             semaphore,
             lost_signal,
@@ -431,7 +470,7 @@ impl Held {
 fn run(
     client: &Client,
     name: &str,
-    wait: Option<Duration>,
+    (wait, conflict_exit_code): (Option<Duration>, u8),
     lease: Option<Duration>,
     semaphore: Option<u32>,
     lost_signal: i32,
@@ -463,7 +502,7 @@ fn run(
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         if left == Some(Duration::ZERO) {
             return Ok(fail(
-                EXIT_TIMEOUT,
+                conflict_exit_code,
                 format!("timed out waiting for {name:?}; command not run"),
             ));
         }
@@ -488,6 +527,11 @@ fn run(
         .env("REDLEASE_NAME", name)
         .env_remove("REDLEASE_FENCE")
         .env_remove("REDLEASE_PERMIT_ID");
+    // The command gets no secret of ours: a `REDIS_URL` with a password
+    // stays with us (one without is passed on, for commands that use it).
+    if std::env::var("REDIS_URL").is_ok_and(|u| has_password(&u)) {
+        cmd.env_remove("REDIS_URL");
+    }
     match &held {
         Held::Lock(g) => {
             cmd.env("REDLEASE_FENCE", g.fencing_token().to_string());
