@@ -303,8 +303,11 @@ impl Wakeup {
             // old ACL): then release messages wake us.
             let direct = direct.filter(|_| self.backend.grants_directly());
             if direct.is_none() && !subscribed {
+                // Messages from now on: look again once the subscription
+                // is live, or one sent before it would be missed.
                 self.ensure_subscribed();
                 subscribed = true;
+                continue;
             }
             if let (Some(slice), false) = (direct, tries.in_outage()) {
                 // Queued in Redis: block there for our grant. Under a

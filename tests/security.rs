@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::Server;
 use redlease::{Client, ErrorKind};
@@ -66,6 +66,21 @@ fn every_primitive_under(acl: &str) {
     drop(g);
     assert!(t.join().unwrap());
     assert!(other.wakeups_delivered() >= 1);
+    // A latch waiter is woken too (blocking, or by message without BLPOP).
+    assert!(c.count_down_latch("l").try_set_count(1).unwrap());
+    let o = other.clone();
+    let t = std::thread::spawn(move || {
+        let start = Instant::now();
+        let opened = o
+            .count_down_latch("l")
+            .wait_timeout(Duration::from_secs(10))
+            .unwrap();
+        (opened, start.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    c.count_down_latch("l").count_down().unwrap();
+    let (opened, waited) = t.join().unwrap();
+    assert!(opened && waited < Duration::from_secs(3), "{waited:?}");
     drop(c.fair_lock("f").acquire().unwrap());
     drop(c.rw_lock("rw").write().unwrap());
     drop(c.rw_lock("rw").read().unwrap());
