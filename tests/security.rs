@@ -13,7 +13,7 @@ const ACL: &str = "on >s3cret resetkeys ~myapp:* resetchannels &myapp:redlease:w
     +ping +evalsha +eval +script|load +exists +scan +subscribe +wait \
     +publish +time +get +set +del +incr +pexpire +pttl +type \
     +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard +zcount +zscore \
-    +blpop +rpush";
+    +blpop +rpush +cluster|slots";
 
 #[test]
 fn restricted_acl_user_can_use_every_primitive() {

@@ -251,9 +251,18 @@ impl ClusterLeader {
             .iter()
             .map(|u| client_for(u, &timeouts))
             .collect::<Result<Vec<_>>>()?;
-        let client = ClusterClientBuilder::new(urls.iter().map(|u| u.as_str()))
+        let builder = ClusterClientBuilder::new(urls.iter().map(|u| u.as_str()))
             .connection_timeout(timeouts.connect)
-            .response_timeout(timeouts.response)
+            .response_timeout(timeouts.response);
+        #[cfg(feature = "tls-rustls")]
+        let builder = match &timeouts.tls_root {
+            Some(root) => builder.certs(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root.clone()),
+            }),
+            None => builder,
+        };
+        let client = builder
             .build()
             .map_err(|e| Error::invalid("invalid cluster configuration").with_source(e))?;
         let pool = pool(client, pool_size, &timeouts);

@@ -153,34 +153,81 @@ impl Backend {
         pool_size: u32,
         timeouts: Timeouts,
     ) -> Result<Backend> {
-        use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+        use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
         if urls.is_empty() {
             return Err(Error::invalid("Sentinel needs at least one sentinel URL"));
         }
-        let infos = urls
-            .iter()
-            .map(|u| {
+        let mut infos = Vec::with_capacity(urls.len());
+        for u in urls {
+            single::refuse_insecure(u)?;
+            let info =
                 redis::IntoConnectionInfo::into_connection_info(u.as_str()).map_err(|e| {
                     Error::invalid(format!("cannot use sentinel URL {:?}", redact_url(u)))
                         .with_source(e)
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let mut redis_info = redis::RedisConnectionInfo::default();
-        if let Some((user, pass)) = master_auth {
-            if let Some(user) = user {
-                redis_info = redis_info.set_username(user);
-            }
-            redis_info = redis_info.set_password(pass);
+                })?;
+            infos.push(info);
         }
-        let node_info = SentinelNodeConnectionInfo::default().set_redis_connection_info(redis_info);
-        let client = SentinelClient::build(
-            infos,
-            String::from(master),
-            Some(node_info),
+        // The builder takes one set of Sentinel credentials for all.
+        let auth = |i: &redis::ConnectionInfo| {
+            let r = i.redis_settings();
+            (
+                r.username().map(String::from),
+                r.password().map(String::from),
+            )
+        };
+        let (user, pass) = auth(&infos[0]);
+        if infos
+            .iter()
+            .any(|i| auth(i) != (user.clone(), pass.clone()))
+        {
+            return Err(Error::invalid(
+                "all sentinel URLs must carry the same username and password",
+            ));
+        }
+        let tls =
+            |i: &redis::ConnectionInfo| matches!(i.addr(), redis::ConnectionAddr::TcpTls { .. });
+        let secure = tls(&infos[0]);
+        if infos.iter().any(|i| tls(i) != secure) {
+            return Err(Error::invalid(
+                "sentinel URLs must be all rediss:// or all redis://",
+            ));
+        }
+        let mut builder = SentinelClientBuilder::new(
+            infos.iter().map(|i| i.addr().clone()),
+            master,
             SentinelServerType::Master,
         )
         .map_err(|e| Error::invalid("invalid Sentinel configuration").with_source(e))?;
+        if let Some(user) = user {
+            builder = builder.set_client_to_sentinel_username(user);
+        }
+        if let Some(pass) = pass {
+            builder = builder.set_client_to_sentinel_password(pass);
+        }
+        if let Some((user, pass)) = master_auth {
+            if let Some(user) = user {
+                builder = builder.set_client_to_redis_username(user);
+            }
+            builder = builder.set_client_to_redis_password(pass);
+        }
+        // Sentinels over TLS name masters that speak TLS: the master (and
+        // its password) is never reached in clear text.
+        if secure {
+            builder = builder.set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+            #[cfg(feature = "tls-rustls")]
+            if let Some(root) = &timeouts.tls_root {
+                let certs = || redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(root.clone()),
+                };
+                builder = builder
+                    .set_client_to_sentinel_certificates(certs())
+                    .set_client_to_redis_certificates(certs());
+            }
+        }
+        let client = builder
+            .build()
+            .map_err(|e| Error::invalid("invalid Sentinel configuration").with_source(e))?;
         let source = single::Source::Sentinel(std::sync::Mutex::new(client));
         Ok(Backend {
             kind: Kind::Single(Box::new(Node::with_source(

@@ -60,8 +60,24 @@ impl<E: std::fmt::Display> r2d2::HandleError<E> for ThrottledErrors {
     }
 }
 
+/// Refuses a URL that turns certificate checks off (`#insecure`): redis-rs
+/// honours it when any crate of the build enables its insecure TLS feature,
+/// and redlease promises verified TLS.
+pub(crate) fn refuse_insecure(url: &str) -> Result<()> {
+    match url.rsplit_once('#') {
+        Some((_, fragment)) if fragment.eq_ignore_ascii_case("insecure") => Err(Error::invalid(
+            format!(
+                "redis URL {:?} asks for TLS without certificate checks (#insecure), which redlease refuses; give the CA with tls_root_cert instead",
+                crate::error::redact_url(url)
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// [`open_client`], with a bad URL reported as an invalid argument.
 pub(crate) fn client_for(url: &str, timeouts: &Timeouts) -> Result<redis::Client> {
+    refuse_insecure(url)?;
     open_client(url, timeouts).map_err(|e| {
         Error::invalid(format!(
             "cannot use redis URL {:?}",
