@@ -5,6 +5,7 @@
 -- announces the opening for the waiters that wait for messages. A latch
 -- without a count is left alone (counting down a finished or never-set
 -- latch does nothing).
+-- Uses     publish.lua
 -- KEYS[1]  the latch: "<count>:<round>"
 -- KEYS[2]  prefix of the round's keys: .."<round>:w" its blocking waiters
 --          (sorted set, see latch_wait.lua), .."<round>:open" its wake-ups
@@ -39,7 +40,7 @@ if n <= 1 then
   if live > 0 then
     redis.pcall('PEXPIRE', list, ARGV[3])
   end
-  redis.call('PUBLISH', ARGV[1], ARGV[2] .. '#' .. round)
+  publish(ARGV[1], ARGV[2] .. '#' .. round)
   return {0, round}
 end
 redis.call('SET', KEYS[1], (n - 1) .. ':' .. round)

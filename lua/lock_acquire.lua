@@ -1,7 +1,7 @@
 -- Acquire an exclusive lease (plain or fair lock) and draw a fencing token,
 -- atomically. A waiter queues; a release hands the lock to the oldest live
 -- waiter (queue.lua), so waiting is first come, first served.
--- Uses     fence.lua, queue.lua
+-- Uses     fence.lua, publish.lua, queue.lua
 -- KEYS[1]  lock key: a string "<owner token>#<fence>" while held
 -- KEYS[2]  fencing counter (fence.lua)
 -- KEYS[3]  waiter queue (queue.lua)

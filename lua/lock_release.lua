@@ -1,6 +1,6 @@
 -- End an exclusive lease if, and only if, the caller still owns it, and
 -- hand the name to the oldest live waiter, if any (queue.lua).
--- Uses     fence.lua, queue.lua
+-- Uses     fence.lua, publish.lua, queue.lua
 -- KEYS[1]  lock key ("<owner token>#<fence>", or a plain token: intents)
 -- KEYS[2]  optional, with KEYS[3] and KEYS[4]: the fencing counter, the
 --          waiter queue and its deadlines. Without them (a read-write

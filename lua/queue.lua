@@ -1,6 +1,7 @@
 -- Prelude (prepended to the scripts that name it in their "Uses" line; needs
--- fence.lua before it): the waiter queue of an exclusive name, and the
--- direct grant that hands the name to the queue's oldest live waiter.
+-- fence.lua and publish.lua before it): the waiter queue of an exclusive
+-- name, and the direct grant that hands the name to the queue's oldest live
+-- waiter.
 -- KEYS     none of its own (callers pass the keys)
 -- ARGV     none of its own
 -- Returns  nothing; defines
@@ -89,6 +90,6 @@ end
 
 local function announce(channel, message, mode, told)
   if channel ~= '' and not (mode == 'queued' and told) then
-    redis.call('PUBLISH', channel, message)
+    publish(channel, message)
   end
 end

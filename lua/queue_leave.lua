@@ -1,5 +1,6 @@
 -- Leave a fair queue (a waiter that gave up), waking the others so the next
 -- in line does not wait for the departed entry to expire.
+-- Uses     publish.lua
 -- KEYS[1]  queue (sorted set of waiter tokens)
 -- KEYS[2]  queue deadlines (sorted set)
 -- ARGV[1]  waiter token
@@ -9,6 +10,6 @@
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 if removed == 1 then
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  publish(ARGV[2], ARGV[3])
 end
 return removed

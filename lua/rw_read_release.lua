@@ -1,4 +1,5 @@
 -- Release one reader's hold; other readers are untouched.
+-- Uses     publish.lua
 -- KEYS[1]  readers (sorted set)
 -- ARGV[1]  reader token
 -- ARGV[2]  wake-up channel
@@ -9,7 +10,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
 if expiry and tonumber(expiry) > now then
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  publish(ARGV[2], ARGV[3])
   return 1
 end
 return 0

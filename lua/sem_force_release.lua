@@ -1,4 +1,5 @@
 -- Remove every permit of a semaphore, whoever holds it, and wake waiters.
+-- Uses     publish.lua
 -- KEYS[1]  permits (sorted set: member "<k>:<token>", score = expiry ms)
 -- KEYS[2]  permit count (removed with the set)
 -- ARGV[1]  wake-up channel
@@ -12,6 +13,6 @@ if redis.call('TYPE', KEYS[1]).ok == 'zset' then
 end
 local removed = redis.call('DEL', KEYS[1], KEYS[2])
 if removed > 0 then
-  redis.call('PUBLISH', ARGV[1], ARGV[2])
+  publish(ARGV[1], ARGV[2])
 end
 return live

@@ -1,4 +1,5 @@
 -- Return permits to a semaphore; only their holder's member can.
+-- Uses     publish.lua
 -- KEYS[1]  permits (sorted set)
 -- KEYS[2]  permit count (deleted with the set when the last permit goes)
 -- ARGV[1]  member "<k>:<token>"
@@ -13,7 +14,7 @@ if redis.call('ZCARD', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[2])
 end
 if expiry then
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  publish(ARGV[2], ARGV[3])
 end
 if expiry and tonumber(expiry) > now then
   return 1

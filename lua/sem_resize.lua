@@ -1,6 +1,7 @@
 -- Change a semaphore's permit count while permits may be held. Holders keep
 -- their permits; new acquisitions see the new count, and handles that still
 -- use the old count get a mismatch error.
+-- Uses     publish.lua
 -- KEYS[1]  permits (sorted set)
 -- KEYS[2]  permit count
 -- ARGV[1]  new count
@@ -10,5 +11,5 @@
 if redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('SET', KEYS[2], ARGV[1], 'KEEPTTL')
 end
-redis.call('PUBLISH', ARGV[2], ARGV[3])
+publish(ARGV[2], ARGV[3])
 return 1

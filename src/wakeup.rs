@@ -21,6 +21,10 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::backend::Backend;
 use crate::error::{ErrorKind, Result};
 
+/// How long the subscriber waits before asking again for a channel the
+/// server refused (an ACL).
+const REFUSED_RETRY: Duration = Duration::from_secs(10);
+
 /// How long the subscriber blocks in one read before checking for shutdown.
 const SUBSCRIBER_TICK: Duration = Duration::from_millis(200);
 
@@ -473,6 +477,7 @@ impl Drop for Membership<'_> {
 /// since messages may have been missed while disconnected.
 fn subscriber(shared: Arc<Shared>, backend: Arc<Backend>) {
     let mut backoff = Duration::from_millis(50);
+    let mut refused = false;
     while !shared.shutdown.load(Ordering::Acquire) {
         let mut con = match backend.dedicated() {
             Ok(con) => con,
@@ -488,10 +493,27 @@ fn subscriber(shared: Arc<Shared>, backend: Arc<Backend>) {
         }
         let mut pubsub = con.as_pubsub();
         if let Err(e) = pubsub.subscribe(shared.channel.as_slice()) {
-            log::debug!("redlease: wake-up subscribe failed: {e}");
+            if e.code() == Some("NOPERM") {
+                // An ACL without the channel (Redis 7's default
+                // `resetchannels`): it will not change soon. Say so once;
+                // waiters look again every fallback poll meanwhile.
+                if !refused {
+                    log::warn!(
+                        "redlease: the server refuses the wake-up channel {:?} ({e}); waiters poll instead \
+                         (slower). Allow the channel, as the README's ACL line does",
+                        String::from_utf8_lossy(&shared.channel)
+                    );
+                }
+                refused = true;
+                backoff = REFUSED_RETRY;
+            } else {
+                log::debug!("redlease: wake-up subscribe failed: {e}");
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
             sleep_unless_shutdown(&shared, backoff);
             continue;
         }
+        refused = false;
         backoff = Duration::from_millis(50);
         shared.set_connected(true);
         shared.notify_all();

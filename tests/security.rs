@@ -96,3 +96,57 @@ fn every_primitive_under(acl: &str) {
         ErrorKind::Auth
     );
 }
+
+/// Redis 7's default `resetchannels`: a user without rights on the wake-up
+/// channel. Before, a release ran (the key was deleted) and then failed on
+/// its `PUBLISH`, so `release()` returned an error and a caller could redo
+/// the work; a release is now `Ok` (the wake-up is lost, and waiters in
+/// other clients learn at their next look).
+#[test]
+fn releases_succeed_without_channel_rights() {
+    let server = Server::start();
+    let mut con = server.con();
+    let acl = ACL.replace(" &myapp:redlease:wake", "");
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER").arg("app");
+    for part in acl.split_whitespace() {
+        cmd.arg(part);
+    }
+    let _: () = cmd.query(&mut con).unwrap();
+    let url = format!("redis://app:s3cret@127.0.0.1:{}/", server.port());
+    let c = Client::builder()
+        .url(&url)
+        .key_prefix("myapp:")
+        .build()
+        .unwrap();
+    // A waiter queued in Redis makes the lock's release publish.
+    let waiter = Client::builder()
+        .url(&url)
+        .key_prefix("myapp:")
+        .fallback_poll(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    for fair in [false, true] {
+        let lock = |c: &Client| if fair { c.fair_lock("p") } else { c.lock("p") };
+        let g = lock(&c).acquire().unwrap();
+        let w = waiter.clone();
+        let t = std::thread::spawn(move || {
+            let l = if fair { w.fair_lock("p") } else { w.lock("p") };
+            l.acquire_timeout(Duration::from_secs(10))
+                .unwrap()
+                .is_some()
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        g.release().unwrap();
+        assert!(t.join().unwrap());
+    }
+    c.semaphore("s", 1).acquire().unwrap().release().unwrap();
+    c.rw_lock("rw").read().unwrap().release().unwrap();
+    c.rw_lock("rw").write().unwrap().release().unwrap();
+    let latch = c.count_down_latch("l");
+    assert!(latch.try_set_count(1).unwrap());
+    latch.count_down().unwrap();
+    assert_eq!(latch.count().unwrap(), 0);
+    let keys: Vec<String> = redis::cmd("KEYS").arg("myapp:*").query(&mut con).unwrap();
+    assert!(keys.iter().all(|k| k.ends_with(":fence")), "{keys:?}");
+}
