@@ -323,7 +323,7 @@ pub struct ClientBuilder {
     master_auth: Option<(Option<String>, String)>,
     replica_ack: Option<(u32, Duration)>,
     outage_tolerance: Duration,
-    tls_root: Option<Vec<u8>>,
+    tls: crate::backend::Tls,
     reentrant: bool,
     events: Option<Handler>,
 }
@@ -347,7 +347,8 @@ impl fmt::Debug for ClientBuilder {
             )
             .field("replica_ack", &self.replica_ack)
             .field("outage_tolerance", &self.outage_tolerance)
-            .field("tls_root", &self.tls_root.as_ref().map(|r| r.len()))
+            .field("tls_root", &self.tls.root.as_ref().map(|r| r.len()))
+            .field("tls_client_cert", &self.tls.client.as_ref().map(|_| "***"))
             .field("reentrant", &self.reentrant)
             .finish_non_exhaustive()
     }
@@ -368,7 +369,7 @@ impl Default for ClientBuilder {
             master_auth: None,
             replica_ack: None,
             outage_tolerance: Duration::from_secs(10),
-            tls_root: None,
+            tls: crate::backend::Tls::default(),
             reentrant: true,
             events: None,
         }
@@ -459,7 +460,20 @@ impl ClientBuilder {
     /// server's certificate is always verified. Requires the `tls-rustls`
     /// feature. Defaults to the system's roots.
     pub fn tls_root_cert(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls_root = Some(pem.into());
+        self.tls.root = Some(pem.into());
+        self
+    }
+
+    /// For `rediss://` URLs: present this PEM-encoded client certificate
+    /// and its private key, for servers that authenticate clients by
+    /// certificate (`tls-auth-clients yes`). On every topology. Requires
+    /// the `tls-rustls` feature. Defaults to no client certificate.
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client = Some((cert_pem.into(), key_pem.into()));
         self
     }
 
@@ -583,7 +597,9 @@ impl ClientBuilder {
                 "key_prefix must not contain '{' or '}' (the library adds its own hash tag)",
             ));
         }
-        if self.tls_root.is_some() && cfg!(not(feature = "tls-rustls")) {
+        if (self.tls.root.is_some() || self.tls.client.is_some())
+            && cfg!(not(feature = "tls-rustls"))
+        {
             return Err(Error::new(
                 crate::ErrorKind::Unsupported,
                 "TLS support needs the `tls-rustls` feature of redlease",
@@ -593,7 +609,7 @@ impl ClientBuilder {
             connect: self.connect_timeout,
             response: self.response_timeout,
             pool: self.pool_timeout,
-            tls_root: self.tls_root.clone(),
+            tls: self.tls.clone(),
         };
         let backend = match &self.topology {
             Topology::Unset => {
@@ -605,7 +621,7 @@ impl ClientBuilder {
                     connect: self.node_timeout,
                     response: self.node_timeout,
                     pool: self.node_timeout,
-                    tls_root: self.tls_root.clone(),
+                    tls: self.tls.clone(),
                 };
                 Backend::redlock(urls, self.pool_size, per_node)?
             }

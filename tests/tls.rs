@@ -61,3 +61,65 @@ fn tls_with_verified_certificate() {
     assert_eq!(err.kind(), redlease::ErrorKind::Connection, "{err}");
     server.stop();
 }
+
+/// A server that authenticates clients by certificate
+/// (`tls-auth-clients yes`): refused without one, served with one.
+#[test]
+fn client_certificates_for_servers_that_require_them() {
+    let tmp = tempfile::Builder::new()
+        .prefix("redlease-mtls")
+        .tempdir()
+        .unwrap();
+    let certs = redis_test::utils::build_keys_and_certs_for_tls(&tmp);
+    let port = redis_test::utils::get_random_available_port();
+    let mut server = RedisServer::new_with_addr_tls_modules_and_spawner(
+        redis::ConnectionAddr::TcpTls {
+            host: "127.0.0.1".into(),
+            port,
+            insecure: false,
+            tls_params: None,
+        },
+        None,
+        Some(certs.clone()),
+        true,
+        None,
+        &[],
+        |cmd| cmd.spawn().expect("redis-server"),
+    );
+    let ca = std::fs::read(&certs.ca_crt).unwrap();
+    // The server's own certificate is signed by the CA: it serves as the
+    // client's too.
+    let cert = std::fs::read(&certs.redis_crt).unwrap();
+    let key = std::fs::read(&certs.redis_key).unwrap();
+    let url = format!("rediss://127.0.0.1:{port}/");
+    let with_cert = || {
+        Client::builder()
+            .url(&url)
+            .tls_root_cert(ca.clone())
+            .tls_client_cert(cert.clone(), key.clone())
+            .build()
+    };
+    let mut client = None;
+    assert!(common::eventually(Duration::from_secs(10), || {
+        client = with_cert().ok();
+        client.is_some()
+    }));
+    let c = client.unwrap();
+    let g = c.lock("mtls").acquire().unwrap();
+    assert!(g.is_held());
+    g.release().unwrap();
+    // Without a client certificate the server hangs up.
+    let err = Client::builder()
+        .url(&url)
+        .tls_root_cert(ca.clone())
+        .build()
+        .unwrap_err();
+    assert_eq!(err.kind(), redlease::ErrorKind::Connection, "{err}");
+    // The key never shows in Debug.
+    let shown = format!(
+        "{:?}",
+        Client::builder().tls_client_cert(cert.clone(), key.clone())
+    );
+    assert!(!shown.contains("PRIVATE KEY"), "{shown}");
+    server.stop();
+}

@@ -255,11 +255,8 @@ impl ClusterLeader {
             .connection_timeout(timeouts.connect)
             .response_timeout(timeouts.response);
         #[cfg(feature = "tls-rustls")]
-        let builder = match &timeouts.tls_root {
-            Some(root) => builder.certs(redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(root.clone()),
-            }),
+        let builder = match timeouts.tls.certificates() {
+            Some(certs) => builder.certs(certs),
             None => builder,
         };
         let client = builder

@@ -36,10 +36,50 @@ pub(crate) struct Timeouts {
     pub(crate) connect: Duration,
     pub(crate) response: Duration,
     pub(crate) pool: Duration,
-    /// `rediss://`: trust these PEM root certificates instead of the
-    /// system's (the server certificate is verified either way).
     #[cfg_attr(not(feature = "tls-rustls"), allow(dead_code))]
-    pub(crate) tls_root: Option<Vec<u8>>,
+    pub(crate) tls: Tls,
+}
+
+/// Certificates for `rediss://`, on every topology.
+#[derive(Clone, Default)]
+#[cfg_attr(not(feature = "tls-rustls"), allow(dead_code))]
+pub(crate) struct Tls {
+    /// Trust these PEM root certificates instead of the system's (the
+    /// server certificate is verified either way).
+    pub(crate) root: Option<Vec<u8>>,
+    /// Present this PEM certificate and key (servers with
+    /// `tls-auth-clients yes`).
+    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The key never appears, nor the certificates' bytes.
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls")
+            .field("root", &self.root.as_ref().map(|r| r.len()))
+            .field("client", &self.client.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+impl Tls {
+    /// The certificates to hand redis-rs, if any were given.
+    #[cfg(feature = "tls-rustls")]
+    pub(crate) fn certificates(&self) -> Option<redis::TlsCertificates> {
+        if self.root.is_none() && self.client.is_none() {
+            return None;
+        }
+        Some(redis::TlsCertificates {
+            client_tls: self
+                .client
+                .as_ref()
+                .map(|(cert, key)| redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: self.root.clone(),
+        })
+    }
 }
 
 /// One script call: the script, its keys and its arguments.
@@ -215,14 +255,10 @@ impl Backend {
         if secure {
             builder = builder.set_client_to_redis_tls_mode(redis::TlsMode::Secure);
             #[cfg(feature = "tls-rustls")]
-            if let Some(root) = &timeouts.tls_root {
-                let certs = || redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(root.clone()),
-                };
+            if let Some(certs) = timeouts.tls.certificates() {
                 builder = builder
-                    .set_client_to_sentinel_certificates(certs())
-                    .set_client_to_redis_certificates(certs());
+                    .set_client_to_sentinel_certificates(certs.clone())
+                    .set_client_to_redis_certificates(certs);
             }
         }
         let client = builder

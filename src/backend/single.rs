@@ -91,17 +91,11 @@ pub(crate) fn client_for(url: &str, timeouts: &Timeouts) -> Result<redis::Client
 /// against the configured roots or the system's.
 pub(crate) fn open_client(url: &str, timeouts: &Timeouts) -> redis::RedisResult<redis::Client> {
     #[cfg(feature = "tls-rustls")]
-    if let Some(root) = &timeouts.tls_root {
+    if let Some(certs) = timeouts.tls.certificates() {
         // rustls needs a process-wide crypto provider; installing one twice
         // is harmless (the second call just reports the first).
         let _ = rustls::crypto::ring::default_provider().install_default();
-        return redis::Client::build_with_tls(
-            url,
-            redis::TlsCertificates {
-                client_tls: None,
-                root_cert: Some(root.clone()),
-            },
-        );
+        return redis::Client::build_with_tls(url, certs);
     }
     #[cfg(feature = "tls-rustls")]
     let _ = rustls::crypto::ring::default_provider().install_default();
