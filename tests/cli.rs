@@ -755,3 +755,52 @@ fn the_password_comes_from_a_file_and_never_reaches_the_command() {
         assert_eq!(o.status.code(), Some(64));
     }
 }
+
+/// The CLI as the README builds it (`--features cli`) speaks TLS, with the
+/// CA given by `--tls-ca`, and refuses a server it cannot verify.
+#[test]
+fn the_cli_speaks_tls_with_a_given_ca() {
+    use redis_test::server::RedisServer;
+    let tmp = tempfile::Builder::new()
+        .prefix("redlease-cli-tls")
+        .tempdir()
+        .unwrap();
+    let certs = redis_test::utils::build_keys_and_certs_for_tls(&tmp);
+    let port = redis_test::utils::get_random_available_port();
+    let mut server = RedisServer::new_with_addr_tls_modules_and_spawner(
+        redis::ConnectionAddr::TcpTls {
+            host: "127.0.0.1".into(),
+            port,
+            insecure: false,
+            tls_params: None,
+        },
+        None,
+        Some(certs.clone()),
+        false,
+        None,
+        &[],
+        |cmd| cmd.spawn().expect("redis-server"),
+    );
+    let url = format!("rediss://127.0.0.1:{port}/");
+    let cli = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_redlease"));
+        c.env("REDIS_URL", &url).env_remove("REDLEASE_PREFIX");
+        c
+    };
+    let mut ok = None;
+    assert!(eventually(Duration::from_secs(10), || {
+        let o = run(cli()
+            .arg("--tls-ca")
+            .arg(&certs.ca_crt)
+            .args(["run", "tls-job", "--", "sh", "-c", "echo ran"]));
+        let done = o.status.success();
+        ok = Some(o);
+        done
+    }));
+    assert_eq!(stdout(&ok.unwrap()).trim(), "ran");
+    // Without the CA the server is not trusted: unavailable, nothing run.
+    let o = run(cli().args(["run", "tls-job", "--", "sh", "-c", "echo ran"]));
+    assert_eq!(o.status.code(), Some(69));
+    assert!(stdout(&o).is_empty());
+    server.stop();
+}

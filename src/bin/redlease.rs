@@ -50,6 +50,17 @@ struct Cli {
     /// putting it in the URL, where it would show in the process list.
     #[arg(long, global = true, value_name = "FILE")]
     password_file: Option<std::path::PathBuf>,
+    /// For rediss:// URLs: trust this PEM CA certificate instead of the
+    /// system's roots (the server's certificate is always verified).
+    #[arg(long, global = true, value_name = "FILE")]
+    tls_ca: Option<std::path::PathBuf>,
+    /// For rediss:// URLs: present this PEM client certificate (servers
+    /// with tls-auth-clients yes); needs --tls-key.
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
     /// Lease of locks without --lease, renewed every third of it; a lost
     /// lease is noticed within about a third of it. E.g. 30s.
     #[arg(long, value_parser = parse_duration, default_value = "30s", global = true)]
@@ -404,13 +415,27 @@ fn main() -> ExitCode {
         },
         None => cli.url.clone(),
     };
-    let client = match Client::builder()
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    };
+    let mut builder = Client::builder()
         .url(&url)
         .key_prefix(&cli.prefix)
         .watchdog_timeout(cli.watchdog)
-        .connect_timeout(Duration::from_secs(2))
-        .build()
-    {
+        .connect_timeout(Duration::from_secs(2));
+    if let Some(ca) = &cli.tls_ca {
+        match read(ca) {
+            Ok(pem) => builder = builder.tls_root_cert(pem),
+            Err(e) => return fail(EXIT_USAGE, e),
+        }
+    }
+    if let (Some(cert), Some(key)) = (&cli.tls_cert, &cli.tls_key) {
+        match (read(cert), read(key)) {
+            (Ok(cert), Ok(key)) => builder = builder.tls_client_cert(cert, key),
+            (Err(e), _) | (_, Err(e)) => return fail(EXIT_USAGE, e),
+        }
+    }
+    let client = match builder.build() {
         Ok(c) => c,
         Err(e) => return fail(error_code(&e), e),
     };
