@@ -3,13 +3,15 @@
 --          expiry in server time (ms); expired permits are reclaimed here
 -- KEYS[2]  permit count N while any permit is held (lives as long as KEYS[1])
 -- KEYS[3]  fair mode: queue (sorted set, member -> arrival order)
--- KEYS[4]  fair mode: queue deadlines (sorted set, member -> server ms)
+-- KEYS[4]  waiters' deadlines (sorted set, member -> server ms): in fair
+--          mode the queue's; in either mode what tells a release that
+--          someone waits (sem_release.lua publishes only then)
 -- ARGV[1]  member "<k>:<token>"
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  N, the caller's idea of the permit count
 -- ARGV[4]  k, permits wanted (1 <= k <= N)
 -- ARGV[5]  '1' for FIFO order, '0' otherwise
--- ARGV[6]  fair mode: queue entry lifetime without a retry, ms
+-- ARGV[6]  waiter entry lifetime without a retry, ms
 -- Returns  {1, 0} acquired (again when the same member asks again: a retry
 --          after a lost reply re-grants, it never takes a second permit);
 --          {0, ms} wait (ms until the first permit expires,
@@ -38,9 +40,9 @@ if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   if stored then
     redis.call('PEXPIRE', KEYS[2], ttl)
   end
+  redis.call('ZREM', KEYS[4], ARGV[1])
   if fair then
     redis.call('ZREM', KEYS[3], ARGV[1])
-    redis.call('ZREM', KEYS[4], ARGV[1])
   end
   return {1, 0}
 end
@@ -71,23 +73,26 @@ if not ahead and used + k <= n then
   local ttl = tonumber(last[2]) - now
   redis.call('SET', KEYS[2], ARGV[3], 'PX', ttl)
   redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('ZREM', KEYS[4], ARGV[1])
   if fair then
     redis.call('ZREM', KEYS[3], ARGV[1])
-    redis.call('ZREM', KEYS[4], ARGV[1])
   end
   return {1, 0}
 end
-if fair then
-  if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-    local order = 1
-    if last[2] then order = tonumber(last[2]) + 1 end
-    redis.call('ZADD', KEYS[3], order, ARGV[1])
-  end
-  local qttl = tonumber(ARGV[6])
-  redis.call('ZADD', KEYS[4], now + qttl, ARGV[1])
-  redis.call('PEXPIRE', KEYS[3], qttl * 2)
+if fair and not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+  local order = 1
+  if last[2] then order = tonumber(last[2]) + 1 end
+  redis.call('ZADD', KEYS[3], order, ARGV[1])
+end
+-- A waiter in either mode: releases publish while it waits.
+local qttl = tonumber(ARGV[6])
+redis.call('ZADD', KEYS[4], now + qttl, ARGV[1])
+if redis.call('PTTL', KEYS[4]) < qttl * 2 then
   redis.call('PEXPIRE', KEYS[4], qttl * 2)
+end
+if fair and redis.call('PTTL', KEYS[3]) < qttl * 2 then
+  redis.call('PEXPIRE', KEYS[3], qttl * 2)
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if first[2] then

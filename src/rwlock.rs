@@ -259,7 +259,7 @@ impl RwLock {
                     fence: None,
                     release: Script::new(
                         &RW_READ_RELEASE,
-                        vec![keys.readers.clone()],
+                        vec![keys.readers.clone(), keys.intent.clone()],
                         self.wake_args(keys, token),
                     ),
                     extend: Script::new(&ZSET_EXTEND, vec![keys.readers.clone()], vec![t, ms]),

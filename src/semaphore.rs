@@ -194,7 +194,11 @@ impl Semaphore {
             .backend()
             .confirm(&Call {
                 lua: &SEM_RELEASE,
-                keys: &[keys.permits.to_vec(), keys.count.clone()],
+                keys: &[
+                    keys.permits.to_vec(),
+                    keys.count.clone(),
+                    keys.queue_deadlines.clone(),
+                ],
                 args: &[
                     id.member.as_bytes().to_vec(),
                     wakeup.channel().to_vec(),
@@ -289,7 +293,11 @@ impl Semaphore {
                 fence: None,
                 release: Script::new(
                     &SEM_RELEASE,
-                    vec![keys.permits.to_vec(), keys.count.clone()],
+                    vec![
+                        keys.permits.to_vec(),
+                        keys.count.clone(),
+                        keys.queue_deadlines.clone(),
+                    ],
                     release_args.clone(),
                 ),
                 extend: Script::new(
@@ -297,13 +305,14 @@ impl Semaphore {
                     vec![keys.permits.to_vec(), keys.count.clone()],
                     vec![member, ms],
                 ),
-                leave: self.fair.then(|| {
-                    Script::new(
-                        &QUEUE_LEAVE,
-                        vec![keys.queue.clone(), keys.queue_deadlines.clone()],
-                        release_args,
-                    )
-                }),
+                // Waiters of either mode leave their entry when they give
+                // up; only a fair queue's departure publishes (the next in
+                // line may go ahead: queue_leave.lua).
+                leave: Some(Script::new(
+                    &QUEUE_LEAVE,
+                    vec![keys.queue.clone(), keys.queue_deadlines.clone()],
+                    release_args,
+                )),
                 direct: None,
             })
         })?;

@@ -325,3 +325,67 @@ fn fair_lock_is_exclusive_and_reentrant() {
         .unwrap()
         .is_some());
 }
+
+fn publishes(con: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+    info.lines()
+        .find(|l| l.starts_with("cmdstat_publish:"))
+        .and_then(|l| l.split("calls=").nth(1))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Wake-ups cost O(waiters): a permit or read hold released while nobody
+/// waits publishes nothing, and a refused `try_acquire` leaves no waiter
+/// entry behind that would make later releases publish. A real waiter (in
+/// another client, no fallback poll to speak of) makes the release
+/// publish, and is woken by it.
+#[test]
+fn releases_nobody_waits_for_publish_nothing() {
+    let server = Server::start();
+    let c = client(&server);
+    let other = client_with(&server, |b| b.fallback_poll(Duration::from_secs(60)));
+    let mut con = server.con();
+    for _ in 0..3 {
+        c.semaphore("idle-sem", 2)
+            .acquire()
+            .unwrap()
+            .release()
+            .unwrap();
+        c.fair_semaphore("idle-fsem", 1)
+            .acquire()
+            .unwrap()
+            .release()
+            .unwrap();
+        c.rw_lock("idle-rw").read().unwrap().release().unwrap();
+        let p = c.semaphore("busy-sem", 1).acquire().unwrap();
+        assert!(other
+            .semaphore("busy-sem", 1)
+            .try_acquire()
+            .unwrap()
+            .is_none());
+        p.release().unwrap();
+    }
+    assert_eq!(publishes(&mut con), 0);
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
+
+    // A waiter: the release publishes and wakes it.
+    let p = c.semaphore("wait-sem", 1).acquire().unwrap();
+    let o = other.clone();
+    let t = std::thread::spawn(move || {
+        let start = Instant::now();
+        let got = o
+            .semaphore("wait-sem", 1)
+            .acquire_timeout(Duration::from_secs(20))
+            .unwrap()
+            .is_some();
+        (got, start.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    p.release().unwrap();
+    let (got, waited) = t.join().unwrap();
+    assert!(got && waited < Duration::from_secs(5), "{waited:?}");
+    assert_eq!(publishes(&mut con), 1);
+}
