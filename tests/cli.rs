@@ -671,8 +671,12 @@ fn two_different_signals_both_reach_the_command() {
     let server = Server::start();
     let dir = tempfile_dir();
     let log = dir.join("sigs");
+    // The TERM trap does not exit at once: the shell runs traps in its own
+    // order, and one that exits could pre-empt the other's (a rare flake
+    // under load, with both signals delivered). It leaves two loop turns
+    // later instead.
     let script = format!(
-        "trap 'echo HUP >> {0}' HUP; trap 'echo TERM >> {0}; exit 0' TERM; echo ready >> {0}; i=0; while [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done",
+        "trap 'echo HUP >> {0}' HUP; trap 'echo TERM >> {0}; t=0' TERM; echo ready >> {0}; i=0; while [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); if [ -n \"$t\" ]; then t=$((t+1)); [ $t -ge 2 ] && exit 0; fi; done",
         log.display()
     );
     let mut child = redlease(&server)
