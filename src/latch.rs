@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 use crate::backend::Call;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
-use crate::lease::{ENTRY_SLACK, GRANT_CLAIM};
-use crate::scripts::{LATCH_COUNT_DOWN, LATCH_LEAVE, LATCH_SET, LATCH_WAIT};
+use crate::scripts::{LATCH_COUNT_DOWN, LATCH_SET};
 use crate::wakeup::{deadline_after, waited, Attempt, Turns};
 
 /// A named distributed count-down latch (Redisson's `RCountDownLatch`).
@@ -134,12 +133,8 @@ impl CountDownLatch {
             .backend()
             .once(&Call {
                 lua: &LATCH_COUNT_DOWN,
-                keys: &[key.to_vec(), round_prefix(key)],
-                args: &[
-                    wakeup.channel().to_vec(),
-                    wakeup.message(key),
-                    GRANT_CLAIM.as_millis().to_string().into_bytes(),
-                ],
+                keys: &[key.to_vec()],
+                args: &[wakeup.channel().to_vec(), wakeup.message(key)],
             })
             .map_err(|e| e.about("latch", name))?;
         if left == 0 && !round.is_empty() {
@@ -197,92 +192,34 @@ impl CountDownLatch {
             None => return Ok(Some(())),
             Some((_, round)) => round,
         };
-        // Wait on this round's opening. Where the server lets waiters
-        // block, each blocks on the round's wake-up list (`BLPOP`) with
-        // the round check pipelined behind: the last count-down pushes one
-        // wake-up per blocked waiter, and the waiting thread learns of the
-        // opening from its own reply, with no message and no other thread
-        // in between. Otherwise (Cluster, an ACL without `BLPOP`) the
-        // opening message is the answer (no re-read, so a waiter returns
-        // one message after the last count-down); every waiter is woken
-        // (`Turns::Server`). Without an announcement (a lost message, a
-        // reconnect nudge, the fallback poll) the round is checked again.
-        let backend = self.client.backend();
-        let token = self.client.new_token();
-        let prefix = round_prefix(key);
-        let keys = [key.to_vec(), [&prefix[..], &round, b":w"].concat()];
-        let list = [&prefix[..], &round, b":open"].concat();
-        let entry_ms = (LATCH_SLICE + ENTRY_SLACK).as_millis().to_string();
-        let leave = [token.as_bytes().to_vec()];
-        let leave = Call {
-            lua: &LATCH_LEAVE,
-            keys: &keys[1..],
-            args: &leave,
-        };
+        // Wait on this round's opening: its announcement is the answer (no
+        // re-read, so a waiter returns one message after the last
+        // count-down). Every waiter is woken (`Turns::Server`). Without an
+        // announcement (a lost message, a reconnect nudge, the fallback
+        // poll) the latch is read again: gone, or another round, means
+        // this round opened.
         let signalled = std::cell::Cell::new(false);
-        let waited = self
-            .client
+        self.client
             .wakeup()
             .acquire_noting(
                 &round_key(key, &round),
                 Turns::Server,
                 deadline,
                 false,
-                Some(LATCH_SLICE),
+                None,
                 Some(&signalled),
-                |block| {
+                |_| {
                     if signalled.get() {
                         return Ok(Attempt::Acquired(()));
                     }
-                    // Only a waiter that blocks joins the round's waiters
-                    // (the opening pushes a wake-up for each).
-                    let blocks = backend.grants_directly();
-                    let args = [
-                        round.clone(),
-                        token.as_bytes().to_vec(),
-                        if blocks { entry_ms.as_bytes() } else { b"0" }.to_vec(),
-                    ];
-                    let check = Call {
-                        lua: &LATCH_WAIT,
-                        keys: &keys,
-                        args: &args,
-                    };
-                    let (open, _) = match block {
-                        Some(block) if blocks => {
-                            backend
-                                .grant_blocking(&list, block, &check, &leave, deadline)?
-                                .0
-                        }
-                        _ => {
-                            let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-                            let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
-                            backend.eval::<(i64, i64)>(&LATCH_WAIT, &keys, &args)?
-                        }
-                    };
-                    Ok(if open == 1 {
-                        Attempt::Acquired(())
-                    } else {
-                        Attempt::Busy(None)
+                    Ok(match self.read(key)? {
+                        Some((_, r)) if r == round => Attempt::Busy(None),
+                        _ => Attempt::Acquired(()),
                     })
                 },
             )
-            .map_err(|e| e.about("latch", name));
-        if !matches!(waited, Ok(Some(()))) && backend.grants_directly() {
-            // Gave up (deadline, error): no wake-up is to be pushed for us.
-            let _ = backend.eval::<i64>(&LATCH_LEAVE, &[&keys[1]], &[token.as_bytes()]);
-        }
-        waited
+            .map_err(|e| e.about("latch", name))
     }
-}
-
-/// How long a waiter blocks in one round trip before checking the round
-/// again (it stays in the round's waiters one slice and a margin).
-const LATCH_SLICE: Duration = Duration::from_secs(1);
-
-/// `<latch key>:`: a round's keys are this, the round, and a suffix
-/// (`:w` its blocking waiters, `:open` their wake-ups).
-fn round_prefix(key: &[u8]) -> Vec<u8> {
-    [key, b":"].concat()
 }
 
 /// The key a round's waiters wait on: `<latch key>#<round>`, which is what

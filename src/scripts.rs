@@ -107,8 +107,6 @@ script!(SEM_FORCE_RELEASE, "sem_force_release.lua");
 script!(LATCH_SET, "latch_set.lua");
 script!(LOCK_NOTE, "lock_note.lua");
 script!(LATCH_COUNT_DOWN, "latch_count_down.lua");
-script!(LATCH_WAIT, "latch_wait.lua");
-script!(LATCH_LEAVE, "latch_leave.lua");
 script!(INSPECT, "inspect.lua");
 script!(FENCE_RAISE, "fence_raise.lua");
 

@@ -170,43 +170,6 @@ fn family_worker(role: &str, server: &Server) -> Worker {
     )
 }
 
-/// On one server, latch waiters block on the round's wake-up list and
-/// learn of the opening from their own reply: no message is needed, and
-/// none of the waiting clients even subscribes.
-#[test]
-fn latch_waiters_are_woken_directly_without_messages() {
-    let server = Server::start();
-    let waiting: Vec<Client> = (0..3).map(|_| no_poll(&server)).collect();
-    let latch = client(&server).count_down_latch("direct");
-    assert!(latch.try_set_count(1).unwrap());
-    let handles: Vec<_> = waiting
-        .iter()
-        .flat_map(|c| [c.clone(), c.clone()])
-        .map(|c| {
-            std::thread::spawn(move || {
-                c.count_down_latch("direct")
-                    .wait_timeout(Duration::from_secs(20))
-                    .unwrap()
-            })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(300));
-    let t = Instant::now();
-    latch.count_down().unwrap();
-    for h in handles {
-        assert!(h.join().unwrap());
-    }
-    // Well under a slice (1 s): each was woken, not timed out.
-    assert!(
-        t.elapsed() < Duration::from_millis(900),
-        "{:?}",
-        t.elapsed()
-    );
-    for c in &waiting {
-        assert_eq!(c.wakeups_delivered(), 0, "woken by a message");
-    }
-}
-
 #[test]
 fn a_latch_waiter_killed_while_waiting_leaves_nothing() {
     let server = Server::start();
@@ -227,13 +190,8 @@ fn a_latch_waiter_killed_while_waiting_leaves_nothing() {
     std::thread::sleep(Duration::from_millis(200));
     latch.count_down().unwrap();
     assert!(survivor.join().unwrap());
-    // The wake-up pushed for the dead waiter lapses within 0.5 s.
-    let mut keys: Vec<String> = Vec::new();
-    let gone = eventually(Duration::from_secs(2), || {
-        keys = server.con().keys("*").unwrap();
-        keys.is_empty()
-    });
-    assert!(gone, "left behind: {keys:?}");
+    let keys: Vec<String> = server.con().keys("*").unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
 }
 
 // ------------------------------------------------------------- multi-lock

@@ -66,7 +66,7 @@ fn every_primitive_under(acl: &str) {
     drop(g);
     assert!(t.join().unwrap());
     assert!(other.wakeups_delivered() >= 1);
-    // A latch waiter is woken too (blocking, or by message without BLPOP).
+    // A latch waiter is woken too.
     assert!(c.count_down_latch("l").try_set_count(1).unwrap());
     let o = other.clone();
     let t = std::thread::spawn(move || {
