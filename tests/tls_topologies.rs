@@ -13,7 +13,9 @@ use redis_test::sentinel::RedisSentinelCluster;
 use redlease::{Client, ErrorKind};
 
 /// `redis-test` starts TLS-only servers (`--port 0 --tls-port N`) when
-/// this is set; every test of this binary wants them.
+/// this is set; every test of this binary wants them. Every test calls
+/// this first, so the variable is set once, before any test thread could
+/// read the environment.
 fn tls_servers() {
     static SET: Once = Once::new();
     SET.call_once(|| std::env::set_var("REDISRS_SERVER_TYPE", "tcp+tls"));
@@ -106,6 +108,7 @@ fn cluster_over_tls_trusts_the_given_root() {
 /// enables its insecure TLS feature; redlease promises verified TLS.
 #[test]
 fn an_insecure_url_is_refused() {
+    tls_servers();
     for url in [
         "rediss://127.0.0.1:1/#insecure",
         "rediss://127.0.0.1:1/0#insecure",
