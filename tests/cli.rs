@@ -764,28 +764,7 @@ fn the_password_comes_from_a_file_and_never_reaches_the_command() {
 /// CA given by `--tls-ca`, and refuses a server it cannot verify.
 #[test]
 fn the_cli_speaks_tls_with_a_given_ca() {
-    use redis_test::server::RedisServer;
-    let tmp = tempfile::Builder::new()
-        .prefix("redlease-cli-tls")
-        .tempdir()
-        .unwrap();
-    let certs = redis_test::utils::build_keys_and_certs_for_tls(&tmp);
-    let port = redis_test::utils::get_random_available_port();
-    let mut server = RedisServer::new_with_addr_tls_modules_and_spawner(
-        redis::ConnectionAddr::TcpTls {
-            host: "127.0.0.1".into(),
-            port,
-            insecure: false,
-            tls_params: None,
-        },
-        None,
-        Some(certs.clone()),
-        false,
-        None,
-        &[],
-        |cmd| cmd.spawn().expect("redis-server"),
-    );
-    let url = format!("rediss://127.0.0.1:{port}/");
+    let (mut server, certs, _dir, url) = common::tls_server(false);
     let cli = || {
         let mut c = Command::new(env!("CARGO_BIN_EXE_redlease"));
         c.env("REDIS_URL", &url).env_remove("REDLEASE_PREFIX");

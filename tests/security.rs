@@ -27,16 +27,20 @@ fn an_acl_without_blocking_commands_still_works() {
     every_primitive_under(&ACL.replace(" +blpop +rpush", ""));
 }
 
-fn every_primitive_under(acl: &str) {
-    let server = Server::start();
-    let mut con = server.con();
+/// Creates the user `app` with `acl` on `server` and returns its URL.
+fn restricted_user(server: &Server, acl: &str) -> String {
     let mut cmd = redis::cmd("ACL");
     cmd.arg("SETUSER").arg("app");
     for part in acl.split_whitespace() {
         cmd.arg(part);
     }
-    let _: () = cmd.query(&mut con).unwrap();
-    let url = format!("redis://app:s3cret@127.0.0.1:{}/", server.port());
+    let _: () = cmd.query(&mut server.con()).unwrap();
+    format!("redis://app:s3cret@127.0.0.1:{}/", server.port())
+}
+
+fn every_primitive_under(acl: &str) {
+    let server = Server::start();
+    let url = restricted_user(&server, acl);
     let c = Client::builder()
         .url(&url)
         .key_prefix("myapp:")
@@ -106,14 +110,7 @@ fn every_primitive_under(acl: &str) {
 fn releases_succeed_without_channel_rights() {
     let server = Server::start();
     let mut con = server.con();
-    let acl = ACL.replace(" &myapp:redlease:wake", "");
-    let mut cmd = redis::cmd("ACL");
-    cmd.arg("SETUSER").arg("app");
-    for part in acl.split_whitespace() {
-        cmd.arg(part);
-    }
-    let _: () = cmd.query(&mut con).unwrap();
-    let url = format!("redis://app:s3cret@127.0.0.1:{}/", server.port());
+    let url = restricted_user(&server, &ACL.replace(" &myapp:redlease:wake", ""));
     let c = Client::builder()
         .url(&url)
         .key_prefix("myapp:")

@@ -4,33 +4,12 @@ mod common;
 
 use std::time::Duration;
 
-use redis_test::server::RedisServer;
 use redlease::Client;
 
 #[test]
 fn tls_with_verified_certificate() {
-    let tmp = tempfile::Builder::new()
-        .prefix("redlease-tls")
-        .tempdir()
-        .unwrap();
-    let certs = redis_test::utils::build_keys_and_certs_for_tls(&tmp);
-    let port = redis_test::utils::get_random_available_port();
-    let mut server = RedisServer::new_with_addr_tls_modules_and_spawner(
-        redis::ConnectionAddr::TcpTls {
-            host: "127.0.0.1".into(),
-            port,
-            insecure: false,
-            tls_params: None,
-        },
-        None,
-        Some(certs.clone()),
-        false,
-        None,
-        &[],
-        |cmd| cmd.spawn().expect("redis-server"),
-    );
+    let (mut server, certs, _dir, url) = common::tls_server(false);
     let ca = std::fs::read(&certs.ca_crt).unwrap();
-    let url = format!("rediss://127.0.0.1:{port}/");
     // Wait until the TLS port answers.
     let mut client = None;
     assert!(common::eventually(Duration::from_secs(10), || {
@@ -66,32 +45,12 @@ fn tls_with_verified_certificate() {
 /// (`tls-auth-clients yes`): refused without one, served with one.
 #[test]
 fn client_certificates_for_servers_that_require_them() {
-    let tmp = tempfile::Builder::new()
-        .prefix("redlease-mtls")
-        .tempdir()
-        .unwrap();
-    let certs = redis_test::utils::build_keys_and_certs_for_tls(&tmp);
-    let port = redis_test::utils::get_random_available_port();
-    let mut server = RedisServer::new_with_addr_tls_modules_and_spawner(
-        redis::ConnectionAddr::TcpTls {
-            host: "127.0.0.1".into(),
-            port,
-            insecure: false,
-            tls_params: None,
-        },
-        None,
-        Some(certs.clone()),
-        true,
-        None,
-        &[],
-        |cmd| cmd.spawn().expect("redis-server"),
-    );
+    let (mut server, certs, _dir, url) = common::tls_server(true);
     let ca = std::fs::read(&certs.ca_crt).unwrap();
     // The server's own certificate is signed by the CA: it serves as the
     // client's too.
     let cert = std::fs::read(&certs.redis_crt).unwrap();
     let key = std::fs::read(&certs.redis_key).unwrap();
-    let url = format!("rediss://127.0.0.1:{port}/");
     let with_cert = || {
         Client::builder()
             .url(&url)

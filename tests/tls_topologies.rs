@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis_test::cluster::{RedisCluster, RedisClusterConfiguration};
 use redis_test::sentinel::RedisSentinelCluster;
-use redlease::{Client, ErrorKind};
+use redlease::{Client, ClientBuilder, ErrorKind};
 
 /// `redis-test` starts TLS-only servers (`--port 0 --tls-port N`) when
 /// this is set; every test of this binary wants them. Every test calls
@@ -19,6 +19,25 @@ use redlease::{Client, ErrorKind};
 fn tls_servers() {
     static SET: Once = Once::new();
     SET.call_once(|| std::env::set_var("REDISRS_SERVER_TYPE", "tcp+tls"));
+}
+
+/// `b` with `ca` trusted, if given, built.
+fn with_ca(b: ClientBuilder, ca: Option<&Vec<u8>>) -> redlease::Result<Client> {
+    match ca {
+        Some(ca) => b.tls_root_cert(ca.clone()).build(),
+        None => b.build(),
+    }
+}
+
+/// The first client `make` builds within 15 s (the servers may still be
+/// starting).
+fn first(make: impl Fn() -> redlease::Result<Client>) -> Client {
+    let mut client = None;
+    assert!(common::eventually(Duration::from_secs(15), || {
+        client = make().ok();
+        client.is_some()
+    }));
+    client.unwrap()
 }
 
 fn tls_url(s: &redis_test::server::RedisServer) -> String {
@@ -37,20 +56,12 @@ fn sentinel_over_tls_reaches_the_master_over_tls() {
     let ca = std::fs::read(cluster.folders[0].path().join("ca.crt")).unwrap();
     let sentinels: Vec<String> = cluster.sentinel_servers.iter().map(tls_url).collect();
     let build = |ca: Option<&Vec<u8>>| {
-        let mut b = Client::builder()
+        let b = Client::builder()
             .sentinel(&sentinels, "master0")
             .connect_timeout(Duration::from_secs(2));
-        if let Some(ca) = ca {
-            b = b.tls_root_cert(ca.clone());
-        }
-        b.build()
+        with_ca(b, ca)
     };
-    let mut client = None;
-    assert!(common::eventually(Duration::from_secs(15), || {
-        client = build(Some(&ca)).ok();
-        client.is_some()
-    }));
-    let c = client.unwrap();
+    let c = first(|| build(Some(&ca)));
     let g = c.lock("tls-sentinel").acquire().unwrap();
     let other = build(Some(&ca)).unwrap();
     assert!(other.lock("tls-sentinel").try_acquire().unwrap().is_none());
@@ -75,21 +86,13 @@ fn cluster_over_tls_trusts_the_given_root() {
     let ca = std::fs::read(&cluster.tls_paths.as_ref().unwrap().ca_crt).unwrap();
     let urls: Vec<String> = cluster.iter_servers().map(tls_url).collect();
     let build = |ca: Option<&Vec<u8>>| {
-        let mut b = Client::builder()
+        let b = Client::builder()
             .cluster(urls.clone())
             .watchdog_timeout(Duration::from_millis(900))
             .connect_timeout(Duration::from_secs(2));
-        if let Some(ca) = ca {
-            b = b.tls_root_cert(ca.clone());
-        }
-        b.build()
+        with_ca(b, ca)
     };
-    let mut client = None;
-    assert!(common::eventually(Duration::from_secs(15), || {
-        client = build(Some(&ca)).ok();
-        client.is_some()
-    }));
-    let c = client.unwrap();
+    let c = first(|| build(Some(&ca)));
     let guards: Vec<_> = (0..12)
         .map(|i| c.lock(format!("tls-cl:{i}")).acquire().unwrap())
         .collect();

@@ -111,6 +111,41 @@ impl Server {
     }
 }
 
+/// A TLS-only redis-server on a free port with a CA made now (needs
+/// `openssl`); with `mtls`, it also requires client certificates
+/// (`tls-auth-clients yes`). Keep the directory alive as long as the server.
+#[allow(dead_code)]
+pub fn tls_server(
+    mtls: bool,
+) -> (
+    redis_test::server::RedisServer,
+    redis_test::utils::TlsFilePaths,
+    tempfile::TempDir,
+    String,
+) {
+    let dir = tempfile::Builder::new()
+        .prefix("redlease-tls")
+        .tempdir()
+        .unwrap();
+    let certs = redis_test::utils::build_keys_and_certs_for_tls(&dir);
+    let port = redis_test::utils::get_random_available_port();
+    let server = RedisServer::new_with_addr_tls_modules_and_spawner(
+        redis::ConnectionAddr::TcpTls {
+            host: "127.0.0.1".into(),
+            port,
+            insecure: false,
+            tls_params: None,
+        },
+        None,
+        Some(certs.clone()),
+        mtls,
+        None,
+        &[],
+        |cmd| cmd.spawn().expect("redis-server must be installed"),
+    );
+    (server, certs, dir, format!("rediss://127.0.0.1:{port}/"))
+}
+
 /// Polls `cond` every 5 ms until it holds or `limit` passes.
 pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + limit;
