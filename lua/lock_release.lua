@@ -5,8 +5,7 @@
 -- KEYS[2]  optional, with KEYS[3] and KEYS[4]: the fencing counter, the
 --          waiter queue and its deadlines. Without them (a read-write
 --          lock's writer) the lock is only removed.
--- ARGV[1]  owner token; also a waiter's queue entry, withdrawn either way
---          (this script is also how a waiter that gives up leaves)
+-- ARGV[1]  owner token (with ARGV[9] 'leave': a waiter's token)
 -- ARGV[2]  wake-up channel ("" = publish nothing)
 -- ARGV[3]  wake-up message
 -- ARGV[4]  grant list prefix (queue.lua)
@@ -18,31 +17,34 @@
 -- ARGV[8]  'queued': every waiter of the name is in the queue, so publish
 --          only for a granted waiter that waits for messages (queue.lua
 --          announce); otherwise always publish
+-- ARGV[9]  'leave': a waiter gives up. Its queue entry and a wake-up
+--          never popped are withdrawn first; a grant made to it just as
+--          it gave up is then handed on like a release. A holder never
+--          has either (taking the lock takes it off the queue), so a
+--          release skips that work: every call here is on the handoff's
+--          critical path.
 -- Returns  1 released (handed on, or waiters notified), 0 not held by
 --          this token
 local queued = #KEYS >= 4
-local waiting = queued and redis.call('EXISTS', KEYS[3]) == 1
-if waiting then
+if queued and ARGV[9] == 'leave' then
   queue_leave(KEYS[3], KEYS[4], ARGV[1])
-end
-if queued then
-  -- A grant to this token that was never popped (a waiter leaving).
   redis.call('DEL', ARGV[4] .. ARGV[1])
 end
 local v = redis.call('GET', KEYS[1])
 if not v or (ARGV[6] ~= 'force' and string.match(v, '^[^#]*') ~= ARGV[1]) then
   return 0
 end
-redis.call('DEL', KEYS[1])
 local told = false
+local head, blocks = nil, false
 if queued then
-  local head, blocks = nil, false
-  if waiting then
-    head, blocks = queue_head(KEYS[3], KEYS[4])
-  end
-  if head then
-    told = grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], head, blocks, tonumber(ARGV[5]))
-  else
+  head, blocks = queue_head(KEYS[3], KEYS[4])
+end
+if head then
+  -- The grant overwrites the lock key: no DEL first.
+  told = grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], head, blocks, tonumber(ARGV[5]))
+else
+  redis.call('DEL', KEYS[1])
+  if queued then
     if ARGV[7] ~= 'keep' then
       redis.call('DEL', KEYS[2])
     end

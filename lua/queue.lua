@@ -56,16 +56,15 @@ local function queue_leave(q, qt, token)
 end
 
 local function queue_head(q, qt)
-  if redis.call('EXISTS', q) == 0 then
-    return nil
-  end
-  local now = now_ms()
+  local now = nil
   -- Each pass removes one lapsed waiter: the loop ends.
   while true do
     local head = redis.call('ZRANGE', q, 0, 0)[1]
     if not head then
       return nil
     end
+    -- The clock only once somebody waits (the common release has nobody).
+    now = now or now_ms()
     local deadline = redis.call('ZSCORE', qt, head)
     if deadline and tonumber(deadline) > now then
       return head, tonumber(deadline) % 1 == 0
@@ -78,8 +77,10 @@ local function grant(lock, counter, q, qt, prefix, token, blocks, claim)
   local fence = next_fence(counter, claim)
   redis.call('SET', lock, holder_value(token, fence), 'PX', claim)
   queue_leave(q, qt, token)
+  -- A wake-up left on the list by an earlier grant to this token (one
+  -- that lapsed, or was force-unlocked, unpopped) is harmless: the
+  -- script pipelined behind the pop decides, and finds what is true now.
   local list = prefix .. token
-  redis.call('DEL', list)
   local pushed = redis.pcall('RPUSH', list, '1')
   if type(pushed) == 'table' then
     return false

@@ -56,6 +56,11 @@ pub(crate) struct Spec {
     /// Withdraws what a waiting attempt leaves besides a hold (a fair-queue
     /// entry, a writer's intent), after giving up.
     pub(crate) leave: Option<Script>,
+    /// What is written behind a grant whose reply is late, to run after
+    /// it whatever it did; `None`: `release`. A lock's waiter leaves its
+    /// queue with it too, or its entry would sit at the head until it
+    /// lapsed, and a release would grant it to a token nobody uses.
+    pub(crate) undo: Option<Script>,
     /// Direct grant, where the backend allows it (see [`Direct`]).
     pub(crate) direct: Option<Direct>,
 }
@@ -217,7 +222,7 @@ fn attempt(
                     &d.list,
                     block,
                     &spec.grant.call(),
-                    &spec.release.call(),
+                    &spec.undo.as_ref().unwrap_or(&spec.release).call(),
                     deadline,
                 )
                 .map(|(reply, popped)| {
@@ -236,7 +241,7 @@ fn attempt(
                 };
                 backend.grant(
                     &grant.call(),
-                    &spec.release.call(),
+                    &spec.undo.as_ref().unwrap_or(&spec.release).call(),
                     spec.lease,
                     spec.fence.as_deref(),
                     deadline,

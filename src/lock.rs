@@ -39,6 +39,18 @@ impl Keys {
     }
 }
 
+/// Who runs lua/lock_release.lua.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Release {
+    /// The holder, by its token.
+    Holder,
+    /// A waiter giving up: withdraws its queue entry and an unpopped
+    /// wake-up, then releases a grant made to it meanwhile.
+    Waiter,
+    /// Anyone: whoever holds it (`force_unlock`).
+    Force,
+}
+
 /// A named, reentrant, distributed mutual-exclusion lock.
 ///
 /// Made by [`Client::lock`]. Cheap to clone and `Send + Sync`: share it, or
@@ -217,8 +229,15 @@ impl Lock {
         let release = Script::new(
             &LOCK_RELEASE,
             keys.scripted(),
-            self.release_args(keys, t.clone(), claim.clone(), false),
+            self.release_args(keys, t.clone(), claim.clone(), Release::Holder),
         );
+        let leave = queues.then(|| {
+            Script::new(
+                &LOCK_RELEASE,
+                keys.scripted(),
+                self.release_args(keys, t.clone(), claim.clone(), Release::Waiter),
+            )
+        });
         let mut grant_list = keys.grant_prefix.clone();
         grant_list.extend_from_slice(&t);
         let grant_args = |ttl: Duration, blocks: bool| {
@@ -260,35 +279,38 @@ impl Lock {
             watchdog: self.lease.is_none(),
             grant,
             fence: Some(keys.fence.clone()),
-            // The release also withdraws a queue entry, and hands on a
-            // grant that came just as we gave up.
-            leave: queues.then(|| release.clone()),
+            // Giving up, and undoing a late grant, withdraw the queue
+            // entry too, and hand on a grant that came meanwhile.
+            undo: leave.clone(),
+            leave,
             release,
             extend: Script::new(&LOCK_EXTEND, vec![keys.lock.to_vec()], vec![t, ms]),
             direct,
         }
     }
 
-    /// The release script's arguments (lua/lock_release.lua) for `token`,
-    /// or for whoever holds the lock (`force`).
+    /// The release script's arguments (lua/lock_release.lua) for `token`
+    /// as `who`.
     fn release_args(
         &self,
         keys: &Keys,
         token: Vec<u8>,
         claim: Vec<u8>,
-        force: bool,
+        who: Release,
     ) -> Vec<Vec<u8>> {
         let [channel, message, mode] = self.announce_args(keys);
         let keep = self.client.backend().is_redlock();
+        let flag = |on: bool, word: &[u8]| if on { word.to_vec() } else { Vec::new() };
         vec![
             token,
             channel,
             message,
             keys.grant_prefix.clone(),
             claim,
-            if force { b"force".to_vec() } else { Vec::new() },
-            if keep { b"keep".to_vec() } else { Vec::new() },
+            flag(who == Release::Force, b"force"),
+            flag(keep, b"keep"),
             mode,
+            flag(who == Release::Waiter, b"leave"),
         ]
     }
 
@@ -336,7 +358,7 @@ impl Lock {
             .confirm(&crate::backend::Call {
                 lua: &LOCK_RELEASE,
                 keys: &keys.scripted(),
-                args: &self.release_args(keys, Vec::new(), claim, true),
+                args: &self.release_args(keys, Vec::new(), claim, Release::Force),
             })
             .map_err(|e| e.about("lock", &keys.name))?;
         self.client.wakeup().notify_local(&keys.lock);

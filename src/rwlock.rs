@@ -265,6 +265,7 @@ impl RwLock {
                     extend: Script::new(&ZSET_EXTEND, vec![keys.readers.clone()], vec![t, ms]),
                     leave: None,
                     direct: None,
+                    undo: None,
                 })
             },
         )?;
@@ -330,6 +331,7 @@ impl RwLock {
                         self.wake_args(keys, token),
                     )),
                     direct: None,
+                    undo: None,
                 })
             },
         )?;

@@ -314,6 +314,7 @@ impl Semaphore {
                     release_args,
                 )),
                 direct: None,
+                undo: None,
             })
         })?;
         Ok(held.map(|held| Permit {
