@@ -188,6 +188,16 @@ impl Error {
 
     /// Whether the command was never sent (no connection could be had), so
     /// that it certainly did not run.
+    /// The server's error code, when the error is a server's reply.
+    pub(crate) fn server_code(&self) -> Option<&str> {
+        self.source
+            .as_deref()
+            .and_then(|s| {
+                (s as &(dyn std::error::Error + 'static)).downcast_ref::<RedisErrorText>()
+            })
+            .and_then(RedisErrorText::code)
+    }
+
     pub(crate) fn is_unsent(&self) -> bool {
         self.unsent
     }

@@ -100,8 +100,8 @@ fn exclusion_and_wakeups_in_a_cluster() {
     }
     assert_eq!(register.load(Ordering::SeqCst), 120);
     assert_eq!(overlaps.load(Ordering::SeqCst), 0);
-    // A waiter in another client is woken by the release (via PUBLISH,
-    // which a cluster broadcasts to every node).
+    // A waiter in another client is woken by the release (a direct grant,
+    // popped on the name's master).
     let holder = &clients[0];
     let waiter = Client::builder()
         .cluster(urls())
@@ -250,5 +250,203 @@ fn a_stalled_master_does_not_hold_up_renewal_on_the_others() {
     }
     on_stalled.clear();
     drop(guards);
+    cluster.stop();
+}
+
+/// The score of `token`'s entry in the queue deadlines of lock `name`, on
+/// whichever master serves it (message waiters are marked by half a ms).
+fn entry_score(urls: &[String], name: &str) -> Option<f64> {
+    for url in urls {
+        let mut con = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        // Another master's key is a MOVED error.
+        if let Ok(scores) = redis::cmd("ZRANGE")
+            .arg(format!("{{{name}}}:queue:t"))
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query::<Vec<(String, f64)>>(&mut con)
+        {
+            if let Some((_, score)) = scores.first() {
+                return Some(*score);
+            }
+        }
+    }
+    None
+}
+
+/// A lock waiter blocks on the name's master for its grant, as on one
+/// server: the release hands the lock over inside its script and sends no
+/// message (before: every waiter waited for a PUBLISH, which a cluster
+/// broadcasts to every node).
+#[test]
+fn lock_waiters_block_on_their_master_for_a_direct_grant() {
+    let urls = urls();
+    let holder = client();
+    // Only a grant can wake it: no message, no polling.
+    let waiter = Client::builder()
+        .cluster(urls.clone())
+        .fallback_poll(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    for round in 0..3 {
+        let name = format!("cl:direct:{round}");
+        let g = holder.lock(&name).acquire().unwrap();
+        let w = waiter.clone();
+        let n = name.clone();
+        let t = std::thread::spawn(move || {
+            let g = w
+                .lock(&n)
+                .acquire_timeout(Duration::from_secs(20))
+                .unwrap()
+                .expect("granted");
+            let fence = g.fencing_token();
+            (fence, Instant::now())
+        });
+        let queued = Instant::now();
+        let score = loop {
+            if let Some(s) = entry_score(&urls, &name) {
+                break s;
+            }
+            assert!(queued.elapsed() < Duration::from_secs(5), "never queued");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(score.fract(), 0.0, "a blocking entry, not a message one");
+        std::thread::sleep(Duration::from_millis(100));
+        let fence = g.fencing_token();
+        let released = Instant::now();
+        drop(g);
+        let (next, at) = t.join().unwrap();
+        assert!(next > fence);
+        assert!(
+            at - released < Duration::from_secs(2),
+            "{:?}",
+            at - released
+        );
+    }
+    assert!(waiter.wakeups_delivered() >= 3);
+}
+
+/// The name's slot moves to another master while a waiter is blocked on
+/// its grant: the old master answers MOVED, the waiter goes on through the
+/// cluster connection (waiting for messages meanwhile) and takes the lock
+/// when the holder, now on the new master, releases it.
+#[test]
+fn a_slot_moving_under_a_blocked_waiter_does_not_lose_it() {
+    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    let addrs: Vec<(String, u16)> = cluster
+        .iter_servers()
+        .map(|s| {
+            let (host, port) = s.host_and_port().unwrap();
+            (host.to_string(), port)
+        })
+        .collect();
+    let urls: Vec<String> = addrs
+        .iter()
+        .map(|(h, p)| format!("redis://{h}:{p}/"))
+        .collect();
+    let make = |fallback: Duration| {
+        Client::builder()
+            .cluster(urls.clone())
+            .watchdog_timeout(Duration::from_secs(3))
+            .fallback_poll(fallback)
+            .build()
+            .unwrap()
+    };
+    let holder = make(Duration::from_secs(1));
+    // Only a grant or a message can wake it within the test's bound.
+    let waiter = make(Duration::from_secs(60));
+    let name = "cl:moving";
+    let g = holder.lock(name).acquire().unwrap();
+    let fence = g.fencing_token();
+    let w = waiter.clone();
+    let t = std::thread::spawn(move || {
+        w.lock(name)
+            .acquire_timeout(Duration::from_secs(30))
+            .unwrap()
+            .map(|g| g.fencing_token())
+    });
+    let started = Instant::now();
+    while entry_score(&urls, name).is_none() {
+        assert!(started.elapsed() < Duration::from_secs(5), "never queued");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Move the slot of `{cl:moving}` from its master to another one.
+    let cons: Vec<redis::Connection> = urls
+        .iter()
+        .map(|u| {
+            redis::Client::open(u.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap()
+        })
+        .collect();
+    let mut cons = cons;
+    let tag = format!("{{{name}}}");
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(&tag)
+        .query(&mut cons[0])
+        .unwrap();
+    let ids: Vec<String> = cons
+        .iter_mut()
+        .map(|c| redis::cmd("CLUSTER").arg("MYID").query(c).unwrap())
+        .collect();
+    let from = (0..cons.len())
+        .find(|&i| {
+            redis::cmd("CLUSTER")
+                .arg("COUNTKEYSINSLOT")
+                .arg(slot)
+                .query::<i64>(&mut cons[i])
+                .unwrap()
+                > 0
+        })
+        .expect("the slot's master");
+    let to = (from + 1) % cons.len();
+    let setslot = |c: &mut redis::Connection, how: &str, id: &str| {
+        redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(how)
+            .arg(id)
+            .query::<()>(c)
+            .unwrap()
+    };
+    setslot(&mut cons[to], "IMPORTING", &ids[from]);
+    setslot(&mut cons[from], "MIGRATING", &ids[to]);
+    let keys: Vec<String> = redis::cmd("CLUSTER")
+        .arg("GETKEYSINSLOT")
+        .arg(slot)
+        .arg(100)
+        .query(&mut cons[from])
+        .unwrap();
+    assert!(!keys.is_empty());
+    redis::cmd("MIGRATE")
+        .arg(&addrs[to].0)
+        .arg(addrs[to].1)
+        .arg("")
+        .arg(0)
+        .arg(5_000)
+        .arg("KEYS")
+        .arg(&keys)
+        .query::<()>(&mut cons[from])
+        .unwrap();
+    for c in cons.iter_mut() {
+        setslot(c, "NODE", &ids[to]);
+    }
+    // The waiter meets MOVED at the end of its current slice at most.
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(g.is_held());
+    let released = Instant::now();
+    g.release().unwrap();
+    let next = t.join().unwrap().expect("the waiter took the lock");
+    assert!(next > fence, "{next} after {fence}");
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        released.elapsed()
+    );
     cluster.stop();
 }

@@ -29,7 +29,19 @@ pub(crate) struct ClusterLeader {
     seeds: Vec<redis::Client>,
     response: Duration,
     masters: Masters,
+    /// Direct grants (a waiter blocked on its master for its grant, see
+    /// [`ClusterLeader::grant_blocking`]) are off until then: the slot map
+    /// was stale or a master failed, and waiters wait for messages, which
+    /// the cluster connection's own routing delivers, until the map is
+    /// read again.
+    direct_off_until: Mutex<Option<Instant>>,
+    /// A master refused `BLPOP` (an ACL without it): messages for good.
+    blocking_refused: std::sync::atomic::AtomicBool,
 }
+
+/// How long direct grants stay off after a redirection or a failed master
+/// (the slot map is read again at most once per [`REREAD_AFTER`]).
+const DIRECT_OFF_FOR: Duration = Duration::from_secs(2);
 
 /// The masters as renewal sees them: which master serves each slot
 /// (`CLUSTER SLOTS`), and a node (spare connections, like a Redlock
@@ -60,26 +72,44 @@ struct SlotMap {
 /// How often the slot map may be read again after failures.
 const REREAD_AFTER: Duration = Duration::from_secs(1);
 
+impl SlotMap {
+    /// The master serving `key`'s slot, as the map says.
+    fn master_of(&self, key: &[u8]) -> Option<&Arc<Node>> {
+        let slot = key_slot(key);
+        let at = self.ranges.partition_point(|(_, last, _)| *last < slot);
+        let (first, _, addr) = self.ranges.get(at)?;
+        self.nodes.get(addr).filter(|_| *first <= slot)
+    }
+}
+
 impl Masters {
-    /// The master serving each call's slot, with the indexes of its calls;
-    /// the calls no known master serves are left out (undecided).
-    fn route(&self, calls: &[Call<'_>]) -> Vec<(Arc<Node>, Vec<usize>)> {
+    /// The slot map, read first if it is missing or stale (at most once
+    /// per [`REREAD_AFTER`]).
+    fn current(&self) -> std::sync::MutexGuard<'_, SlotMap> {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let due = state.read_at.is_none_or(|t| t.elapsed() >= REREAD_AFTER);
         if (state.ranges.is_empty() || state.stale) && due {
             self.read(&mut state);
         }
+        state
+    }
+
+    /// The master serving `key`'s slot, if the map is known and fresh.
+    fn master_of(&self, key: &[u8]) -> Option<Arc<Node>> {
+        let state = self.current();
+        if state.stale {
+            return None;
+        }
+        state.master_of(key).cloned()
+    }
+
+    /// The master serving each call's slot, with the indexes of its calls;
+    /// the calls no known master serves are left out (undecided).
+    fn route(&self, calls: &[Call<'_>]) -> Vec<(Arc<Node>, Vec<usize>)> {
+        let state = self.current();
         let mut groups: Vec<(Arc<Node>, Vec<usize>)> = Vec::new();
         for (i, call) in calls.iter().enumerate() {
-            let Some(key) = call.keys.first() else {
-                continue;
-            };
-            let slot = key_slot(key);
-            let at = state.ranges.partition_point(|(_, last, _)| *last < slot);
-            let Some((first, _, addr)) = state.ranges.get(at) else {
-                continue;
-            };
-            let Some(node) = state.nodes.get(addr).filter(|_| *first <= slot) else {
+            let Some(node) = call.keys.first().and_then(|key| state.master_of(key)) else {
                 continue;
             };
             match groups.iter_mut().find(|(n, _)| Arc::ptr_eq(n, node)) {
@@ -171,6 +201,12 @@ impl Masters {
         state.stale = true;
         state.answered = answered;
     }
+}
+
+/// Whether an error code says the command went to the wrong node, or to
+/// a cluster in flux: it did not run there.
+fn redirected(code: &str) -> bool {
+    matches!(code, "MOVED" | "ASK" | "CLUSTERDOWN" | "TRYAGAIN")
 }
 
 /// `CLUSTER SLOTS` as sorted `(first, last, "host:port")` master ranges.
@@ -273,7 +309,77 @@ impl ClusterLeader {
             seeds,
             response: timeouts.response,
             masters,
+            direct_off_until: Mutex::new(None),
+            blocking_refused: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Whether waiters may block on their master for a direct grant now.
+    pub(crate) fn grants_directly(&self) -> bool {
+        if self
+            .blocking_refused
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return false;
+        }
+        let off = self
+            .direct_off_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        off.is_none_or(|until| Instant::now() >= until)
+    }
+
+    /// Direct grants off for a while, and the slot map to be read again.
+    fn direct_off(&self) {
+        self.masters.state.lock().unwrap_or_else(|p| p.into_inner()).stale = true;
+        let mut off = self
+            .direct_off_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        *off = Some(Instant::now() + DIRECT_OFF_FOR);
+    }
+
+    /// A queued waiter's attempt, blocking first for a grant pushed onto
+    /// `list` (see `Node::grant_blocking`), on the connection of the
+    /// master that serves the name's slot in our own slot map: the
+    /// cluster connection cannot block on one node. Where that map is
+    /// unknown or stale, or the master redirects us (a failover, a slot
+    /// migration: the command did not run there), the script goes through
+    /// the cluster connection instead, without blocking, and direct grants
+    /// pause (see [`ClusterLeader::grants_directly`]): waiters then wait
+    /// for messages, and their next attempts say so in their queue entries.
+    pub(crate) fn grant_blocking(
+        &self,
+        list: &[u8],
+        block: Duration,
+        call: &Call<'_>,
+        undo: &Call<'_>,
+        deadline: Option<Instant>,
+    ) -> Result<((i64, i64), bool)> {
+        let Some(node) = call.keys.first().and_then(|k| self.masters.master_of(k)) else {
+            self.direct_off();
+            return Ok((self.call(call, deadline)?, false));
+        };
+        let outcome = node.grant_blocking(list, block, call, undo, deadline);
+        if !node.blocks() {
+            self.blocking_refused
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        match outcome {
+            Err(e) if e.server_code().is_some_and(redirected) => {
+                self.direct_off();
+                Ok((self.call(call, deadline)?, false))
+            }
+            Err(e) => {
+                // A master that failed may have been replaced; the judge of
+                // attempts decides what the error means for this one.
+                if e.server_code().is_none() {
+                    self.direct_off();
+                }
+                Err(e)
+            }
+            ok => ok,
+        }
     }
 
     /// A pooled cluster connection, or a *not sent* error.
@@ -362,7 +468,7 @@ impl ClusterLeader {
                     // the calls'.
                     for (&i, v) in idx.iter().zip(values.into_iter().skip(*loads)) {
                         if let Value::ServerError(e) = &v {
-                            stale |= matches!(e.code(), "MOVED" | "ASK" | "CLUSTERDOWN");
+                            stale |= redirected(e.code());
                         }
                         out[i] = v;
                     }

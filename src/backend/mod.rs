@@ -402,12 +402,15 @@ impl Backend {
     }
 
     /// Whether waiters can block on the server for a direct grant (one
-    /// leader reached without a cluster router, and no replica
-    /// acknowledgement to wait for after a grant).
+    /// leader per name whose connection we own: a single server, the
+    /// Sentinels' master, or a Cluster master found in our own slot map;
+    /// and no replica acknowledgement to wait for after a grant).
     pub(crate) fn grants_directly(&self) -> bool {
         match &self.kind {
             Kind::Single(node) => self.replica_ack.is_none() && node.blocks(),
-            _ => false,
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(c) => self.replica_ack.is_none() && c.grants_directly(),
+            Kind::Redlock(_) => false,
         }
     }
 
@@ -427,6 +430,10 @@ impl Backend {
         (match &self.kind {
             Kind::Single(node) if self.replica_ack.is_none() => {
                 node.grant_blocking(list, block, call, undo, deadline)
+            }
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(c) if self.replica_ack.is_none() => {
+                c.grant_blocking(list, block, call, undo, deadline)
             }
             _ => Err(unsupported()),
         })
