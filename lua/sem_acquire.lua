@@ -11,9 +11,15 @@
 -- ARGV[3]  N, the caller's idea of the permit count
 -- ARGV[4]  k, permits wanted (1 <= k <= N)
 -- ARGV[5]  '1' for FIFO order, '0' otherwise
--- ARGV[6]  waiter entry lifetime without a retry, ms
+-- ARGV[6]  waiter entry lifetime without a retry, ms; 0 = do not queue
+--          (a try never does)
+-- ARGV[7]  'block': this waiter blocks on its grant list (sem_grant.lua);
+--          otherwise it waits for release messages, which its entry's
+--          deadline says by half a millisecond
+-- ARGV[8]  grant list prefix (sem_grant.lua)
 -- Returns  {1, 0} acquired (again when the same member asks again: a retry
---          after a lost reply re-grants, it never takes a second permit);
+--          after a lost reply re-grants, it never takes a second permit;
+--          so does a waiter whose permits a release granted it);
 --          {0, ms} wait (ms until the first permit expires,
 --          -1 unknown)
 -- Errors   REDLEASE_MISMATCH when holders use another permit count;
@@ -44,6 +50,8 @@ if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   if fair then
     redis.call('ZREM', KEYS[3], ARGV[1])
   end
+  -- A grant made while we were not blocked leaves its wake-up behind.
+  redis.call('DEL', ARGV[8] .. ARGV[1])
   return {1, 0}
 end
 local used = 0
@@ -79,20 +87,27 @@ if not ahead and used + k <= n then
   end
   return {1, 0}
 end
-if fair and not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-  local order = 1
-  if last[2] then order = tonumber(last[2]) + 1 end
-  redis.call('ZADD', KEYS[3], order, ARGV[1])
-end
--- A waiter in either mode: releases publish while it waits.
 local qttl = tonumber(ARGV[6])
-redis.call('ZADD', KEYS[4], now + qttl, ARGV[1])
-if redis.call('PTTL', KEYS[4]) < qttl * 2 then
-  redis.call('PEXPIRE', KEYS[4], qttl * 2)
-end
-if fair and redis.call('PTTL', KEYS[3]) < qttl * 2 then
-  redis.call('PEXPIRE', KEYS[3], qttl * 2)
+if qttl > 0 then
+  if fair and not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+    local order = 1
+    if last[2] then order = tonumber(last[2]) + 1 end
+    redis.call('ZADD', KEYS[3], order, ARGV[1])
+  end
+  -- A waiter in either mode: releases grant it, or tell it, while its
+  -- entry lives.
+  local mark = '%d.5'
+  if ARGV[7] == 'block' then
+    mark = '%d'
+  end
+  redis.call('ZADD', KEYS[4], string.format(mark, now + qttl), ARGV[1])
+  if redis.call('PTTL', KEYS[4]) < qttl * 2 then
+    redis.call('PEXPIRE', KEYS[4], qttl * 2)
+  end
+  if fair and redis.call('PTTL', KEYS[3]) < qttl * 2 then
+    redis.call('PEXPIRE', KEYS[3], qttl * 2)
+  end
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 if first[2] then

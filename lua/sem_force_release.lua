@@ -1,18 +1,24 @@
--- Remove every permit of a semaphore, whoever holds it, and wake waiters.
--- Uses     publish.lua
+-- Remove every permit of a semaphore, whoever holds it, and hand the
+-- permits on to its waiters (sem_grant.lua).
+-- Uses     publish.lua, sem_grant.lua
 -- KEYS[1]  permits (sorted set: member "<k>:<token>", score = expiry ms)
 -- KEYS[2]  permit count (removed with the set)
+-- KEYS[3]  fair mode's queue, KEYS[4] waiters' deadlines (sem_acquire.lua)
 -- ARGV[1]  wake-up channel
 -- ARGV[2]  wake-up message
+-- ARGV[3]  grant list prefix, ARGV[4] claim window in ms (sem_grant.lua)
+-- ARGV[5]  the caller's permit count, used when no count is stored
+-- ARGV[6]  '1' fair mode, '0' otherwise
 -- Returns  how many holders (members) with an unexpired lease were removed
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = sem_now()
 local live = 0
 if redis.call('TYPE', KEYS[1]).ok == 'zset' then
   live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
 end
+local n = tonumber(redis.call('GET', KEYS[2])) or tonumber(ARGV[5])
 local removed = redis.call('DEL', KEYS[1], KEYS[2])
 if removed > 0 then
-  publish(ARGV[1], ARGV[2])
+  sem_hand_on({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, n, ARGV[6] == '1', ARGV[3],
+    tonumber(ARGV[4]), now, ARGV[1], ARGV[2])
 end
 return live

@@ -24,6 +24,7 @@ const PRELUDES: &[(&str, &str)] = &[
     ("fence.lua", include_str!("../lua/fence.lua")),
     ("publish.lua", include_str!("../lua/publish.lua")),
     ("queue.lua", include_str!("../lua/queue.lua")),
+    ("sem_grant.lua", include_str!("../lua/sem_grant.lua")),
 ];
 
 /// The preludes `body` names in its header's `-- Uses` line, in order.
@@ -93,7 +94,6 @@ script!(LOCK_ACQUIRE, "lock_acquire.lua");
 script!(LOCK_RELEASE, "lock_release.lua");
 script!(LOCK_EXTEND, "lock_extend.lua");
 script!(FORCE_UNLOCK, "force_unlock.lua");
-script!(QUEUE_LEAVE, "queue_leave.lua");
 script!(RW_READ_ACQUIRE, "rw_read_acquire.lua");
 script!(RW_WRITE_ACQUIRE, "rw_write_acquire.lua");
 script!(RW_READ_RELEASE, "rw_read_release.lua");

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use crate::backend::{Call, Script};
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::lease::{self, lease_controls, Holding, Spec, ThreadBound};
+use crate::lease::{self, lease_controls, Direct, Holding, Spec, ThreadBound};
 use crate::scripts::{
-    QUEUE_LEAVE, SEM_ACQUIRE, SEM_FORCE_RELEASE, SEM_RELEASE, SEM_RESIZE, SEM_STATE, ZSET_EXTEND,
+    SEM_ACQUIRE, SEM_FORCE_RELEASE, SEM_RELEASE, SEM_RESIZE, SEM_STATE, ZSET_EXTEND,
 };
 use crate::wakeup::{deadline_after, waited, Turns};
 
@@ -21,6 +21,21 @@ struct Keys {
     count: Vec<u8>,
     queue: Vec<u8>,
     queue_deadlines: Vec<u8>,
+    /// Prefix of a waiter's grant list (its member follows).
+    grant_prefix: Vec<u8>,
+}
+
+impl Keys {
+    /// The keys of lua/sem_acquire.lua, sem_release.lua and the others
+    /// that hand permits on (sem_grant.lua).
+    fn scripted(&self) -> Vec<Vec<u8>> {
+        vec![
+            self.permits.to_vec(),
+            self.count.clone(),
+            self.queue.clone(),
+            self.queue_deadlines.clone(),
+        ]
+    }
 }
 
 /// A named distributed semaphore with `permits` permits.
@@ -69,6 +84,7 @@ impl Semaphore {
                     count: n.key(":sem:n"),
                     queue: n.key(":sem:queue"),
                     queue_deadlines: n.key(":sem:queue:t"),
+                    grant_prefix: n.key(":sem:grant:"),
                 })
             })
             .map_err(|e| Arc::from(e.message()));
@@ -167,13 +183,18 @@ impl Semaphore {
         }
         let keys = self.keys()?;
         let wakeup = self.client.wakeup();
+        let scripted = keys.scripted();
+        let [prefix, claim, _, fair] = self.hand_on_args(keys);
         let _: i64 = self.client.backend().eval(
             &SEM_RESIZE,
-            &[&keys.permits, &keys.count],
+            &scripted.iter().map(Vec::as_slice).collect::<Vec<_>>(),
             &[
                 permits.to_string().as_bytes(),
                 wakeup.channel(),
                 &wakeup.message(&keys.permits),
+                &prefix,
+                &claim,
+                &fair,
             ],
         )?;
         wakeup.notify_local(&keys.permits);
@@ -194,16 +215,8 @@ impl Semaphore {
             .backend()
             .confirm(&Call {
                 lua: &SEM_RELEASE,
-                keys: &[
-                    keys.permits.to_vec(),
-                    keys.count.clone(),
-                    keys.queue_deadlines.clone(),
-                ],
-                args: &[
-                    id.member.as_bytes().to_vec(),
-                    wakeup.channel().to_vec(),
-                    wakeup.message(&keys.permits),
-                ],
+                keys: &keys.scripted(),
+                args: &self.release_args(keys, id.member.as_bytes().to_vec(), false),
             })
             .map_err(|e| e.about("semaphore", &keys.name))?;
         wakeup.notify_local(&keys.permits);
@@ -222,12 +235,46 @@ impl Semaphore {
             .backend()
             .confirm(&Call {
                 lua: &SEM_FORCE_RELEASE,
-                keys: &[keys.permits.to_vec(), keys.count.clone()],
-                args: &[wakeup.channel().to_vec(), wakeup.message(&keys.permits)],
+                keys: &keys.scripted(),
+                args: &[
+                    vec![wakeup.channel().to_vec(), wakeup.message(&keys.permits)],
+                    self.hand_on_args(keys).to_vec(),
+                ]
+                .concat(),
             })
             .map_err(|e| e.about("semaphore", &keys.name))?;
         wakeup.notify_local(&keys.permits);
         Ok(removed.clamp(0, u32::MAX as i64) as u32)
+    }
+
+    /// What the scripts that hand permits on need besides keys, wake-up
+    /// channel and message (lua/sem_grant.lua): the grant list prefix,
+    /// the claim window, this handle's permit count and mode.
+    fn hand_on_args(&self, keys: &Keys) -> [Vec<u8>; 4] {
+        [
+            keys.grant_prefix.clone(),
+            lease::GRANT_CLAIM.as_millis().to_string().into_bytes(),
+            self.permits.to_string().into_bytes(),
+            if self.fair {
+                b"1".to_vec()
+            } else {
+                b"0".to_vec()
+            },
+        ]
+    }
+
+    /// lua/sem_release.lua's arguments for `member`, returned by its
+    /// holder or withdrawn by a waiter that gives up (`leave`).
+    fn release_args(&self, keys: &Keys, member: Vec<u8>, leave: bool) -> Vec<Vec<u8>> {
+        let wakeup = self.client.wakeup();
+        let mut args = vec![
+            member,
+            wakeup.channel().to_vec(),
+            wakeup.message(&keys.permits),
+        ];
+        args.extend(self.hand_on_args(keys));
+        args.push(if leave { b"leave".to_vec() } else { Vec::new() });
+        args
     }
 
     fn acquire_until(&self, k: u32, deadline: Option<Instant>) -> Result<Option<Permit>> {
@@ -249,18 +296,52 @@ impl Semaphore {
         }
         let lease = self.lease.unwrap_or(self.client.watchdog_timeout());
         let lease_arg = lease::lease_millis(lease)?.to_string();
-        let wakeup = self.client.wakeup();
-        let queue_ttl = (wakeup.fallback() * 3 + Duration::from_secs(1))
-            .as_millis()
-            .to_string();
+        let backend = self.client.backend();
+        // A try never queues; a waiter queues from its first attempt, and
+        // blocks on its own grant list where the backend allows it.
+        let waits = deadline.is_none_or(|d| d > Instant::now());
+        let blocks = waits && backend.grants_directly();
+        let by_message = self.client.wakeup().fallback() * 3 + Duration::from_secs(1);
+        let entry = |blocks: bool| -> Vec<u8> {
+            let ttl = if !waits {
+                Duration::ZERO
+            } else if blocks {
+                lease::blocking_entry(lease)
+            } else {
+                by_message
+            };
+            ttl.as_millis().to_string().into_bytes()
+        };
         let held = lease::acquire(&self.client, None, deadline, |token| {
             let member = format!("{k}:{token}").into_bytes();
             let ms = lease_arg.as_bytes().to_vec();
-            let release_args = vec![
-                member.clone(),
-                wakeup.channel().to_vec(),
-                wakeup.message(&keys.permits),
-            ];
+            let grant_args = |blocks: bool| {
+                vec![
+                    member.clone(),
+                    ms.clone(),
+                    self.permits.to_string().into_bytes(),
+                    k.to_string().into_bytes(),
+                    if self.fair {
+                        b"1".to_vec()
+                    } else {
+                        b"0".to_vec()
+                    },
+                    entry(blocks),
+                    if blocks {
+                        b"block".to_vec()
+                    } else {
+                        Vec::new()
+                    },
+                    keys.grant_prefix.clone(),
+                ]
+            };
+            let leave = Script::new(
+                &SEM_RELEASE,
+                keys.scripted(),
+                self.release_args(keys, member.clone(), true),
+            );
+            let mut list = keys.grant_prefix.clone();
+            list.extend_from_slice(&member);
             Ok(Spec {
                 what: "semaphore",
                 name: keys.name.clone(),
@@ -269,52 +350,26 @@ impl Semaphore {
                 jump: false,
                 lease,
                 watchdog: self.lease.is_none(),
-                grant: Script::new(
-                    &SEM_ACQUIRE,
-                    vec![
-                        keys.permits.to_vec(),
-                        keys.count.clone(),
-                        keys.queue.clone(),
-                        keys.queue_deadlines.clone(),
-                    ],
-                    vec![
-                        member.clone(),
-                        ms.clone(),
-                        self.permits.to_string().into_bytes(),
-                        k.to_string().into_bytes(),
-                        if self.fair {
-                            b"1".to_vec()
-                        } else {
-                            b"0".to_vec()
-                        },
-                        queue_ttl.as_bytes().to_vec(),
-                    ],
-                ),
+                grant: Script::new(&SEM_ACQUIRE, keys.scripted(), grant_args(blocks)),
                 fence: None,
                 release: Script::new(
                     &SEM_RELEASE,
-                    vec![
-                        keys.permits.to_vec(),
-                        keys.count.clone(),
-                        keys.queue_deadlines.clone(),
-                    ],
-                    release_args.clone(),
+                    keys.scripted(),
+                    self.release_args(keys, member.clone(), false),
                 ),
                 extend: Script::new(
                     &ZSET_EXTEND,
                     vec![keys.permits.to_vec(), keys.count.clone()],
-                    vec![member, ms],
+                    vec![member.clone(), ms.clone()],
                 ),
-                // Waiters of either mode leave their entry when they give
-                // up; only a fair queue's departure publishes (the next in
-                // line may go ahead: queue_leave.lua).
-                leave: Some(Script::new(
-                    &QUEUE_LEAVE,
-                    vec![keys.queue.clone(), keys.queue_deadlines.clone()],
-                    release_args,
-                )),
-                direct: None,
-                undo: None,
+                // Giving up, and undoing a late grant, withdraw the
+                // waiter's entry and hand on permits granted meanwhile.
+                undo: waits.then(|| leave.clone()),
+                leave: Some(leave),
+                direct: blocks.then(|| Direct {
+                    list,
+                    by_message: Script::new(&SEM_ACQUIRE, keys.scripted(), grant_args(false)),
+                }),
             })
         })?;
         Ok(held.map(|held| Permit {

@@ -1,5 +1,5 @@
-//! Direct grant: a release hands the lock to the oldest live waiter, who
-//! learns it in its own blocked round trip. These tests break that hand-over
+//! Direct grant: a release hands the lock (or a semaphore's permits) to the
+//! oldest live waiter, who learns it in its own blocked round trip. These tests break that hand-over
 //! on purpose — a lost grant reply, a waiter killed while queued, a waiter
 //! that gives up just as it is granted — and check there is no orphan, no
 //! stall beyond the documented bound (a grant not taken lapses after 500 ms,
@@ -457,8 +457,9 @@ fn separate_clients_take_turns_without_lost_updates() {
 }
 
 /// The child side: `REDLEASE_HANDOFF_WAITERS` separate clients (one by
-/// default) queue for the lock named by `REDLEASE_HANDOFF_NAME` ("killed"
-/// by default), one after the other, and never get to hold it.
+/// default) queue for the lock (or, with `REDLEASE_HANDOFF_KIND=semaphore`,
+/// the one-permit fair semaphore) named by `REDLEASE_HANDOFF_NAME` ("killed" by
+/// default), one after the other, and never get to hold it.
 #[test]
 fn worker_entry() {
     let Ok(url) = std::env::var("REDLEASE_HANDOFF_WORKER") else {
@@ -469,10 +470,16 @@ fn worker_entry() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(1);
+    let semaphore = std::env::var("REDLEASE_HANDOFF_KIND").is_ok_and(|k| k == "semaphore");
     for _ in 0..n {
         let (c, name) = (no_poll(&url), name.clone());
         std::thread::spawn(move || {
             say("waiting");
+            if semaphore {
+                let _p = c.fair_semaphore(&name, 1).acquire().unwrap();
+                say("acquired");
+                std::thread::sleep(Duration::from_secs(600));
+            }
             let _g = c.lock(&name).acquire().unwrap();
             say("acquired");
             std::thread::sleep(Duration::from_secs(600));
@@ -480,4 +487,207 @@ fn worker_entry() {
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_secs(600));
+}
+
+/// Calls of `PUBLISH` the server ran so far (scripts' included).
+fn publishes(con: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+    info.lines()
+        .find(|l| l.starts_with("cmdstat_publish:"))
+        .and_then(|l| l.split("calls=").nth(1))
+        .and_then(|v| v.split(',').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Direct grant for semaphores: released permits go to the waiters blocked
+/// on their own grant lists — a fair semaphore's in arrival order, a plain
+/// one's as permits fit — with no message (before: every release
+/// published, and every waiter raced for the permits after it).
+#[test]
+fn permits_are_handed_to_blocked_waiters_in_order_without_messages() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let mut con = server.con();
+    for fair in [true, false] {
+        let name = if fair { "fsem-order" } else { "sem-order" };
+        let sem = |c: &Client| {
+            if fair {
+                c.fair_semaphore(name, 2)
+            } else {
+                c.semaphore(name, 2)
+            }
+        };
+        let p = sem(&holder).acquire_many(2).unwrap();
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut threads = Vec::new();
+        for i in 0..4 {
+            let c = no_poll(&server.url());
+            let order = order.clone();
+            let s = sem(&c);
+            threads.push(std::thread::spawn(move || {
+                let p = s.acquire_timeout(Duration::from_secs(20)).unwrap().unwrap();
+                order.lock().unwrap().push(i);
+                std::thread::sleep(Duration::from_millis(100));
+                p.release().unwrap();
+            }));
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        let before = publishes(&mut con);
+        let released = Instant::now();
+        p.release().unwrap();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let took = released.elapsed();
+        println!("FIGURES fair={fair}: four waiters, two permits at a time: {took:?}");
+        // Two rounds of 100 ms: nobody waited for a fallback poll (60 s).
+        assert!(took < Duration::from_secs(3), "{took:?}");
+        assert_eq!(publishes(&mut con), before, "fair={fair}");
+        let order = order.lock().unwrap().clone();
+        if fair {
+            // The first two in, then the other two; each pair in any order.
+            let mut first: Vec<_> = order[..2].to_vec();
+            first.sort();
+            assert_eq!(first, vec![0, 1], "{order:?}");
+        }
+        assert_eq!(sem(&holder).available().unwrap(), 2);
+    }
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
+}
+
+/// A semaphore waiter killed while queued is granted the permit once; the
+/// grant lapses within its claim and the next waiter takes the permit
+/// within its next slice. (Fair, so that the dead waiter is the one
+/// granted; a plain semaphore grants in the order of its waiters'
+/// deadlines.)
+#[test]
+fn a_semaphore_waiter_killed_while_queued_stalls_it_under_a_second() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let p = holder.fair_semaphore("killed-sem", 1).acquire().unwrap();
+    let w = Worker::spawn(
+        "worker_entry",
+        &[
+            ("REDLEASE_HANDOFF_WORKER", server.url()),
+            ("REDLEASE_HANDOFF_NAME", "killed-sem".into()),
+            ("REDLEASE_HANDOFF_KIND", "semaphore".into()),
+        ],
+    );
+    assert_eq!(w.next(Duration::from_secs(10)), "waiting");
+    std::thread::sleep(Duration::from_millis(300)); // it is queued and blocked
+    let survivor = no_poll(&server.url());
+    let s = std::thread::spawn(move || {
+        let p = survivor
+            .fair_semaphore("killed-sem", 1)
+            .acquire_timeout(Duration::from_secs(10))
+            .unwrap();
+        (Instant::now(), p.map(|p| p.release().is_ok()))
+    });
+    std::thread::sleep(Duration::from_millis(300)); // it waits too
+    drop(w); // SIGKILL
+    std::thread::sleep(Duration::from_millis(50));
+    let released = Instant::now();
+    p.release().unwrap();
+    let (at, got) = s.join().unwrap();
+    let took = at - released;
+    println!(
+        "FIGURES a permit granted to a dead waiter stalled it {took:?} (bound: 0.5 s + 0.25 s)"
+    );
+    assert_eq!(got, Some(true));
+    // The dead waiter was granted first: the survivor waited for its claim.
+    assert!(took >= Duration::from_millis(400), "took {took:?}");
+    assert!(took < Duration::from_millis(1_600), "took {took:?}");
+    let mut con = server.con();
+    assert!(eventually(Duration::from_secs(5), || keys_of(
+        &mut con,
+        "killed-sem"
+    )
+    .is_empty()));
+}
+
+/// A semaphore waiter that cannot block (an ACL refusing BLPOP) waits for
+/// messages, and its entry says so: a release tells it.
+#[test]
+fn a_semaphore_waiter_that_cannot_block_is_told() {
+    let server = Server::start();
+    let mut admin = server.con();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "noblock",
+            "reset",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-@blocking",
+        ])
+        .query(&mut admin)
+        .unwrap();
+    let url = format!("redis://noblock:pw@127.0.0.1:{}/", server.port());
+    let holder = client_with(&server, |b| b);
+    let waiter = Client::builder()
+        .url(&url)
+        .fallback_poll(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    for round in 0..3 {
+        let p = holder.semaphore("noblock-sem", 1).acquire().unwrap();
+        let w = waiter.clone();
+        let t = std::thread::spawn(move || {
+            let p = w
+                .semaphore("noblock-sem", 1)
+                .acquire_timeout(Duration::from_secs(15))
+                .unwrap();
+            (Instant::now(), p.map(|p| p.release().is_ok()))
+        });
+        std::thread::sleep(Duration::from_millis(500)); // queued; BLPOP refused
+        let released = Instant::now();
+        p.release().unwrap();
+        let (at, got) = t.join().unwrap();
+        let took = at - released;
+        println!("FIGURES round {round}: a semaphore waiter that cannot block took {took:?}");
+        assert_eq!(got, Some(true));
+        assert!(took < Duration::from_millis(1_000), "took {took:?}");
+    }
+}
+
+/// A semaphore waiter whose deadline falls as it is granted either takes
+/// the permit or leaves it free: never a permit nobody returns.
+#[test]
+fn a_semaphore_waiter_timing_out_as_it_is_granted_leaves_no_orphan() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let waiter = no_poll(&server.url());
+    let mut con = server.con();
+    let (mut taken, mut gave_up) = (0, 0);
+    for round in 0..16u64 {
+        let p = holder.semaphore("edge-sem", 1).acquire().unwrap();
+        let w = waiter.clone();
+        let t = std::thread::spawn(move || {
+            w.semaphore("edge-sem", 1)
+                .acquire_timeout(Duration::from_millis(150))
+                .unwrap()
+                .map(|p| p.release().is_ok())
+        });
+        std::thread::sleep(Duration::from_micros(140_000 + round * 1_500));
+        p.release().unwrap();
+        match t.join().unwrap() {
+            Some(released) => {
+                assert!(released);
+                taken += 1;
+            }
+            None => gave_up += 1,
+        }
+        assert!(
+            eventually(Duration::from_millis(300), || keys_of(&mut con, "edge-sem")
+                .is_empty()),
+            "round {round}: left {:?}",
+            keys_of(&mut con, "edge-sem")
+        );
+    }
+    println!("FIGURES semaphore deadline at the grant: taken {taken}, gave up {gave_up}");
 }

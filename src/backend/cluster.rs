@@ -331,7 +331,11 @@ impl ClusterLeader {
 
     /// Direct grants off for a while, and the slot map to be read again.
     fn direct_off(&self) {
-        self.masters.state.lock().unwrap_or_else(|p| p.into_inner()).stale = true;
+        self.masters
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stale = true;
         let mut off = self
             .direct_off_until
             .lock()
