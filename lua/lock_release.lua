@@ -1,10 +1,9 @@
 -- End an exclusive lease if, and only if, the caller still owns it, and
 -- hand the name to the oldest live waiter, if any (queue.lua).
 -- Uses     fence.lua, publish.lua, queue.lua
--- KEYS[1]  lock key ("<owner token>#<fence>", or a plain token: intents)
--- KEYS[2]  optional, with KEYS[3] and KEYS[4]: the fencing counter, the
---          waiter queue and its deadlines. Without them (a read-write
---          lock's writer) the lock is only removed.
+-- KEYS[1]  lock key ("<owner token>#<fence>")
+-- KEYS[2]  fencing counter (fence.lua)
+-- KEYS[3]  waiter queue, KEYS[4] its deadlines (queue.lua)
 -- ARGV[1]  owner token (with ARGV[9] 'leave': a waiter's token)
 -- ARGV[2]  wake-up channel ("" = publish nothing)
 -- ARGV[3]  wake-up message
@@ -25,8 +24,7 @@
 --          critical path.
 -- Returns  1 released (handed on, or waiters notified), 0 not held by
 --          this token
-local queued = #KEYS >= 4
-if queued and ARGV[9] == 'leave' then
+if ARGV[9] == 'leave' then
   queue_leave(KEYS[3], KEYS[4], ARGV[1])
   redis.call('DEL', ARGV[4] .. ARGV[1])
 end
@@ -34,23 +32,17 @@ local v = redis.call('GET', KEYS[1])
 if not v or (ARGV[6] ~= 'force' and string.match(v, '^[^#]*') ~= ARGV[1]) then
   return 0
 end
-local told = false
-local head, blocks = nil, false
-if queued then
-  head, blocks = queue_head(KEYS[3], KEYS[4])
-end
+local told = true
+local head, blocks = queue_head(KEYS[3], KEYS[4])
 if head then
   -- The grant overwrites the lock key: no DEL first.
   told = grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], head, blocks, tonumber(ARGV[5]))
 else
   redis.call('DEL', KEYS[1])
-  if queued then
-    if ARGV[7] ~= 'keep' then
-      redis.call('DEL', KEYS[2])
-    end
-    -- Nobody is queued: where every waiter queues, nobody waits.
-    told = true
+  if ARGV[7] ~= 'keep' then
+    redis.call('DEL', KEYS[2])
   end
+  -- Nobody is queued: where every waiter queues (ARGV[8]), nobody waits.
 end
 announce(ARGV[2], ARGV[3], ARGV[8], told)
 return 1

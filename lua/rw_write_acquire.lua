@@ -8,6 +8,12 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  intent lifetime in milliseconds (renewed at every retry, so a dead
 --          writer's intent lapses and readers go on)
+-- ARGV[4]  grant list prefix (the writer's token follows): a release hands
+--          the write lock to a waiting writer that blocks there
+--          (rw_write_release.lua, rw_read_release.lua)
+-- ARGV[5]  'block': this writer blocks on its grant list, and its intent
+--          says so ("<token>#b"); otherwise the intent is the bare token
+--          and the writer waits for release messages
 -- Returns  {1, fence} acquired (again, with the same fence, when the same
 --          token asks again); {0, ms} wait: ms until the writer's lease or
 --          the first reader's lease ends (-1 unknown)
@@ -27,6 +33,8 @@ if redis.call('EXISTS', KEYS[3]) == 1 and redis.call('PTTL', KEYS[3]) == -1 then
 end
 if writer and string.match(writer, '^[^#]*') == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  -- A grant made while we were not blocked leaves its wake-up behind.
+  redis.call('DEL', ARGV[4] .. ARGV[1])
   return {1, tonumber(string.match(writer, '#(%d+)$')) or 0}
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
@@ -37,8 +45,12 @@ end
 local readers = redis.call('ZCARD', KEYS[2])
 if writer or readers > 0 then
   local intent = redis.call('GET', KEYS[3])
-  if not intent or intent == ARGV[1] then
-    redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[3])
+  if not intent or string.match(intent, '^[^#]*') == ARGV[1] then
+    local mark = ''
+    if ARGV[5] == 'block' then
+      mark = '#b'
+    end
+    redis.call('SET', KEYS[3], ARGV[1] .. mark, 'PX', ARGV[3])
   end
   if writer then
     return {0, redis.call('PTTL', KEYS[1])}
@@ -48,7 +60,8 @@ if writer or readers > 0 then
 end
 local fence = next_fence(KEYS[4], ARGV[2])
 redis.call('SET', KEYS[1], holder_value(ARGV[1], fence), 'PX', ARGV[2])
-if redis.call('GET', KEYS[3]) == ARGV[1] then
+local intent = redis.call('GET', KEYS[3])
+if intent and string.match(intent, '^[^#]*') == ARGV[1] then
   redis.call('DEL', KEYS[3])
 end
 return {1, fence}

@@ -16,7 +16,9 @@ pub struct LockInfo {
     pub holder: Option<String>,
     /// Time left on the exclusive lock's lease.
     pub remaining: Option<Duration>,
-    /// Last fencing token handed out for this name (0 if never locked).
+    /// Last fencing token handed out for this name while it is active (0
+    /// once nobody holds or waits for it: the counter lapses with the
+    /// name, and fences restart above it from the server's clock).
     pub fence: u64,
     /// Waiters known to the server (fair lock and fair semaphore queues);
     /// non-fair waiters are not registered anywhere and are not counted.

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use crate::backend::Script;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
-use crate::lease::{self, lease_controls, Holding, Reentry, Spec, ThreadBound};
+use crate::lease::{self, lease_controls, Direct, Holding, Reentry, Spec, ThreadBound};
 use crate::reentrancy::{self, HoldKey, Mode};
 use crate::scripts::{
-    LOCK_EXTEND, LOCK_RELEASE, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WRITE_ACQUIRE, ZSET_EXTEND,
+    LOCK_EXTEND, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WRITE_ACQUIRE, RW_WRITE_RELEASE, ZSET_EXTEND,
 };
 use crate::wakeup::{deadline_after, waited, Turns};
 
@@ -22,6 +22,10 @@ struct Keys {
     readers: Vec<u8>,
     intent: Vec<u8>,
     fence: Vec<u8>,
+    /// Prefix of a waiting writer's grant list (its token follows).
+    grant_prefix: Vec<u8>,
+    /// Waiting readers (lua/rw_read_acquire.lua).
+    waiting_readers: Vec<u8>,
 }
 
 /// A named distributed read-write lock: many readers or one writer.
@@ -67,6 +71,8 @@ impl RwLock {
                     readers: n.key(":rw:r"),
                     intent: n.key(":rw:i"),
                     fence: n.key(":fence"),
+                    grant_prefix: n.key(":rw:grant:"),
+                    waiting_readers: n.key(":rw:rq"),
                 })
             })
             .map_err(|e| Arc::from(e.message()));
@@ -212,12 +218,17 @@ impl RwLock {
     }
 
     /// The release arguments every hold of this lock publishes with.
+    /// A release's arguments for `token`: the token, the wake-up channel
+    /// and message, and what a hand-over to a waiting writer needs
+    /// (lua/rw_grant.lua).
     fn wake_args(&self, keys: &Keys, token: &str) -> Vec<Vec<u8>> {
         let wakeup = self.client.wakeup();
         vec![
             token.as_bytes().to_vec(),
             wakeup.channel().to_vec(),
             wakeup.message(&keys.writer),
+            keys.grant_prefix.clone(),
+            lease::GRANT_CLAIM.as_millis().to_string().into_bytes(),
         ]
     }
 
@@ -232,6 +243,16 @@ impl RwLock {
             .filter(|h| !h.state.is_lost())
             .map(|h| h.token.clone());
         let own_write = own_write.as_deref().unwrap_or("");
+        // A waiting reader registers (so that a writer's release tells it);
+        // a try never does.
+        let waits = deadline.is_none_or(|d| d > Instant::now());
+        let waiting = if waits {
+            (self.client.wakeup().fallback() * 3 + Duration::from_secs(1))
+                .as_millis()
+                .to_string()
+        } else {
+            "0".to_string()
+        };
         let held = lease::acquire(
             &self.client,
             Some((&slot, self.reentry())),
@@ -239,6 +260,21 @@ impl RwLock {
             |token| {
                 let t = token.as_bytes().to_vec();
                 let ms = lease_arg.as_bytes().to_vec();
+                let release = |leave: bool| {
+                    let mut args = self.wake_args(keys, token);
+                    args.push(if leave { b"leave".to_vec() } else { Vec::new() });
+                    Script::new(
+                        &RW_READ_RELEASE,
+                        vec![
+                            keys.readers.clone(),
+                            keys.intent.clone(),
+                            keys.writer.to_vec(),
+                            keys.fence.clone(),
+                            keys.waiting_readers.clone(),
+                        ],
+                        args,
+                    )
+                };
                 Ok(Spec {
                     what: "read lock",
                     name: keys.name.clone(),
@@ -253,19 +289,23 @@ impl RwLock {
                             keys.writer.to_vec(),
                             keys.readers.clone(),
                             keys.intent.clone(),
+                            keys.waiting_readers.clone(),
                         ],
-                        vec![t.clone(), ms.clone(), own_write.as_bytes().to_vec()],
+                        vec![
+                            t.clone(),
+                            ms.clone(),
+                            own_write.as_bytes().to_vec(),
+                            waiting.as_bytes().to_vec(),
+                        ],
                     ),
                     fence: None,
-                    release: Script::new(
-                        &RW_READ_RELEASE,
-                        vec![keys.readers.clone(), keys.intent.clone()],
-                        self.wake_args(keys, token),
-                    ),
+                    release: release(false),
                     extend: Script::new(&ZSET_EXTEND, vec![keys.readers.clone()], vec![t, ms]),
-                    leave: None,
+                    // A waiting reader's entry goes when it gives up, and
+                    // behind a late grant.
+                    leave: waits.then(|| release(true)),
+                    undo: waits.then(|| release(true)),
                     direct: None,
-                    undo: None,
                 })
             },
         )?;
@@ -289,9 +329,19 @@ impl RwLock {
                  itself (release the read guard first)",
             ));
         }
-        let intent_ttl = (self.client.wakeup().fallback() * 3 + Duration::from_secs(1))
-            .as_millis()
-            .to_string();
+        // A try never leaves an intent that outlives it; a waiter blocks on
+        // its own grant list where the backend allows it.
+        let waits = deadline.is_none_or(|d| d > Instant::now());
+        let blocks = waits && self.client.backend().grants_directly();
+        let by_message = self.client.wakeup().fallback() * 3 + Duration::from_secs(1);
+        let intent_ttl = |blocks: bool| -> Vec<u8> {
+            let ttl = if blocks {
+                lease::blocking_entry(lease)
+            } else {
+                by_message
+            };
+            ttl.as_millis().to_string().into_bytes()
+        };
         let held = lease::acquire(
             &self.client,
             Some((&slot, self.reentry())),
@@ -299,6 +349,45 @@ impl RwLock {
             |token| {
                 let t = token.as_bytes().to_vec();
                 let ms = lease_arg.as_bytes().to_vec();
+                let grant = |blocks: bool| {
+                    Script::new(
+                        &RW_WRITE_ACQUIRE,
+                        vec![
+                            keys.writer.to_vec(),
+                            keys.readers.clone(),
+                            keys.intent.clone(),
+                            keys.fence.clone(),
+                        ],
+                        vec![
+                            t.clone(),
+                            ms.clone(),
+                            intent_ttl(blocks),
+                            keys.grant_prefix.clone(),
+                            if blocks {
+                                b"block".to_vec()
+                            } else {
+                                Vec::new()
+                            },
+                        ],
+                    )
+                };
+                let release = |leave: bool| {
+                    let mut args = self.wake_args(keys, token);
+                    args.push(if leave { b"leave".to_vec() } else { Vec::new() });
+                    Script::new(
+                        &RW_WRITE_RELEASE,
+                        vec![
+                            keys.writer.to_vec(),
+                            keys.intent.clone(),
+                            keys.fence.clone(),
+                            keys.readers.clone(),
+                            keys.waiting_readers.clone(),
+                        ],
+                        args,
+                    )
+                };
+                let mut list = keys.grant_prefix.clone();
+                list.extend_from_slice(&t);
                 Ok(Spec {
                     what: "write lock",
                     name: keys.name.clone(),
@@ -307,31 +396,23 @@ impl RwLock {
                     jump: false,
                     lease,
                     watchdog: self.lease.is_none(),
-                    grant: Script::new(
-                        &RW_WRITE_ACQUIRE,
-                        vec![
-                            keys.writer.to_vec(),
-                            keys.readers.clone(),
-                            keys.intent.clone(),
-                            keys.fence.clone(),
-                        ],
-                        vec![t.clone(), ms.clone(), intent_ttl.as_bytes().to_vec()],
-                    ),
+                    grant: grant(blocks),
                     fence: Some(keys.fence.clone()),
-                    release: Script::new(
-                        &LOCK_RELEASE,
+                    release: release(false),
+                    extend: Script::new(
+                        &LOCK_EXTEND,
                         vec![keys.writer.to_vec()],
-                        self.wake_args(keys, token),
+                        vec![t.clone(), ms.clone()],
                     ),
-                    extend: Script::new(&LOCK_EXTEND, vec![keys.writer.to_vec()], vec![t, ms]),
-                    // Withdraw our intent so readers need not wait for it to lapse.
-                    leave: Some(Script::new(
-                        &LOCK_RELEASE,
-                        vec![keys.intent.clone()],
-                        self.wake_args(keys, token),
-                    )),
-                    direct: None,
-                    undo: None,
+                    // Withdraw our intent so readers need not wait for it
+                    // to lapse, and hand on a write hold granted meanwhile;
+                    // also behind a late grant.
+                    leave: Some(release(true)),
+                    undo: waits.then(|| release(true)),
+                    direct: blocks.then(|| Direct {
+                        list,
+                        by_message: grant(false),
+                    }),
                 })
             },
         )?;

@@ -25,6 +25,7 @@ const PRELUDES: &[(&str, &str)] = &[
     ("publish.lua", include_str!("../lua/publish.lua")),
     ("queue.lua", include_str!("../lua/queue.lua")),
     ("sem_grant.lua", include_str!("../lua/sem_grant.lua")),
+    ("rw_grant.lua", include_str!("../lua/rw_grant.lua")),
 ];
 
 /// The preludes `body` names in its header's `-- Uses` line, in order.
@@ -97,6 +98,7 @@ script!(FORCE_UNLOCK, "force_unlock.lua");
 script!(RW_READ_ACQUIRE, "rw_read_acquire.lua");
 script!(RW_WRITE_ACQUIRE, "rw_write_acquire.lua");
 script!(RW_READ_RELEASE, "rw_read_release.lua");
+script!(RW_WRITE_RELEASE, "rw_write_release.lua");
 script!(ZSET_EXTEND, "zset_extend.lua");
 script!(RW_STATE, "rw_state.lua");
 script!(SEM_ACQUIRE, "sem_acquire.lua");

@@ -457,8 +457,9 @@ fn separate_clients_take_turns_without_lost_updates() {
 }
 
 /// The child side: `REDLEASE_HANDOFF_WAITERS` separate clients (one by
-/// default) queue for the lock (or, with `REDLEASE_HANDOFF_KIND=semaphore`,
-/// the one-permit fair semaphore) named by `REDLEASE_HANDOFF_NAME` ("killed" by
+/// default) queue for the lock (or, with `REDLEASE_HANDOFF_KIND`
+/// `semaphore`, the one-permit fair semaphore; `writer`, the write lock)
+/// named by `REDLEASE_HANDOFF_NAME` ("killed" by
 /// default), one after the other, and never get to hold it.
 #[test]
 fn worker_entry() {
@@ -470,13 +471,20 @@ fn worker_entry() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(1);
-    let semaphore = std::env::var("REDLEASE_HANDOFF_KIND").is_ok_and(|k| k == "semaphore");
+    let kind = std::env::var("REDLEASE_HANDOFF_KIND").unwrap_or_default();
+    let semaphore = kind == "semaphore";
+    let writer = kind == "writer";
     for _ in 0..n {
         let (c, name) = (no_poll(&url), name.clone());
         std::thread::spawn(move || {
             say("waiting");
             if semaphore {
                 let _p = c.fair_semaphore(&name, 1).acquire().unwrap();
+                say("acquired");
+                std::thread::sleep(Duration::from_secs(600));
+            }
+            if writer {
+                let _w = c.rw_lock(&name).write().unwrap();
                 say("acquired");
                 std::thread::sleep(Duration::from_secs(600));
             }
@@ -690,4 +698,109 @@ fn a_semaphore_waiter_timing_out_as_it_is_granted_leaves_no_orphan() {
         );
     }
     println!("FIGURES semaphore deadline at the grant: taken {taken}, gave up {gave_up}");
+}
+
+/// Direct grant for the write lock: a writer waiting behind another writer,
+/// or behind readers, is handed the write lock by the release (the last
+/// reader's), blocked on its own grant list; nothing is published while no
+/// reader waits (before: every writer release published, and a waiting
+/// writer was woken by a message).
+#[test]
+fn a_waiting_writer_is_handed_the_write_lock_without_messages() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let writer = no_poll(&server.url());
+    let mut con = server.con();
+    for behind_readers in [false, true] {
+        let rw = holder.rw_lock("rw-direct");
+        let (w, r1, r2) = if behind_readers {
+            let other = client_with(&server, |b| b);
+            let r2 = other.rw_lock("rw-direct").read().unwrap();
+            (None, Some(rw.read().unwrap()), Some((other, r2)))
+        } else {
+            (Some(rw.write().unwrap()), None, None)
+        };
+        let c = writer.clone();
+        let t = std::thread::spawn(move || {
+            let g = c
+                .rw_lock("rw-direct")
+                .write_timeout(Duration::from_secs(20))
+                .unwrap()
+                .expect("granted");
+            let at = Instant::now();
+            g.release().unwrap();
+            at
+        });
+        std::thread::sleep(Duration::from_millis(300)); // its intent is set
+        let intent: String = con.get("{rw-direct}:rw:i").unwrap();
+        assert!(intent.ends_with("#b"), "{intent}");
+        let before = publishes(&mut con);
+        if let Some((_other, r2)) = r2 {
+            r2.release().unwrap(); // not the last reader: nothing happens
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(!t.is_finished());
+        }
+        let released = Instant::now();
+        drop(w);
+        drop(r1);
+        let at = t.join().unwrap();
+        println!(
+            "FIGURES behind readers {behind_readers}: writer handed the lock after {:?}",
+            at - released
+        );
+        assert!(
+            at - released < Duration::from_secs(2),
+            "{:?}",
+            at - released
+        );
+        assert_eq!(
+            publishes(&mut con),
+            before,
+            "behind readers {behind_readers}"
+        );
+    }
+    assert!(eventually(Duration::from_secs(2), || keys_of(
+        &mut con,
+        "rw-direct"
+    )
+    .is_empty()));
+}
+
+/// A writer that died after it queued is handed the write lock once; its
+/// grant lapses within the claim, and a reader waiting behind it is told
+/// (waiting readers register) and gets in soon after.
+#[test]
+fn a_reader_behind_a_dead_writer_gets_in_under_a_second() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let w = holder.rw_lock("rw-dead").write().unwrap();
+    let worker = Worker::spawn(
+        "worker_entry",
+        &[
+            ("REDLEASE_HANDOFF_WORKER", server.url()),
+            ("REDLEASE_HANDOFF_NAME", "rw-dead".into()),
+            ("REDLEASE_HANDOFF_KIND", "writer".into()),
+        ],
+    );
+    assert_eq!(worker.next(Duration::from_secs(10)), "waiting");
+    std::thread::sleep(Duration::from_millis(300)); // its intent is set
+    let reader = no_poll(&server.url());
+    let r = std::thread::spawn(move || {
+        let g = reader
+            .rw_lock("rw-dead")
+            .read_timeout(Duration::from_secs(10))
+            .unwrap();
+        (Instant::now(), g.map(|g| g.release().is_ok()))
+    });
+    std::thread::sleep(Duration::from_millis(300)); // it waits too
+    drop(worker); // SIGKILL
+    std::thread::sleep(Duration::from_millis(50));
+    let released = Instant::now();
+    w.release().unwrap();
+    let (at, got) = r.join().unwrap();
+    let took = at - released;
+    println!("FIGURES a reader behind a dead writer's grant got in after {took:?} (claim 0.5 s)");
+    assert_eq!(got, Some(true));
+    // 0.5 s claim; the margin is for a loaded 2-core machine.
+    assert!(took < Duration::from_millis(1_600), "took {took:?}");
 }

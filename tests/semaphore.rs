@@ -360,6 +360,7 @@ fn releases_nobody_waits_for_publish_nothing() {
             .release()
             .unwrap();
         c.rw_lock("idle-rw").read().unwrap().release().unwrap();
+        c.rw_lock("idle-rw").write().unwrap().release().unwrap();
         let p = c.semaphore("busy-sem", 1).acquire().unwrap();
         assert!(other
             .semaphore("busy-sem", 1)
