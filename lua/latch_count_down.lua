@@ -3,6 +3,8 @@
 -- (counting down a finished or never-set latch does nothing).
 -- Uses     publish.lua
 -- KEYS[1]  the latch: "<count>:<round>"
+-- KEYS[2]  its waiters (latch_look.lua): the opening is published only
+--          while one of them is live, and removes them
 -- ARGV[1]  wake-up channel
 -- ARGV[2]  wake-up message for the latch key; "#<round>" is appended, so
 --          the message names this round's opening and nothing else
@@ -18,8 +20,13 @@ if not n then
   return redis.error_reply('REDLEASE_FOREIGN the latch key holds a value redlease did not write')
 end
 if n <= 1 then
-  redis.call('DEL', KEYS[1])
-  publish(ARGV[1], ARGV[2] .. '#' .. round)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local waiting = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf') > 0
+  redis.call('DEL', KEYS[1], KEYS[2])
+  if waiting then
+    publish(ARGV[1], ARGV[2] .. '#' .. round)
+  end
   return {0, round}
 end
 redis.call('SET', KEYS[1], (n - 1) .. ':' .. round)

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::backend::Call;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
-use crate::scripts::{LATCH_COUNT_DOWN, LATCH_SET};
+use crate::scripts::{LATCH_COUNT_DOWN, LATCH_LOOK, LATCH_SET};
 use crate::wakeup::{deadline_after, waited, Attempt, Turns};
 
 /// A named distributed count-down latch (Redisson's `RCountDownLatch`).
@@ -133,7 +133,7 @@ impl CountDownLatch {
             .backend()
             .once(&Call {
                 lua: &LATCH_COUNT_DOWN,
-                keys: &[key.to_vec()],
+                keys: &[key.to_vec(), waiters_key(key)],
                 args: &[wakeup.channel().to_vec(), wakeup.message(key)],
             })
             .map_err(|e| e.about("latch", name))?;
@@ -147,14 +147,29 @@ impl CountDownLatch {
     pub fn count(&self) -> Result<u64> {
         let (key, name) = self.key()?;
         Ok(self
-            .read(key)
+            .read(key, None)
             .map_err(|e| e.about("latch", name))?
             .map_or(0, |(n, _)| n))
     }
 
-    /// The count and round, `None` when the latch has no count.
-    fn read(&self, key: &[u8]) -> Result<Option<(u64, Vec<u8>)>> {
-        let v: Option<Vec<u8>> = self.client.backend().query(redis::cmd("GET").arg(key))?;
+    /// The count and round, `None` when the latch has no count. A
+    /// waiter (`waiter`: its token) is registered while the latch is
+    /// closed, for one entry lifetime (lua/latch_look.lua).
+    fn read(&self, key: &[u8], waiter: Option<&str>) -> Result<Option<(u64, Vec<u8>)>> {
+        let backend = self.client.backend();
+        let v: Option<Vec<u8>> = match waiter {
+            None => backend.query(redis::cmd("GET").arg(key))?,
+            Some(token) => {
+                let life = (self.client.wakeup().fallback() * 3 + Duration::from_secs(1))
+                    .as_millis()
+                    .to_string();
+                backend.eval(
+                    &LATCH_LOOK,
+                    &[key, &waiters_key(key)],
+                    &[token.as_bytes(), life.as_bytes()],
+                )?
+            }
+        };
         let Some(v) = v else {
             return Ok(None);
         };
@@ -188,7 +203,10 @@ impl CountDownLatch {
 
     fn wait_until(&self, deadline: Option<Instant>) -> Result<Option<()>> {
         let (key, name) = self.key()?;
-        let round = match self.read(key).map_err(|e| e.about("latch", name))? {
+        // Registered while waiting: the opening is published only then.
+        let token = self.client.new_token();
+        let waiter = Some(&*token);
+        let round = match self.read(key, waiter).map_err(|e| e.about("latch", name))? {
             None => return Ok(Some(())),
             Some((_, round)) => round,
         };
@@ -199,7 +217,8 @@ impl CountDownLatch {
         // poll) the latch is read again: gone, or another round, means
         // this round opened.
         let signalled = std::cell::Cell::new(false);
-        self.client
+        let opened = self
+            .client
             .wakeup()
             .acquire_noting(
                 &round_key(key, &round),
@@ -212,14 +231,27 @@ impl CountDownLatch {
                     if signalled.get() {
                         return Ok(Attempt::Acquired(()));
                     }
-                    Ok(match self.read(key)? {
+                    Ok(match self.read(key, waiter)? {
                         Some((_, r)) if r == round => Attempt::Busy(None),
                         _ => Attempt::Acquired(()),
                     })
                 },
             )
-            .map_err(|e| e.about("latch", name))
+            .map_err(|e| e.about("latch", name));
+        if !matches!(opened, Ok(Some(()))) {
+            // Gave up: no longer waiting (else the entry lapses by itself).
+            let _: Result<i64> = self
+                .client
+                .backend()
+                .query(redis::cmd("ZREM").arg(waiters_key(key)).arg(&*token));
+        }
+        opened
     }
+}
+
+/// The latch's waiters (lua/latch_look.lua), in the latch's hash tag.
+fn waiters_key(key: &[u8]) -> Vec<u8> {
+    [key, b":w"].concat()
 }
 
 /// The key a round's waiters wait on: `<latch key>#<round>`, which is what

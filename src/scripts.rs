@@ -109,6 +109,7 @@ script!(SEM_FORCE_RELEASE, "sem_force_release.lua");
 script!(LATCH_SET, "latch_set.lua");
 script!(LOCK_NOTE, "lock_note.lua");
 script!(LATCH_COUNT_DOWN, "latch_count_down.lua");
+script!(LATCH_LOOK, "latch_look.lua");
 script!(INSPECT, "inspect.lua");
 script!(FENCE_RAISE, "fence_raise.lua");
 

@@ -361,6 +361,11 @@ fn releases_nobody_waits_for_publish_nothing() {
             .unwrap();
         c.rw_lock("idle-rw").read().unwrap().release().unwrap();
         c.rw_lock("idle-rw").write().unwrap().release().unwrap();
+        // A latch nobody waits for opens silently.
+        let latch = c.count_down_latch("idle-latch");
+        assert!(latch.try_set_count(2).unwrap());
+        latch.count_down().unwrap();
+        latch.count_down().unwrap();
         let p = c.semaphore("busy-sem", 1).acquire().unwrap();
         assert!(other
             .semaphore("busy-sem", 1)
