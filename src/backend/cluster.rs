@@ -51,6 +51,8 @@ struct Masters {
     /// serve every master, with the master's own address.
     seeds: Vec<redis::Client>,
     timeouts: Timeouts,
+    /// The client's pool size, for each master's node.
+    pool_size: u32,
     state: Mutex<SlotMap>,
 }
 
@@ -185,7 +187,9 @@ impl Masters {
         };
         // Skipped for a while once it failed (breaker), like a Redlock
         // master: a stalled master costs one timeout per window.
-        Node::with_source(source, 1, self.timeouts.clone(), true)
+        // The pool size bounds the waiters blocked on this master too
+        // (its pool opens connections only as they are needed).
+        Node::with_source(source, self.pool_size, self.timeouts.clone(), true)
     }
 
     /// Reads the map now.
@@ -302,6 +306,7 @@ impl ClusterLeader {
         let masters = Masters {
             seeds: seeds.clone(),
             timeouts: timeouts.clone(),
+            pool_size,
             state: Mutex::new(SlotMap::default()),
         };
         Ok(ClusterLeader {

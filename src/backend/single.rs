@@ -328,6 +328,22 @@ pub(crate) struct Node {
     /// The server refused `BLPOP` (an ACL from before direct grants):
     /// waiters wait for release messages instead.
     blocking_refused: std::sync::atomic::AtomicBool,
+    /// One token per connection a waiter may block on at once (the pool
+    /// size): a fair lock with a thousand waiting threads must not open a
+    /// thousand connections. See [`Node::blocking_slot`].
+    blocking_slots: (
+        crossbeam_channel::Sender<()>,
+        crossbeam_channel::Receiver<()>,
+    ),
+}
+
+/// A connection's worth of blocking, returned when dropped.
+struct BlockingSlot<'a>(&'a crossbeam_channel::Sender<()>);
+
+impl Drop for BlockingSlot<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.try_send(());
+    }
 }
 
 /// How many idle spare connections a node keeps.
@@ -378,6 +394,10 @@ impl Node {
             generation: generation.clone(),
         };
         let pool = pool(manager, pool_size, &timeouts);
+        let blocking_slots = crossbeam_channel::bounded(pool_size.max(1) as usize);
+        for _ in 0..pool_size.max(1) {
+            let _ = blocking_slots.0.try_send(());
+        }
         Node {
             pool,
             source,
@@ -386,7 +406,17 @@ impl Node {
             down_until: breaker.then(|| AtomicU64::new(0)),
             spares: std::sync::Mutex::new(Vec::new()),
             blocking_refused: std::sync::atomic::AtomicBool::new(false),
+            blocking_slots,
         }
+    }
+
+    /// A slot to block a connection in, waiting at most `wait` for one.
+    fn blocking_slot(&self, wait: Duration) -> Option<BlockingSlot<'_>> {
+        self.blocking_slots
+            .1
+            .recv_timeout(wait)
+            .ok()
+            .map(|()| BlockingSlot(&self.blocking_slots.0))
     }
 
     /// A pooled connection, or a *not sent* error.
@@ -634,6 +664,12 @@ impl Node {
         undo: &Call<'_>,
         deadline: Option<Instant>,
     ) -> Result<((i64, i64), bool)> {
+        let Some(_slot) = self.blocking_slot(block) else {
+            // As many waiters as the pool size are blocked already: look
+            // once without blocking (which renews our entry; a grant made
+            // to us meanwhile waits on our list) and block next time.
+            return Ok((self.call(call, Some(undo), deadline)?, false));
+        };
         let mut con = self.spare(deadline)?;
         let mut pipe = redis::pipe();
         pipe.cmd("BLPOP")
