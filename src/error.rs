@@ -189,6 +189,7 @@ impl Error {
     /// Whether the command was never sent (no connection could be had), so
     /// that it certainly did not run.
     /// The server's error code, when the error is a server's reply.
+    #[cfg(feature = "cluster")]
     pub(crate) fn server_code(&self) -> Option<&str> {
         self.source
             .as_deref()
