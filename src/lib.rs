@@ -207,9 +207,16 @@
 //!
 //! ## Waiting
 //!
-//! Waiters are woken by a message published on release (one subscriber
-//! connection per client), not by polling; threads of one client waiting for
-//! the same name queue in arrival order.
+//! Nobody polls. A lock, write-lock or semaphore waiter queues in Redis
+//! and blocks on a list of its own; the release hands it the lease inside
+//! its script and pushes a wake-up there, so the waiter returns in its own
+//! round trip, first come, first served across clients. A grant whose
+//! waiter died lapses after 500 ms. Other waits (readers behind a writer,
+//! latches, a server that refuses `BLPOP`) are woken by a message
+//! published on release, through one subscriber connection per client,
+//! and only while somebody waits. Threads of one client waiting for the
+//! same name queue in arrival order; at most `pool_size` of them block on
+//! a connection at once.
 //!
 //! ## Errors
 //!
