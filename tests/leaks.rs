@@ -48,12 +48,18 @@ fn no_keys_or_threads_left_behind() {
                             .fair_lock("fbusy")
                             .acquire_timeout(Duration::from_millis(1));
                     }
+                    // A wait that uses messages (most waiters now block on
+                    // a list of their own): starts this client's subscriber.
+                    let gate = c.count_down_latch("gate");
+                    let _ = gate.try_set_count(1).unwrap();
+                    assert!(!gate.wait_timeout(Duration::from_millis(20)).unwrap());
                 })
             })
             .collect();
         for h in handles {
             h.join().unwrap();
         }
+        clients[0].count_down_latch("gate").count_down().unwrap();
         assert!(
             library_threads() >= 1,
             "the subscribers should have started"
