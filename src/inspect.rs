@@ -107,12 +107,25 @@ impl Client {
 
     /// Names under this client's prefix that have a lock, read-write lock or
     /// semaphore stored, matching the glob `pattern` (`*` for all). Uses
-    /// `SCAN`, never `KEYS`, so it does not block the server. Sorted,
-    /// deduplicated; names that are not UTF-8 are shown lossily.
+    /// `SCAN`, never `KEYS`, so it does not block the server. Sorted;
+    /// names that are not UTF-8 are shown lossily (two such names may then
+    /// look alike: [`Client::list_bytes`] gives them exactly).
     ///
     /// Not available on Redis Cluster (a cursor scans one node) nor on
     /// Redlock: those return [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
     pub fn list(&self, pattern: &str) -> Result<Vec<String>> {
+        Ok(self
+            .list_bytes(pattern)?
+            .iter()
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .collect())
+    }
+
+    /// [`Client::list`] with the names as the bytes they were given as (and
+    /// a byte pattern): what a tool needs to act on each name it lists.
+    /// Sorted, deduplicated.
+    pub fn list_bytes(&self, pattern: impl AsRef<[u8]>) -> Result<Vec<Vec<u8>>> {
+        let pattern = pattern.as_ref();
         if self.backend().is_cluster() {
             return Err(crate::error::Error::new(
                 crate::error::ErrorKind::Unsupported,
@@ -128,7 +141,7 @@ impl Client {
             glob.push(b);
         }
         glob.push(b'{');
-        glob.extend_from_slice(&escape_name(pattern.as_bytes()));
+        glob.extend_from_slice(&escape_name(pattern));
         glob.extend_from_slice(b"}*");
         let mut names = std::collections::BTreeSet::new();
         let mut cursor: u64 = 0;
@@ -158,7 +171,7 @@ impl Client {
 }
 
 /// `{escaped}suffix` → the name, for the keys that mark a held primitive.
-fn name_of(rest: &[u8]) -> Option<String> {
+fn name_of(rest: &[u8]) -> Option<Vec<u8>> {
     let rest = rest.strip_prefix(b"{")?;
     let close = rest.iter().position(|&b| b == b'}')?;
     let suffix = &rest[close + 1..];
@@ -189,5 +202,5 @@ fn name_of(rest: &[u8]) -> Option<String> {
             [] => break,
         }
     }
-    Some(String::from_utf8_lossy(&name).into_owned())
+    Some(name)
 }

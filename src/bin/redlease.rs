@@ -12,7 +12,9 @@
 //! Durations are written `<integer><unit>`, unit one of `ms`, `s`, `m`, `h`
 //! (`500ms`, `30s`, `5m`, `1h`); anything else is refused.
 
+use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -80,7 +82,8 @@ enum Cmd {
     /// Acquire NAME, run CMD with REDLEASE_FENCE (or REDLEASE_PERMIT_ID) and
     /// REDLEASE_NAME set, release.
     Run {
-        name: String,
+        /// The name, as bytes (shell: `$'job-\xff'`, the form `list` prints).
+        name: OsString,
         /// Longest wait for the lock (<integer><unit>: 500ms, 30s, 5m, 1h);
         /// exit 75 if it passes.
         /// Default: wait as long as needed.
@@ -110,20 +113,20 @@ enum Cmd {
     },
     /// Who holds NAME, for how long, and the fencing counter.
     Status {
-        name: String,
+        name: OsString,
         #[arg(long)]
         json: bool,
     },
     /// Names under the prefix that are held (SCAN, never KEYS).
     List {
         #[arg(default_value = "*")]
-        pattern: String,
+        pattern: OsString,
         #[arg(long)]
         json: bool,
     },
     /// Remove a lock whoever holds it.
     Unlock {
-        name: String,
+        name: OsString,
         /// Required: this breaks mutual exclusion for the current holder.
         #[arg(long)]
         force: bool,
@@ -451,7 +454,7 @@ fn main() -> ExitCode {
             command,
         } => run(
             &client,
-            &name,
+            name.as_bytes(),
             (wait, conflict_exit_code),
             lease,
             semaphore,
@@ -459,9 +462,9 @@ fn main() -> ExitCode {
             kill_after,
             &command,
         ),
-        Cmd::Status { name, json } => status(&client, &name, json),
-        Cmd::List { pattern, json } => list(&client, &pattern, json),
-        Cmd::Unlock { name, force, yes } => unlock(&client, &name, force, yes),
+        Cmd::Status { name, json } => status(&client, name.as_bytes(), json),
+        Cmd::List { pattern, json } => list(&client, pattern.as_bytes(), json),
+        Cmd::Unlock { name, force, yes } => unlock(&client, name.as_bytes(), force, yes),
     };
     match result {
         Ok(code) => code,
@@ -494,7 +497,7 @@ impl Held {
 #[allow(clippy::too_many_arguments)]
 fn run(
     client: &Client,
-    name: &str,
+    name: &[u8],
     (wait, conflict_exit_code): (Option<Duration>, u8),
     lease: Option<Duration>,
     semaphore: Option<u32>,
@@ -521,14 +524,17 @@ fn run(
         if let Some(sig) = pending() {
             return Ok(fail(
                 128 + sig as u8,
-                format!("interrupted while waiting for {name:?}; command not run"),
+                format!(
+                    "interrupted while waiting for \"{}\"; command not run",
+                    shown(name)
+                ),
             ));
         }
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         if left == Some(Duration::ZERO) {
             return Ok(fail(
                 conflict_exit_code,
-                format!("timed out waiting for {name:?}; command not run"),
+                format!("timed out waiting for \"{}\"; command not run", shown(name)),
             ));
         }
         let slice = left.map_or(WAIT_SLICE, |l| l.min(WAIT_SLICE));
@@ -549,7 +555,7 @@ fn run(
     }
     let mut cmd = Command::new(&command[0]);
     cmd.args(&command[1..])
-        .env("REDLEASE_NAME", name)
+        .env("REDLEASE_NAME", OsStr::from_bytes(name))
         .env_remove("REDLEASE_FENCE")
         .env_remove("REDLEASE_PERMIT_ID");
     // The command gets no secret of ours: a `REDIS_URL` with a password
@@ -640,7 +646,10 @@ fn run(
         }
         match lost_at {
             None if !held.is_held() => {
-                eprintln!("redlease: the lease on {name:?} was lost; stopping the command");
+                eprintln!(
+                    "redlease: the lease on \"{}\" was lost; stopping the command",
+                    shown(name)
+                );
                 signal_all(lost_signal);
                 lost_at = Some(Instant::now());
             }
@@ -663,14 +672,20 @@ fn run(
     if lost_at.is_some() {
         return Ok(fail(
             EXIT_LOST,
-            format!("the lease on {name:?} was lost while the command ran"),
+            format!(
+                "the lease on \"{}\" was lost while the command ran",
+                shown(name)
+            ),
         ));
     }
     if let Err(e) = released {
         if e.kind() == ErrorKind::LockLost {
             return Ok(fail(
                 EXIT_LOST,
-                format!("the lease on {name:?} was lost while the command ran"),
+                format!(
+                    "the lease on \"{}\" was lost while the command ran",
+                    shown(name)
+                ),
             ));
         }
         eprintln!("redlease: release failed: {e}");
@@ -704,10 +719,10 @@ fn opt_ms(d: Option<Duration>) -> String {
     d.map_or("null".into(), |d| d.as_millis().to_string())
 }
 
-fn info_json(name: &str, i: &redlease::LockInfo) -> String {
+fn info_json(name: &[u8], i: &redlease::LockInfo) -> String {
     format!(
         "{{\"name\":{},\"held\":{},\"holder\":{},\"note\":{},\"remaining_ms\":{},\"fence\":{},\"waiters\":{},\"writer\":{},\"writer_remaining_ms\":{},\"readers\":{},\"permits_in_use\":{}}}",
-        json_str(name),
+        json_str(&shown(name)),
         i.is_held(),
         opt_json(&i.holder),
         opt_json(&i.note),
@@ -721,8 +736,31 @@ fn info_json(name: &str, i: &redlease::LockInfo) -> String {
     )
 }
 
-/// `s` with control characters escaped, so that names, tokens and notes
-/// cannot forge rows or send terminal escapes in text output.
+/// A name as text that shows every byte and reads back exactly: valid
+/// UTF-8 as is, except that a backslash is doubled and control
+/// characters and bytes that are not UTF-8 are written `\xNN` — the form
+/// bash's `$'...'` quoting turns back into the same bytes. Two names never
+/// look alike, and no name can move the cursor or forge a row.
+fn shown(name: &[u8]) -> String {
+    let mut out = String::with_capacity(name.len());
+    for chunk in name.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                c if c.is_ascii_control() => out.push_str(&format!("\\x{:02x}", c as u8)),
+                c if c.is_control() => out.extend(c.escape_default()),
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// `s` with control characters escaped, so that tokens and notes cannot
+/// forge rows or send terminal escapes in text output.
 fn printable(s: &str) -> String {
     s.chars()
         .flat_map(|c| {
@@ -735,8 +773,8 @@ fn printable(s: &str) -> String {
         .collect()
 }
 
-fn info_line(name: &str, i: &redlease::LockInfo) -> String {
-    let name = printable(name);
+fn info_line(name: &[u8], i: &redlease::LockInfo) -> String {
+    let name = shown(name);
     let mut parts = Vec::new();
     if let Some(h) = &i.holder {
         let note = i
@@ -769,7 +807,7 @@ fn info_line(name: &str, i: &redlease::LockInfo) -> String {
     )
 }
 
-fn status(client: &Client, name: &str, json: bool) -> redlease::Result<ExitCode> {
+fn status(client: &Client, name: &[u8], json: bool) -> redlease::Result<ExitCode> {
     let info = client.inspect(name)?;
     if json {
         println!("{}", info_json(name, &info));
@@ -779,8 +817,8 @@ fn status(client: &Client, name: &str, json: bool) -> redlease::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
-fn list(client: &Client, pattern: &str, json: bool) -> redlease::Result<ExitCode> {
-    let names = client.list(pattern)?;
+fn list(client: &Client, pattern: &[u8], json: bool) -> redlease::Result<ExitCode> {
+    let names = client.list_bytes(pattern)?;
     let mut rows = Vec::new();
     for name in &names {
         rows.push((name, client.inspect(name)?));
@@ -796,7 +834,7 @@ fn list(client: &Client, pattern: &str, json: bool) -> redlease::Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-fn unlock(client: &Client, name: &str, force: bool, yes: bool) -> redlease::Result<ExitCode> {
+fn unlock(client: &Client, name: &[u8], force: bool, yes: bool) -> redlease::Result<ExitCode> {
     if !force {
         return Ok(fail(
             EXIT_USAGE,
@@ -804,11 +842,14 @@ fn unlock(client: &Client, name: &str, force: bool, yes: bool) -> redlease::Resu
         ));
     }
     if !client.lock(name).is_locked()? {
-        println!("{name:?} was not locked; nothing to remove");
+        println!("\"{}\" was not locked; nothing to remove", shown(name));
         return Ok(ExitCode::SUCCESS);
     }
     if !yes {
-        eprint!("Remove the lock {name:?} from its current holder? [y/N] ");
+        eprint!(
+            "Remove the lock \"{}\" from its current holder? [y/N] ",
+            shown(name)
+        );
         let _ = std::io::stderr().flush();
         let mut answer = String::new();
         let _ = std::io::stdin().lock().read_line(&mut answer);
