@@ -506,3 +506,53 @@ fn a_busy_server_is_ridden_out_by_waiters() {
     g.release().unwrap();
     spinner.join().unwrap();
 }
+
+/// Issue 15, item 8: a server that dribbles its reply, one byte at a time
+/// each within the response timeout, held `try_acquire` for 8.4 s with a 1 s
+/// response timeout: the timeout applied to each socket read, not to the
+/// call. Now every call ends at its deadline, and what it may have done is
+/// handled as for any late reply: no lease is left behind.
+#[test]
+#[serial]
+fn a_server_that_dribbles_its_reply_cannot_hold_a_call_past_its_deadline() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port());
+    let client = through(&proxy, |b| {
+        b.response_timeout(ms(1_000))
+            .outage_tolerance(Duration::from_secs(1))
+    });
+    let lock = client.lock("drip");
+    lock.try_acquire().unwrap().unwrap().release().unwrap();
+
+    // Every acquire's reply dribbles, 300 ms a byte.
+    proxy.always(sha("lock_acquire.lua"), Fault::Dribble(ms(300)));
+    let t = Instant::now();
+    let got = lock.try_acquire();
+    let took = t.elapsed();
+    proxy.clear();
+    println!("FIGURES dribbling server: try_acquire {took:?} -> {got:?}");
+    assert!(took < ms(3_500), "try_acquire took {took:?}: {got:?}");
+    match got {
+        Ok(Some(guard)) => guard.release().unwrap(),
+        Ok(None) => panic!("nobody else holds the lock"),
+        Err(e) => assert_eq!(e.kind(), ErrorKind::Connection, "{e:?}"),
+    }
+    // Whatever ran late was undone or released: the name is free again.
+    let mut con = server.con();
+    assert!(
+        eventually(Duration::from_secs(3), || !con
+            .exists::<_, bool>("{drip}")
+            .unwrap()),
+        "a lease was left behind"
+    );
+
+    // A plain query (no script) has the same deadline.
+    proxy.always(b"EXISTS", Fault::Dribble(ms(300)));
+    let t = Instant::now();
+    let r = lock.is_locked();
+    let took = t.elapsed();
+    proxy.clear();
+    println!("FIGURES dribbling server: is_locked {took:?} -> {r:?}");
+    assert!(took < ms(2_500), "is_locked took {took:?}: {r:?}");
+    assert!(lock.try_acquire().unwrap().is_some());
+}

@@ -389,13 +389,19 @@ fn pool_exhaustion_is_an_error_not_a_hang() {
             .pool_timeout(Duration::from_millis(200))
             .response_timeout(Duration::from_secs(5))
     });
-    // Occupy the only connection with a slow server-side command.
+    // Occupy the only connection with a command the paused server does not
+    // answer. The busy thread must take it first: on a loaded machine a
+    // thread spawned 50 ms earlier may not have run yet, and the acquire
+    // below would then hold the connection itself, for the 5 s timeout.
+    server.pause();
     let c2 = c.clone();
+    let (started, ready) = std::sync::mpsc::channel();
     let busy = std::thread::spawn(move || {
+        started.send(()).unwrap();
         let _ = c2.lock("slow").is_locked();
     });
-    server.pause();
-    std::thread::sleep(Duration::from_millis(50));
+    ready.recv().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
     let start = Instant::now();
     let err = c.lock("other").try_acquire().unwrap_err();
     server.resume();
@@ -404,7 +410,11 @@ fn pool_exhaustion_is_an_error_not_a_hang() {
         matches!(err.kind(), ErrorKind::Pool | ErrorKind::Connection),
         "{err}"
     );
-    assert!(start.elapsed() < Duration::from_secs(3));
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}: {err:?}",
+        start.elapsed()
+    );
 }
 
 #[test]

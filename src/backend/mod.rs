@@ -17,6 +17,7 @@ mod cluster;
 mod fan_out;
 mod redlock;
 mod single;
+mod wire;
 
 use std::time::{Duration, Instant};
 

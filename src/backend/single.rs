@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use once_cell::sync::Lazy;
 use redis::{FromRedisValue, Value};
 
+use super::wire::Wire;
 use super::{Call, Timeouts};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -127,7 +128,7 @@ impl Source {
 /// writes with `READONLY`, and a connection whose reply is late must not
 /// serve the next caller (it would wait behind the stalled command).
 pub(crate) struct Con {
-    inner: redis::Connection,
+    inner: Wire,
     broken: bool,
     /// The node's generation when this connection was opened (see
     /// `Node::generation`).
@@ -143,9 +144,7 @@ impl Con {
         response: Duration,
         generation: u64,
     ) -> redis::RedisResult<Con> {
-        let inner = source.client()?.get_connection_with_timeout(connect)?;
-        inner.set_read_timeout(Some(response))?;
-        inner.set_write_timeout(Some(response))?;
+        let inner = Wire::open(&source.client()?, connect, response)?;
         Ok(Con {
             inner,
             broken: false,

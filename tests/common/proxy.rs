@@ -68,6 +68,10 @@ pub enum Fault {
     /// Forward the command, but hold its reply back for this long (replies after it on the same connection are
     /// delayed too, to keep order). The delay counts from the reply's arrival at the proxy.
     Delay(Duration),
+    /// Forward the command, then deliver its reply one byte at a time, this long apart (a server or link that
+    /// dribbles: each byte arrives within a per-read timeout, the whole reply does not). Replies after it on
+    /// the same connection wait behind it.
+    Dribble(Duration),
     /// Swallow this command and everything after it on this connection: never forwarded, never answered.
     /// Replies to commands forwarded before it are still delivered.
     Blackhole,
@@ -507,7 +511,7 @@ fn client_side(inner: &Inner, conn: &Conn, mut client: TcpStream, mut upstream: 
             }
             let fault = inner.match_rules(cmd);
             match fault {
-                None | Some(Fault::DropReply) | Some(Fault::Delay(_)) => {
+                None | Some(Fault::DropReply) | Some(Fault::Delay(_)) | Some(Fault::Dribble(_)) => {
                     lock(&conn.state).pending.push_back(fault);
                     out.extend_from_slice(cmd);
                     at += len;
@@ -597,6 +601,19 @@ fn server_side(inner: &Inner, conn: &Conn, mut client: TcpStream, mut upstream: 
                         return;
                     }
                     out.extend_from_slice(reply);
+                }
+                Some(Fault::Dribble(gap)) => {
+                    if write_all(inner, conn, &mut client, &out).is_err() {
+                        return;
+                    }
+                    out.clear();
+                    for byte in reply.chunks(1) {
+                        if !sleep_until(inner, conn, Instant::now() + gap)
+                            || write_all(inner, conn, &mut client, byte).is_err()
+                        {
+                            return;
+                        }
+                    }
                 }
                 _ => out.extend_from_slice(reply),
             }
