@@ -51,6 +51,12 @@ pub(crate) struct Tls {
     /// Present this PEM certificate and key (servers with
     /// `tls-auth-clients yes`).
     pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+    /// Our connections' rustls settings, made from the above at the first
+    /// TLS connection and shared by every copy of these settings.
+    #[cfg(feature = "tls-rustls")]
+    pub(crate) rustls: std::sync::Arc<
+        std::sync::OnceLock<std::result::Result<std::sync::Arc<rustls::ClientConfig>, String>>,
+    >,
 }
 
 /// The key never appears, nor the certificates' bytes.

@@ -140,11 +140,11 @@ impl Con {
     /// how the pool and the spares both open theirs.
     fn open(
         source: &Source,
+        timeouts: &Timeouts,
         connect: Duration,
-        response: Duration,
         generation: u64,
     ) -> redis::RedisResult<Con> {
-        let inner = Wire::open(&source.client()?, connect, response)?;
+        let inner = Wire::open(&source.client()?, &timeouts.tls, connect, timeouts.response)?;
         Ok(Con {
             inner,
             broken: false,
@@ -289,8 +289,8 @@ impl r2d2::ManageConnection for Manager {
         let generation = self.generation.load(Ordering::Acquire);
         Con::open(
             &self.source,
+            &self.timeouts,
             self.timeouts.connect,
-            self.timeouts.response,
             generation,
         )
     }
@@ -575,7 +575,7 @@ impl Node {
     pub(crate) fn open_spare(&self, connect: Duration) -> Result<Con> {
         let generation = self.generation.load(Ordering::Acquire);
         let connect = connect.max(Duration::from_millis(1));
-        Con::open(&self.source, connect, self.timeouts.response, generation).map_err(|e| {
+        Con::open(&self.source, &self.timeouts, connect, generation).map_err(|e| {
             self.mark_down();
             Error::from(e).unsent()
         })

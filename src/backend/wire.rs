@@ -9,15 +9,18 @@
 //! budget. A call that has not got its whole reply by then fails as timed
 //! out (and its connection is retired by the caller, as for any timeout).
 //!
-//! TLS, Unix-socket and RESP3 connections keep redis-rs's connection, and
-//! with it the per-read timeout: a dribbling server can hold their calls
-//! longer (documented in GUARANTEES.md).
+//! TLS connections are ours too (rustls over the same socket, verified
+//! against the configured roots or the system's). Unix-socket and RESP3
+//! connections keep redis-rs's connection, and with it the per-read
+//! timeout (documented in GUARANTEES.md).
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use redis::{ConnectionLike, RedisError, RedisResult, Value};
+
+use super::Tls;
 
 /// How far the socket's timeout may drift from what is left of the call
 /// before it is set again: a reply that arrives in one read (the usual
@@ -33,23 +36,43 @@ pub(crate) enum Wire {
 impl Wire {
     /// Connects within `connect` (connection setup included) and gives
     /// every later call `response` to complete.
+    #[cfg_attr(not(feature = "tls-rustls"), allow(unused_variables))]
     pub(crate) fn open(
         client: &redis::Client,
+        tls: &Tls,
         connect: Duration,
         response: Duration,
     ) -> RedisResult<Wire> {
         let info = client.get_connection_info();
-        match info.addr() {
-            redis::ConnectionAddr::Tcp(host, port)
-                if !info.redis_settings().protocol().supports_resp3() =>
-            {
-                let own = Own::connect(host, *port, info.redis_settings(), connect)?;
-                own.sock.stream.set_write_timeout(Some(response))?;
-                let mut wire = Wire::Own(Box::new(own));
-                wire.set_read_timeout(Some(response))?;
-                Ok(wire)
+        let resp3 = info.redis_settings().protocol().supports_resp3();
+        let own = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) if !resp3 => Some(Own::connect(
+                host,
+                *port,
+                None,
+                info.redis_settings(),
+                connect,
+            )?),
+            #[cfg(feature = "tls-rustls")]
+            redis::ConnectionAddr::TcpTls { host, port, .. } if !resp3 => {
+                let config = tls::config(tls)?;
+                Some(Own::connect(
+                    host,
+                    *port,
+                    Some(config),
+                    info.redis_settings(),
+                    connect,
+                )?)
             }
-            _ => {
+            _ => None,
+        };
+        match own {
+            Some(mut own) => {
+                own.stream.sock().stream.set_write_timeout(Some(response))?;
+                own.stream.sock().budget = Some(response);
+                Ok(Wire::Own(Box::new(own)))
+            }
+            None => {
                 let con = client.get_connection_with_timeout(connect)?;
                 con.set_read_timeout(Some(response))?;
                 con.set_write_timeout(Some(response))?;
@@ -61,7 +84,10 @@ impl Wire {
     /// Writes `packed` without reading anything.
     pub(crate) fn send_packed_command(&mut self, packed: &[u8]) -> RedisResult<()> {
         match self {
-            Wire::Own(own) => own.send(packed),
+            Wire::Own(own) => {
+                own.stream.sock().start();
+                own.send(packed)
+            }
             Wire::Redis(con) => con.send_packed_command(packed),
         }
     }
@@ -71,7 +97,7 @@ impl Wire {
     pub(crate) fn recv_response(&mut self) -> RedisResult<Value> {
         match self {
             Wire::Own(own) => {
-                own.sock.start();
+                own.stream.sock().start();
                 own.recv()
             }
             Wire::Redis(con) => con.recv_response(),
@@ -82,7 +108,7 @@ impl Wire {
     pub(crate) fn set_read_timeout(&mut self, budget: Option<Duration>) -> RedisResult<()> {
         match self {
             Wire::Own(own) => {
-                own.sock.budget = budget;
+                own.stream.sock().budget = budget;
                 Ok(())
             }
             Wire::Redis(con) => con.set_read_timeout(budget),
@@ -94,8 +120,8 @@ impl ConnectionLike for Wire {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
         match self {
             Wire::Own(own) => {
+                own.stream.sock().start();
                 own.send(cmd)?;
-                own.sock.start();
                 own.recv()
             }
             Wire::Redis(con) => con.req_packed_command(cmd),
@@ -110,9 +136,9 @@ impl ConnectionLike for Wire {
     ) -> RedisResult<Vec<Value>> {
         match self {
             Wire::Own(own) => {
-                own.send(cmd)?;
                 // One budget for the whole pipeline.
-                own.sock.start();
+                own.stream.sock().start();
+                own.send(cmd)?;
                 let mut out = Vec::with_capacity(count);
                 for i in 0..offset + count {
                     let v = own.recv()?;
@@ -145,9 +171,9 @@ impl ConnectionLike for Wire {
     }
 }
 
-/// Our plain TCP connection.
+/// Our TCP connection, plain or TLS.
 pub(crate) struct Own {
-    sock: Deadlined,
+    stream: Stream,
     parser: redis::Parser,
     /// False once a read or write failed: the stream may be mid-reply.
     open: bool,
@@ -161,6 +187,7 @@ impl Own {
     fn connect(
         host: &str,
         port: u16,
+        tls: Option<TlsConfig>,
         settings: &redis::RedisConnectionInfo,
         connect: Duration,
     ) -> RedisResult<Own> {
@@ -202,18 +229,18 @@ impl Own {
         // behind a late script, a pipelined pop).
         stream.set_nodelay(true)?;
         stream.set_write_timeout(Some(connect.max(SLACK)))?;
+        let sock = Deadlined {
+            stream,
+            budget: Some(until.saturating_duration_since(Instant::now()).max(SLACK)),
+            until: None,
+            armed: None,
+        };
         let mut own = Own {
-            sock: Deadlined {
-                stream,
-                budget: None,
-                until: None,
-                armed: None,
-            },
+            stream: Stream::new(sock, host, tls)?,
             parser: redis::Parser::new(),
             open: true,
             db: settings.db(),
         };
-        own.sock.budget = Some(until.saturating_duration_since(Instant::now()).max(SLACK));
         if !own.setup(settings, true)? {
             own.setup(settings, false)?;
         }
@@ -281,13 +308,18 @@ impl Own {
     }
 
     fn req_pipeline(&mut self, pipe: &redis::Pipeline) -> RedisResult<Vec<Value>> {
+        // A TLS handshake happens here too, within the same deadline.
+        self.stream.sock().start();
         self.send(&pipe.get_packed_pipeline())?;
-        self.sock.start();
         (0..pipe.len()).map(|_| self.recv()).collect()
     }
 
     fn send(&mut self, packed: &[u8]) -> RedisResult<()> {
-        self.sock.stream.write_all(packed).map_err(|e| {
+        let sent = self
+            .stream
+            .write_all(packed)
+            .and_then(|()| self.stream.flush());
+        sent.map_err(|e| {
             self.open = false;
             RedisError::from(e)
         })
@@ -296,7 +328,7 @@ impl Own {
     /// One reply, by the deadline set by [`Deadlined::start`].
     fn recv(&mut self) -> RedisResult<Value> {
         loop {
-            match self.parser.parse_value(&mut self.sock) {
+            match self.parser.parse_value(&mut self.stream) {
                 Ok(Value::Push { .. }) => continue,
                 Ok(v) => return Ok(v),
                 Err(e) => {
@@ -315,6 +347,74 @@ fn missing() -> RedisError {
         redis::ErrorKind::Client,
         "the server sent fewer replies than commands",
     ))
+}
+
+#[cfg(feature = "tls-rustls")]
+type TlsConfig = std::sync::Arc<rustls::ClientConfig>;
+#[cfg(not(feature = "tls-rustls"))]
+type TlsConfig = std::convert::Infallible;
+
+/// The byte stream of a connection.
+enum Stream {
+    Plain(Deadlined),
+    #[cfg(feature = "tls-rustls")]
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, Deadlined>>),
+}
+
+impl Stream {
+    #[cfg_attr(not(feature = "tls-rustls"), allow(unused_variables))]
+    fn new(sock: Deadlined, host: &str, tls: Option<TlsConfig>) -> RedisResult<Stream> {
+        match tls {
+            None => Ok(Stream::Plain(sock)),
+            #[cfg(feature = "tls-rustls")]
+            Some(config) => {
+                let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+                    .map_err(|e| tls::refused("not a valid TLS server name", e))?;
+                let conn = rustls::ClientConnection::new(config, name)
+                    .map_err(|e| tls::refused("cannot start TLS", e))?;
+                Ok(Stream::Tls(Box::new(rustls::StreamOwned::new(conn, sock))))
+            }
+            #[cfg(not(feature = "tls-rustls"))]
+            Some(never) => match never {},
+        }
+    }
+
+    /// The socket under the stream, whose deadline is the call's.
+    fn sock(&mut self) -> &mut Deadlined {
+        match self {
+            Stream::Plain(s) => s,
+            #[cfg(feature = "tls-rustls")]
+            Stream::Tls(s) => &mut s.sock,
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.read(buf),
+            #[cfg(feature = "tls-rustls")]
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Plain(s) => s.stream.write(buf),
+            #[cfg(feature = "tls-rustls")]
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.stream.flush(),
+            #[cfg(feature = "tls-rustls")]
+            Stream::Tls(s) => s.flush(),
+        }
+    }
 }
 
 /// A socket whose reads end at the current call's deadline.
@@ -366,6 +466,81 @@ impl Read for Deadlined {
                     ) => {}
                 r => return r,
             }
+        }
+    }
+}
+
+impl Write for Deadlined {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.stream.flush()
+    }
+}
+
+/// The rustls settings of our TLS connections, as redis-rs would make them.
+#[cfg(feature = "tls-rustls")]
+mod tls {
+    use std::sync::Arc;
+
+    use redis::{RedisError, RedisResult};
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    use super::Tls;
+
+    pub(super) fn refused(what: &'static str, e: impl std::fmt::Display) -> RedisError {
+        RedisError::from((redis::ErrorKind::InvalidClientConfig, what, e.to_string()))
+    }
+
+    /// Built once per client (loading the system's roots reads many
+    /// files) and shared by its connections.
+    pub(super) fn config(tls: &Tls) -> RedisResult<Arc<rustls::ClientConfig>> {
+        match tls.rustls.get_or_init(|| build(tls).map(Arc::new)) {
+            Ok(config) => Ok(config.clone()),
+            Err(e) => Err(refused("unusable TLS settings", e)),
+        }
+    }
+
+    /// The given root (else the system's), and the client certificate.
+    fn build(tls: &Tls) -> Result<rustls::ClientConfig, String> {
+        // rustls needs a process-wide crypto provider; installing one twice
+        // is harmless (the second call just reports the first).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut roots = rustls::RootCertStore::empty();
+        match &tls.root {
+            Some(pem) => {
+                for cert in CertificateDer::pem_slice_iter(pem) {
+                    let cert = cert.map_err(|e| format!("root certificate: {e}"))?;
+                    roots
+                        .add(cert)
+                        .map_err(|e| format!("root certificate: {e}"))?;
+                }
+            }
+            None => {
+                // A system certificate that cannot be read is skipped (one
+                // good root is all verification needs); redis-rs would
+                // refuse to connect at all.
+                for cert in rustls_native_certs::load_native_certs().certs {
+                    let _ = roots.add(cert);
+                }
+            }
+        }
+        let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+        match &tls.client {
+            Some((cert, key)) => {
+                let chain = CertificateDer::pem_slice_iter(cert)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("client certificate: {e}"))?;
+                let key =
+                    PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("client key: {e}"))?;
+                builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| format!("client certificate: {e}"))
+            }
+            None => Ok(builder.with_no_client_auth()),
         }
     }
 }

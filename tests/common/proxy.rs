@@ -90,6 +90,8 @@ struct Inner {
     fired_cv: Condvar,
     refuse: AtomicBool,
     blackhole: AtomicBool,
+    /// Gap between bytes sent to clients, in µs (0: none); see `set_dribble`.
+    dribble_us: AtomicU64,
     stopping: AtomicBool,
     conns: Mutex<Vec<Arc<Conn>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -197,6 +199,7 @@ impl Proxy {
             fired_cv: Condvar::new(),
             refuse: AtomicBool::new(false),
             blackhole: AtomicBool::new(false),
+            dribble_us: AtomicU64::new(0),
             stopping: AtomicBool::new(false),
             conns: Mutex::new(Vec::new()),
             threads: Mutex::new(Vec::new()),
@@ -297,6 +300,13 @@ impl Proxy {
     /// Replies to commands forwarded before are still delivered. Swallowed commands are lost for good.
     pub fn set_blackhole(&self, on: bool) {
         self.inner.blackhole.store(on, Ordering::SeqCst);
+    }
+
+    /// While set: everything servers send to clients is delivered one byte at a time, this long apart, on every
+    /// connection and whatever the protocol (TLS included, which rules cannot see into).
+    pub fn set_dribble(&self, gap: Option<Duration>) {
+        let us = gap.map_or(0, |g| g.as_micros().max(1) as u64);
+        self.inner.dribble_us.store(us, Ordering::SeqCst);
     }
 
     /// Currently open client connections.
@@ -552,7 +562,7 @@ fn server_side(inner: &Inner, conn: &Conn, mut client: TcpStream, mut upstream: 
         };
         let arrived = Instant::now();
         if raw {
-            if write_all(inner, conn, &mut client, &chunk[..n]).is_err() {
+            if deliver(inner, conn, &mut client, &chunk[..n]).is_err() {
                 return;
             }
             continue;
@@ -619,11 +629,26 @@ fn server_side(inner: &Inner, conn: &Conn, mut client: TcpStream, mut upstream: 
             }
             at += len;
         }
-        if !out.is_empty() && write_all(inner, conn, &mut client, &out).is_err() {
+        if !out.is_empty() && deliver(inner, conn, &mut client, &out).is_err() {
             return;
         }
         buf.drain(..at);
     }
+}
+
+/// Server → client bytes, dribbled while `set_dribble` is on.
+fn deliver(inner: &Inner, conn: &Conn, client: &mut TcpStream, bytes: &[u8]) -> io::Result<()> {
+    let us = inner.dribble_us.load(Ordering::SeqCst);
+    if us == 0 {
+        return write_all(inner, conn, client, bytes);
+    }
+    for byte in bytes.chunks(1) {
+        if !sleep_until(inner, conn, Instant::now() + Duration::from_micros(us)) {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        write_all(inner, conn, client, byte)?;
+    }
+    Ok(())
 }
 
 /// Commands after which replies no longer pair up one-to-one with commands.
@@ -669,6 +694,10 @@ fn parse_int(s: &[u8]) -> Option<i64> {
 fn parse_command(buf: &[u8]) -> Parsed<Vec<&[u8]>> {
     if buf.is_empty() {
         return Parsed::Incomplete;
+    }
+    if buf[0] == 0x16 {
+        // A TLS handshake record: nothing to interpret on this connection.
+        return Parsed::Invalid;
     }
     if buf[0] != b'*' {
         // Inline command: one line, arguments split on whitespace.
