@@ -7,7 +7,8 @@
 -- ARGV[1]  writer token
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  intent lifetime in milliseconds (renewed at every retry, so a dead
---          writer's intent lapses and readers go on)
+--          writer's intent lapses and readers go on); '0' for a try, which
+--          never queues: it leaves no intent to hold readers back
 -- ARGV[4]  grant list prefix (the writer's token follows): a release hands
 --          the write lock to a waiting writer that blocks there
 --          (rw_write_release.lua, rw_read_release.lua)
@@ -44,8 +45,8 @@ if top[2] and tonumber(top[2]) == math.huge then
 end
 local readers = redis.call('ZCARD', KEYS[2])
 if writer or readers > 0 then
-  local intent = redis.call('GET', KEYS[3])
-  if not intent or string.match(intent, '^[^#]*') == ARGV[1] then
+  local intent = ARGV[3] ~= '0' and redis.call('GET', KEYS[3])
+  if ARGV[3] ~= '0' and (not intent or string.match(intent, '^[^#]*') == ARGV[1]) then
     local mark = ''
     if ARGV[5] == 'block' then
       mark = '#b'

@@ -329,13 +329,16 @@ impl RwLock {
                  itself (release the read guard first)",
             ));
         }
-        // A try never leaves an intent that outlives it; a waiter blocks on
-        // its own grant list where the backend allows it.
+        // A try never queues: it writes no intent (readers would wait for
+        // it, and a try whose reply is late could not take it back). A
+        // waiter blocks on its own grant list where the backend allows it.
         let waits = deadline.is_none_or(|d| d > Instant::now());
         let blocks = waits && self.client.backend().grants_directly();
         let by_message = self.client.wakeup().fallback() * 3 + Duration::from_secs(1);
         let intent_ttl = |blocks: bool| -> Vec<u8> {
-            let ttl = if blocks {
+            let ttl = if !waits {
+                Duration::ZERO
+            } else if blocks {
                 lease::blocking_entry(lease)
             } else {
                 by_message
@@ -406,8 +409,8 @@ impl RwLock {
                     ),
                     // Withdraw our intent so readers need not wait for it
                     // to lapse, and hand on a write hold granted meanwhile;
-                    // also behind a late grant.
-                    leave: Some(release(true)),
+                    // also behind a late grant. A try has neither.
+                    leave: waits.then(|| release(true)),
                     undo: waits.then(|| release(true)),
                     direct: blocks.then(|| Direct {
                         list,

@@ -286,3 +286,75 @@ fn downgrade_does_not_queue_behind_a_local_writer() {
     drop(r);
     assert!(t.join().unwrap().unwrap() > first);
 }
+
+/// A try never queues (review of the write lock's direct grant): `try_write`
+/// used to leave a writer's intent for up to 7 s, which kept readers out
+/// though nobody held or waited for the write lock. Two ways: a try refused
+/// while readers held wrote the intent, withdrawn a round trip later (readers
+/// trying meanwhile were refused); and a try whose reply was late left it
+/// for its whole lifetime.
+#[test]
+fn a_write_try_never_keeps_readers_out() {
+    let server = Server::start();
+    let holder = client(&server);
+    let _read = holder.rw_lock("tw").read().unwrap();
+
+    // Tries of the write lock beside tries of a read lock, from two clients.
+    let writer = client(&server);
+    let end = Instant::now() + Duration::from_millis(1_500);
+    let tries = std::thread::spawn(move || {
+        let rw = writer.rw_lock("tw");
+        let mut n = 0;
+        while Instant::now() < end && n < 20_000 {
+            assert!(rw.try_write().unwrap().is_none());
+            n += 1;
+        }
+        n
+    });
+    let reader = client(&server);
+    let rw = reader.rw_lock("tw");
+    let (mut ok, mut refused) = (0, 0);
+    while Instant::now() < end && ok + refused < 20_000 {
+        match rw.try_read().unwrap() {
+            Some(g) => {
+                ok += 1;
+                g.release().unwrap();
+            }
+            None => refused += 1,
+        }
+    }
+    let tries = tries.join().unwrap();
+    println!("FIGURES write tries beside read tries: {tries} write tries; reads {ok} ok, {refused} refused");
+    assert!(tries > 0 && ok > 0);
+    assert_eq!(refused, 0, "a write try kept readers out");
+
+    // A try whose reply is late: the server stalls 0.3 s, the response
+    // timeout is 100 ms.
+    let late = client_with(&server, |b| b.response_timeout(Duration::from_millis(100)));
+    assert!(late.rw_lock("tw").try_write().unwrap().is_none()); // scripts loaded
+    let url = server.url();
+    let stall = std::thread::spawn(move || {
+        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let _: () = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg("0.3")
+            .query(&mut con)
+            .unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let r = late.rw_lock("tw").try_write();
+    assert!(!matches!(r, Ok(Some(_))), "readers hold: {r:?}");
+    stall.join().unwrap();
+    let t = Instant::now();
+    let got = rw.read_timeout(Duration::from_secs(10)).unwrap();
+    println!(
+        "FIGURES a reader after a late write try got in after {:?}",
+        t.elapsed()
+    );
+    assert!(got.is_some());
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "a late write try kept readers out for {:?}",
+        t.elapsed()
+    );
+}
