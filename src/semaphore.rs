@@ -47,6 +47,12 @@ impl Keys {
 /// has ended. Only the holder can return a permit. No client clock is
 /// involved, so clock skew between machines cannot steal permits.
 ///
+/// A plain semaphore serves a request that fits before an earlier one that
+/// does not, across clients; the threads of one client, though, take their
+/// turns in arrival order, so a thread asking for 1 permit waits behind an
+/// earlier thread of its client asking for 3 (a fair semaphore serves every
+/// request in arrival order).
+///
 /// All handles of one name must agree on the permit count while permits are
 /// held; a handle with another count gets [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument).
 /// Use [`Semaphore::resize`] to change it.
