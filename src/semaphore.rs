@@ -48,10 +48,9 @@ impl Keys {
 /// involved, so clock skew between machines cannot steal permits.
 ///
 /// A plain semaphore serves a request that fits before an earlier one that
-/// does not, across clients; the threads of one client, though, take their
-/// turns in arrival order, so a thread asking for 1 permit waits behind an
-/// earlier thread of its client asking for 3 (a fair semaphore serves every
-/// request in arrival order).
+/// does not, whichever client either comes from (the threads of one client
+/// asking for the same number of permits take turns in arrival order); a
+/// fair semaphore serves every request in arrival order.
 ///
 /// All handles of one name must agree on the permit count while permits are
 /// held; a handle with another count gets [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument).
@@ -352,7 +351,11 @@ impl Semaphore {
                 what: "semaphore",
                 name: keys.name.clone(),
                 wake: keys.permits.clone(),
-                turns: Turns::fair(self.fair),
+                turns: if self.fair {
+                    Turns::Server
+                } else {
+                    Turns::Local(k)
+                },
                 jump: false,
                 lease,
                 watchdog: self.lease.is_none(),

@@ -51,14 +51,16 @@ impl<T> Attempt<T> {
 struct Waiter {
     tx: Sender<bool>,
     rx: Receiver<bool>,
+    /// The local line it waits in (see [`Turns::Local`]).
+    line: u32,
 }
 
 impl Waiter {
-    fn new() -> Arc<Waiter> {
+    fn new(line: u32) -> Arc<Waiter> {
         // Capacity 1: wake-ups coalesce, and a wake-up sent between a failed
         // attempt and the wait is kept, so it is never missed.
         let (tx, rx) = crossbeam_channel::bounded(1);
-        Arc::new(Waiter { tx, rx })
+        Arc::new(Waiter { tx, rx, line })
     }
 
     fn wake(&self) {
@@ -79,8 +81,12 @@ struct SubState {
 /// How the waiters of one key take turns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Turns {
-    /// Local FIFO: only the head retries in Redis (exclusive primitives).
-    Local,
+    /// Local FIFO lines: only the head of each line retries in Redis. One
+    /// line for exclusive primitives; a plain semaphore has one per permit
+    /// count, since a request that fits may pass one that does not (the
+    /// server lets it), and a thread must not wait behind a larger request
+    /// of its own client while the permits it asks for are free.
+    Local(u32),
     /// Every waiter retries on each wake-up; Redis decides the order (fair
     /// primitives keep their own queue there).
     Server,
@@ -93,7 +99,7 @@ impl Turns {
         if fair {
             Turns::Server
         } else {
-            Turns::Local
+            Turns::Local(0)
         }
     }
 }
@@ -238,6 +244,10 @@ impl Wakeup {
         mut attempt: impl FnMut(Option<Duration>) -> Result<Attempt<T>>,
     ) -> Result<Option<T>> {
         let server = turns == Turns::Server;
+        let line = match turns {
+            Turns::Local(line) => line,
+            Turns::Server => 0,
+        };
         let mut tries = Tries::new(
             self.shared.outage_tolerance,
             self.backend.timeouts().response,
@@ -245,7 +255,7 @@ impl Wakeup {
         );
         // Fast path: nobody of ours is queued, so trying first is fair.
         let mut tried = false;
-        if server || jump || !self.shared.has_queue(key) {
+        if server || jump || !self.shared.has_queue(key, line) {
             tried = true;
             loop {
                 match tries.judge(&mut || attempt(None)) {
@@ -265,7 +275,7 @@ impl Wakeup {
             self.ensure_subscribed();
             subscribed = true;
         }
-        let waiter = Waiter::new();
+        let waiter = Waiter::new(line);
         let _member = Membership::join(&self.shared, key, server, waiter.clone());
         // The next attempt blocks for a grant (direct waiting, head only):
         // at once if the fast path found the name busy (and queued us).
@@ -381,22 +391,25 @@ impl Wakeup {
 }
 
 impl Shared {
-    fn has_queue(&self, key: &[u8]) -> bool {
-        lock(&self.queues).contains_key(&(key.to_vec(), false))
+    /// Whether a waiter of ours waits in `line` of `key`.
+    fn has_queue(&self, key: &[u8], line: u32) -> bool {
+        lock(&self.queues)
+            .get(&(key.to_vec(), false))
+            .is_some_and(|q| q.iter().any(|w| w.line == line))
     }
 
     fn is_head(&self, key: &[u8], waiter: &Arc<Waiter>) -> bool {
         lock(&self.queues)
             .get(&(key.to_vec(), false))
-            .and_then(|q| q.front())
+            .and_then(|q| q.iter().find(|w| w.line == waiter.line))
             .is_some_and(|h| Arc::ptr_eq(h, waiter))
     }
 
-    /// Wakes the local head of `key`, and every server-ordered waiter.
+    /// Wakes the local heads of `key`, and every server-ordered waiter.
     fn notify(&self, key: &[u8]) {
         let queues = lock(&self.queues);
         let mut k = (key.to_vec(), false);
-        if let Some(head) = queues.get(&k).and_then(|q| q.front()) {
+        for head in queues.get(&k).into_iter().flat_map(heads) {
             head.signal();
         }
         k.1 = true;
@@ -409,8 +422,8 @@ impl Shared {
         for ((_, server), q) in lock(&self.queues).iter() {
             if *server {
                 q.iter().for_each(|w| w.wake());
-            } else if let Some(head) = q.front() {
-                head.wake();
+            } else {
+                heads(q).for_each(|w| w.wake());
             }
         }
     }
@@ -432,6 +445,14 @@ impl Shared {
         lock(&self.sub).connected = connected;
         self.sub_changed.notify_all();
     }
+}
+
+/// The first waiter of each line of a local queue.
+fn heads(q: &VecDeque<Arc<Waiter>>) -> impl Iterator<Item = &Arc<Waiter>> {
+    q.iter()
+        .enumerate()
+        .filter(|(i, w)| !q.iter().take(*i).any(|v| v.line == w.line))
+        .map(|(_, w)| w)
 }
 
 /// A place in a key's local queue; leaving it wakes the next waiter.
@@ -461,11 +482,12 @@ impl Drop for Membership<'_> {
         let mut queues = lock(&self.shared.queues);
         if let Some(q) = queues.get_mut(&self.key) {
             q.retain(|w| !Arc::ptr_eq(w, &self.waiter));
-            match q.front() {
-                Some(next) if !self.key.1 => next.wake(),
-                Some(_) => {}
-                None => {
-                    queues.remove(&self.key);
+            if q.is_empty() {
+                queues.remove(&self.key);
+            } else if !self.key.1 {
+                // The next in our line is its head now.
+                if let Some(next) = q.iter().find(|w| w.line == self.waiter.line) {
+                    next.wake();
                 }
             }
         }

@@ -396,3 +396,41 @@ fn releases_nobody_waits_for_publish_nothing() {
     assert!(got && waited < Duration::from_secs(5), "{waited:?}");
     assert_eq!(publishes(&mut con), 0);
 }
+
+/// A plain semaphore lets a request that fits pass one that does not; the
+/// threads of one client used to take turns in one local line, so a thread
+/// asking for 1 free permit waited behind its own client's thread asking
+/// for 2 (found by an adversarial review: 1.5 s, to its timeout). Each
+/// permit count is a line of its own now.
+#[test]
+fn a_small_request_is_not_held_behind_a_larger_one_of_the_same_client() {
+    let server = Server::start();
+    let other = client(&server);
+    let held = other.semaphore("hol", 2).acquire().unwrap(); // 1 of 2 free
+    let c = client(&server);
+    let big = c.clone();
+    let (started, ready) = std::sync::mpsc::channel();
+    let a = std::thread::spawn(move || {
+        started.send(()).unwrap();
+        big.semaphore("hol", 2)
+            .acquire_many_timeout(2, Duration::from_secs(5))
+            .unwrap()
+            .map(|p| p.release().is_ok())
+    });
+    ready.recv().unwrap();
+    std::thread::sleep(Duration::from_millis(300)); // A waits for 2
+    let t = Instant::now();
+    let got = c
+        .semaphore("hol", 2)
+        .acquire_timeout(Duration::from_millis(1_500))
+        .unwrap();
+    println!(
+        "FIGURES a 1-permit request behind a 2-permit one of its client: {} after {:?}",
+        got.is_some(),
+        t.elapsed()
+    );
+    assert!(got.is_some(), "the free permit was not taken");
+    drop(got);
+    drop(held);
+    assert_eq!(a.join().unwrap(), Some(true), "the 2-permit request then");
+}
