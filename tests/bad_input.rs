@@ -520,3 +520,39 @@ fn replica_ack_is_bounded_and_says_what_happened() {
         ErrorKind::QuorumNotReached
     );
 }
+
+/// A password refused after build, on a pooled connection: the server
+/// drops its password (`requirepass ""`) and the clients. Redis then
+/// refuses `AUTH <password>` with a plain `ERR`, not `WRONGPASS`; that is
+/// still a refusal of credentials (`Auth`, as redis-rs classed it), not an
+/// outage to ride out (found by an adversarial review of our connections).
+#[test]
+fn a_refused_auth_on_a_pooled_connection_is_an_auth_error() {
+    let server = Server::start_with(&["--requirepass", "pw"]);
+    let c = Client::builder()
+        .url(format!("redis://:pw@127.0.0.1:{}/", server.port()))
+        .connect_timeout(Duration::from_millis(500))
+        .pool_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let mut admin = redis::Client::open(format!("redis://:pw@127.0.0.1:{}/", server.port()))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("")
+        .query(&mut admin)
+        .unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query(&mut admin)
+        .unwrap_or(());
+    for _ in 0..3 {
+        let err = c.lock("auth").try_acquire().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Auth, "{err:?}");
+    }
+}

@@ -449,3 +449,106 @@ fn a_slot_moving_under_a_blocked_waiter_does_not_lose_it() {
     );
     cluster.stop();
 }
+
+/// Issue 15, item 8, on Cluster: a call read its reply with a timeout per
+/// socket read, so a node that dribbled its reply held it for as many
+/// timeouts as the reply had bytes (8.1 s for a 1 s timeout), and a late
+/// grant was left to its lease. Grants now go over our own connection to
+/// the key's master (a late one is undone behind it), and the cluster
+/// connection's node connections are ours, with one deadline per call. A
+/// cluster of its own, announcing proxies in front of its nodes.
+#[test]
+fn a_dribbling_node_cannot_hold_a_routed_call_past_its_deadline() {
+    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    let ports: Vec<u16> = cluster
+        .iter_servers()
+        .map(|s| s.host_and_port().unwrap().1)
+        .collect();
+    let proxies: Vec<common::proxy::Proxy> = ports
+        .iter()
+        .map(|&p| common::proxy::Proxy::start(p))
+        .collect();
+    for (port, proxy) in ports.iter().zip(&proxies) {
+        let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-announce-port")
+            .arg(proxy.port())
+            .query(&mut con)
+            .unwrap();
+    }
+    // Every node's map names the proxies.
+    let announced = common::eventually(Duration::from_secs(20), || {
+        ports.iter().all(|port| {
+            let Ok(mut con) = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+                .and_then(|c| c.get_connection())
+            else {
+                return false;
+            };
+            let slots: redis::Value = match redis::cmd("CLUSTER").arg("SLOTS").query(&mut con) {
+                Ok(v) => v,
+                Err(_) => return false,
+            };
+            let text = format!("{slots:?}");
+            !ports.iter().any(|p| text.contains(&format!("int({p})")))
+        })
+    });
+    assert!(announced, "the nodes did not announce the proxies");
+    let urls: Vec<String> = proxies.iter().map(|p| p.url()).collect();
+    let c = Client::builder()
+        .cluster(urls)
+        .response_timeout(Duration::from_secs(1))
+        .outage_tolerance(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let lock = c.lock("cl:drip");
+    lock.try_acquire().unwrap().unwrap().release().unwrap();
+
+    for p in &proxies {
+        p.set_dribble(Some(Duration::from_millis(300)));
+    }
+    let t = Instant::now();
+    let got = lock.try_acquire();
+    let took = t.elapsed();
+    for p in &proxies {
+        p.set_dribble(None);
+    }
+    println!("FIGURES dribbling cluster node: try_acquire {took:?} -> {got:?}");
+    assert!(
+        took < Duration::from_millis(3_500),
+        "try_acquire took {took:?}: {got:?}"
+    );
+    match got {
+        Ok(Some(guard)) => drop(guard),
+        Ok(None) => panic!("nobody else holds the lock"),
+        Err(e) => assert_eq!(e.kind(), ErrorKind::Connection, "{e:?}"),
+    }
+    // A late grant on Cluster now gets its undo behind it, as on one
+    // server: the name is free at once.
+    assert!(common::eventually(Duration::from_secs(3), || lock
+        .try_acquire()
+        .is_ok_and(|g| g.is_some())));
+
+    // A call through the cluster connection (which retries a failed call
+    // up to 16 times, each with a timeout of its own) has one deadline.
+    for p in &proxies {
+        p.set_dribble(Some(Duration::from_millis(300)));
+    }
+    let t = Instant::now();
+    let r = lock.is_locked();
+    let took = t.elapsed();
+    for p in &proxies {
+        p.set_dribble(None);
+    }
+    println!("FIGURES dribbling cluster node: is_locked {took:?} -> {r:?}");
+    assert!(
+        took < Duration::from_millis(2_500),
+        "is_locked took {took:?}: {r:?}"
+    );
+    drop(c);
+    drop(proxies);
+    cluster.stop();
+}

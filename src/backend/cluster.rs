@@ -17,6 +17,7 @@ use redis::{FromRedisValue, Value};
 
 use super::fan_out::{fan_out, Request};
 use super::single::{batch, client_for, pool, warn_if_evicting, Source};
+use super::wire::{within, Wire};
 use super::{Call, Node, Timeouts};
 use crate::error::{Error, ErrorKind, Result};
 use crate::scripts::Lua;
@@ -25,7 +26,7 @@ use crate::scripts::Lua;
 /// wake-up subscriber connects to one of them: `PUBLISH` reaches every node
 /// of a cluster).
 pub(crate) struct ClusterLeader {
-    pool: r2d2::Pool<ClusterClient>,
+    pool: r2d2::Pool<Routed>,
     seeds: Vec<redis::Client>,
     response: Duration,
     masters: Masters,
@@ -302,7 +303,7 @@ impl ClusterLeader {
         let client = builder
             .build()
             .map_err(|e| Error::invalid("invalid cluster configuration").with_source(e))?;
-        let pool = pool(client, pool_size, &timeouts);
+        let pool = pool(Routed(client), pool_size, &timeouts);
         let masters = Masters {
             seeds: seeds.clone(),
             timeouts: timeouts.clone(),
@@ -391,8 +392,44 @@ impl ClusterLeader {
         }
     }
 
+    /// Runs a granting script on its key's master over our own connection
+    /// to it (found in our slot map), so that a late reply gets `undo`
+    /// written behind it on the same connection, as on one server: the
+    /// cluster connection gives no such hold on its connections. Through
+    /// the cluster connection when our map names no master for the key,
+    /// the master redirects (a slot that moved) or cannot be reached.
+    pub(crate) fn grant(
+        &self,
+        call: &Call<'_>,
+        undo: &Call<'_>,
+        deadline: Option<Instant>,
+    ) -> Result<(i64, i64)> {
+        let node = match call.keys.first() {
+            Some(key) if self.grants_directly() => self.masters.master_of(key),
+            _ => None,
+        };
+        let Some(node) = node else {
+            return self.call(call, deadline);
+        };
+        match node.call(call, Some(undo), deadline) {
+            Err(e) if e.is_unsent() || e.server_code().is_some_and(redirected) => {
+                // Nothing ran there: ask the cluster connection, which
+                // follows the cluster's own view.
+                self.direct_off();
+                self.call(call, deadline)
+            }
+            Err(e) => {
+                if e.server_code().is_none() {
+                    self.direct_off();
+                }
+                Err(e)
+            }
+            ok => ok,
+        }
+    }
+
     /// A pooled cluster connection, or a *not sent* error.
-    fn conn(&self) -> Result<r2d2::PooledConnection<ClusterClient>> {
+    fn conn(&self) -> Result<r2d2::PooledConnection<Routed>> {
         self.pool.get().map_err(|e| Error::from(e).unsent())
     }
 
@@ -402,16 +439,24 @@ impl ClusterLeader {
         call: &Call<'_>,
         _deadline: Option<std::time::Instant>,
     ) -> Result<T> {
+        self.routed(|con| call.lua.call(call.keys, call.args).invoke(con))
+    }
+
+    /// Runs `f` on a pooled cluster connection, due within one response
+    /// timeout in all: the cluster connection's own retries (it re-sends a
+    /// failed call, reconnects, re-reads the slot map, up to 16 times)
+    /// share that one deadline rather than each having a timeout.
+    fn routed<T>(
+        &self,
+        f: impl FnOnce(&mut ClusterConnection<Wire>) -> redis::RedisResult<T>,
+    ) -> Result<T> {
         let mut con = self.conn()?;
-        Ok(call
-            .lua
-            .call(call.keys, call.args)
-            .invoke(&mut *con as &mut ClusterConnection)?)
+        let until = Instant::now() + self.response;
+        Ok(within(until, || f(&mut con))?)
     }
 
     pub(crate) fn check(&self) -> Result<()> {
-        let mut con = self.conn()?;
-        redis::cmd("PING").query::<()>(&mut *con)?;
+        self.routed(|con| redis::cmd("PING").query::<()>(con))?;
         for seed in &self.seeds {
             if let Ok(mut c) = seed.get_connection_with_timeout(Duration::from_secs(1)) {
                 warn_if_evicting(&mut c);
@@ -431,15 +476,11 @@ impl ClusterLeader {
     ) -> Result<T> {
         // The cluster connection itself reconnects and retries moved or
         // dropped calls; these scripts are harmless to repeat.
-        let mut con = self.conn()?;
-        Ok(lua
-            .call(keys, args)
-            .invoke(&mut *con as &mut ClusterConnection)?)
+        self.routed(|con| lua.call(keys, args).invoke(con))
     }
 
     pub(crate) fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        let mut con = self.conn()?;
-        Ok(cmd.query(&mut *con)?)
+        self.routed(|con| cmd.query(con))
     }
 
     /// Renewal: each master's calls as one pipeline on that master's own
@@ -513,6 +554,28 @@ impl ClusterLeader {
             }
         }
         Err(last.unwrap_or_else(|| Error::invalid("no cluster seeds")))
+    }
+}
+
+/// Opens cluster connections whose node connections are ours
+/// ([`Wire`]): every routed call's reply is due within the response
+/// timeout in all, not per socket read.
+pub(crate) struct Routed(ClusterClient);
+
+impl r2d2::ManageConnection for Routed {
+    type Connection = ClusterConnection<Wire>;
+    type Error = redis::RedisError;
+
+    fn connect(&self) -> redis::RedisResult<ClusterConnection<Wire>> {
+        self.0.get_generic_connection::<Wire>()
+    }
+
+    fn is_valid(&self, con: &mut ClusterConnection<Wire>) -> redis::RedisResult<()> {
+        redis::cmd("PING").query::<()>(con)
+    }
+
+    fn has_broken(&self, con: &mut ClusterConnection<Wire>) -> bool {
+        !redis::ConnectionLike::is_open(con)
     }
 }
 

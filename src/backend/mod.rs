@@ -403,7 +403,7 @@ impl Backend {
             }
             (Kind::Single(node), None) => node.call(call, Some(undo), deadline),
             #[cfg(feature = "cluster")]
-            (Kind::Cluster(c), _) => c.call(call, deadline),
+            (Kind::Cluster(c), _) => c.grant(call, undo, deadline),
         })
         .map_err(|e| e.at(place))
     }

@@ -14,6 +14,7 @@
 //! connections keep redis-rs's connection, and with it the per-read
 //! timeout (documented in GUARANTEES.md).
 
+use std::cell::Cell;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
@@ -68,8 +69,7 @@ impl Wire {
         };
         match own {
             Some(mut own) => {
-                own.stream.sock().stream.set_write_timeout(Some(response))?;
-                own.stream.sock().budget = Some(response);
+                own.stream.sock().budget.set(Some(response));
                 Ok(Wire::Own(Box::new(own)))
             }
             None => {
@@ -97,6 +97,7 @@ impl Wire {
     pub(crate) fn recv_response(&mut self) -> RedisResult<Value> {
         match self {
             Wire::Own(own) => {
+                own.check_open()?;
                 own.stream.sock().start();
                 own.recv()
             }
@@ -105,13 +106,22 @@ impl Wire {
     }
 
     /// Each later call's budget (see [`Wire::recv_response`]).
-    pub(crate) fn set_read_timeout(&mut self, budget: Option<Duration>) -> RedisResult<()> {
+    pub(crate) fn set_read_timeout(&self, budget: Option<Duration>) -> RedisResult<()> {
         match self {
             Wire::Own(own) => {
-                own.stream.sock().budget = budget;
+                own.stream.sock_ref().budget.set(budget);
                 Ok(())
             }
             Wire::Redis(con) => con.set_read_timeout(budget),
+        }
+    }
+
+    /// Ours: writes share the call's budget with its reads.
+    #[cfg(feature = "cluster")]
+    fn set_write_timeout(&self, limit: Option<Duration>) -> RedisResult<()> {
+        match self {
+            Wire::Own(_) => Ok(()),
+            Wire::Redis(con) => con.set_write_timeout(limit),
         }
     }
 }
@@ -120,6 +130,7 @@ impl ConnectionLike for Wire {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
         match self {
             Wire::Own(own) => {
+                own.check_open()?;
                 own.stream.sock().start();
                 own.send(cmd)?;
                 own.recv()
@@ -136,6 +147,7 @@ impl ConnectionLike for Wire {
     ) -> RedisResult<Vec<Value>> {
         match self {
             Wire::Own(own) => {
+                own.check_open()?;
                 // One budget for the whole pipeline.
                 own.stream.sock().start();
                 own.send(cmd)?;
@@ -168,6 +180,57 @@ impl ConnectionLike for Wire {
             Wire::Own(own) => own.open,
             Wire::Redis(con) => con.is_open(),
         }
+    }
+}
+
+/// The cluster connection's node connections are ours too, so its routed
+/// calls have the same deadline. Through `ClusterClient::
+/// get_generic_connection`, which redis-rs keeps public for this use
+/// (though hidden from its docs). TLS nodes keep redis-rs's connection:
+/// this hook passes no certificates but those inside the `ConnectionInfo`,
+/// which only redis-rs can use.
+#[cfg(feature = "cluster")]
+impl redis::cluster::Connect for Wire {
+    fn connect<T>(info: T, timeout: Option<Duration>) -> RedisResult<Wire>
+    where
+        T: redis::IntoConnectionInfo,
+    {
+        let info = info.into_connection_info()?;
+        match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port)
+                if !info.redis_settings().protocol().supports_resp3() =>
+            {
+                let connect = timeout.unwrap_or(Duration::from_secs(3600));
+                let own = Own::connect(host, *port, None, info.redis_settings(), connect)?;
+                own.stream.sock_ref().budget.set(None);
+                Ok(Wire::Own(Box::new(own)))
+            }
+            _ => Ok(Wire::Redis(
+                <redis::Connection as redis::cluster::Connect>::connect(info, timeout)?,
+            )),
+        }
+    }
+
+    /// Unlike [`Wire::send_packed_command`], refused once a call failed
+    /// on this connection: redis-rs's cluster connection would send a
+    /// pipeline again on it (see [`Own::check_open`]).
+    fn send_packed_command(&mut self, cmd: &[u8]) -> RedisResult<()> {
+        if let Wire::Own(own) = self {
+            own.check_open()?;
+        }
+        Wire::send_packed_command(self, cmd)
+    }
+
+    fn set_write_timeout(&self, limit: Option<Duration>) -> RedisResult<()> {
+        Wire::set_write_timeout(self, limit)
+    }
+
+    fn set_read_timeout(&self, budget: Option<Duration>) -> RedisResult<()> {
+        Wire::set_read_timeout(self, budget)
+    }
+
+    fn recv_response(&mut self) -> RedisResult<Value> {
+        Wire::recv_response(self)
     }
 }
 
@@ -228,12 +291,13 @@ impl Own {
         // back a request written behind an unacknowledged one (an undo
         // behind a late script, a pipelined pop).
         stream.set_nodelay(true)?;
-        stream.set_write_timeout(Some(connect.max(SLACK)))?;
         let sock = Deadlined {
             stream,
-            budget: Some(until.saturating_duration_since(Instant::now()).max(SLACK)),
+            budget: Cell::new(Some(
+                until.saturating_duration_since(Instant::now()).max(SLACK),
+            )),
             until: None,
-            armed: None,
+            armed: [None, None],
         };
         let mut own = Own {
             stream: Stream::new(sock, host, tls)?,
@@ -242,6 +306,9 @@ impl Own {
             db: settings.db(),
         };
         if !own.setup(settings, true)? {
+            // Still within `connect` in all.
+            let left = until.saturating_duration_since(Instant::now());
+            own.stream.sock().budget.set(Some(left.max(SLACK)));
             own.setup(settings, false)?;
         }
         Ok(own)
@@ -290,7 +357,14 @@ impl Own {
                     if retry {
                         return Ok(false);
                     }
-                    return Err(e.into());
+                    // As redis-rs reports it: any refusal of AUTH is a
+                    // failed authentication (not only WRONGPASS), e.g.
+                    // a password given to a server that wants none.
+                    return Err(RedisError::from((
+                        redis::ErrorKind::AuthenticationFailed,
+                        "Password authentication failed",
+                        e.details().unwrap_or_default().to_owned(),
+                    )));
                 }
                 Some(_) => {}
                 None => return Err(missing()),
@@ -312,6 +386,24 @@ impl Own {
         self.stream.sock().start();
         self.send(&pipe.get_packed_pipeline())?;
         (0..pipe.len()).map(|_| self.recv()).collect()
+    }
+
+    /// A call on a connection whose earlier call failed is refused as a
+    /// dropped connection, never sent: its stream may still hold the rest
+    /// of a late reply, which a new call would take for its own. redis-rs's
+    /// cluster connection retries a timed-out call on the same connection;
+    /// refused, it reconnects instead. (The undo that [`Wire::
+    /// send_packed_command`] writes behind a late request is still sent:
+    /// that is what it is for.)
+    fn check_open(&self) -> RedisResult<()> {
+        if self.open {
+            return Ok(());
+        }
+        Err(io::Error::new(
+            io::ErrorKind::NotConnected,
+            "an earlier call failed on this connection; it is retired",
+        )
+        .into())
     }
 
     fn send(&mut self, packed: &[u8]) -> RedisResult<()> {
@@ -387,6 +479,14 @@ impl Stream {
             Stream::Tls(s) => &mut s.sock,
         }
     }
+
+    fn sock_ref(&self) -> &Deadlined {
+        match self {
+            Stream::Plain(s) => s,
+            #[cfg(feature = "tls-rustls")]
+            Stream::Tls(s) => &s.sock,
+        }
+    }
 }
 
 impl Read for Stream {
@@ -402,7 +502,7 @@ impl Read for Stream {
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
-            Stream::Plain(s) => s.stream.write(buf),
+            Stream::Plain(s) => s.write(buf),
             #[cfg(feature = "tls-rustls")]
             Stream::Tls(s) => s.write(buf),
         }
@@ -410,55 +510,85 @@ impl Write for Stream {
 
     fn flush(&mut self) -> io::Result<()> {
         match self {
-            Stream::Plain(s) => s.stream.flush(),
+            Stream::Plain(s) => s.flush(),
             #[cfg(feature = "tls-rustls")]
             Stream::Tls(s) => s.flush(),
         }
     }
 }
 
-/// A socket whose reads end at the current call's deadline.
+/// A socket whose reads and writes end at the current call's deadline.
 struct Deadlined {
     stream: TcpStream,
-    /// How long each call may take; `None`: no limit.
-    budget: Option<Duration>,
+    /// How long each call may take; `None`: no limit. A cell: redis-rs's
+    /// cluster connection sets it through `&self`.
+    budget: Cell<Option<Duration>>,
     /// The current call's deadline.
     until: Option<Instant>,
-    /// The read timeout set on the socket now.
-    armed: Option<Duration>,
+    /// The read and write timeouts set on the socket now.
+    armed: [Option<Duration>; 2],
+}
+
+thread_local! {
+    /// A deadline for every call this thread makes until it is lifted (see
+    /// [`within`]).
+    static CALL_DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Runs `f` with every call it makes on our connections due by `until` in
+/// all: redis-rs's cluster connection retries a failed call (re-sending it,
+/// reconnecting, re-reading the slot map) up to 16 times, each with a whole
+/// response timeout of its own.
+#[cfg(feature = "cluster")]
+pub(crate) fn within<T>(until: Instant, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<Instant>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CALL_DEADLINE.with(|d| d.set(self.0));
+        }
+    }
+    let _restore = Restore(CALL_DEADLINE.with(|d| d.replace(Some(until))));
+    f()
 }
 
 impl Deadlined {
-    /// A call begins: its reply is due within the budget from now.
+    /// A call begins: its reply is due within the budget from now (and by
+    /// the thread's call deadline, if one is set).
     fn start(&mut self) {
-        self.until = self.budget.map(|b| Instant::now() + b);
+        let own = self.budget.get().map(|b| Instant::now() + b);
+        let outer = CALL_DEADLINE.with(Cell::get);
+        self.until = match (own, outer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
-}
 
-impl Read for Deadlined {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+    /// Runs one socket operation (`WRITE` or `READ`) within the deadline:
+    /// its timeout is cut to what is left; one that the socket ends early
+    /// (its timeout lags the deadline by up to `SLACK`) is tried again.
+    fn bounded<T>(
+        &mut self,
+        which: usize,
+        mut op: impl FnMut(&mut TcpStream) -> io::Result<T>,
+    ) -> io::Result<T> {
         let Some(until) = self.until else {
-            if self.armed.is_some() {
-                self.stream.set_read_timeout(None)?;
-                self.armed = None;
+            if self.armed[which].is_some() {
+                self.arm(which, None)?;
             }
-            return self.stream.read(buf);
+            return op(&mut self.stream);
         };
         loop {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    "the reply was not complete by the call's deadline",
+                    "the call did not complete by its deadline",
                 ));
             }
-            if self.armed.is_none_or(|armed| armed.abs_diff(left) > SLACK) {
-                self.stream.set_read_timeout(Some(left))?;
-                self.armed = Some(left);
+            if self.armed[which].is_none_or(|armed| armed.abs_diff(left) > SLACK) {
+                self.arm(which, Some(left))?;
             }
-            match self.stream.read(buf) {
-                // The socket's timeout may end a little before the
-                // deadline (it lags by up to `SLACK`): look again.
+            match op(&mut self.stream) {
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -468,11 +598,30 @@ impl Read for Deadlined {
             }
         }
     }
+
+    fn arm(&mut self, which: usize, limit: Option<Duration>) -> io::Result<()> {
+        if which == WRITE {
+            self.stream.set_write_timeout(limit)?;
+        } else {
+            self.stream.set_read_timeout(limit)?;
+        }
+        self.armed[which] = limit;
+        Ok(())
+    }
+}
+
+const WRITE: usize = 0;
+const READ: usize = 1;
+
+impl Read for Deadlined {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.bounded(READ, |s| s.read(buf))
+    }
 }
 
 impl Write for Deadlined {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.stream.write(buf)
+        self.bounded(WRITE, |s| s.write(buf))
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -542,5 +691,47 @@ mod tls {
             }
             None => Ok(builder.with_no_client_auth()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer that accepts and never reads: a large request fills the
+    /// socket buffers and its write blocks. The write shares the call's
+    /// deadline with the reads (found by an adversarial review: a 16 MB
+    /// renewal pipeline to a server that read a little at a time took as
+    /// long as the server liked).
+    #[test]
+    fn a_write_the_peer_does_not_take_ends_at_the_deadline() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let peer = std::thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            std::thread::sleep(Duration::from_secs(3));
+            drop(s);
+        });
+        let stream = TcpStream::connect(addr).unwrap();
+        let mut own = Own {
+            stream: Stream::Plain(Deadlined {
+                stream,
+                budget: Cell::new(Some(Duration::from_millis(300))),
+                until: None,
+                armed: [None, None],
+            }),
+            parser: redis::Parser::new(),
+            open: true,
+            db: 0,
+        };
+        let big = vec![b'x'; 64 << 20];
+        let t = Instant::now();
+        own.stream.sock().start();
+        let sent = own.send(&big);
+        let took = t.elapsed();
+        assert!(sent.as_ref().is_err_and(|e| e.is_timeout()), "{sent:?}");
+        assert!(took < Duration::from_millis(1_000), "took {took:?}");
+        assert!(!own.open, "a connection whose write failed is retired");
+        peer.join().unwrap();
     }
 }
