@@ -17,7 +17,7 @@ use redis::{FromRedisValue, Value};
 
 use super::fan_out::{fan_out, Request};
 use super::single::{batch, client_for, pool, warn_if_evicting, Source};
-use super::wire::{within, Wire};
+use super::wire::{with_tls, within, Wire};
 use super::{Call, Node, Timeouts};
 use crate::error::{Error, ErrorKind, Result};
 use crate::scripts::Lua;
@@ -303,7 +303,7 @@ impl ClusterLeader {
         let client = builder
             .build()
             .map_err(|e| Error::invalid("invalid cluster configuration").with_source(e))?;
-        let pool = pool(Routed(client), pool_size, &timeouts);
+        let pool = pool(Routed(client, timeouts.tls.clone()), pool_size, &timeouts);
         let masters = Masters {
             seeds: seeds.clone(),
             timeouts: timeouts.clone(),
@@ -452,7 +452,8 @@ impl ClusterLeader {
     ) -> Result<T> {
         let mut con = self.conn()?;
         let until = Instant::now() + self.response;
-        Ok(within(until, || f(&mut con))?)
+        let tls = &self.masters.timeouts.tls;
+        Ok(with_tls(tls, || within(until, || f(&mut con)))?)
     }
 
     pub(crate) fn check(&self) -> Result<()> {
@@ -560,14 +561,14 @@ impl ClusterLeader {
 /// Opens cluster connections whose node connections are ours
 /// ([`Wire`]): every routed call's reply is due within the response
 /// timeout in all, not per socket read.
-pub(crate) struct Routed(ClusterClient);
+pub(crate) struct Routed(ClusterClient, super::Tls);
 
 impl r2d2::ManageConnection for Routed {
     type Connection = ClusterConnection<Wire>;
     type Error = redis::RedisError;
 
     fn connect(&self) -> redis::RedisResult<ClusterConnection<Wire>> {
-        self.0.get_generic_connection::<Wire>()
+        with_tls(&self.1, || self.0.get_generic_connection::<Wire>())
     }
 
     fn is_valid(&self, con: &mut ClusterConnection<Wire>) -> redis::RedisResult<()> {

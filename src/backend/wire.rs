@@ -186,9 +186,9 @@ impl ConnectionLike for Wire {
 /// The cluster connection's node connections are ours too, so its routed
 /// calls have the same deadline. Through `ClusterClient::
 /// get_generic_connection`, which redis-rs keeps public for this use
-/// (though hidden from its docs). TLS nodes keep redis-rs's connection:
-/// this hook passes no certificates but those inside the `ConnectionInfo`,
-/// which only redis-rs can use.
+/// (though hidden from its docs). This hook is given no TLS settings of
+/// ours, only a `ConnectionInfo`: TLS nodes are ours when the thread
+/// connecting has them (see [`with_tls`]), else redis-rs's.
 #[cfg(feature = "cluster")]
 impl redis::cluster::Connect for Wire {
     fn connect<T>(info: T, timeout: Option<Duration>) -> RedisResult<Wire>
@@ -202,6 +202,17 @@ impl redis::cluster::Connect for Wire {
             {
                 let connect = timeout.unwrap_or(Duration::from_secs(3600));
                 let own = Own::connect(host, *port, None, info.redis_settings(), connect)?;
+                own.stream.sock_ref().budget.set(None);
+                Ok(Wire::Own(Box::new(own)))
+            }
+            #[cfg(feature = "tls-rustls")]
+            redis::ConnectionAddr::TcpTls { host, port, .. }
+                if !info.redis_settings().protocol().supports_resp3()
+                    && CLUSTER_TLS.with(|t| t.borrow().is_some()) =>
+            {
+                let config = CLUSTER_TLS.with(|t| t.borrow().clone());
+                let connect = timeout.unwrap_or(Duration::from_secs(3600));
+                let own = Own::connect(host, *port, config, info.redis_settings(), connect)?;
                 own.stream.sock_ref().budget.set(None);
                 Ok(Wire::Own(Box::new(own)))
             }
@@ -533,6 +544,39 @@ thread_local! {
     /// A deadline for every call this thread makes until it is lifted (see
     /// [`within`]).
     static CALL_DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+#[cfg(all(feature = "cluster", feature = "tls-rustls"))]
+thread_local! {
+    /// The TLS settings for cluster node connections this thread opens
+    /// (see [`with_tls`]).
+    static CLUSTER_TLS: std::cell::RefCell<Option<TlsConfig>> = const {
+        std::cell::RefCell::new(None)
+    };
+}
+
+/// Runs `f` with the cluster node connections it opens made with our TLS
+/// settings (redis-rs's cluster connection opens them in the calling
+/// thread, when it first routes to a node or reconnects).
+#[cfg(feature = "cluster")]
+#[cfg_attr(not(feature = "tls-rustls"), allow(unused_variables))]
+pub(crate) fn with_tls<T>(tls: &Tls, f: impl FnOnce() -> T) -> T {
+    #[cfg(feature = "tls-rustls")]
+    {
+        struct Restore(Option<TlsConfig>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                let old = self.0.take();
+                CLUSTER_TLS.with(|t| *t.borrow_mut() = old);
+            }
+        }
+        // Unusable settings: redis-rs's connection reports them.
+        let config = tls::config(tls).ok();
+        let _restore = Restore(CLUSTER_TLS.with(|t| t.replace(config)));
+        f()
+    }
+    #[cfg(not(feature = "tls-rustls"))]
+    f()
 }
 
 /// Runs `f` with every call it makes on our connections due by `until` in
