@@ -9,10 +9,12 @@
 //! budget. A call that has not got its whole reply by then fails as timed
 //! out (and its connection is retired by the caller, as for any timeout).
 //!
-//! TLS connections are ours too (rustls over the same socket, verified
-//! against the configured roots or the system's). Unix-socket and RESP3
-//! connections keep redis-rs's connection, and with it the per-read
-//! timeout (documented in GUARANTEES.md).
+//! Writes share the deadline. TLS connections are ours too (rustls over
+//! the same socket, verified against the configured roots or the
+//! system's), and so are the node connections of redis-rs's cluster
+//! connection. Unix-socket and RESP3 connections keep redis-rs's
+//! connection, and with it the per-read timeout (documented in
+//! GUARANTEES.md).
 
 use std::cell::Cell;
 use std::io::{self, Read, Write};
