@@ -276,7 +276,10 @@ impl From<redis::RedisError> for Error {
                     "authentication failed: wrong or missing username or password",
                 )
             })
-        } else if matches!(code, "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN") {
+        } else if matches!(
+            code,
+            "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN"
+        ) {
             // The server refused to run the command for now (loading its data
             // set, running a script, a replica without its master, a
             // resharding): nothing ran, and waiting callers ride it out like

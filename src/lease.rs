@@ -256,7 +256,9 @@ fn attempt(
             }
             Err(e) => {
                 ambiguous = e.is_ambiguous();
-                late = e.is_undone();
+                // Stalled (its undo is queued) or unreachable: clean-up
+                // calls would only wait out timeouts of their own.
+                late = e.is_undone() || e.is_unsent();
                 reached |= !e.is_unsent();
                 if e.is_undone() {
                     // Its undo is queued behind it: never grant this token
@@ -312,28 +314,45 @@ fn attempt(
 /// After giving up (or after a grant made with a later token): withdraws
 /// queue entries and intents of every token that reached the server,
 /// releases a hold the last attempt may have made (`ambiguous`), and wakes
-/// this client's other waiters. Skipped when the server is stalled
-/// (`late`): each call would wait another response timeout, the undo of
-/// the late grant is already queued behind it, and queue entries and
-/// intents lapse by themselves.
+/// this client's other waiters. Skipped when the server is stalled or
+/// unreachable (`late`), and given up at the first call that cannot reach
+/// it: each call would wait another timeout, the undo of a late grant is
+/// already queued behind it, and queue entries and intents lapse by
+/// themselves.
 fn clean_up(client: &Client, sent: &[Spec], ambiguous: bool, late: bool) {
-    if sent.is_empty() || late {
+    if sent.is_empty() {
         return;
     }
+    if !late {
+        withdraw(client, sent, ambiguous);
+    }
+    if let Some(spec) = sent.last() {
+        client.wakeup().notify_local(&spec.wake);
+    }
+}
+
+/// [`clean_up`]'s calls, until one cannot reach the server.
+fn withdraw(client: &Client, sent: &[Spec], ambiguous: bool) {
     let backend = client.backend();
+    let unreachable = |e: &Error| e.kind() == crate::error::ErrorKind::Connection;
     if let (true, Some(last)) = (ambiguous, sent.last()) {
-        let _ = backend.confirm(&last.release.call());
+        if backend
+            .confirm(&last.release.call())
+            .is_err_and(|e| unreachable(&e))
+        {
+            return;
+        }
     }
     for spec in sent {
         if let Some(leave) = &spec.leave {
             let c = leave.call();
             let keys: Vec<&[u8]> = c.keys.iter().map(|k| k.as_slice()).collect();
             let args: Vec<&[u8]> = c.args.iter().map(|a| a.as_slice()).collect();
-            let _: Result<redis::Value> = backend.eval(c.lua, &keys, &args);
+            let left: Result<redis::Value> = backend.eval(c.lua, &keys, &args);
+            if left.is_err_and(|e| unreachable(&e)) {
+                return;
+            }
         }
-    }
-    if let Some(spec) = sent.last() {
-        client.wakeup().notify_local(&spec.wake);
     }
 }
 

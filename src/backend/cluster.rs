@@ -70,6 +70,8 @@ struct SlotMap {
     /// The masters that answered the last batch: asked first when the map
     /// is read again, since a stalled one would cost a response timeout.
     answered: Vec<Arc<Node>>,
+    /// Masters that failed a call since: asked last (after the seeds).
+    suspects: Vec<Arc<Node>>,
 }
 
 /// How often the slot map may be read again after failures.
@@ -131,13 +133,16 @@ impl Masters {
             let source = Source::Url(seed.clone());
             Arc::new(Node::with_source(source, 1, self.timeouts.clone(), false))
         });
-        let mut known = std::mem::take(&mut state.answered);
+        let suspects = std::mem::take(&mut state.suspects);
+        let suspect = |n: &Arc<Node>| suspects.iter().any(|s| Arc::ptr_eq(s, n));
+        let mut known: Vec<Arc<Node>> = std::mem::take(&mut state.answered);
+        known.retain(|n| !suspect(n));
         for node in state.nodes.values() {
-            if !known.iter().any(|k| Arc::ptr_eq(k, node)) {
+            if !suspect(node) && !known.iter().any(|k| Arc::ptr_eq(k, node)) {
                 known.push(node.clone());
             }
         }
-        for node in known.into_iter().chain(seeds) {
+        for node in known.into_iter().chain(seeds).chain(suspects.clone()) {
             let Ok(reply) = node.query::<Value>(redis::cmd("CLUSTER").arg("SLOTS")) else {
                 continue;
             };
@@ -158,6 +163,8 @@ impl Masters {
             state.stale = false;
             return;
         }
+        // Nobody answered: still suspects next time.
+        state.suspects = suspects;
     }
 
     /// A node for `addr` (`host:port`) with the seed's settings.
@@ -199,6 +206,15 @@ impl Masters {
         self.read(&mut state);
     }
 
+    /// `node` failed a call: the map is to be read again, asking it last.
+    fn suspect(&self, node: &Arc<Node>) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.stale = true;
+        if !state.suspects.iter().any(|s| Arc::ptr_eq(s, node)) {
+            state.suspects.push(node.clone());
+        }
+    }
+
     /// The map is to be read again (at most once per [`REREAD_AFTER`]),
     /// asking first the masters that just `answered`.
     fn mark_stale(&self, answered: Vec<Arc<Node>>) {
@@ -212,6 +228,14 @@ impl Masters {
 /// a cluster in flux: it did not run there.
 fn redirected(code: &str) -> bool {
     matches!(code, "MOVED" | "ASK" | "CLUSTERDOWN" | "TRYAGAIN")
+}
+
+/// Whether the cluster refused a command for now (a slot being migrated
+/// with its keys split, a cluster without a quorum): nothing ran, and
+/// waiters ride it out like an outage; the cluster connection would only
+/// sleep and retry inside the caller's deadline.
+fn refused_for_now(code: &str) -> bool {
+    matches!(code, "CLUSTERDOWN" | "TRYAGAIN")
 }
 
 /// `CLUSTER SLOTS` as sorted `(first, last, "host:port")` master ranges.
@@ -292,9 +316,16 @@ impl ClusterLeader {
             .iter()
             .map(|u| client_for(u, &timeouts))
             .collect::<Result<Vec<_>>>()?;
+        // redis-rs retries a failed call itself (following redirects,
+        // reconnecting, sleeping through TRYAGAIN), 16 times with sleeps
+        // of up to seconds by default; every routed call here has one
+        // deadline (see `routed`), so its retries are few and quick.
         let builder = ClusterClientBuilder::new(urls.iter().map(|u| u.as_str()))
             .connection_timeout(timeouts.connect)
-            .response_timeout(timeouts.response);
+            .response_timeout(timeouts.response)
+            .retries(6)
+            .min_retry_wait(5)
+            .max_retry_wait(50);
         #[cfg(feature = "tls-rustls")]
         let builder = match timeouts.tls.certificates() {
             Some(certs) => builder.certs(certs),
@@ -396,36 +427,110 @@ impl ClusterLeader {
     /// to it (found in our slot map), so that a late reply gets `undo`
     /// written behind it on the same connection, as on one server: the
     /// cluster connection gives no such hold on its connections. Through
-    /// the cluster connection when our map names no master for the key,
-    /// the master redirects (a slot that moved) or cannot be reached.
+    /// the cluster connection when our map names no master for the key or
+    /// the master redirects: it may send the script again after a dropped
+    /// connection, which a grant allows (the same token is granted the same
+    /// hold). A master that cannot be reached is an error (*not sent*), not
+    /// a second try through the cluster connection, which would meet the
+    /// same master (our map was just read from the others): the judge of
+    /// attempts rides it out, reading the map again as it goes.
     pub(crate) fn grant(
         &self,
         call: &Call<'_>,
         undo: &Call<'_>,
         deadline: Option<Instant>,
     ) -> Result<(i64, i64)> {
-        let node = match call.keys.first() {
-            Some(key) if self.grants_directly() => self.masters.master_of(key),
-            _ => None,
-        };
+        // Not paused with direct waiting (`direct_off`): a grant over our
+        // connection is what gets a late reply undone.
+        let node = call
+            .keys
+            .first()
+            .and_then(|key| self.masters.master_of(key));
         let Some(node) = node else {
             return self.call(call, deadline);
         };
         match node.call(call, Some(undo), deadline) {
-            Err(e) if e.is_unsent() || e.server_code().is_some_and(redirected) => {
-                // Nothing ran there: ask the cluster connection, which
-                // follows the cluster's own view.
+            Err(e) if e.server_code().is_some_and(refused_for_now) => {
+                self.direct_off();
+                Err(e)
+            }
+            Err(e) if e.server_code().is_some_and(redirected) => {
+                // The slot moved (or is moving): nothing ran there. Ask
+                // the cluster connection, which follows redirects.
                 self.direct_off();
                 self.call(call, deadline)
             }
             Err(e) => {
                 if e.server_code().is_none() {
+                    self.masters.suspect(&node);
                     self.direct_off();
                 }
                 Err(e)
             }
             ok => ok,
         }
+    }
+
+    /// Runs a script at most once, on its key's master over our own
+    /// connection: never through the cluster connection, which sends a
+    /// call again after its connection dropped (a latch would count down
+    /// twice; a release run twice finds its own work done and reports the
+    /// lease lost). A slot that moved is looked up once more; a master
+    /// that cannot be reached, or a slot being migrated (`ASK`), is a *not
+    /// sent* error.
+    pub(crate) fn once<T: FromRedisValue>(&self, call: &Call<'_>) -> Result<T> {
+        let Some(key) = call.keys.first() else {
+            return Err(Error::invalid("a script without keys cannot be routed"));
+        };
+        let mut last = None;
+        for _ in 0..2 {
+            let Some(node) = self.masters.master_of(key).or_else(|| {
+                self.masters.refresh();
+                self.masters.master_of(key)
+            }) else {
+                break;
+            };
+            match node.call(call, None, None) {
+                Err(e) if e.server_code() == Some("MOVED") || e.is_unsent() => {
+                    // Not run: the slot has another master now, or this
+                    // one could not be reached (a failover may have
+                    // replaced it). Read the map again.
+                    self.direct_off();
+                    if e.is_unsent() {
+                        self.masters.suspect(&node);
+                    } else {
+                        self.masters.mark_stale(Vec::new());
+                    }
+                    self.masters.refresh();
+                    last = Some(e.unsent());
+                }
+                Err(e) if e.server_code() == Some("ASK") => {
+                    return Err(Error::new(
+                        ErrorKind::Connection,
+                        "this name's slot is being migrated between masters; the script did not run",
+                    )
+                    .with_source(e)
+                    .unsent());
+                }
+                Err(e) => {
+                    // Late or broken: it may have run, so it is not sent
+                    // again; the map is read again, asking this one last.
+                    if e.server_code().is_none() {
+                        self.masters.suspect(&node);
+                        self.direct_off();
+                    }
+                    return Err(e);
+                }
+                ok => return ok,
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            Error::new(
+                ErrorKind::Connection,
+                "no master of this name's slot could be found in the cluster's slot map",
+            )
+            .unsent()
+        }))
     }
 
     /// A pooled cluster connection, or a *not sent* error.

@@ -454,7 +454,7 @@ impl Backend {
         (match &self.kind {
             Kind::Single(node) => node.call(call, None, None),
             #[cfg(feature = "cluster")]
-            Kind::Cluster(c) => c.call(call, None),
+            Kind::Cluster(c) => c.once(call),
             Kind::Redlock(_) => Err(unsupported()),
         })
         .map_err(|e| e.at(place))
@@ -468,7 +468,7 @@ impl Backend {
             Kind::Redlock(r) => r.confirm(call),
             Kind::Single(node) => node.call(call, None, None),
             #[cfg(feature = "cluster")]
-            Kind::Cluster(c) => c.call(call, None),
+            Kind::Cluster(c) => c.once(call),
         })
         .map_err(|e| e.at(place))
     }

@@ -273,7 +273,12 @@ impl Own {
                 "Cannot connect to a wildcard address (0.0.0.0 or ::)",
             )));
         }
-        let until = Instant::now() + connect;
+        // Within the thread's call deadline too (see `within`): redis-rs's
+        // cluster connection reconnects inside a call, up to 6 times.
+        let mut until = Instant::now() + connect;
+        if let Some(call) = CALL_DEADLINE.with(Cell::get) {
+            until = until.min(call);
+        }
         let mut last = None;
         let mut stream = None;
         for addr in (host, port).to_socket_addrs()? {
