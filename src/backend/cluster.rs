@@ -38,6 +38,9 @@ pub(crate) struct ClusterLeader {
     direct_off_until: Mutex<Option<Instant>>,
     /// A master refused `BLPOP` (an ACL without it): messages for good.
     blocking_refused: std::sync::atomic::AtomicBool,
+    /// Our TLS settings for the cluster connection's nodes, if they speak
+    /// TLS (see [`with_tls`]).
+    node_tls: Option<super::Tls>,
 }
 
 /// How long direct grants stay off after a redirection or a failed master
@@ -334,7 +337,16 @@ impl ClusterLeader {
         let client = builder
             .build()
             .map_err(|e| Error::invalid("invalid cluster configuration").with_source(e))?;
-        let pool = pool(Routed(client, timeouts.tls.clone()), pool_size, &timeouts);
+        let node_tls = seeds
+            .first()
+            .is_some_and(|s| {
+                matches!(
+                    s.get_connection_info().addr(),
+                    redis::ConnectionAddr::TcpTls { .. }
+                )
+            })
+            .then(|| timeouts.tls.clone());
+        let pool = pool(Routed(client, node_tls.clone()), pool_size, &timeouts);
         let masters = Masters {
             seeds: seeds.clone(),
             timeouts: timeouts.clone(),
@@ -348,6 +360,7 @@ impl ClusterLeader {
             masters,
             direct_off_until: Mutex::new(None),
             blocking_refused: std::sync::atomic::AtomicBool::new(false),
+            node_tls,
         })
     }
 
@@ -557,7 +570,7 @@ impl ClusterLeader {
     ) -> Result<T> {
         let mut con = self.conn()?;
         let until = Instant::now() + self.response;
-        let tls = &self.masters.timeouts.tls;
+        let tls = self.node_tls.as_ref();
         Ok(with_tls(tls, || within(until, || f(&mut con)))?)
     }
 
@@ -666,14 +679,14 @@ impl ClusterLeader {
 /// Opens cluster connections whose node connections are ours
 /// ([`Wire`]): every routed call's reply is due within the response
 /// timeout in all, not per socket read.
-pub(crate) struct Routed(ClusterClient, super::Tls);
+pub(crate) struct Routed(ClusterClient, Option<super::Tls>);
 
 impl r2d2::ManageConnection for Routed {
     type Connection = ClusterConnection<Wire>;
     type Error = redis::RedisError;
 
     fn connect(&self) -> redis::RedisResult<ClusterConnection<Wire>> {
-        with_tls(&self.1, || self.0.get_generic_connection::<Wire>())
+        with_tls(self.1.as_ref(), || self.0.get_generic_connection::<Wire>())
     }
 
     fn is_valid(&self, con: &mut ClusterConnection<Wire>) -> redis::RedisResult<()> {

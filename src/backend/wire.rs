@@ -563,13 +563,13 @@ thread_local! {
 }
 
 /// Runs `f` with the cluster node connections it opens made with our TLS
-/// settings (redis-rs's cluster connection opens them in the calling
-/// thread, when it first routes to a node or reconnects).
+/// settings, if given (redis-rs's cluster connection opens them in the
+/// calling thread, when it first routes to a node or reconnects).
 #[cfg(feature = "cluster")]
 #[cfg_attr(not(feature = "tls-rustls"), allow(unused_variables))]
-pub(crate) fn with_tls<T>(tls: &Tls, f: impl FnOnce() -> T) -> T {
+pub(crate) fn with_tls<T>(tls: Option<&Tls>, f: impl FnOnce() -> T) -> T {
     #[cfg(feature = "tls-rustls")]
-    {
+    if let Some(tls) = tls {
         struct Restore(Option<TlsConfig>);
         impl Drop for Restore {
             fn drop(&mut self) {
@@ -580,9 +580,8 @@ pub(crate) fn with_tls<T>(tls: &Tls, f: impl FnOnce() -> T) -> T {
         // Unusable settings: redis-rs's connection reports them.
         let config = tls::config(tls).ok();
         let _restore = Restore(CLUSTER_TLS.with(|t| t.replace(config)));
-        f()
+        return f();
     }
-    #[cfg(not(feature = "tls-rustls"))]
     f()
 }
 
