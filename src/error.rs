@@ -164,6 +164,13 @@ impl Error {
         self
     }
 
+    /// This error, said of a call that may have run after all (an earlier
+    /// attempt of the same acquisition may have been granted).
+    pub(crate) fn maybe_ran(mut self) -> Error {
+        self.unsent = false;
+        self
+    }
+
     /// Marks a late grant whose undo followed it on the same connection.
     pub(crate) fn undone(mut self) -> Error {
         self.undone = true;

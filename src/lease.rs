@@ -208,7 +208,10 @@ fn attempt(
         (spec.direct.is_some() && backend.grants_directly()).then(|| grant_slice(spec.lease));
 
     // What the attempts left behind, for the clean-up if we give up.
-    let mut ambiguous = false; // the last attempt may have granted, undecided
+    // The current token may hold a grant nobody confirmed: an attempt's
+    // outcome was unknown, and no reply has decided since (a repeat that
+    // could not even be sent does not).
+    let mut ambiguous = false;
     let mut late = false; // the last attempt's reply was late (server stalled)
     let mut sent: Vec<Spec> = Vec::new(); // specs whose grant reached the server
     let mut reached = false; // the current spec's grant reached the server
@@ -255,10 +258,11 @@ fn attempt(
                 Ok(Attempt::busy_ms(wait))
             }
             Err(e) => {
-                ambiguous = e.is_ambiguous();
-                // Stalled (its undo is queued) or unreachable: clean-up
-                // calls would only wait out timeouts of their own.
-                late = e.is_undone() || e.is_unsent();
+                ambiguous |= e.is_ambiguous();
+                // Stalled (its undo is queued), or unreachable with nothing
+                // of ours possibly granted: clean-up calls would only wait
+                // out timeouts of their own.
+                late = e.is_undone() || (e.is_unsent() && !ambiguous);
                 reached |= !e.is_unsent();
                 if e.is_undone() {
                     // Its undo is queued behind it: never grant this token
@@ -306,7 +310,13 @@ fn attempt(
                 sent.push(spec);
             }
             clean_up(client, &sent, ambiguous, late);
-            other.map(|_| None)
+            // An attempt may have granted: the caller must not read "not
+            // sent" in the last repeat's error (it is released, token-
+            // checked, if the server could be reached, else it ends with
+            // its lease).
+            other
+                .map(|_| None)
+                .map_err(|e| if ambiguous { e.maybe_ran() } else { e })
         }
     }
 }
