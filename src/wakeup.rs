@@ -447,12 +447,17 @@ impl Shared {
     }
 }
 
-/// The first waiter of each line of a local queue.
+/// The first waiter of each line of a local queue, in one pass (lines are
+/// few: one per permit count asked for).
 fn heads(q: &VecDeque<Arc<Waiter>>) -> impl Iterator<Item = &Arc<Waiter>> {
-    q.iter()
-        .enumerate()
-        .filter(|(i, w)| !q.iter().take(*i).any(|v| v.line == w.line))
-        .map(|(_, w)| w)
+    let mut seen: Vec<u32> = Vec::new();
+    q.iter().filter(move |w| {
+        let first = !seen.contains(&w.line);
+        if first {
+            seen.push(w.line);
+        }
+        first
+    })
 }
 
 /// A place in a key's local queue; leaving it wakes the next waiter.

@@ -459,44 +459,7 @@ fn a_slot_moving_under_a_blocked_waiter_does_not_lose_it() {
 /// cluster of its own, announcing proxies in front of its nodes.
 #[test]
 fn a_dribbling_node_cannot_hold_a_routed_call_past_its_deadline() {
-    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
-    let ports: Vec<u16> = cluster
-        .iter_servers()
-        .map(|s| s.host_and_port().unwrap().1)
-        .collect();
-    let proxies: Vec<common::proxy::Proxy> = ports
-        .iter()
-        .map(|&p| common::proxy::Proxy::start(p))
-        .collect();
-    for (port, proxy) in ports.iter().zip(&proxies) {
-        let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("cluster-announce-port")
-            .arg(proxy.port())
-            .query(&mut con)
-            .unwrap();
-    }
-    // Every node's map names the proxies.
-    let announced = common::eventually(Duration::from_secs(20), || {
-        ports.iter().all(|port| {
-            let Ok(mut con) = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-                .and_then(|c| c.get_connection())
-            else {
-                return false;
-            };
-            let slots: redis::Value = match redis::cmd("CLUSTER").arg("SLOTS").query(&mut con) {
-                Ok(v) => v,
-                Err(_) => return false,
-            };
-            let text = format!("{slots:?}");
-            !ports.iter().any(|p| text.contains(&format!("int({p})")))
-        })
-    });
-    assert!(announced, "the nodes did not announce the proxies");
+    let (mut cluster, _ports, proxies) = proxied_cluster();
     let urls: Vec<String> = proxies.iter().map(|p| p.url()).collect();
     let c = Client::builder()
         .cluster(urls)
@@ -507,15 +470,20 @@ fn a_dribbling_node_cannot_hold_a_routed_call_past_its_deadline() {
     let lock = c.lock("cl:drip");
     lock.try_acquire().unwrap().unwrap().release().unwrap();
 
-    for p in &proxies {
-        p.set_dribble(Some(Duration::from_millis(300)));
+    // Every byte from the nodes 300 ms apart, for one call.
+    fn dribbled<T>(proxies: &[common::proxy::Proxy], call: impl FnOnce() -> T) -> (T, Duration) {
+        for p in proxies {
+            p.set_dribble(Some(Duration::from_millis(300)));
+        }
+        let t = Instant::now();
+        let out = call();
+        let took = t.elapsed();
+        for p in proxies {
+            p.set_dribble(None);
+        }
+        (out, took)
     }
-    let t = Instant::now();
-    let got = lock.try_acquire();
-    let took = t.elapsed();
-    for p in &proxies {
-        p.set_dribble(None);
-    }
+    let (got, took) = dribbled(&proxies, || lock.try_acquire());
     println!("FIGURES dribbling cluster node: try_acquire {took:?} -> {got:?}");
     assert!(
         took < Duration::from_millis(3_500),
@@ -532,17 +500,9 @@ fn a_dribbling_node_cannot_hold_a_routed_call_past_its_deadline() {
         .try_acquire()
         .is_ok_and(|g| g.is_some())));
 
-    // A call through the cluster connection (which retries a failed call
-    // up to 16 times, each with a timeout of its own) has one deadline.
-    for p in &proxies {
-        p.set_dribble(Some(Duration::from_millis(300)));
-    }
-    let t = Instant::now();
-    let r = lock.is_locked();
-    let took = t.elapsed();
-    for p in &proxies {
-        p.set_dribble(None);
-    }
+    // A call through the cluster connection (which retries a failed call,
+    // each retry with a timeout of its own before) has one deadline.
+    let (r, took) = dribbled(&proxies, || lock.is_locked());
     println!("FIGURES dribbling cluster node: is_locked {took:?} -> {r:?}");
     assert!(
         took < Duration::from_millis(2_500),

@@ -419,21 +419,47 @@ impl ClusterLeader {
             self.blocking_refused
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
+        self.on_master(&node, outcome, || Ok((self.call(call, deadline)?, false)))
+    }
+
+    /// What a grant made over our connection to `node` comes to. A slot
+    /// that moved (`MOVED`, `ASK`: nothing ran there) goes through the
+    /// cluster connection (`routed`), which follows redirects. A refusal
+    /// for now (`TRYAGAIN`, `CLUSTERDOWN`) is returned: not sent, waiters
+    /// ride it out, where the cluster connection would sleep through it
+    /// past the caller's deadline. Any other failure is returned too, and
+    /// the master is suspected (see [`ClusterLeader::master_failed`]):
+    /// trying it again through the cluster connection would meet the same
+    /// master. Direct waiting pauses after any of these.
+    fn on_master<T>(
+        &self,
+        node: &Arc<Node>,
+        outcome: Result<T>,
+        routed: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
         match outcome {
-            Err(e) if e.server_code().is_some_and(redirected) => {
+            Err(e) if matches!(e.server_code(), Some("MOVED" | "ASK")) => {
                 self.direct_off();
-                Ok((self.call(call, deadline)?, false))
+                routed()
             }
             Err(e) => {
-                // A master that failed may have been replaced; the judge of
-                // attempts decides what the error means for this one.
                 if e.server_code().is_none() {
+                    self.master_failed(node);
+                } else if e.server_code().is_some_and(refused_for_now) {
                     self.direct_off();
                 }
                 Err(e)
             }
             ok => ok,
         }
+    }
+
+    /// A call to `node` failed without a reply (late, broken, unreachable):
+    /// it may have been replaced. The slot map is read again, asking it
+    /// last, and direct waiting pauses meanwhile.
+    fn master_failed(&self, node: &Arc<Node>) {
+        self.masters.suspect(node);
+        self.direct_off();
     }
 
     /// Runs a granting script on its key's master over our own connection
@@ -443,18 +469,16 @@ impl ClusterLeader {
     /// the cluster connection when our map names no master for the key or
     /// the master redirects: it may send the script again after a dropped
     /// connection, which a grant allows (the same token is granted the same
-    /// hold). A master that cannot be reached is an error (*not sent*), not
-    /// a second try through the cluster connection, which would meet the
-    /// same master (our map was just read from the others): the judge of
-    /// attempts rides it out, reading the map again as it goes.
+    /// hold). Other failures are the judge of attempts' to ride out (see
+    /// [`ClusterLeader::on_master`]).
     pub(crate) fn grant(
         &self,
         call: &Call<'_>,
         undo: &Call<'_>,
         deadline: Option<Instant>,
     ) -> Result<(i64, i64)> {
-        // Not paused with direct waiting (`direct_off`): a grant over our
-        // connection is what gets a late reply undone.
+        // Even while direct waiting is paused (`direct_off`): a grant over
+        // our connection is what gets a late reply undone.
         let node = call
             .keys
             .first()
@@ -462,26 +486,8 @@ impl ClusterLeader {
         let Some(node) = node else {
             return self.call(call, deadline);
         };
-        match node.call(call, Some(undo), deadline) {
-            Err(e) if e.server_code().is_some_and(refused_for_now) => {
-                self.direct_off();
-                Err(e)
-            }
-            Err(e) if e.server_code().is_some_and(redirected) => {
-                // The slot moved (or is moving): nothing ran there. Ask
-                // the cluster connection, which follows redirects.
-                self.direct_off();
-                self.call(call, deadline)
-            }
-            Err(e) => {
-                if e.server_code().is_none() {
-                    self.masters.suspect(&node);
-                    self.direct_off();
-                }
-                Err(e)
-            }
-            ok => ok,
-        }
+        let outcome = node.call(call, Some(undo), deadline);
+        self.on_master(&node, outcome, || self.call(call, deadline))
     }
 
     /// Runs a script at most once, on its key's master over our own
@@ -508,11 +514,10 @@ impl ClusterLeader {
                     // Not run: the slot has another master now, or this
                     // one could not be reached (a failover may have
                     // replaced it). Read the map again.
-                    self.direct_off();
                     if e.is_unsent() {
-                        self.masters.suspect(&node);
+                        self.master_failed(&node);
                     } else {
-                        self.masters.mark_stale(Vec::new());
+                        self.direct_off();
                     }
                     self.masters.refresh();
                     last = Some(e.unsent());
@@ -529,8 +534,7 @@ impl ClusterLeader {
                     // Late or broken: it may have run, so it is not sent
                     // again; the map is read again, asking this one last.
                     if e.server_code().is_none() {
-                        self.masters.suspect(&node);
-                        self.direct_off();
+                        self.master_failed(&node);
                     }
                     return Err(e);
                 }
@@ -562,7 +566,7 @@ impl ClusterLeader {
 
     /// Runs `f` on a pooled cluster connection, due within one response
     /// timeout in all: the cluster connection's own retries (it re-sends a
-    /// failed call, reconnects, re-reads the slot map, up to 16 times)
+    /// failed call, reconnects, re-reads the slot map, up to 6 times)
     /// share that one deadline rather than each having a timeout.
     fn routed<T>(
         &self,

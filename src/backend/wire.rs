@@ -46,30 +46,11 @@ impl Wire {
         connect: Duration,
         response: Duration,
     ) -> RedisResult<Wire> {
-        let info = client.get_connection_info();
-        let resp3 = info.redis_settings().protocol().supports_resp3();
-        let own = match info.addr() {
-            redis::ConnectionAddr::Tcp(host, port) if !resp3 => Some(Own::connect(
-                host,
-                *port,
-                None,
-                info.redis_settings(),
-                connect,
-            )?),
-            #[cfg(feature = "tls-rustls")]
-            redis::ConnectionAddr::TcpTls { host, port, .. } if !resp3 => {
-                let config = tls::config(tls)?;
-                Some(Own::connect(
-                    host,
-                    *port,
-                    Some(config),
-                    info.redis_settings(),
-                    connect,
-                )?)
-            }
-            _ => None,
-        };
-        match own {
+        #[cfg(feature = "tls-rustls")]
+        let ours = || Some(tls::config(tls));
+        #[cfg(not(feature = "tls-rustls"))]
+        let ours = || None;
+        match Own::for_info(client.get_connection_info(), ours, connect)? {
             Some(mut own) => {
                 own.stream.sock().budget.set(Some(response));
                 Ok(Wire::Own(Box::new(own)))
@@ -99,8 +80,7 @@ impl Wire {
     pub(crate) fn recv_response(&mut self) -> RedisResult<Value> {
         match self {
             Wire::Own(own) => {
-                own.check_open()?;
-                own.stream.sock().start();
+                own.begin()?;
                 own.recv()
             }
             Wire::Redis(con) => con.recv_response(),
@@ -132,8 +112,7 @@ impl ConnectionLike for Wire {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
         match self {
             Wire::Own(own) => {
-                own.check_open()?;
-                own.stream.sock().start();
+                own.begin()?;
                 own.send(cmd)?;
                 own.recv()
             }
@@ -149,9 +128,8 @@ impl ConnectionLike for Wire {
     ) -> RedisResult<Vec<Value>> {
         match self {
             Wire::Own(own) => {
-                own.check_open()?;
                 // One budget for the whole pipeline.
-                own.stream.sock().start();
+                own.begin()?;
                 own.send(cmd)?;
                 let mut out = Vec::with_capacity(count);
                 for i in 0..offset + count {
@@ -198,27 +176,16 @@ impl redis::cluster::Connect for Wire {
         T: redis::IntoConnectionInfo,
     {
         let info = info.into_connection_info()?;
-        match info.addr() {
-            redis::ConnectionAddr::Tcp(host, port)
-                if !info.redis_settings().protocol().supports_resp3() =>
-            {
-                let connect = timeout.unwrap_or(Duration::from_secs(3600));
-                let own = Own::connect(host, *port, None, info.redis_settings(), connect)?;
-                own.stream.sock_ref().budget.set(None);
-                Ok(Wire::Own(Box::new(own)))
-            }
-            #[cfg(feature = "tls-rustls")]
-            redis::ConnectionAddr::TcpTls { host, port, .. }
-                if !info.redis_settings().protocol().supports_resp3()
-                    && CLUSTER_TLS.with(|t| t.borrow().is_some()) =>
-            {
-                let config = CLUSTER_TLS.with(|t| t.borrow().clone());
-                let connect = timeout.unwrap_or(Duration::from_secs(3600));
-                let own = Own::connect(host, *port, config, info.redis_settings(), connect)?;
-                own.stream.sock_ref().budget.set(None);
-                Ok(Wire::Own(Box::new(own)))
-            }
-            _ => Ok(Wire::Redis(
+        #[cfg(feature = "tls-rustls")]
+        let ours = || CLUSTER_TLS.with(|t| t.borrow().clone()).map(Ok);
+        #[cfg(not(feature = "tls-rustls"))]
+        let ours = || None;
+        let connect = timeout.unwrap_or(Duration::from_secs(3600));
+        match Own::for_info(&info, ours, connect)? {
+            // Its first PING runs within what is left of `connect`;
+            // redis-rs then sets the budget (`set_read_timeout`).
+            Some(own) => Ok(Wire::Own(Box::new(own))),
+            None => Ok(Wire::Redis(
                 <redis::Connection as redis::cluster::Connect>::connect(info, timeout)?,
             )),
         }
@@ -257,6 +224,39 @@ pub(crate) struct Own {
 }
 
 impl Own {
+    /// Our connection for `info`, if it is of a kind we make: plain TCP,
+    /// or TLS when `tls` gives our settings; opened within `connect`.
+    /// `None`: redis-rs's kind (Unix sockets, RESP3, TLS without ours).
+    #[cfg_attr(not(feature = "tls-rustls"), allow(unused_variables))]
+    fn for_info(
+        info: &redis::ConnectionInfo,
+        tls: impl FnOnce() -> Option<RedisResult<TlsConfig>>,
+        connect: Duration,
+    ) -> RedisResult<Option<Own>> {
+        let settings = info.redis_settings();
+        if settings.protocol().supports_resp3() {
+            return Ok(None);
+        }
+        let (host, port, config) = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => (host, *port, None),
+            #[cfg(feature = "tls-rustls")]
+            redis::ConnectionAddr::TcpTls { host, port, .. } => match tls() {
+                Some(config) => (host, *port, Some(config?)),
+                None => return Ok(None),
+            },
+            _ => return Ok(None),
+        };
+        Own::connect(host, port, config, settings, connect).map(Some)
+    }
+
+    /// A call begins: refused if an earlier one failed (see
+    /// [`Own::check_open`]), else due within the budget from now.
+    fn begin(&mut self) -> RedisResult<()> {
+        self.check_open()?;
+        self.stream.sock().start();
+        Ok(())
+    }
+
     /// Connects to `host:port` (each address in turn, all within
     /// `connect`) and authenticates and selects the database in one round
     /// trip, as redis-rs does.
@@ -587,7 +587,7 @@ pub(crate) fn with_tls<T>(tls: Option<&Tls>, f: impl FnOnce() -> T) -> T {
 
 /// Runs `f` with every call it makes on our connections due by `until` in
 /// all: redis-rs's cluster connection retries a failed call (re-sending it,
-/// reconnecting, re-reading the slot map) up to 16 times, each with a whole
+/// reconnecting, re-reading the slot map), each with a whole
 /// response timeout of its own.
 #[cfg(feature = "cluster")]
 pub(crate) fn within<T>(until: Instant, f: impl FnOnce() -> T) -> T {
