@@ -671,6 +671,7 @@ impl ClientBuilder {
         let prefix = self.prefix.into_bytes();
         let mut channel = prefix.clone();
         channel.extend_from_slice(b"redlease:wake");
+        backend.detect_sharding(&channel);
         let wakeup = Wakeup::new(
             backend.clone(),
             channel,

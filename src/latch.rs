@@ -134,7 +134,7 @@ impl CountDownLatch {
             .once(&Call {
                 lua: &LATCH_COUNT_DOWN,
                 keys: &[key.to_vec(), waiters_key(key)],
-                args: &[wakeup.channel().to_vec(), wakeup.message(key)],
+                args: &[wakeup.channel(key).to_vec(), wakeup.message(key)],
             })
             .map_err(|e| e.about("latch", name))?;
         if left == 0 && !round.is_empty() {

@@ -583,7 +583,7 @@ pub(crate) fn force_remove(client: &Client, keys: &[Vec<u8>], wake: &[u8]) -> Re
     let removed = client.backend().confirm(&crate::backend::Call {
         lua: &crate::scripts::FORCE_UNLOCK,
         keys,
-        args: &[wakeup.channel().to_vec(), wakeup.message(wake)],
+        args: &[wakeup.channel(wake).to_vec(), wakeup.message(wake)],
     })?;
     wakeup.notify_local(wake);
     Ok(removed == 1)

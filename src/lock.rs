@@ -321,7 +321,7 @@ impl Lock {
         let wakeup = self.client.wakeup();
         let queued = !self.client.backend().is_redlock();
         [
-            wakeup.channel().to_vec(),
+            wakeup.channel(&keys.lock).to_vec(),
             wakeup.message(&keys.lock),
             if queued {
                 b"queued".to_vec()

@@ -225,7 +225,7 @@ impl RwLock {
         let wakeup = self.client.wakeup();
         vec![
             token.as_bytes().to_vec(),
-            wakeup.channel().to_vec(),
+            wakeup.channel(&keys.writer).to_vec(),
             wakeup.message(&keys.writer),
             keys.grant_prefix.clone(),
             lease::GRANT_CLAIM.as_millis().to_string().into_bytes(),

@@ -195,7 +195,7 @@ impl Semaphore {
             &scripted.iter().map(Vec::as_slice).collect::<Vec<_>>(),
             &[
                 permits.to_string().as_bytes(),
-                wakeup.channel(),
+                &wakeup.channel(&keys.permits),
                 &wakeup.message(&keys.permits),
                 &prefix,
                 &claim,
@@ -242,7 +242,10 @@ impl Semaphore {
                 lua: &SEM_FORCE_RELEASE,
                 keys: &keys.scripted(),
                 args: &[
-                    vec![wakeup.channel().to_vec(), wakeup.message(&keys.permits)],
+                    vec![
+                        wakeup.channel(&keys.permits).to_vec(),
+                        wakeup.message(&keys.permits),
+                    ],
                     self.hand_on_args(keys).to_vec(),
                 ]
                 .concat(),
@@ -274,7 +277,7 @@ impl Semaphore {
         let wakeup = self.client.wakeup();
         let mut args = vec![
             member,
-            wakeup.channel().to_vec(),
+            wakeup.channel(&keys.permits).to_vec(),
             wakeup.message(&keys.permits),
         ];
         args.extend(self.hand_on_args(keys));

@@ -373,16 +373,26 @@ fn a_slot_moving_under_a_blocked_waiter_does_not_lose_it() {
         std::thread::sleep(Duration::from_millis(10));
     }
     // Move the slot of `{cl:moving}` from its master to another one.
-    let cons: Vec<redis::Connection> = urls
-        .iter()
-        .map(|u| {
-            redis::Client::open(u.as_str())
-                .unwrap()
-                .get_connection()
-                .unwrap()
-        })
-        .collect();
-    let mut cons = cons;
+    move_slot(&addrs, name);
+    // The waiter meets MOVED at the end of its current slice at most.
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(g.is_held());
+    let released = Instant::now();
+    g.release().unwrap();
+    let next = t.join().unwrap().expect("the waiter took the lock");
+    assert!(next > fence, "{next} after {fence}");
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        released.elapsed()
+    );
+    cluster.stop();
+}
+
+/// Moves the slot of `{name}` (with its keys) from its master to the next
+/// one, as a resharding does; returns (from, to) as indexes of `addrs`.
+fn move_slot(addrs: &[(String, u16)], name: &str) -> (usize, usize) {
+    let mut cons: Vec<redis::Connection> = addrs.iter().map(|(_, p)| con(*p)).collect();
     let tag = format!("{{{name}}}");
     let slot: i64 = redis::cmd("CLUSTER")
         .arg("KEYSLOT")
@@ -393,14 +403,13 @@ fn a_slot_moving_under_a_blocked_waiter_does_not_lose_it() {
         .iter_mut()
         .map(|c| redis::cmd("CLUSTER").arg("MYID").query(c).unwrap())
         .collect();
+    // The master: the node that does not redirect a key of the slot.
     let from = (0..cons.len())
         .find(|&i| {
-            redis::cmd("CLUSTER")
-                .arg("COUNTKEYSINSLOT")
-                .arg(slot)
+            redis::cmd("EXISTS")
+                .arg(&tag)
                 .query::<i64>(&mut cons[i])
-                .unwrap()
-                > 0
+                .is_ok()
         })
         .expect("the slot's master");
     let to = (from + 1) % cons.len();
@@ -421,33 +430,22 @@ fn a_slot_moving_under_a_blocked_waiter_does_not_lose_it() {
         .arg(100)
         .query(&mut cons[from])
         .unwrap();
-    assert!(!keys.is_empty());
-    redis::cmd("MIGRATE")
-        .arg(&addrs[to].0)
-        .arg(addrs[to].1)
-        .arg("")
-        .arg(0)
-        .arg(5_000)
-        .arg("KEYS")
-        .arg(&keys)
-        .query::<()>(&mut cons[from])
-        .unwrap();
+    if !keys.is_empty() {
+        redis::cmd("MIGRATE")
+            .arg(&addrs[to].0)
+            .arg(addrs[to].1)
+            .arg("")
+            .arg(0)
+            .arg(5_000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query::<()>(&mut cons[from])
+            .unwrap();
+    }
     for c in cons.iter_mut() {
         setslot(c, "NODE", &ids[to]);
     }
-    // The waiter meets MOVED at the end of its current slice at most.
-    std::thread::sleep(Duration::from_millis(800));
-    assert!(g.is_held());
-    let released = Instant::now();
-    g.release().unwrap();
-    let next = t.join().unwrap().expect("the waiter took the lock");
-    assert!(next > fence, "{next} after {fence}");
-    assert!(
-        released.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        released.elapsed()
-    );
-    cluster.stop();
+    (from, to)
 }
 
 /// Issue 15, item 8, on Cluster: a call read its reply with a timeout per
@@ -895,4 +893,255 @@ fn a_stalled_master_under_load_keeps_deadlines_and_exclusion() {
         worst < Duration::from_secs(2) + t_out * 2 + Duration::from_millis(500),
         "{worst:?}"
     );
+}
+
+/// How many clients subscribe to the shard channel `channel` on a node.
+fn shard_subscribers(port: u16, channel: &str) -> i64 {
+    let v: Vec<redis::Value> = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(channel)
+        .query(&mut con(port))
+        .unwrap();
+    match v.get(1) {
+        Some(redis::Value::Int(n)) => *n,
+        _ => 0,
+    }
+}
+
+/// Classic `PUBLISH` messages the nodes sent each other over the bus.
+fn bus_publishes(ports: &[u16]) -> u64 {
+    ports
+        .iter()
+        .map(|p| {
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut con(*p))
+                .unwrap();
+            info.lines()
+                .find_map(|l| l.strip_prefix("cluster_stats_messages_publish_sent:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// Two clients on a private cluster whose waiters only a message can wake
+/// within the tests' bounds (the fallback poll is a minute).
+fn sharded_clients(ports: &[u16]) -> (Client, Client) {
+    let urls: Vec<String> = ports
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{p}/"))
+        .collect();
+    let make = || {
+        Client::builder()
+            .cluster(urls.clone())
+            .fallback_poll(Duration::from_secs(60))
+            .build()
+            .unwrap()
+    };
+    (make(), make())
+}
+
+/// A latch waiter of `waiter` on `name`, started: it returns whether the
+/// latch opened and how long after `opened_at` it returned.
+fn wait_on_latch(waiter: &Client, name: &'static str) -> std::thread::JoinHandle<(bool, Instant)> {
+    let w = waiter.clone();
+    std::thread::spawn(move || {
+        let opened = w
+            .count_down_latch(name)
+            .wait_timeout(Duration::from_secs(30))
+            .unwrap();
+        (opened, Instant::now())
+    })
+}
+
+/// Issue 10: on a cluster, a release was a classic `PUBLISH`, broadcast to
+/// every node over the cluster bus and heard by every subscribed client.
+/// It now goes to the name's shard channel (`SPUBLISH`), which only the
+/// slot's master carries, and clients subscribe to it there (`SSUBSCRIBE`)
+/// only while they wait on the name.
+#[test]
+fn wake_ups_go_through_the_names_master_alone() {
+    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    let ports = ports(&cluster);
+    let (a, b) = sharded_clients(&ports);
+    let name = "cl:sharded";
+    let channel = format!("redlease:wake:{{{name}}}");
+    let owner = ports[owner(&ports, name)];
+    let before = bus_publishes(&ports);
+    for _ in 0..3 {
+        let latch = a.count_down_latch(name);
+        assert!(latch.try_set_count(1).unwrap());
+        let t = wait_on_latch(&b, name);
+        assert!(
+            common::eventually(Duration::from_secs(5), || shard_subscribers(
+                owner, &channel
+            ) == 1),
+            "the waiter did not subscribe on the name's master"
+        );
+        let at = Instant::now();
+        latch.count_down().unwrap();
+        let (opened, back) = t.join().unwrap();
+        assert!(opened);
+        assert!(back - at < Duration::from_secs(5), "{:?}", back - at);
+    }
+    // A reader waiting for a writer.
+    let writer = a.rw_lock(name).write().unwrap();
+    let w = b.clone();
+    let t = std::thread::spawn(move || {
+        w.rw_lock(name)
+            .read_timeout(Duration::from_secs(30))
+            .unwrap()
+            .map(|_| Instant::now())
+    });
+    assert!(common::eventually(Duration::from_secs(5), || {
+        shard_subscribers(owner, &channel) == 1
+    }));
+    let at = Instant::now();
+    writer.release().unwrap();
+    let back = t.join().unwrap().expect("the reader got in");
+    assert!(back - at < Duration::from_secs(5), "{:?}", back - at);
+    // Nobody waits any more: nobody listens.
+    assert!(common::eventually(Duration::from_secs(5), || {
+        shard_subscribers(owner, &channel) == 0
+    }));
+    assert_eq!(
+        bus_publishes(&ports),
+        before,
+        "a release was broadcast over the cluster bus"
+    );
+    cluster.stop();
+}
+
+/// A slot that moves while a client waits on one of its names: the old
+/// master drops the subscription (`sunsubscribe`), and the waiter
+/// subscribes again on the new one, so the opening still wakes it at once.
+#[test]
+fn a_sharded_wake_up_follows_its_slot() {
+    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    let ports = ports(&cluster);
+    let addrs: Vec<(String, u16)> = ports.iter().map(|p| ("127.0.0.1".into(), *p)).collect();
+    let (a, b) = sharded_clients(&ports);
+    let name = "cl:sharded-moving";
+    let channel = format!("redlease:wake:{{{name}}}");
+    let latch = a.count_down_latch(name);
+    assert!(latch.try_set_count(1).unwrap());
+    let t = wait_on_latch(&b, name);
+    let first = ports[owner(&ports, name)];
+    assert!(common::eventually(Duration::from_secs(5), || {
+        shard_subscribers(first, &channel) == 1
+    }));
+    let (_, to) = move_slot(&addrs, name);
+    assert!(
+        common::eventually(Duration::from_secs(10), || shard_subscribers(
+            ports[to], &channel
+        ) == 1),
+        "the waiter did not subscribe again where the slot went"
+    );
+    let at = Instant::now();
+    latch.count_down().unwrap();
+    let (opened, back) = t.join().unwrap();
+    assert!(opened);
+    assert!(back - at < Duration::from_secs(5), "{:?}", back - at);
+    cluster.stop();
+}
+
+/// A subscriber connection the server drops (here `CLIENT KILL`): the
+/// waiter subscribes again and is still woken by the opening.
+#[test]
+fn a_sharded_subscription_comes_back_after_its_connection_drops() {
+    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    let ports = ports(&cluster);
+    let (a, b) = sharded_clients(&ports);
+    let name = "cl:sharded-killed";
+    let channel = format!("redlease:wake:{{{name}}}");
+    let owner = ports[owner(&ports, name)];
+    let latch = a.count_down_latch(name);
+    assert!(latch.try_set_count(1).unwrap());
+    let t = wait_on_latch(&b, name);
+    assert!(common::eventually(Duration::from_secs(5), || {
+        shard_subscribers(owner, &channel) == 1
+    }));
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut con(owner))
+        .unwrap();
+    assert_eq!(killed, 1);
+    assert!(
+        common::eventually(Duration::from_secs(10), || shard_subscribers(
+            owner, &channel
+        ) == 1),
+        "the waiter did not subscribe again"
+    );
+    let at = Instant::now();
+    latch.count_down().unwrap();
+    let (opened, back) = t.join().unwrap();
+    assert!(opened);
+    assert!(back - at < Duration::from_secs(5), "{:?}", back - at);
+    cluster.stop();
+}
+
+/// The README's ACL line, for the prefix `myapp:`.
+const ACL: &str = common::README_ACL;
+
+/// Under the README's ACL line, wake-ups are sharded. Under the line from
+/// before (no `SPUBLISH`, one channel) they fall back to classic pub/sub,
+/// and still wake a waiter at once.
+#[test]
+fn wake_ups_under_the_readme_acl_and_the_line_before_it() {
+    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    let ports = ports(&cluster);
+    let before_sharding = ACL
+        .replace("&myapp:redlease:wake*", "&myapp:redlease:wake")
+        .replace(" +spublish +ssubscribe +sunsubscribe", "");
+    let name = "acl";
+    let channel = "myapp:redlease:wake:{acl}";
+    let owner = ports[owner(&ports, name)];
+    for (acl, sharded) in [(ACL.to_string(), true), (before_sharding, false)] {
+        for p in &ports {
+            let mut cmd = redis::cmd("ACL");
+            cmd.arg("SETUSER").arg("app").arg("reset");
+            for part in acl.split_whitespace() {
+                cmd.arg(part);
+            }
+            let _: () = cmd.query(&mut con(*p)).unwrap();
+        }
+        let urls: Vec<String> = ports
+            .iter()
+            .map(|p| format!("redis://app:s3cret@127.0.0.1:{p}/"))
+            .collect();
+        let make = || {
+            Client::builder()
+                .cluster(urls.clone())
+                .key_prefix("myapp:")
+                .fallback_poll(Duration::from_secs(60))
+                .build()
+                .unwrap()
+        };
+        let (a, b) = (make(), make());
+        let bus = bus_publishes(&ports);
+        let latch = a.count_down_latch(name);
+        assert!(latch.try_set_count(1).unwrap());
+        let t = wait_on_latch(&b, name);
+        if sharded {
+            assert!(common::eventually(Duration::from_secs(5), || {
+                shard_subscribers(owner, channel) == 1
+            }));
+        } else {
+            // The classic subscription is made before the waiter looks
+            // again; give it time to be waiting.
+            std::thread::sleep(Duration::from_millis(500));
+            assert_eq!(shard_subscribers(owner, channel), 0);
+        }
+        let at = Instant::now();
+        latch.count_down().unwrap();
+        let (opened, back) = t.join().unwrap();
+        assert!(opened);
+        assert!(back - at < Duration::from_secs(5), "{:?}", back - at);
+        let broadcast = bus_publishes(&ports) - bus;
+        assert_eq!(broadcast > 0, !sharded, "{broadcast} bus messages");
+    }
+    cluster.stop();
 }

@@ -41,6 +41,8 @@ pub(crate) struct ClusterLeader {
     /// Our TLS settings for the cluster connection's nodes, if they speak
     /// TLS (see [`with_tls`]).
     node_tls: Option<super::Tls>,
+    /// Wake-ups go over sharded pub/sub (see [`ClusterLeader::sharded`]).
+    sharded: std::sync::atomic::AtomicBool,
 }
 
 /// How long direct grants stay off after a redirection or a failed master
@@ -83,10 +85,15 @@ const REREAD_AFTER: Duration = Duration::from_secs(1);
 impl SlotMap {
     /// The master serving `key`'s slot, as the map says.
     fn master_of(&self, key: &[u8]) -> Option<&Arc<Node>> {
+        self.nodes.get(self.addr_of(key)?)
+    }
+
+    /// The address of the master serving `key`'s slot, as the map says.
+    fn addr_of(&self, key: &[u8]) -> Option<&Arc<str>> {
         let slot = key_slot(key);
         let at = self.ranges.partition_point(|(_, last, _)| *last < slot);
         let (first, _, addr) = self.ranges.get(at)?;
-        self.nodes.get(addr).filter(|_| *first <= slot)
+        (*first <= slot).then_some(addr)
     }
 }
 
@@ -172,6 +179,16 @@ impl Masters {
 
     /// A node for `addr` (`host:port`) with the seed's settings.
     fn node_at(&self, addr: &str) -> Node {
+        // Skipped for a while once it failed (breaker), like a Redlock
+        // master: a stalled master costs one timeout per window.
+        // The pool size bounds the waiters blocked on this master too
+        // (its pool opens connections only as they are needed).
+        let source = Source::Url(self.client_at(addr));
+        Node::with_source(source, self.pool_size, self.timeouts.clone(), true)
+    }
+
+    /// A client for `addr` (`host:port`) with the seed's settings.
+    fn client_at(&self, addr: &str) -> redis::Client {
         let info = self.seeds[0].get_connection_info().clone();
         let (host, port) = match addr.rsplit_once(':') {
             Some((h, p)) => (h.to_string(), p.parse().unwrap_or(0)),
@@ -190,17 +207,19 @@ impl Masters {
             },
             _ => redis::ConnectionAddr::Tcp(host, port),
         };
-        let source = match redis::Client::open(info.set_addr(addr)) {
-            Ok(client) => Source::Url(client),
-            // Cannot happen (the seed's own settings); a node that never
-            // connects makes its calls undecided.
-            Err(_) => Source::Url(self.seeds[0].clone()),
-        };
-        // Skipped for a while once it failed (breaker), like a Redlock
-        // master: a stalled master costs one timeout per window.
-        // The pool size bounds the waiters blocked on this master too
-        // (its pool opens connections only as they are needed).
-        Node::with_source(source, self.pool_size, self.timeouts.clone(), true)
+        // Cannot fail (the seed's own settings); a node that never
+        // connects makes its calls undecided.
+        redis::Client::open(info.set_addr(addr)).unwrap_or_else(|_| self.seeds[0].clone())
+    }
+
+    /// The address of the master serving `key`'s slot, if the map is known
+    /// and fresh.
+    fn addr_of(&self, key: &[u8]) -> Option<Arc<str>> {
+        let state = self.current();
+        if state.stale {
+            return None;
+        }
+        state.addr_of(key).cloned()
     }
 
     /// Reads the map now.
@@ -361,6 +380,7 @@ impl ClusterLeader {
             direct_off_until: Mutex::new(None),
             blocking_refused: std::sync::atomic::AtomicBool::new(false),
             node_tls,
+            sharded: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -666,6 +686,68 @@ impl ClusterLeader {
             .unsent()),
             _ => Ok(out),
         }
+    }
+
+    /// Decides whether wake-ups go over sharded pub/sub: where the cluster
+    /// takes a `SPUBLISH` on a shard channel under `base` (Redis 7, and an
+    /// ACL that allows it), and a subscriber connection can be ours on
+    /// plain TCP, one thread reading it while others subscribe on it (see
+    /// `Wire::split`). Otherwise classic pub/sub, as before: every client
+    /// of one deployment (same servers, same ACL) decides alike, so
+    /// publishers and subscribers agree. The probe message has no
+    /// subscriber and, being sharded, crosses no bus.
+    pub(crate) fn detect_sharding(&self, base: &[u8]) {
+        let plain = self.seeds.iter().all(|s| {
+            let info = s.get_connection_info();
+            matches!(info.addr(), redis::ConnectionAddr::Tcp(..))
+                && !info.redis_settings().protocol().supports_resp3()
+        });
+        let probe = [base, b":{redlease}"].concat();
+        let takes = plain
+            && self
+                .routed(|con| redis::cmd("SPUBLISH").arg(&probe).arg("").query::<i64>(con))
+                .is_ok();
+        self.sharded
+            .store(takes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether wake-ups go over sharded pub/sub (`SPUBLISH` to a channel
+    /// in the name's slot, `SSUBSCRIBE` on its master): a release then
+    /// reaches the clients waiting on that name through that master alone,
+    /// where a classic `PUBLISH` is broadcast to every node of the cluster.
+    pub(crate) fn sharded(&self) -> bool {
+        self.sharded.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The address of the master serving `key`'s slot, in our slot map
+    /// (read first if stale, at most once a second): where its shard
+    /// channel is subscribed.
+    pub(crate) fn shard_master(&self, key: &[u8]) -> Option<Arc<str>> {
+        self.masters.addr_of(key)
+    }
+
+    /// A subscriber connection to the master at `addr`, split into its
+    /// reader and a writer (see [`Wire::split`]).
+    pub(crate) fn shard_link(&self, addr: &str) -> Result<(Wire, std::net::TcpStream)> {
+        let t = &self.masters.timeouts;
+        let client = self.masters.client_at(addr);
+        let wire = Wire::open(&client, &t.tls, t.connect, t.response)?;
+        wire.split(t.response).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Unsupported,
+                "sharded wake-ups need a plain TCP connection",
+            )
+        })
+    }
+
+    /// A shard channel moved or its master failed: the slot map is to be
+    /// read again.
+    pub(crate) fn shard_moved(&self) {
+        self.masters
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .stale = true;
     }
 
     pub(crate) fn dedicated(&self, timeout: Duration) -> Result<redis::Connection> {

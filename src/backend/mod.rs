@@ -30,6 +30,7 @@ use crate::scripts::Lua;
 
 use redlock::Redlock;
 pub(crate) use single::Node;
+pub(crate) use wire::Wire;
 
 /// Connection settings shared by pooled and dedicated connections.
 #[derive(Clone, Debug)]
@@ -347,6 +348,61 @@ impl Backend {
     /// Whether every primitive is available (one authoritative server per key).
     pub(crate) fn is_redlock(&self) -> bool {
         matches!(self.kind, Kind::Redlock(_))
+    }
+
+    /// Whether wake-ups go over sharded pub/sub: on a Redis 7 Cluster
+    /// reached over plain TCP (see `ClusterLeader::sharded`).
+    pub(crate) fn sharded(&self) -> bool {
+        match &self.kind {
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(c) => c.sharded(),
+            _ => false,
+        }
+    }
+
+    /// Decides whether wake-ups on channels under `base` go over sharded
+    /// pub/sub (see `ClusterLeader::detect_sharding`).
+    pub(crate) fn detect_sharding(&self, base: &[u8]) {
+        #[cfg(feature = "cluster")]
+        if let Kind::Cluster(c) = &self.kind {
+            c.detect_sharding(base);
+        }
+        let _ = base;
+    }
+
+    /// Where `key`'s shard channel is subscribed: the address of the
+    /// master serving its slot, if known now.
+    pub(crate) fn shard_master(&self, key: &[u8]) -> Option<Arc<str>> {
+        match &self.kind {
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(c) => c.shard_master(key),
+            _ => {
+                let _ = key;
+                None
+            }
+        }
+    }
+
+    /// A subscriber connection to the master at `addr`: a reader and a
+    /// writer on one socket (see `Wire::split`).
+    pub(crate) fn shard_link(&self, addr: &str) -> Result<(Wire, std::net::TcpStream)> {
+        match &self.kind {
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(c) => c.shard_link(addr),
+            _ => Err(Error::new(
+                ErrorKind::Unsupported,
+                format!("sharded wake-ups need Redis Cluster ({addr})"),
+            )),
+        }
+    }
+
+    /// A shard channel moved, or its master failed: the slot map is read
+    /// again before the next subscription.
+    pub(crate) fn shard_moved(&self) {
+        #[cfg(feature = "cluster")]
+        if let Kind::Cluster(c) = &self.kind {
+            c.shard_moved();
+        }
     }
 
     /// Runs one script on the key's leader, tried again on a fresh

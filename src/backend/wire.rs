@@ -98,6 +98,39 @@ impl Wire {
         }
     }
 
+    /// Splits a plain-TCP connection of ours into its reader (this wire,
+    /// read with [`Wire::next_push`]) and a writer on the same socket, with
+    /// `write_timeout` on each write: a subscriber connection that one
+    /// thread reads while others subscribe and unsubscribe on it, neither
+    /// waiting for the other. `None` for any other kind (TLS, redis-rs's).
+    #[cfg(feature = "cluster")]
+    pub(crate) fn split(self, write_timeout: Duration) -> Option<(Wire, TcpStream)> {
+        let Wire::Own(own) = &self else {
+            return None;
+        };
+        let writer = own.stream.plain()?.try_clone().ok()?;
+        writer.set_write_timeout(Some(write_timeout)).ok()?;
+        Some((self, writer))
+    }
+
+    /// The next value a subscriber connection sends, waiting at most
+    /// `tick`: `None` when nothing came. A value the tick cut in two is
+    /// finished by the next call (the parser keeps what it has read).
+    pub(crate) fn next_push(&mut self, tick: Duration) -> RedisResult<Option<Value>> {
+        let Wire::Own(own) = self else {
+            return Err(
+                io::Error::new(io::ErrorKind::Unsupported, "not a split connection").into(),
+            );
+        };
+        own.stream.sock().budget.set(Some(tick));
+        own.stream.sock().start();
+        match own.parser.parse_value(&mut own.stream) {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.is_timeout() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Ours: writes share the call's budget with its reads.
     #[cfg(feature = "cluster")]
     fn set_write_timeout(&self, limit: Option<Duration>) -> RedisResult<()> {
@@ -495,6 +528,16 @@ impl Stream {
             Stream::Plain(s) => s,
             #[cfg(feature = "tls-rustls")]
             Stream::Tls(s) => &mut s.sock,
+        }
+    }
+
+    /// The TCP socket, when nothing sits between it and the protocol.
+    #[cfg(feature = "cluster")]
+    fn plain(&self) -> Option<&TcpStream> {
+        match self {
+            Stream::Plain(s) => Some(&s.stream),
+            #[cfg(feature = "tls-rustls")]
+            Stream::Tls(_) => None,
         }
     }
 

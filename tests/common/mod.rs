@@ -175,6 +175,15 @@ pub fn client_with(
         .unwrap()
 }
 
+/// The README's ACL line, for the prefix `myapp:` (a user's rules after
+/// `ACL SETUSER app`).
+#[allow(dead_code)]
+pub const README_ACL: &str = "on >s3cret resetkeys ~myapp:* resetchannels &myapp:redlease:wake* \
+    -@all +ping +evalsha +eval +script|load +exists +scan +subscribe +wait \
+    +publish +time +get +set +del +incr +pexpire +pttl +type \
+    +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard +zcount +zscore \
+    +blpop +rpush +cluster|slots +spublish +ssubscribe +sunsubscribe";
+
 /// A script of `lua/` as the library sends it: the preludes named in its
 /// `-- Uses` header line, then the file itself (see src/scripts.rs).
 #[allow(dead_code)]

@@ -6,6 +6,9 @@
 //! only the head of that queue retries in Redis, and it is woken by the
 //! release message (or directly, when the releasing thread is in the same
 //! client). A bounded fallback wait covers lost messages and reconnects.
+//! On a Redis 7 Cluster the channel is per name instead, in the name's slot,
+//! and subscribed on its master only while someone waits on it (see
+//! [`sharded`]).
 //!
 //! The local queue is what keeps contention fair and cheap: a thread that
 //! releases and immediately asks again queues behind the threads already
@@ -20,6 +23,10 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::backend::Backend;
 use crate::error::{ErrorKind, Result};
+
+mod sharded;
+
+use sharded::Shards;
 
 /// How long the subscriber waits before asking again for a channel the
 /// server refused (an ACL).
@@ -118,6 +125,8 @@ struct Shared {
     outage_tolerance: Duration,
     /// Wake-ups delivered by the subscriber (for tests and diagnostics).
     delivered: AtomicU64,
+    /// Sharded subscriptions (Cluster), instead of the subscriber.
+    shards: Shards,
 }
 
 /// The wake-up service of one client.
@@ -151,14 +160,22 @@ impl Wakeup {
                 fallback,
                 outage_tolerance,
                 delivered: AtomicU64::new(0),
+                shards: Shards::new(),
             }),
             backend,
         }
     }
 
-    /// The channel releases publish on.
-    pub(crate) fn channel(&self) -> &[u8] {
-        &self.shared.channel
+    /// The channel a release of `key` publishes on: the client's channel,
+    /// or on a sharded cluster that channel followed by `key`'s hash tag,
+    /// so that it lies in the key's slot (lua/publish.lua sends a channel
+    /// with a `{`, which a key prefix never has, with `SPUBLISH`).
+    pub(crate) fn channel(&self, key: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+        let base = &self.shared.channel;
+        match hash_tag(key).filter(|_| self.backend.sharded()) {
+            Some(tag) => [base.as_slice(), b":", tag].concat().into(),
+            None => base.as_slice().into(),
+        }
     }
 
     /// The message a release of `key` publishes.
@@ -193,9 +210,11 @@ impl Wakeup {
         crate::metrics::wakeup();
     }
 
-    /// Stops the subscriber thread (the client is being dropped).
+    /// Stops the subscriber thread and the sharded links' readers (the
+    /// client is being dropped).
     pub(crate) fn shutdown(&self) {
         self.shared.shutdown.store(true, Ordering::Release);
+        self.shared.shards.close();
     }
 
     /// The waiting loop every primitive shares. `attempt` is one round trip
@@ -269,11 +288,10 @@ impl Wakeup {
                 return tries.timed_out();
             }
         }
-        // Waiters that block for a direct grant need no subscriber.
-        let mut subscribed = false;
+        // Waiters that block for a direct grant need no messages.
+        let mut listening = Listening::new(self, key);
         if direct.is_none() || !self.backend.grants_directly() {
-            self.ensure_subscribed();
-            subscribed = true;
+            listening.start();
         }
         let waiter = Waiter::new(line);
         let _member = Membership::join(&self.shared, key, server, waiter.clone());
@@ -316,11 +334,10 @@ impl Wakeup {
             // Direct waiting, unless the server refused it meanwhile (an
             // old ACL): then release messages wake us.
             let direct = direct.filter(|_| self.backend.grants_directly());
-            if direct.is_none() && !subscribed {
+            if direct.is_none() && !listening.started {
                 // Messages from now on: look again once the subscription
                 // is live, or one sent before it would be missed.
-                self.ensure_subscribed();
-                subscribed = true;
+                listening.start();
                 continue;
             }
             if let (Some(slice), false) = (direct, tries.in_outage()) {
@@ -336,8 +353,13 @@ impl Wakeup {
             let mut wait = retry
                 .unwrap_or(self.shared.fallback)
                 .min(self.shared.fallback);
-            if !self.is_connected() {
-                // Without a subscriber nothing wakes us; poll gently.
+            if !listening.live() {
+                // A shard channel lost (its slot moved, its master failed):
+                // subscribe where it is now, then look again.
+                if listening.renew() {
+                    continue;
+                }
+                // Without a subscription nothing wakes us; poll gently.
                 wait = wait.min(Duration::from_millis(100));
             }
             if let Some(left) = deadline.map(|d| d.saturating_duration_since(Instant::now())) {
@@ -445,6 +467,84 @@ impl Shared {
         lock(&self.sub).connected = connected;
         self.sub_changed.notify_all();
     }
+}
+
+/// A waiter's subscription to the wake-ups of its key, from
+/// [`Listening::start`] until it is dropped: the client's subscriber, or on
+/// a sharded cluster the key's shard channel (see [`sharded`]).
+struct Listening<'a> {
+    wakeup: &'a Wakeup,
+    key: &'a [u8],
+    started: bool,
+    /// The shard channel joined, if sharded.
+    channel: Option<Vec<u8>>,
+}
+
+impl<'a> Listening<'a> {
+    fn new(wakeup: &'a Wakeup, key: &'a [u8]) -> Listening<'a> {
+        Listening {
+            wakeup,
+            key,
+            started: false,
+            channel: None,
+        }
+    }
+
+    /// Subscribes, waiting at most the connect timeout for it to be live.
+    fn start(&mut self) {
+        self.started = true;
+        let w = self.wakeup;
+        if !w.backend.sharded() {
+            w.ensure_subscribed();
+            return;
+        }
+        let channel = self.channel.get_or_insert_with(|| {
+            let channel = w.channel(self.key).into_owned();
+            w.shared.shards.join(&channel);
+            channel
+        });
+        w.shared
+            .shards
+            .subscribe(&w.shared, &w.backend, channel, self.key);
+    }
+
+    /// Whether messages reach us now.
+    fn live(&self) -> bool {
+        match &self.channel {
+            Some(channel) => self.wakeup.shared.shards.live(channel),
+            None => self.wakeup.is_connected(),
+        }
+    }
+
+    /// Subscribes again a shard channel that was lost; whether it is live
+    /// now. (The classic subscriber reconnects by itself.)
+    fn renew(&self) -> bool {
+        match &self.channel {
+            Some(channel) => {
+                let w = self.wakeup;
+                w.shared
+                    .shards
+                    .subscribe(&w.shared, &w.backend, channel, self.key)
+            }
+            None => false,
+        }
+    }
+}
+
+impl Drop for Listening<'_> {
+    fn drop(&mut self) {
+        if let Some(channel) = &self.channel {
+            self.wakeup.shared.shards.leave(channel);
+        }
+    }
+}
+
+/// `key`'s hash tag with its braces (the first `{`, up to the next `}`,
+/// with something in between), as Redis Cluster finds it.
+fn hash_tag(key: &[u8]) -> Option<&[u8]> {
+    let open = key.iter().position(|&b| b == b'{')?;
+    let len = key[open + 1..].iter().position(|&b| b == b'}')?;
+    (len > 0).then(|| &key[open..open + len + 2])
 }
 
 /// The first waiter of each line of a local queue, in one pass (lines are

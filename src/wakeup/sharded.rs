@@ -1,0 +1,461 @@
+//! Wake-ups over sharded pub/sub (Redis Cluster, Redis ≥ 7).
+//!
+//! A classic `PUBLISH` on a cluster is broadcast to every node over the
+//! cluster bus, and reaches every client subscribed anywhere. Here a name's
+//! releases go to a channel in the name's own slot (`SPUBLISH`, see
+//! lua/publish.lua), which only the master serving that slot (and its
+//! replicas) carries; a client subscribes to it (`SSUBSCRIBE`) on that
+//! master while one of its threads waits on the name, and unsubscribes when
+//! the last one stops. So a release reaches the clients waiting on that name
+//! and nobody else.
+//!
+//! Each master gets one subscriber connection per client (a *link*): a
+//! thread reads it, and waiting threads write their subscriptions on it
+//! directly (the socket is split, see `Wire::split`), so subscribing costs
+//! one round trip and no thread hop. Everything that can go wrong with a
+//! subscription — the slot moved (`MOVED`, or the server's own
+//! `sunsubscribe` when a slot migrates), the master failed, the connection
+//! dropped, an ACL refused the channel — ends in the same place: the
+//! channel is no longer live, the slot map is read again, and the waiters
+//! are nudged to look again and to subscribe anew where the slot now is.
+//! Until then they poll gently, as a classic waiter without its subscriber
+//! does; a message lost meanwhile costs at most that poll.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use super::{Shared, SUBSCRIBER_TICK};
+use crate::backend::{Backend, Wire};
+
+/// How long a channel whose subscription failed is not asked for again
+/// (its waiters poll meanwhile): an ACL refusal will not change soon; a
+/// moved slot is found once the slot map is read again (at most once a
+/// second).
+const REFUSED_RETRY: Duration = Duration::from_secs(10);
+const MOVED_RETRY: Duration = Duration::from_secs(1);
+
+/// How long a link nobody uses stays open (the next wait on a name of
+/// that master would open it again).
+const LINK_IDLE: Duration = Duration::from_secs(30);
+
+/// The sharded subscriptions of one client.
+pub(super) struct Shards {
+    state: Mutex<State>,
+    /// A subscription was confirmed or refused.
+    changed: Condvar,
+    /// Numbers the links, so a link's reader never touches its successor.
+    next_link: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    /// By shard channel.
+    channels: HashMap<Vec<u8>, Channel>,
+    /// By master address.
+    links: HashMap<Arc<str>, Link>,
+    /// An ACL refusal was logged (once per client).
+    refusal_logged: bool,
+}
+
+struct Channel {
+    /// Local waiters using it.
+    users: usize,
+    /// The link it was asked for on (master address, link id).
+    on: Option<(Arc<str>, u64)>,
+    /// The master confirmed it.
+    live: bool,
+    /// Not asked for again before then (its last subscription failed).
+    retry_at: Option<Instant>,
+}
+
+struct Link {
+    id: u64,
+    writer: TcpStream,
+    /// Requests whose replies are due, in order: (subscribe, channel).
+    pending: VecDeque<(bool, Vec<u8>)>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shards {
+    pub(super) fn new() -> Shards {
+        Shards {
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+            next_link: AtomicU64::new(1),
+        }
+    }
+
+    /// A waiter starts using `channel` (the shard channel of `key`).
+    pub(super) fn join(&self, channel: &[u8]) {
+        let mut st = lock(&self.state);
+        st.channels
+            .entry(channel.to_vec())
+            .or_insert(Channel {
+                users: 0,
+                on: None,
+                live: false,
+                retry_at: None,
+            })
+            .users += 1;
+    }
+
+    /// A waiter stops using `channel`; the last one unsubscribes.
+    pub(super) fn leave(&self, channel: &[u8]) {
+        let mut st = lock(&self.state);
+        let Some(c) = st.channels.get_mut(channel) else {
+            return;
+        };
+        c.users -= 1;
+        if c.users > 0 {
+            return;
+        }
+        let on = st.channels.remove(channel).and_then(|c| c.on);
+        if let Some((addr, id)) = on {
+            if let Some(link) = st.links.get_mut(&addr).filter(|l| l.id == id) {
+                // A failed write leaves the link to its reader, which
+                // finds it broken.
+                if send(&mut link.writer, "SUNSUBSCRIBE", channel).is_ok() {
+                    link.pending.push_back((false, channel.to_vec()));
+                }
+            }
+        }
+    }
+
+    /// Whether `channel`'s subscription is confirmed.
+    pub(super) fn live(&self, channel: &[u8]) -> bool {
+        lock(&self.state)
+            .channels
+            .get(channel)
+            .is_some_and(|c| c.live)
+    }
+
+    /// Subscribes to `channel` (of `key`) on the master serving its slot,
+    /// unless it is live or was refused a moment ago, and waits at most
+    /// the connect timeout for the confirmation: the caller looks again
+    /// once it is live, so no release after that look goes unheard.
+    /// Whether it is live.
+    pub(super) fn subscribe(
+        &self,
+        shared: &Arc<Shared>,
+        backend: &Arc<Backend>,
+        channel: &[u8],
+        key: &[u8],
+    ) -> bool {
+        let limit = Instant::now() + backend.timeouts().connect;
+        {
+            let st = lock(&self.state);
+            match st.channels.get(channel) {
+                None => return false,
+                Some(c) if c.live => return true,
+                Some(c) if c.retry_at.is_some_and(|t| Instant::now() < t) => return false,
+                _ => {}
+            }
+        }
+        let Some(addr) = backend.shard_master(key) else {
+            return false;
+        };
+        if !self.has_link(&addr) {
+            match backend.shard_link(&addr) {
+                Ok((reader, writer)) => self.add_link(shared, backend, &addr, reader, writer),
+                Err(e) => {
+                    log::debug!("redlease: no wake-up link to {addr}: {e}");
+                    backend.shard_moved();
+                    self.refuse(channel, MOVED_RETRY);
+                    return false;
+                }
+            }
+        }
+        let mut st = lock(&self.state);
+        let Some(id) = st.links.get(&addr).map(|l| l.id) else {
+            return false; // it failed meanwhile; the next look tries again
+        };
+        let Some(c) = st.channels.get_mut(channel) else {
+            return false;
+        };
+        if c.on.as_ref() != Some(&(addr.clone(), id)) {
+            c.on = Some((addr.clone(), id));
+            c.live = false;
+            let link = st.links.get_mut(&addr).expect("found above, same lock");
+            if send(&mut link.writer, "SSUBSCRIBE", channel).is_err() {
+                // Its reader finds the link broken and clears it.
+                let _ = link.writer.shutdown(Shutdown::Both);
+                return false;
+            }
+            link.pending.push_back((true, channel.to_vec()));
+        }
+        // Wait for the reply (asked just now, or by another waiter).
+        loop {
+            match st.channels.get(channel) {
+                Some(c) if c.live => return true,
+                Some(c) if c.on.as_ref().is_some_and(|(a, i)| *a == addr && *i == id) => {}
+                _ => return false, // refused, or the link failed
+            }
+            let left = limit.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            st = self
+                .changed
+                .wait_timeout(st, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    fn has_link(&self, addr: &Arc<str>) -> bool {
+        lock(&self.state).links.contains_key(addr)
+    }
+
+    /// Keeps a new link to `addr` (unless another thread made one first)
+    /// and starts its reader.
+    fn add_link(
+        &self,
+        shared: &Arc<Shared>,
+        backend: &Arc<Backend>,
+        addr: &Arc<str>,
+        reader: Wire,
+        writer: TcpStream,
+    ) {
+        let id = self.next_link.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut st = lock(&self.state);
+            if st.links.contains_key(addr) {
+                return; // dropping ours closes it
+            }
+            st.links.insert(
+                addr.clone(),
+                Link {
+                    id,
+                    writer,
+                    pending: VecDeque::new(),
+                },
+            );
+        }
+        let (shared2, backend2, addr2) = (shared.clone(), backend.clone(), addr.clone());
+        let spawned = std::thread::Builder::new()
+            .name("redlease-wakeup-shard".into())
+            .spawn(move || read_link(shared2, backend2, addr2, id, reader));
+        if let Err(e) = spawned {
+            log::error!("redlease: cannot start a wake-up reader: {e}");
+            self.drop_link(shared, backend, addr, id);
+        }
+    }
+
+    /// Not asked for again for `wait` (its waiters poll meanwhile).
+    fn refuse(&self, channel: &[u8], wait: Duration) {
+        let mut st = lock(&self.state);
+        if let Some(c) = st.channels.get_mut(channel) {
+            c.on = None;
+            c.live = false;
+            c.retry_at = Some(Instant::now() + wait);
+        }
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    /// A link failed or its client is closing: its channels are no longer
+    /// live, and every waiter looks again (messages may have been lost).
+    fn drop_link(&self, shared: &Shared, backend: &Backend, addr: &Arc<str>, id: u64) {
+        let mut st = lock(&self.state);
+        if st.links.get(addr).is_some_and(|l| l.id == id) {
+            if let Some(l) = st.links.remove(addr) {
+                let _ = l.writer.shutdown(Shutdown::Both);
+            }
+        }
+        let mut lost = false;
+        for c in st.channels.values_mut() {
+            if c.on.as_ref().is_some_and(|(a, i)| a == addr && *i == id) {
+                c.on = None;
+                c.live = false;
+                lost = true;
+            }
+        }
+        drop(st);
+        self.changed.notify_all();
+        if lost && !shared.shutdown.load(Ordering::Acquire) {
+            backend.shard_moved();
+            shared.notify_all();
+        }
+    }
+
+    /// One value read from link `id` to `addr`.
+    fn on_value(&self, shared: &Shared, backend: &Backend, addr: &Arc<str>, id: u64, v: Value) {
+        let ours = |c: &Channel| c.on.as_ref().is_some_and(|(a, i)| a == addr && *i == id);
+        match Event::of(v) {
+            Event::Message(payload) => shared.dispatch(&payload),
+            Event::Subscribed(channel) => {
+                let mut st = lock(&self.state);
+                if let Some(link) = st.links.get_mut(addr).filter(|l| l.id == id) {
+                    take(&mut link.pending, true, &channel);
+                }
+                if let Some(c) = st.channels.get_mut(&channel).filter(|c| ours(c)) {
+                    c.live = true;
+                    c.retry_at = None;
+                }
+                drop(st);
+                self.changed.notify_all();
+            }
+            Event::Unsubscribed(channel) => {
+                let mut st = lock(&self.state);
+                if let Some(link) = st.links.get_mut(addr).filter(|l| l.id == id) {
+                    if take(&mut link.pending, false, &channel) {
+                        return; // our own unsubscription
+                    }
+                }
+                // The server's own: the slot moved away from this master.
+                // Subscribe again where it is now.
+                let Some(c) = st.channels.get_mut(&channel).filter(|c| ours(c)) else {
+                    return;
+                };
+                c.on = None;
+                c.live = false;
+                drop(st);
+                backend.shard_moved();
+                shared.notify_all();
+            }
+            Event::Refused(e) => {
+                // The reply to the oldest request still due.
+                let mut st = lock(&self.state);
+                let first = st
+                    .links
+                    .get_mut(addr)
+                    .filter(|l| l.id == id)
+                    .and_then(|l| l.pending.pop_front());
+                let Some((true, channel)) = first else {
+                    return; // an unsubscription: the channel is gone anyway
+                };
+                let refused = e.code() == "NOPERM";
+                if refused && !std::mem::replace(&mut st.refusal_logged, true) {
+                    log::warn!(
+                        "redlease: the server refuses the wake-up channel {:?} ({}); waiters poll \
+                         instead (slower). Allow the channel, as the README's ACL line does",
+                        String::from_utf8_lossy(&channel),
+                        e.details().unwrap_or(e.code())
+                    );
+                } else {
+                    log::debug!("redlease: SSUBSCRIBE refused on {addr}: {e:?}");
+                }
+                drop(st);
+                if !refused {
+                    backend.shard_moved();
+                }
+                let wait = if refused { REFUSED_RETRY } else { MOVED_RETRY };
+                self.refuse(&channel, wait);
+                shared.notify_all();
+            }
+            Event::Other => {}
+        }
+    }
+
+    /// Closes every link (the client is being dropped): their readers end.
+    pub(super) fn close(&self) {
+        for link in lock(&self.state).links.values() {
+            let _ = link.writer.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// What a link's reader read.
+enum Event {
+    Message(Vec<u8>),
+    Subscribed(Vec<u8>),
+    Unsubscribed(Vec<u8>),
+    Refused(redis::ServerError),
+    Other,
+}
+
+impl Event {
+    fn of(v: Value) -> Event {
+        let parts = match v {
+            Value::Array(parts) => parts,
+            Value::ServerError(e) => return Event::Refused(e),
+            _ => return Event::Other,
+        };
+        let mut parts = parts.into_iter();
+        let (Some(Value::BulkString(kind)), Some(Value::BulkString(channel))) =
+            (parts.next(), parts.next())
+        else {
+            return Event::Other;
+        };
+        match kind.as_slice() {
+            b"smessage" => match parts.next() {
+                Some(Value::BulkString(payload)) => Event::Message(payload),
+                _ => Event::Other,
+            },
+            b"ssubscribe" => Event::Subscribed(channel),
+            b"sunsubscribe" => Event::Unsubscribed(channel),
+            _ => Event::Other,
+        }
+    }
+}
+
+/// Removes the first pending request of this kind for `channel`; whether
+/// there was one.
+fn take(pending: &mut VecDeque<(bool, Vec<u8>)>, subscribe: bool, channel: &[u8]) -> bool {
+    match pending
+        .iter()
+        .position(|(s, c)| *s == subscribe && c == channel)
+    {
+        Some(i) => {
+            pending.remove(i);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Writes `command channel` on a link (bounded by its write timeout).
+fn send(writer: &mut TcpStream, command: &str, channel: &[u8]) -> std::io::Result<()> {
+    let packed = redis::cmd(command).arg(channel).get_packed_command();
+    writer.write_all(&packed)
+}
+
+/// A link's reader thread: dispatches messages and replies until the link
+/// fails or the client is dropped.
+fn read_link(
+    shared: Arc<Shared>,
+    backend: Arc<Backend>,
+    addr: Arc<str>,
+    id: u64,
+    mut reader: Wire,
+) {
+    let shards = &shared.shards;
+    let mut unused_since: Option<Instant> = None;
+    while !shared.shutdown.load(Ordering::Acquire) {
+        match reader.next_push(SUBSCRIBER_TICK) {
+            Ok(Some(v)) => shards.on_value(&shared, &backend, &addr, id, v),
+            Ok(None) => {
+                // A link nobody has used for a while is closed.
+                let st = lock(&shards.state);
+                let used = st
+                    .channels
+                    .values()
+                    .any(|c| c.on.as_ref().is_some_and(|(a, i)| *a == addr && *i == id))
+                    || st
+                        .links
+                        .get(&addr)
+                        .is_some_and(|l| l.id == id && !l.pending.is_empty());
+                drop(st);
+                if used {
+                    unused_since = None;
+                } else if unused_since.get_or_insert_with(Instant::now).elapsed() >= LINK_IDLE {
+                    break;
+                }
+            }
+            Err(e) => {
+                log::debug!("redlease: wake-up link to {addr} failed: {e}");
+                break;
+            }
+        }
+    }
+    shards.drop_link(&shared, &backend, &addr, id);
+}
