@@ -726,12 +726,17 @@ impl ClusterLeader {
         self.masters.addr_of(key)
     }
 
-    /// A subscriber connection to the master at `addr`, split into its
-    /// reader and a writer (see [`Wire::split`]).
-    pub(crate) fn shard_link(&self, addr: &str) -> Result<(Wire, std::net::TcpStream)> {
+    /// A subscriber connection to the master at `addr`, opened within
+    /// `connect` (and the connect timeout), split into its reader and a
+    /// writer (see [`Wire::split`]).
+    pub(crate) fn shard_link(
+        &self,
+        addr: &str,
+        connect: Duration,
+    ) -> Result<(Wire, std::net::TcpStream)> {
         let t = &self.masters.timeouts;
         let client = self.masters.client_at(addr);
-        let wire = Wire::open(&client, &t.tls, t.connect, t.response)?;
+        let wire = Wire::open(&client, &t.tls, connect.min(t.connect), t.response)?;
         wire.split(t.response).ok_or_else(|| {
             Error::new(
                 ErrorKind::Unsupported,

@@ -383,16 +383,24 @@ impl Backend {
         }
     }
 
-    /// A subscriber connection to the master at `addr`: a reader and a
-    /// writer on one socket (see `Wire::split`).
-    pub(crate) fn shard_link(&self, addr: &str) -> Result<(Wire, std::net::TcpStream)> {
+    /// A subscriber connection to the master at `addr`, opened within
+    /// `connect` (and the connect timeout): a reader and a writer on one
+    /// socket (see `Wire::split`).
+    pub(crate) fn shard_link(
+        &self,
+        addr: &str,
+        connect: Duration,
+    ) -> Result<(Wire, std::net::TcpStream)> {
         match &self.kind {
             #[cfg(feature = "cluster")]
-            Kind::Cluster(c) => c.shard_link(addr),
-            _ => Err(Error::new(
-                ErrorKind::Unsupported,
-                format!("sharded wake-ups need Redis Cluster ({addr})"),
-            )),
+            Kind::Cluster(c) => c.shard_link(addr, connect),
+            _ => {
+                let _ = connect;
+                Err(Error::new(
+                    ErrorKind::Unsupported,
+                    format!("sharded wake-ups need Redis Cluster ({addr})"),
+                ))
+            }
         }
     }
 

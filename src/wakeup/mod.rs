@@ -289,7 +289,7 @@ impl Wakeup {
             }
         }
         // Waiters that block for a direct grant need no messages.
-        let mut listening = Listening::new(self, key);
+        let mut listening = Listening::new(self, key, deadline);
         if direct.is_none() || !self.backend.grants_directly() {
             listening.start();
         }
@@ -371,6 +371,13 @@ impl Wakeup {
         }
     }
 
+    /// How long a waiter waits for its subscription: the connect timeout,
+    /// and never past its own deadline.
+    fn subscribe_by(&self, deadline: Option<Instant>) -> Instant {
+        let limit = Instant::now() + self.backend.timeouts().connect;
+        deadline.map_or(limit, |d| d.min(limit))
+    }
+
     fn is_connected(&self) -> bool {
         lock(&self.shared.sub).connected
     }
@@ -378,7 +385,7 @@ impl Wakeup {
     /// Starts the subscriber on first use and waits (at most the connect
     /// timeout) until it listens, so that the retry after joining the queue
     /// happens with the subscription in place.
-    fn ensure_subscribed(&self) {
+    fn ensure_subscribed(&self, deadline: Option<Instant>) {
         let mut sub = lock(&self.shared.sub);
         if sub.connected {
             return;
@@ -396,7 +403,7 @@ impl Wakeup {
                 return;
             }
         }
-        let limit = Instant::now() + self.backend.timeouts().connect;
+        let limit = self.subscribe_by(deadline);
         while !sub.connected {
             let left = limit.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -475,37 +482,39 @@ impl Shared {
 struct Listening<'a> {
     wakeup: &'a Wakeup,
     key: &'a [u8],
+    /// The waiter's deadline, which no subscription outlasts.
+    deadline: Option<Instant>,
     started: bool,
     /// The shard channel joined, if sharded.
     channel: Option<Vec<u8>>,
 }
 
 impl<'a> Listening<'a> {
-    fn new(wakeup: &'a Wakeup, key: &'a [u8]) -> Listening<'a> {
+    fn new(wakeup: &'a Wakeup, key: &'a [u8], deadline: Option<Instant>) -> Listening<'a> {
         Listening {
             wakeup,
             key,
+            deadline,
             started: false,
             channel: None,
         }
     }
 
-    /// Subscribes, waiting at most the connect timeout for it to be live.
+    /// Subscribes, waiting at most the connect timeout (and never past the
+    /// deadline) for it to be live.
     fn start(&mut self) {
         self.started = true;
         let w = self.wakeup;
         if !w.backend.sharded() {
-            w.ensure_subscribed();
+            w.ensure_subscribed(self.deadline);
             return;
         }
-        let channel = self.channel.get_or_insert_with(|| {
+        if self.channel.is_none() {
             let channel = w.channel(self.key).into_owned();
             w.shared.shards.join(&channel);
-            channel
-        });
-        w.shared
-            .shards
-            .subscribe(&w.shared, &w.backend, channel, self.key);
+            self.channel = Some(channel);
+        }
+        self.renew();
     }
 
     /// Whether messages reach us now.
@@ -522,9 +531,10 @@ impl<'a> Listening<'a> {
         match &self.channel {
             Some(channel) => {
                 let w = self.wakeup;
+                let by = w.subscribe_by(self.deadline);
                 w.shared
                     .shards
-                    .subscribe(&w.shared, &w.backend, channel, self.key)
+                    .subscribe(&w.shared, &w.backend, channel, self.key, by)
             }
             None => false,
         }

@@ -139,18 +139,18 @@ impl Shards {
     }
 
     /// Subscribes to `channel` (of `key`) on the master serving its slot,
-    /// unless it is live or was refused a moment ago, and waits at most
-    /// the connect timeout for the confirmation: the caller looks again
-    /// once it is live, so no release after that look goes unheard.
-    /// Whether it is live.
+    /// unless it is live or was refused a moment ago, and waits until
+    /// `limit` at most (connecting included) for the confirmation: the
+    /// caller looks again once it is live, so no release after that look
+    /// goes unheard. Whether it is live.
     pub(super) fn subscribe(
         &self,
         shared: &Arc<Shared>,
         backend: &Arc<Backend>,
         channel: &[u8],
         key: &[u8],
+        limit: Instant,
     ) -> bool {
-        let limit = Instant::now() + backend.timeouts().connect;
         {
             let st = lock(&self.state);
             match st.channels.get(channel) {
@@ -164,7 +164,11 @@ impl Shards {
             return false;
         };
         if !self.has_link(&addr) {
-            match backend.shard_link(&addr) {
+            let connect = limit.saturating_duration_since(Instant::now());
+            if connect.is_zero() {
+                return false;
+            }
+            match backend.shard_link(&addr, connect) {
                 Ok((reader, writer)) => self.add_link(shared, backend, &addr, reader, writer),
                 Err(e) => {
                     log::debug!("redlease: no wake-up link to {addr}: {e}");
