@@ -2,6 +2,10 @@
 //! a waiter blocked in `wait` in another client returns. Reported as a
 //! ratio to the floor measured in the same run, interleaved: one raw PING
 //! round trip made after the same 5 ms idle (the machine's wake-up cost).
+//! Next to it, interleaved too, the same wake-up without the library: a
+//! one-line script that `PUBLISH`es, and a thread reading its own
+//! subscription, which returns on the message (no script logic, no thread
+//! hop: what any pub/sub wake-up costs on this machine).
 //!
 //! Run: `cargo bench --bench latch` (`REDLEASE_BENCH_QUICK=1` for a short
 //! smoke run).
@@ -37,8 +41,23 @@ fn main() {
             done_tx.send(Instant::now()).unwrap();
         }
     });
+    // The raw wake-up: a reader of its own subscription.
+    let mut sub = server.con();
+    let (raw_go_tx, raw_go_rx) = crossbeam_channel::bounded::<()>(1);
+    let (raw_done_tx, raw_done_rx) = crossbeam_channel::bounded::<Instant>(1);
+    let reader = std::thread::spawn(move || {
+        let mut ps = sub.as_pubsub();
+        ps.subscribe("bench:raw").unwrap();
+        while raw_go_rx.recv().is_ok() {
+            let _ = ps.get_message().unwrap();
+            raw_done_tx.send(Instant::now()).unwrap();
+        }
+    });
+    let publish = redis::Script::new("return redis.call('PUBLISH', KEYS[1], ARGV[1])");
+    let _: i64 = publish.key("bench:warm").arg("x").invoke(&mut raw).unwrap();
     let mut floor = Vec::with_capacity(rounds);
     let mut wake = Vec::with_capacity(rounds);
+    let mut bare = Vec::with_capacity(rounds);
     for i in 0..rounds {
         // Floor: one round trip after 5 ms idle.
         std::thread::sleep(Duration::from_millis(5));
@@ -56,11 +75,22 @@ fn main() {
         latch.count_down().unwrap();
         let returned = done_rx.recv_timeout(Duration::from_secs(40)).unwrap();
         wake.push(returned.saturating_duration_since(t));
+        // The same wake-up without the library.
+        raw_go_tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let t = Instant::now();
+        let _: i64 = publish.key("bench:raw").arg("x").invoke(&mut raw).unwrap();
+        let returned = raw_done_rx.recv_timeout(Duration::from_secs(40)).unwrap();
+        bare.push(returned.saturating_duration_since(t));
     }
     drop(go_tx);
     w.join().unwrap();
+    drop(raw_go_tx);
+    reader.join().unwrap();
     floor.sort();
     wake.sort();
+    bare.sort();
+    let b50 = percentile(&bare, 0.5);
     let f50 = percentile(&floor, 0.5);
     let (w50, w90, w99) = (
         percentile(&wake, 0.5),
@@ -83,11 +113,18 @@ fn main() {
         us(w99) / us(f50)
     );
     println!(
-        "{{\"bench\":\"latch\",\"floor_p50_us\":{:.1},\"wake_p50_us\":{:.1},\"wake_p99_us\":{:.1},\"wake_p50_ratio\":{:.2},\"wake_p99_ratio\":{:.2}}}",
+        "{:<44} {:>9.1} us   {:.2}x floor (no library: the floor of a pub/sub wake-up)",
+        "raw PUBLISH script -> subscriber returns, p50",
+        us(b50),
+        us(b50) / us(f50)
+    );
+    println!(
+        "{{\"bench\":\"latch\",\"floor_p50_us\":{:.1},\"wake_p50_us\":{:.1},\"wake_p99_us\":{:.1},\"wake_p50_ratio\":{:.2},\"wake_p99_ratio\":{:.2},\"raw_pubsub_p50_ratio\":{:.2}}}",
         us(f50),
         us(w50),
         us(w99),
         us(w50) / us(f50),
-        us(w99) / us(f50)
+        us(w99) / us(f50),
+        us(b50) / us(f50)
     );
 }
