@@ -214,7 +214,11 @@
 //! waiter died lapses after 500 ms. Other waits (readers behind a writer,
 //! latches, a server that refuses `BLPOP`) are woken by a message
 //! published on release, through one subscriber connection per client,
-//! and only while somebody waits. Threads of one client waiting for the
+//! and only while somebody waits. On a Redis 7 Cluster that message goes
+//! to a channel in the name's own slot (sharded pub/sub), so it crosses no
+//! cluster bus and reaches only the clients waiting on that name (the ACL
+//! needs `+spublish +ssubscribe +sunsubscribe`; without them, classic
+//! pub/sub). Threads of one client waiting for the
 //! same name queue in arrival order; at most `pool_size` of them block on
 //! a connection at once.
 //!
