@@ -141,7 +141,10 @@ fn main() {
         .replace("&myapp:redlease:wake*", "&myapp:redlease:wake")
         .replace(" +spublish +ssubscribe +sunsubscribe", "");
     let mut urls = Vec::new();
-    for (user, acl) in [("sharded", common::README_ACL.to_string()), ("classic", classic_acl)] {
+    for (user, acl) in [
+        ("sharded", common::README_ACL.to_string()),
+        ("classic", classic_acl),
+    ] {
         for p in &ports {
             let mut cmd = redis::cmd("ACL");
             cmd.arg("SETUSER").arg(user);
@@ -178,7 +181,10 @@ fn main() {
         println!(
             "{:<16} {:?}  ({})",
             user,
-            ratios[i].iter().map(|r| format!("{r:.2}x")).collect::<Vec<_>>(),
+            ratios[i]
+                .iter()
+                .map(|r| format!("{r:.2}x"))
+                .collect::<Vec<_>>(),
             detail[i].join("; ")
         );
     }

@@ -1145,3 +1145,246 @@ fn wake_ups_under_the_readme_acl_and_the_line_before_it() {
     }
     cluster.stop();
 }
+
+/// Whether the node at `port` answers for `name`'s slot, within 300 ms (a
+/// stopped node does not).
+fn serves(port: u16, name: &str) -> bool {
+    let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}/")) else {
+        return false;
+    };
+    let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(300)) else {
+        return false;
+    };
+    let _ = c.set_read_timeout(Some(Duration::from_millis(300)));
+    redis::cmd("EXISTS")
+        .arg(format!("{{{name}}}"))
+        .query::<i64>(&mut c)
+        .is_ok()
+}
+
+/// A client built while one master cannot answer for a moment (here
+/// `CLIENT PAUSE WRITE` on the master of the sharding probe's slot) decided
+/// "classic" for its whole life, while the others were sharded: releases of
+/// the one never reached waiters of the others, and the waiters returned
+/// `false` at their deadline, 5 s after the latch opened (found by an
+/// adversarial review). Only a definite answer decides now, from any seed.
+#[test]
+fn a_client_built_while_a_master_pauses_still_hears_the_others() {
+    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    let ports = ports(&cluster);
+    let (sharded, _) = sharded_clients(&ports);
+    let probe_owner = ports[owner(&ports, "redlease")];
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1500)
+        .arg("WRITE")
+        .query(&mut con(probe_owner))
+        .unwrap();
+    let urls: Vec<String> = ports
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{p}/"))
+        .collect();
+    let other = Client::builder()
+        .cluster(urls)
+        .response_timeout(Duration::from_millis(500))
+        .fallback_poll(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2)); // the pause is over
+    let name: &'static str = (0..100)
+        .map(|i| format!("cl:paused:{i}"))
+        .find(|n| ports[owner(&ports, n)] != probe_owner)
+        .map(|n| &*Box::leak(n.into_boxed_str()))
+        .unwrap();
+    for (releaser, waiter) in [(&other, &sharded), (&sharded, &other)] {
+        let latch = releaser.count_down_latch(name);
+        assert!(latch.try_set_count(1).unwrap());
+        let t = wait_on_latch(waiter, name);
+        std::thread::sleep(Duration::from_millis(800));
+        let at = Instant::now();
+        latch.count_down().unwrap();
+        let (opened, back) = t.join().unwrap();
+        assert!(opened);
+        assert!(back - at < Duration::from_secs(5), "{:?}", back - at);
+    }
+    cluster.stop();
+}
+
+/// The name's master stopped (SIGSTOP) and failed over while a client
+/// waited: its subscription sat on the stopped master, nothing told it, and
+/// the opening on the new master woke it only when the old one was
+/// resumed (found by an adversarial review). A link silent for a second is
+/// now asked for a PING; no answer within the response timeout gives it
+/// up, and the waiter subscribes where the slot is now.
+#[test]
+fn a_sharded_waiter_follows_its_master_failing_over() {
+    let mut cluster = RedisCluster::new(RedisClusterConfiguration::single_replica_config());
+    let ports = ports(&cluster);
+    let urls: Vec<String> = ports
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{p}/"))
+        .collect();
+    let make = || {
+        Client::builder()
+            .cluster(urls.clone())
+            .response_timeout(Duration::from_millis(500))
+            .connect_timeout(Duration::from_millis(500))
+            .fallback_poll(Duration::from_secs(60))
+            // The waiter looks again when its link is given up, and rides
+            // out the failover.
+            .outage_tolerance(Duration::from_secs(50))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (make(), make());
+    let name = "cl:sharded-failover";
+    let channel = format!("redlease:wake:{{{name}}}");
+    let m = owner(&ports, name);
+    let latch = a.count_down_latch(name);
+    assert!(latch.try_set_count(1).unwrap());
+    let w = b.clone();
+    let t = std::thread::spawn(move || {
+        let opened = w
+            .count_down_latch(name)
+            .wait_timeout(Duration::from_secs(60))
+            .unwrap();
+        (opened, Instant::now())
+    });
+    assert!(common::eventually(Duration::from_secs(5), || {
+        shard_subscribers(ports[m], &channel) == 1
+    }));
+    let pid = cluster.servers[m].process.id() as i32;
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let failed_over = common::eventually(Duration::from_secs(40), || {
+        (0..ports.len()).any(|i| i != m && serves(ports[i], name))
+    });
+    // Count down on the new master (retried through the failover).
+    let mut counted = None;
+    for _ in 0..100 {
+        if latch.count_down().is_ok() {
+            counted = Some(Instant::now());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let woken = common::eventually(Duration::from_secs(10), || t.is_finished());
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let (opened, back) = t.join().unwrap();
+    cluster.stop();
+    assert!(failed_over, "no replica took over");
+    let counted = counted.expect("the count-down never ran on the new master");
+    assert!(woken && opened, "the opening did not wake the waiter");
+    assert!(
+        back.saturating_duration_since(counted) < Duration::from_secs(5),
+        "woken {:?} after the opening",
+        back.saturating_duration_since(counted)
+    );
+}
+
+/// How many times the library logged a request its wake-up connection
+/// refused.
+static REFUSALS_LOGGED: AtomicUsize = AtomicUsize::new(0);
+
+struct RefusalCounter;
+
+impl log::Log for RefusalCounter {
+    fn enabled(&self, _: &log::Metadata) -> bool {
+        true
+    }
+
+    fn log(&self, record: &log::Record) {
+        let text = record.args().to_string();
+        // (The wording before the fix was "SSUBSCRIBE refused".)
+        let refusal = text.contains("refused a request") || text.contains("SSUBSCRIBE refused");
+        if record.target().starts_with("redlease") && refusal {
+            REFUSALS_LOGGED.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+/// A slot left a master while a client's last waiter on one of its names
+/// was leaving: the master's own `sunsubscribe` was taken for the reply to
+/// our SUNSUBSCRIBE, and the real reply (`-MOVED`) for the reply to the
+/// next request on that connection, another name's SSUBSCRIBE, which the
+/// server had accepted. That name was then believed unsubscribed, its last
+/// waiter left without SUNSUBSCRIBE, and the subscription stayed on the
+/// master (found by an adversarial review). An error reply now gives the
+/// connection up, with every subscription on it.
+#[test]
+fn a_moved_unsubscription_leaves_no_subscription_behind() {
+    let _ = log::set_logger(&RefusalCounter);
+    log::set_max_level(log::LevelFilter::Debug);
+    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    let ports = ports(&cluster);
+    let addrs: Vec<(String, u16)> = ports.iter().map(|p| ("127.0.0.1".into(), *p)).collect();
+    let (a, b) = sharded_clients(&ports);
+    // Three names on one master.
+    let first = owner(&ports, "cl:mv:0");
+    let same: Vec<&'static str> = (0..400)
+        .map(|i| format!("cl:mv:{i}"))
+        .filter(|n| owner(&ports, n) == first)
+        .take(3)
+        .map(|n| &*Box::leak(n.into_boxed_str()))
+        .collect();
+    let (x, c, d) = (same[0], same[1], same[2]);
+    let master = ports[first];
+    for n in [x, c, d] {
+        assert!(a.count_down_latch(n).try_set_count(1).unwrap());
+    }
+    let channel = |n: &str| format!("redlease:wake:{{{n}}}");
+    let (b0, b1) = (b.clone(), b.clone());
+    let w0 = std::thread::spawn(move || {
+        b0.count_down_latch(x)
+            .wait_timeout(Duration::from_secs(40))
+            .unwrap()
+    });
+    let w1 = std::thread::spawn(move || {
+        b1.count_down_latch(c)
+            .wait_timeout(Duration::from_secs(40))
+            .unwrap()
+    });
+    assert!(common::eventually(Duration::from_secs(5), || {
+        shard_subscribers(master, &channel(x)) == 1 && shard_subscribers(master, &channel(c)) == 1
+    }));
+    // Back the link's reader up with messages on X's channel, so that
+    // what follows reaches it in one batch.
+    let mut flood = redis::pipe();
+    for _ in 0..250_000 {
+        flood
+            .cmd("SPUBLISH")
+            .arg(channel(x))
+            .arg("zz:none")
+            .ignore();
+    }
+    let mut fc = con(master);
+    fc.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let () = flood.query(&mut fc).unwrap();
+    // C's slot leaves the master; C opens from the waiter's own client, so
+    // its waiter leaves and unsubscribes after the slot left (-MOVED).
+    move_slot(&addrs, c);
+    b.count_down_latch(c).count_down().unwrap();
+    assert!(w1.join().unwrap());
+    // Another name of the master is waited on meanwhile, and opens as soon
+    // as the reader has met the `-MOVED`.
+    let b2 = b.clone();
+    let w2 = std::thread::spawn(move || {
+        b2.count_down_latch(d)
+            .wait_timeout(Duration::from_secs(30))
+            .unwrap()
+    });
+    assert!(common::eventually(Duration::from_secs(20), || {
+        REFUSALS_LOGGED.load(Ordering::SeqCst) > 0
+    }));
+    a.count_down_latch(d).count_down().unwrap();
+    assert!(w2.join().unwrap());
+    // Nobody waits on D any more: nobody listens.
+    let left = common::eventually(Duration::from_secs(5), || {
+        shard_subscribers(master, &channel(d)) == 0
+    });
+    a.count_down_latch(x).count_down().unwrap();
+    assert!(w0.join().unwrap());
+    cluster.stop();
+    assert!(left, "D's subscription outlived its last waiter");
+}

@@ -246,6 +246,23 @@ impl Masters {
     }
 }
 
+/// What a `SPUBLISH` probe's reply says about sharded pub/sub: `Some(true)`
+/// when the server knows the command and lets us use it (it ran, or was
+/// redirected), `Some(false)` when it refuses it (unknown command, ACL),
+/// `None` when it could not answer now.
+fn sharding_answer(reply: &redis::RedisResult<i64>) -> Option<bool> {
+    let e = match reply {
+        Ok(_) => return Some(true),
+        Err(e) => e,
+    };
+    match e.code() {
+        Some(code) if redirected(code) => Some(true),
+        Some("NOPERM") => Some(false),
+        Some("ERR") if e.detail().is_some_and(|d| d.contains("unknown command")) => Some(false),
+        _ => None,
+    }
+}
+
 /// Whether an error code says the command went to the wrong node, or to
 /// a cluster in flux: it did not run there.
 fn redirected(code: &str) -> bool {
@@ -617,9 +634,19 @@ impl ClusterLeader {
         keys: &[&[u8]],
         args: &[&[u8]],
     ) -> Result<T> {
-        // The cluster connection itself reconnects and retries moved or
-        // dropped calls; these scripts are harmless to repeat.
-        self.routed(|con| lua.call(keys, args).invoke(con))
+        // On the key's master over our own connection, as grants go: the
+        // cluster connection keeps routing to a master that stopped
+        // answering (a timeout is no redirect), so after a failover its
+        // calls kept failing until it read the slots again, while our map
+        // is read again within a second. These scripts are harmless to
+        // repeat: the cluster connection takes them where our map is
+        // stale, or the master redirects.
+        let routed = || self.routed(|con| lua.call(keys, args).invoke(con));
+        let Some(node) = keys.first().and_then(|k| self.masters.master_of(k)) else {
+            return routed();
+        };
+        let outcome = node.eval(lua, keys, args);
+        self.on_master(&node, outcome, routed)
     }
 
     pub(crate) fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
@@ -688,27 +715,64 @@ impl ClusterLeader {
         }
     }
 
-    /// Decides whether wake-ups go over sharded pub/sub: where the cluster
-    /// takes a `SPUBLISH` on a shard channel under `base` (Redis 7, and an
+    /// Decides whether wake-ups go over sharded pub/sub: where the servers
+    /// take a `SPUBLISH` on a shard channel under `base` (Redis 7, and an
     /// ACL that allows it), and a subscriber connection can be ours on
     /// plain TCP, one thread reading it while others subscribe on it (see
-    /// `Wire::split`). Otherwise classic pub/sub, as before: every client
-    /// of one deployment (same servers, same ACL) decides alike, so
-    /// publishers and subscribers agree. The probe message has no
-    /// subscriber and, being sharded, crosses no bus.
+    /// `Wire::split`). Otherwise classic pub/sub, as before. Every client
+    /// of one deployment (same servers, same ACL) must decide alike, so
+    /// that publishers and subscribers agree: only a definite answer
+    /// counts. The probe goes to each seed in turn until one gives one: the
+    /// command ran, or was redirected (`MOVED`, `ASK`, `CLUSTERDOWN`,
+    /// `TRYAGAIN` come after the command and ACL checks), or was refused
+    /// (unknown command, `NOPERM`); a seed that cannot answer now (down,
+    /// slow, loading, paused) decides nothing. If none answers within a
+    /// few rounds, Redis 7 is assumed, with a warning. The probe message
+    /// has no subscriber and, being sharded, crosses no bus.
     pub(crate) fn detect_sharding(&self, base: &[u8]) {
         let plain = self.seeds.iter().all(|s| {
             let info = s.get_connection_info();
             matches!(info.addr(), redis::ConnectionAddr::Tcp(..))
                 && !info.redis_settings().protocol().supports_resp3()
         });
-        let probe = [base, b":{redlease}"].concat();
-        let takes = plain
-            && self
-                .routed(|con| redis::cmd("SPUBLISH").arg(&probe).arg("").query::<i64>(con))
-                .is_ok();
+        let decided = if plain {
+            self.probe_sharding(&[base, b":{redlease}"].concat())
+        } else {
+            false
+        };
         self.sharded
-            .store(takes, std::sync::atomic::Ordering::Relaxed);
+            .store(decided, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn probe_sharding(&self, channel: &[u8]) -> bool {
+        let t = &self.masters.timeouts;
+        for round in 0..3 {
+            if round > 0 {
+                std::thread::sleep(Duration::from_millis(100 * round));
+            }
+            for seed in &self.seeds {
+                let Ok(mut con) = seed.get_connection_with_timeout(t.connect) else {
+                    continue;
+                };
+                if con.set_read_timeout(Some(t.response)).is_err()
+                    || con.set_write_timeout(Some(t.response)).is_err()
+                {
+                    continue;
+                }
+                let reply = redis::cmd("SPUBLISH")
+                    .arg(channel)
+                    .arg("")
+                    .query::<i64>(&mut con);
+                if let Some(sharded) = sharding_answer(&reply) {
+                    return sharded;
+                }
+            }
+        }
+        log::warn!(
+            "redlease: no cluster node answered whether it takes SPUBLISH; assuming Redis 7 \
+             (sharded wake-ups)"
+        );
+        true
     }
 
     /// Whether wake-ups go over sharded pub/sub (`SPUBLISH` to a channel

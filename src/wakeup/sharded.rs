@@ -40,6 +40,10 @@ use crate::backend::{Backend, Wire};
 const REFUSED_RETRY: Duration = Duration::from_secs(10);
 const MOVED_RETRY: Duration = Duration::from_secs(1);
 
+/// How long a link that carries subscriptions may stay silent before its
+/// master is asked whether it is still there.
+const PING_EVERY: Duration = Duration::from_secs(1);
+
 /// How long a link nobody uses stays open (the next wait on a name of
 /// that master would open it again).
 const LINK_IDLE: Duration = Duration::from_secs(30);
@@ -77,8 +81,18 @@ struct Channel {
 struct Link {
     id: u64,
     writer: TcpStream,
-    /// Requests whose replies are due, in order: (subscribe, channel).
-    pending: VecDeque<(bool, Vec<u8>)>,
+    /// Requests whose replies are due, in the order they were written:
+    /// the server answers in that order.
+    pending: VecDeque<Req>,
+}
+
+/// A request written on a link.
+#[derive(PartialEq)]
+enum Req {
+    Subscribe(Vec<u8>),
+    Unsubscribe(Vec<u8>),
+    /// Is the master still there? (see [`read_link`])
+    Ping,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -124,7 +138,7 @@ impl Shards {
                 // A failed write leaves the link to its reader, which
                 // finds it broken.
                 if send(&mut link.writer, "SUNSUBSCRIBE", channel).is_ok() {
-                    link.pending.push_back((false, channel.to_vec()));
+                    link.pending.push_back(Req::Unsubscribe(channel.to_vec()));
                 }
             }
         }
@@ -194,7 +208,7 @@ impl Shards {
                 let _ = link.writer.shutdown(Shutdown::Both);
                 return false;
             }
-            link.pending.push_back((true, channel.to_vec()));
+            link.pending.push_back(Req::Subscribe(channel.to_vec()));
         }
         // Wait for the reply (asked just now, or by another waiter).
         loop {
@@ -250,7 +264,7 @@ impl Shards {
             .spawn(move || read_link(shared2, backend2, addr2, id, reader));
         if let Err(e) = spawned {
             log::error!("redlease: cannot start a wake-up reader: {e}");
-            self.drop_link(shared, backend, addr, id);
+            self.drop_link(shared, backend, addr, id, None);
         }
     }
 
@@ -266,9 +280,17 @@ impl Shards {
         self.changed.notify_all();
     }
 
-    /// A link failed or its client is closing: its channels are no longer
-    /// live, and every waiter looks again (messages may have been lost).
-    fn drop_link(&self, shared: &Shared, backend: &Backend, addr: &Arc<str>, id: u64) {
+    /// A link failed, or is given up, or its client is closing: its
+    /// channels are no longer live (not asked for again for `retry`, if
+    /// given), and every waiter looks again (messages may have been lost).
+    fn drop_link(
+        &self,
+        shared: &Shared,
+        backend: &Backend,
+        addr: &Arc<str>,
+        id: u64,
+        retry: Option<Duration>,
+    ) {
         let mut st = lock(&self.state);
         if st.links.get(addr).is_some_and(|l| l.id == id) {
             if let Some(l) = st.links.remove(addr) {
@@ -280,6 +302,7 @@ impl Shards {
             if c.on.as_ref().is_some_and(|(a, i)| a == addr && *i == id) {
                 c.on = None;
                 c.live = false;
+                c.retry_at = retry.map(|r| Instant::now() + r);
                 lost = true;
             }
         }
@@ -291,72 +314,79 @@ impl Shards {
         }
     }
 
-    /// One value read from link `id` to `addr`.
-    fn on_value(&self, shared: &Shared, backend: &Backend, addr: &Arc<str>, id: u64, v: Value) {
+    /// One value read from link `id` to `addr`; what the link does next.
+    fn on_value(&self, shared: &Shared, addr: &Arc<str>, id: u64, v: Value) -> Flow {
+        let event = Event::of(v);
+        if let Event::Message(payload) = &event {
+            shared.dispatch(payload);
+            return Flow::Go;
+        }
+        let mut st = lock(&self.state);
+        let State {
+            channels,
+            links,
+            refusal_logged,
+        } = &mut *st;
+        let Some(link) = links.get_mut(addr).filter(|l| l.id == id) else {
+            return Flow::Drop(None);
+        };
         let ours = |c: &Channel| c.on.as_ref().is_some_and(|(a, i)| a == addr && *i == id);
-        match Event::of(v) {
-            Event::Message(payload) => shared.dispatch(&payload),
-            Event::Subscribed(channel) => {
-                let mut st = lock(&self.state);
-                if let Some(link) = st.links.get_mut(addr).filter(|l| l.id == id) {
-                    take(&mut link.pending, true, &channel);
-                }
-                if let Some(c) = st.channels.get_mut(&channel).filter(|c| ours(c)) {
+        // Replies come in the order of the requests; a `sunsubscribe` that
+        // is not the next reply is the server's own (the slot left).
+        let next = link.pending.front();
+        match event {
+            Event::Subscribed(channel) if next == Some(&Req::Subscribe(channel.clone())) => {
+                link.pending.pop_front();
+                if let Some(c) = channels.get_mut(&channel).filter(|c| ours(c)) {
                     c.live = true;
                     c.retry_at = None;
                 }
                 drop(st);
                 self.changed.notify_all();
+                Flow::Go
+            }
+            Event::Unsubscribed(channel) if next == Some(&Req::Unsubscribe(channel.clone())) => {
+                link.pending.pop_front();
+                Flow::Go
+            }
+            Event::Pong if next == Some(&Req::Ping) => {
+                link.pending.pop_front();
+                Flow::Go
             }
             Event::Unsubscribed(channel) => {
-                let mut st = lock(&self.state);
-                if let Some(link) = st.links.get_mut(addr).filter(|l| l.id == id) {
-                    if take(&mut link.pending, false, &channel) {
-                        return; // our own unsubscription
-                    }
-                }
-                // The server's own: the slot moved away from this master.
-                // Subscribe again where it is now.
-                let Some(c) = st.channels.get_mut(&channel).filter(|c| ours(c)) else {
-                    return;
+                // Subscribe again where the slot is now.
+                let Some(c) = channels.get_mut(&channel).filter(|c| ours(c)) else {
+                    return Flow::Go;
                 };
                 c.on = None;
                 c.live = false;
                 drop(st);
-                backend.shard_moved();
-                shared.notify_all();
+                self.changed.notify_all();
+                Flow::Moved
             }
             Event::Refused(e) => {
-                // The reply to the oldest request still due.
-                let mut st = lock(&self.state);
-                let first = st
-                    .links
-                    .get_mut(addr)
-                    .filter(|l| l.id == id)
-                    .and_then(|l| l.pending.pop_front());
-                let Some((true, channel)) = first else {
-                    return; // an unsubscription: the channel is gone anyway
-                };
+                // Which request it answers cannot always be told (a `MOVED`
+                // to an unsubscription may follow the server's own
+                // `sunsubscribe` of the same channel), so the link is given
+                // up, and its subscriptions with it: their waiters
+                // subscribe again on a new link, after a pause. An ACL
+                // refusal will not change soon; a moved slot shows in the
+                // slot map once read again.
                 let refused = e.code() == "NOPERM";
-                if refused && !std::mem::replace(&mut st.refusal_logged, true) {
+                if refused && !std::mem::replace(refusal_logged, true) {
                     log::warn!(
-                        "redlease: the server refuses the wake-up channel {:?} ({}); waiters poll \
-                         instead (slower). Allow the channel, as the README's ACL line does",
-                        String::from_utf8_lossy(&channel),
+                        "redlease: the server refuses a wake-up channel ({}); waiters poll \
+                         instead (slower). Allow the channels, as the README's ACL line does",
                         e.details().unwrap_or(e.code())
                     );
                 } else {
-                    log::debug!("redlease: SSUBSCRIBE refused on {addr}: {e:?}");
+                    log::debug!("redlease: wake-up link to {addr} refused a request: {e:?}");
                 }
-                drop(st);
-                if !refused {
-                    backend.shard_moved();
-                }
-                let wait = if refused { REFUSED_RETRY } else { MOVED_RETRY };
-                self.refuse(&channel, wait);
-                shared.notify_all();
+                Flow::Drop(Some(if refused { REFUSED_RETRY } else { MOVED_RETRY }))
             }
-            Event::Other => {}
+            // Anything else out of order: the link cannot be trusted.
+            Event::Subscribed(_) | Event::Pong => Flow::Drop(None),
+            Event::Message(_) | Event::Other => Flow::Go,
         }
     }
 
@@ -373,8 +403,18 @@ enum Event {
     Message(Vec<u8>),
     Subscribed(Vec<u8>),
     Unsubscribed(Vec<u8>),
+    Pong,
     Refused(redis::ServerError),
     Other,
+}
+
+/// What a link's reader does after a value.
+enum Flow {
+    Go,
+    /// A subscription moved away: read the slot map again.
+    Moved,
+    /// Give the link up (its channels not asked for again for a while).
+    Drop(Option<Duration>),
 }
 
 impl Event {
@@ -397,23 +437,9 @@ impl Event {
             },
             b"ssubscribe" => Event::Subscribed(channel),
             b"sunsubscribe" => Event::Unsubscribed(channel),
+            b"pong" => Event::Pong,
             _ => Event::Other,
         }
-    }
-}
-
-/// Removes the first pending request of this kind for `channel`; whether
-/// there was one.
-fn take(pending: &mut VecDeque<(bool, Vec<u8>)>, subscribe: bool, channel: &[u8]) -> bool {
-    match pending
-        .iter()
-        .position(|(s, c)| *s == subscribe && c == channel)
-    {
-        Some(i) => {
-            pending.remove(i);
-            true
-        }
-        None => false,
     }
 }
 
@@ -424,7 +450,11 @@ fn send(writer: &mut TcpStream, command: &str, channel: &[u8]) -> std::io::Resul
 }
 
 /// A link's reader thread: dispatches messages and replies until the link
-/// fails or the client is dropped.
+/// fails or the client is dropped. While the link carries subscriptions,
+/// a link silent for [`PING_EVERY`] is asked for a `PING`: a master that
+/// does not answer within the response timeout (stopped, cut off, failed
+/// over) is given up, so that its waiters look again and subscribe where
+/// their slots are now, instead of sleeping until their fallback poll.
 fn read_link(
     shared: Arc<Shared>,
     backend: Arc<Backend>,
@@ -433,23 +463,53 @@ fn read_link(
     mut reader: Wire,
 ) {
     let shards = &shared.shards;
+    let response = backend.timeouts().response;
     let mut unused_since: Option<Instant> = None;
+    let mut heard = Instant::now();
+    let mut pinged: Option<Instant> = None;
+    let mut retry = None;
     while !shared.shutdown.load(Ordering::Acquire) {
         match reader.next_push(SUBSCRIBER_TICK) {
-            Ok(Some(v)) => shards.on_value(&shared, &backend, &addr, id, v),
+            Ok(Some(v)) => {
+                heard = Instant::now();
+                pinged = None;
+                match shards.on_value(&shared, &addr, id, v) {
+                    Flow::Go => {}
+                    Flow::Moved => {
+                        backend.shard_moved();
+                        shared.notify_all();
+                    }
+                    Flow::Drop(wait) => {
+                        retry = wait;
+                        break;
+                    }
+                }
+            }
             Ok(None) => {
-                // A link nobody has used for a while is closed.
-                let st = lock(&shards.state);
+                if pinged.is_some_and(|at| at.elapsed() >= response) {
+                    log::debug!("redlease: wake-up link to {addr} went silent");
+                    break;
+                }
+                let mut st = lock(&shards.state);
                 let used = st
                     .channels
                     .values()
-                    .any(|c| c.on.as_ref().is_some_and(|(a, i)| *a == addr && *i == id))
-                    || st
-                        .links
-                        .get(&addr)
-                        .is_some_and(|l| l.id == id && !l.pending.is_empty());
+                    .any(|c| c.on.as_ref().is_some_and(|(a, i)| *a == addr && *i == id));
+                let Some(link) = st.links.get_mut(&addr).filter(|l| l.id == id) else {
+                    break;
+                };
+                let busy = used || !link.pending.is_empty();
+                if used && pinged.is_none() && heard.elapsed() >= PING_EVERY {
+                    let ping = redis::cmd("PING").get_packed_command();
+                    if link.writer.write_all(&ping).is_err() {
+                        break;
+                    }
+                    link.pending.push_back(Req::Ping);
+                    pinged = Some(Instant::now());
+                }
                 drop(st);
-                if used {
+                // A link nobody has used for a while is closed.
+                if busy {
                     unused_since = None;
                 } else if unused_since.get_or_insert_with(Instant::now).elapsed() >= LINK_IDLE {
                     break;
@@ -461,5 +521,5 @@ fn read_link(
             }
         }
     }
-    shards.drop_link(&shared, &backend, &addr, id);
+    shards.drop_link(&shared, &backend, &addr, id, retry);
 }
