@@ -153,7 +153,11 @@ impl Masters {
             }
         }
         for node in known.into_iter().chain(seeds).chain(suspects.clone()) {
-            let Ok(reply) = node.query::<Value>(redis::cmd("CLUSTER").arg("SLOTS")) else {
+            // Each node within a response timeout: a stopped one must not
+            // hold up everyone waiting for the map.
+            let asked =
+                node.query::<Value>(redis::cmd("CLUSTER").arg("SLOTS"), Some(Instant::now()));
+            let Ok(reply) = asked else {
                 continue;
             };
             let Some(ranges) = parse_slots(reply) else {
@@ -645,7 +649,10 @@ impl ClusterLeader {
         let Some(node) = keys.first().and_then(|k| self.masters.master_of(k)) else {
             return routed();
         };
-        let outcome = node.eval(lua, keys, args);
+        // Within one response timeout, a new connection's setup included,
+        // as through the cluster connection.
+        let until = Instant::now() + self.response;
+        let outcome = within(until, || node.eval(lua, keys, args, Some(Instant::now())));
         self.on_master(&node, outcome, routed)
     }
 
@@ -809,8 +816,20 @@ impl ClusterLeader {
         })
     }
 
-    /// A shard channel moved or its master failed: the slot map is to be
-    /// read again.
+    /// The master at `addr` did not answer a subscriber connection: the
+    /// slot map is to be read again, asking it last.
+    pub(crate) fn shard_failed(&self, addr: &str) {
+        let node = {
+            let state = self.masters.state.lock().unwrap_or_else(|p| p.into_inner());
+            state.nodes.get(addr).cloned()
+        };
+        match node {
+            Some(node) => self.masters.suspect(&node),
+            None => self.shard_moved(),
+        }
+    }
+
+    /// A shard channel moved: the slot map is to be read again.
     pub(crate) fn shard_moved(&self) {
         self.masters
             .state

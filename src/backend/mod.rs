@@ -404,13 +404,23 @@ impl Backend {
         }
     }
 
-    /// A shard channel moved, or its master failed: the slot map is read
-    /// again before the next subscription.
+    /// A shard channel moved: the slot map is read again before the next
+    /// subscription.
     pub(crate) fn shard_moved(&self) {
         #[cfg(feature = "cluster")]
         if let Kind::Cluster(c) = &self.kind {
             c.shard_moved();
         }
+    }
+
+    /// The master at `addr` did not answer a subscriber connection: the
+    /// slot map is read again, asking it last.
+    pub(crate) fn shard_failed(&self, addr: &str) {
+        #[cfg(feature = "cluster")]
+        if let Kind::Cluster(c) = &self.kind {
+            c.shard_failed(addr);
+        }
+        let _ = addr;
     }
 
     /// Runs one script on the key's leader, tried again on a fresh
@@ -424,7 +434,7 @@ impl Backend {
     ) -> Result<T> {
         let place = &self.place;
         (match &self.kind {
-            Kind::Single(node) => node.eval(lua, keys, args),
+            Kind::Single(node) => node.eval(lua, keys, args, None),
             #[cfg(feature = "cluster")]
             Kind::Cluster(c) => c.eval(lua, keys, args),
             Kind::Redlock(_) => Err(unsupported()),
@@ -436,7 +446,7 @@ impl Backend {
     pub(crate) fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
         let place = &self.place;
         (match &self.kind {
-            Kind::Single(node) => node.query(cmd),
+            Kind::Single(node) => node.query(cmd, None),
             #[cfg(feature = "cluster")]
             Kind::Cluster(c) => c.query(cmd),
             Kind::Redlock(_) => Err(unsupported()),

@@ -519,16 +519,18 @@ impl Node {
     /// A script call that is harmless to repeat (a read, or a clean-up):
     /// tried once more on a fresh connection if the first was found dropped
     /// (every pooled connection is stale after a server restart).
+    /// A connection is waited for as [`Node::conn`] says for `deadline`.
     pub(crate) fn eval<T: FromRedisValue>(
         &self,
         lua: &crate::scripts::Lua,
         keys: &[&[u8]],
         args: &[&[u8]],
+        deadline: Option<Instant>,
     ) -> Result<T> {
         let inv = lua.call(keys, args);
         let mut last = None;
         for _ in 0..2 {
-            let mut con = self.conn(None)?;
+            let mut con = self.conn(deadline)?;
             match inv.invoke(&mut *con) {
                 Ok(v) => return Ok(v),
                 Err(e) => {
@@ -828,8 +830,14 @@ impl Node {
         }
     }
 
-    pub(crate) fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
-        let mut con = self.conn(None)?;
+    /// One command; a connection is waited for as [`Node::conn`] says for
+    /// `deadline`.
+    pub(crate) fn query<T: FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        deadline: Option<Instant>,
+    ) -> Result<T> {
+        let mut con = self.conn(deadline)?;
         cmd.query(&mut *con).map_err(|e| {
             self.failed(&mut con, &e);
             e.into()

@@ -33,11 +33,12 @@ use redis::Value;
 use super::{Shared, SUBSCRIBER_TICK};
 use crate::backend::{Backend, Wire};
 
-/// How long a channel whose subscription failed is not asked for again
-/// (its waiters poll meanwhile): an ACL refusal will not change soon; a
-/// moved slot is found once the slot map is read again (at most once a
-/// second).
+/// How long a channel is not asked for again (its waiters poll meanwhile)
+/// after an ACL refused it: that will not change soon.
 const REFUSED_RETRY: Duration = Duration::from_secs(10);
+
+/// ... and after its master could not be reached: the slot map is read
+/// again meanwhile (at most once a second).
 const MOVED_RETRY: Duration = Duration::from_secs(1);
 
 /// How long a link that carries subscriptions may stay silent before its
@@ -186,7 +187,7 @@ impl Shards {
                 Ok((reader, writer)) => self.add_link(shared, backend, &addr, reader, writer),
                 Err(e) => {
                     log::debug!("redlease: no wake-up link to {addr}: {e}");
-                    backend.shard_moved();
+                    backend.shard_failed(&addr);
                     self.refuse(channel, MOVED_RETRY);
                     return false;
                 }
@@ -264,7 +265,7 @@ impl Shards {
             .spawn(move || read_link(shared2, backend2, addr2, id, reader));
         if let Err(e) = spawned {
             log::error!("redlease: cannot start a wake-up reader: {e}");
-            self.drop_link(shared, backend, addr, id, None);
+            self.drop_link(shared, backend, addr, id, false);
         }
     }
 
@@ -280,16 +281,18 @@ impl Shards {
         self.changed.notify_all();
     }
 
-    /// A link failed, or is given up, or its client is closing: its
-    /// channels are no longer live (not asked for again for `retry`, if
-    /// given), and every waiter looks again (messages may have been lost).
+    /// A link failed (`failed`: its master did not answer), or is given
+    /// up, or its client is closing: its channels are no longer live, and
+    /// every waiter looks again (messages may have been lost) and
+    /// subscribes anew once the slot map has been read again (asking a
+    /// master that failed last, so that it holds nobody up).
     fn drop_link(
         &self,
         shared: &Shared,
         backend: &Backend,
         addr: &Arc<str>,
         id: u64,
-        retry: Option<Duration>,
+        failed: bool,
     ) {
         let mut st = lock(&self.state);
         if st.links.get(addr).is_some_and(|l| l.id == id) {
@@ -302,16 +305,20 @@ impl Shards {
             if c.on.as_ref().is_some_and(|(a, i)| a == addr && *i == id) {
                 c.on = None;
                 c.live = false;
-                c.retry_at = retry.map(|r| Instant::now() + r);
                 lost = true;
             }
         }
         drop(st);
         self.changed.notify_all();
-        if lost && !shared.shutdown.load(Ordering::Acquire) {
-            backend.shard_moved();
-            shared.notify_all();
+        if !lost || shared.shutdown.load(Ordering::Acquire) {
+            return;
         }
+        if failed {
+            backend.shard_failed(addr);
+        } else {
+            backend.shard_moved();
+        }
+        shared.notify_all();
     }
 
     /// One value read from link `id` to `addr`; what the link does next.
@@ -328,7 +335,7 @@ impl Shards {
             refusal_logged,
         } = &mut *st;
         let Some(link) = links.get_mut(addr).filter(|l| l.id == id) else {
-            return Flow::Drop(None);
+            return Flow::Drop(false);
         };
         let ours = |c: &Channel| c.on.as_ref().is_some_and(|(a, i)| a == addr && *i == id);
         // Replies come in the order of the requests; a `sunsubscribe` that
@@ -365,27 +372,37 @@ impl Shards {
                 Flow::Moved
             }
             Event::Refused(e) => {
-                // Which request it answers cannot always be told (a `MOVED`
-                // to an unsubscription may follow the server's own
-                // `sunsubscribe` of the same channel), so the link is given
-                // up, and its subscriptions with it: their waiters
-                // subscribe again on a new link, after a pause. An ACL
-                // refusal will not change soon; a moved slot shows in the
-                // slot map once read again.
                 let refused = e.code() == "NOPERM";
-                if refused && !std::mem::replace(refusal_logged, true) {
-                    log::warn!(
-                        "redlease: the server refuses a wake-up channel ({}); waiters poll \
-                         instead (slower). Allow the channels, as the README's ACL line does",
-                        e.details().unwrap_or(e.code())
-                    );
-                } else {
-                    log::debug!("redlease: wake-up link to {addr} refused a request: {e:?}");
+                if refused && matches!(next, Some(Req::Subscribe(_))) {
+                    // An ACL refusal answers a subscription, and nothing
+                    // else we send: this one. It will not change soon; the
+                    // link and its other channels are fine.
+                    let Some(Req::Subscribe(channel)) = link.pending.pop_front() else {
+                        return Flow::Drop(false);
+                    };
+                    if !std::mem::replace(refusal_logged, true) {
+                        log::warn!(
+                            "redlease: the server refuses the wake-up channel {:?} ({}); waiters \
+                             poll instead (slower). Allow the channels, as the README's ACL line does",
+                            String::from_utf8_lossy(&channel),
+                            e.details().unwrap_or(e.code())
+                        );
+                    }
+                    drop(st);
+                    self.refuse(&channel, REFUSED_RETRY);
+                    return Flow::Go;
                 }
-                Flow::Drop(Some(if refused { REFUSED_RETRY } else { MOVED_RETRY }))
+                // Which request anything else answers cannot always be told
+                // (a `MOVED` to an unsubscription may follow the server's
+                // own `sunsubscribe` of the same channel), so the link is
+                // given up, and its subscriptions with it: their waiters
+                // subscribe again on a new link once the slot map has been
+                // read again.
+                log::debug!("redlease: wake-up link to {addr} refused a request: {e:?}");
+                Flow::Drop(false)
             }
             // Anything else out of order: the link cannot be trusted.
-            Event::Subscribed(_) | Event::Pong => Flow::Drop(None),
+            Event::Subscribed(_) | Event::Pong => Flow::Drop(false),
             Event::Message(_) | Event::Other => Flow::Go,
         }
     }
@@ -413,8 +430,8 @@ enum Flow {
     Go,
     /// A subscription moved away: read the slot map again.
     Moved,
-    /// Give the link up (its channels not asked for again for a while).
-    Drop(Option<Duration>),
+    /// Give the link up (`true`: its master failed).
+    Drop(bool),
 }
 
 impl Event {
@@ -452,8 +469,8 @@ fn send(writer: &mut TcpStream, command: &str, channel: &[u8]) -> std::io::Resul
 /// A link's reader thread: dispatches messages and replies until the link
 /// fails or the client is dropped. While the link carries subscriptions,
 /// a link silent for [`PING_EVERY`] is asked for a `PING`: a master that
-/// does not answer within the response timeout (stopped, cut off, failed
-/// over) is given up, so that its waiters look again and subscribe where
+/// does not answer within the response timeout, and at least a second
+/// (stopped, cut off, failed over), is given up, so that its waiters look again and subscribe where
 /// their slots are now, instead of sleeping until their fallback poll.
 fn read_link(
     shared: Arc<Shared>,
@@ -463,11 +480,13 @@ fn read_link(
     mut reader: Wire,
 ) {
     let shards = &shared.shards;
-    let response = backend.timeouts().response;
+    // A master busy for a moment (a slow command, a fork) is not a failed
+    // one: it gets at least a second to answer.
+    let patience = backend.timeouts().response.max(PING_EVERY);
     let mut unused_since: Option<Instant> = None;
     let mut heard = Instant::now();
     let mut pinged: Option<Instant> = None;
-    let mut retry = None;
+    let mut failed = true;
     while !shared.shutdown.load(Ordering::Acquire) {
         match reader.next_push(SUBSCRIBER_TICK) {
             Ok(Some(v)) => {
@@ -479,14 +498,14 @@ fn read_link(
                         backend.shard_moved();
                         shared.notify_all();
                     }
-                    Flow::Drop(wait) => {
-                        retry = wait;
+                    Flow::Drop(master_failed) => {
+                        failed = master_failed;
                         break;
                     }
                 }
             }
             Ok(None) => {
-                if pinged.is_some_and(|at| at.elapsed() >= response) {
+                if pinged.is_some_and(|at| at.elapsed() >= patience) {
                     log::debug!("redlease: wake-up link to {addr} went silent");
                     break;
                 }
@@ -496,6 +515,7 @@ fn read_link(
                     .values()
                     .any(|c| c.on.as_ref().is_some_and(|(a, i)| *a == addr && *i == id));
                 let Some(link) = st.links.get_mut(&addr).filter(|l| l.id == id) else {
+                    failed = false;
                     break;
                 };
                 let busy = used || !link.pending.is_empty();
@@ -512,6 +532,7 @@ fn read_link(
                 if busy {
                     unused_since = None;
                 } else if unused_since.get_or_insert_with(Instant::now).elapsed() >= LINK_IDLE {
+                    failed = false;
                     break;
                 }
             }
@@ -521,5 +542,6 @@ fn read_link(
             }
         }
     }
-    shards.drop_link(&shared, &backend, &addr, id, retry);
+    // (A client being dropped ends here too; nothing is asked then.)
+    shards.drop_link(&shared, &backend, &addr, id, failed);
 }
