@@ -146,12 +146,7 @@ fn main() {
         ("classic", classic_acl),
     ] {
         for p in &ports {
-            let mut cmd = redis::cmd("ACL");
-            cmd.arg("SETUSER").arg(user);
-            for part in acl.split_whitespace() {
-                cmd.arg(part);
-            }
-            let _: () = cmd.query(&mut con(*p)).unwrap();
+            common::set_acl_user(&mut con(*p), user, &acl);
         }
         urls.push(
             ports

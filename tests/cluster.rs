@@ -518,6 +518,14 @@ fn con(port: u16) -> redis::Connection {
         .unwrap()
 }
 
+/// The nodes' URLs.
+fn urls_of(ports: &[u16]) -> Vec<String> {
+    ports
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{p}/"))
+        .collect()
+}
+
 fn ports(cluster: &RedisCluster) -> Vec<u16> {
     cluster
         .iter_servers()
@@ -610,10 +618,7 @@ fn a_count_down_whose_reply_is_lost_is_never_run_twice() {
 fn a_slot_in_migration_refuses_a_try_within_its_deadline() {
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
     let ports = ports(&cluster);
-    let urls: Vec<String> = ports
-        .iter()
-        .map(|p| format!("redis://127.0.0.1:{p}/"))
-        .collect();
+    let urls = urls_of(&ports);
     let response = Duration::from_millis(300);
     let urls_held = urls.clone();
     let c = Client::builder()
@@ -721,10 +726,7 @@ fn owner(ports: &[u16], name: &str) -> usize {
 fn a_stopped_master_bounds_try_acquire() {
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
     let ports = ports(&cluster);
-    let urls: Vec<String> = ports
-        .iter()
-        .map(|p| format!("redis://127.0.0.1:{p}/"))
-        .collect();
+    let urls = urls_of(&ports);
     let t_out = Duration::from_millis(400);
     let c = Client::builder()
         .cluster(urls)
@@ -769,10 +771,7 @@ fn a_stalled_master_under_load_keeps_deadlines_and_exclusion() {
     use std::sync::{Arc, Mutex};
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::single_replica_config());
     let ports = ports(&cluster);
-    let urls: Vec<String> = ports
-        .iter()
-        .map(|p| format!("redis://127.0.0.1:{p}/"))
-        .collect();
+    let urls = urls_of(&ports);
     let name = "cl:fo";
     let t_out = Duration::from_millis(500);
     let clients: Vec<Client> = (0..2)
@@ -928,10 +927,7 @@ fn bus_publishes(ports: &[u16]) -> u64 {
 /// Two clients on a private cluster whose waiters only a message can wake
 /// within the tests' bounds (the fallback poll is a minute).
 fn sharded_clients(ports: &[u16]) -> (Client, Client) {
-    let urls: Vec<String> = ports
-        .iter()
-        .map(|p| format!("redis://127.0.0.1:{p}/"))
-        .collect();
+    let urls = urls_of(ports);
     let make = || {
         Client::builder()
             .cluster(urls.clone())
@@ -1101,12 +1097,7 @@ fn wake_ups_under_the_readme_acl_and_the_line_before_it() {
     let owner = ports[owner(&ports, name)];
     for (acl, sharded) in [(ACL.to_string(), true), (before_sharding, false)] {
         for p in &ports {
-            let mut cmd = redis::cmd("ACL");
-            cmd.arg("SETUSER").arg("app").arg("reset");
-            for part in acl.split_whitespace() {
-                cmd.arg(part);
-            }
-            let _: () = cmd.query(&mut con(*p)).unwrap();
+            common::set_acl_user(&mut con(*p), "app", &format!("reset {acl}"));
         }
         let urls: Vec<String> = ports
             .iter()
@@ -1180,10 +1171,7 @@ fn a_client_built_while_a_master_pauses_still_hears_the_others() {
         .arg("WRITE")
         .query(&mut con(probe_owner))
         .unwrap();
-    let urls: Vec<String> = ports
-        .iter()
-        .map(|p| format!("redis://127.0.0.1:{p}/"))
-        .collect();
+    let urls = urls_of(&ports);
     let other = Client::builder()
         .cluster(urls)
         .response_timeout(Duration::from_millis(500))
@@ -1220,10 +1208,7 @@ fn a_client_built_while_a_master_pauses_still_hears_the_others() {
 fn a_sharded_waiter_follows_its_master_failing_over() {
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::single_replica_config());
     let ports = ports(&cluster);
-    let urls: Vec<String> = ports
-        .iter()
-        .map(|p| format!("redis://127.0.0.1:{p}/"))
-        .collect();
+    let urls = urls_of(&ports);
     let make = || {
         Client::builder()
             .cluster(urls.clone())
@@ -1408,10 +1393,7 @@ fn names_on(ports: &[u16], m: usize, prefix: &str, n: usize) -> Vec<&'static str
 fn a_read_on_a_stopped_master_is_bounded_by_the_response_timeout() {
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
     let ports = ports(&cluster);
-    let urls: Vec<String> = ports
-        .iter()
-        .map(|p| format!("redis://127.0.0.1:{p}/"))
-        .collect();
+    let urls = urls_of(&ports);
     let response = Duration::from_millis(300);
     let c = Client::builder()
         .cluster(urls)
@@ -1465,10 +1447,7 @@ fn a_stopped_master_does_not_hold_up_reads_on_the_others() {
             .query(&mut con(*p))
             .unwrap();
     }
-    let urls: Vec<String> = ports
-        .iter()
-        .map(|p| format!("redis://127.0.0.1:{p}/"))
-        .collect();
+    let urls = urls_of(&ports);
     let response = Duration::from_millis(300);
     let c = Client::builder()
         .cluster(urls)
@@ -1533,14 +1512,8 @@ fn a_refused_channel_leaves_the_other_names_subscribed() {
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
     let ports = ports(&cluster);
     for p in &ports {
-        let _: () = redis::cmd("ACL")
-            .arg("SETUSER")
-            .arg("default")
-            .arg("resetchannels")
-            .arg("&redlease:wake:{redlease}")
-            .arg("&redlease:wake:{ok*")
-            .query(&mut con(*p))
-            .unwrap();
+        let rules = "resetchannels &redlease:wake:{redlease} &redlease:wake:{ok*";
+        common::set_acl_user(&mut con(*p), "default", rules);
     }
     let (a, b) = sharded_clients(&ports);
     let ok = names_on(&ports, 0, "ok", 1)[0];

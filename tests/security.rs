@@ -25,12 +25,7 @@ fn an_acl_without_blocking_commands_still_works() {
 
 /// Creates the user `app` with `acl` on `server` and returns its URL.
 fn restricted_user(server: &Server, acl: &str) -> String {
-    let mut cmd = redis::cmd("ACL");
-    cmd.arg("SETUSER").arg("app");
-    for part in acl.split_whitespace() {
-        cmd.arg(part);
-    }
-    let _: () = cmd.query(&mut server.con()).unwrap();
+    common::set_acl_user(&mut server.con(), "app", acl);
     format!("redis://app:s3cret@127.0.0.1:{}/", server.port())
 }
 

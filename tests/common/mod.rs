@@ -184,6 +184,17 @@ pub const README_ACL: &str = "on >s3cret resetkeys ~myapp:* resetchannels &myapp
     +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard +zcount +zscore \
     +blpop +rpush +cluster|slots +spublish +ssubscribe +sunsubscribe";
 
+/// `ACL SETUSER user <rules>` on `con` (rules as in an ACL line).
+#[allow(dead_code)]
+pub fn set_acl_user(con: &mut redis::Connection, user: &str, rules: &str) {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER").arg(user);
+    for part in rules.split_whitespace() {
+        cmd.arg(part);
+    }
+    let _: () = cmd.query(con).unwrap();
+}
+
 /// A script of `lua/` as the library sends it: the preludes named in its
 /// `-- Uses` header line, then the file itself (see src/scripts.rs).
 #[allow(dead_code)]
