@@ -1,8 +1,9 @@
 -- Acquire an exclusive lease (plain or fair lock) and draw a fencing token,
--- atomically. A waiter queues; a release hands the lock to the oldest live
--- waiter (queue.lua), so waiting is first come, first served.
+-- atomically. A waiter queues; a release opens the name to its waiters
+-- (queue.lua hand_on), and the oldest live blocked one takes it.
 -- Uses     fence.lua, publish.lua, queue.lua
--- KEYS[1]  lock key: a string "<owner token>#<fence>" while held
+-- KEYS[1]  lock key: a string "<owner token>#<fence>" while held, or
+--          "rl:grant#<fence>" while open to the waiters (queue.lua)
 -- KEYS[2]  fencing counter (fence.lua)
 -- KEYS[3]  waiter queue (queue.lua)
 -- KEYS[4]  waiter deadlines (queue.lua)
@@ -11,29 +12,42 @@
 -- ARGV[2]  lease in milliseconds (> 0)
 -- ARGV[3]  queue entry lifetime in milliseconds; 0 = do not queue (a
 --          try_acquire never does)
--- ARGV[4]  grant list prefix (queue.lua)
--- ARGV[5]  claim window of a grant, in milliseconds (queue.lua)
+-- ARGV[4]  grant prefix: prefix..'open' is the open list, prefix..token a
+--          blocking waiter's own list, prefix..'told' the waiters that
+--          wait for messages (queue.lua)
+-- ARGV[5]  claim window of a hand-over, in milliseconds (queue.lua)
 -- ARGV[6]  wake-up channel, ARGV[7] wake-up message, ARGV[8] 'queued' or
 --          '' (queue.lua announce): for a lock handed on from here
--- ARGV[9]  'block': this waiter blocks on its grant list (queue.lua
---          queue_join); otherwise it waits for release messages
+-- ARGV[9]  'block': this waiter blocks in BLMOVE from the open list to its
+--          own list, and this script runs right behind that pop: a fence
+--          found on its own list is an open grant it took. Otherwise it
+--          waits for release messages.
 -- Returns  {1, fence}  acquired, with the lease set to ARGV[2]: the lock
---                      was free with no live waiter ahead, or it had been
---                      granted to this token (a release handed it over, or
---                      this is a retry after a lost reply: a hold is
---                      counted once and keeps its fence)
---          {0, ms}     wait; ms = the holder's remaining lease
+--                      was free with no live waiter ahead, or open and
+--                      taken by this waiter, or already held by this token
+--                      (a retry after a lost reply: a hold is counted once
+--                      and keeps its fence)
+--          {0, ms}     wait; ms = the holder's remaining lease (or the
+--                      claim window of a hand-over made from here)
 -- Errors   WRONGTYPE (key is not a string), REDLEASE_FOREIGN (a string not
 --          written by redlease, a holder without expiry, or a counter that
 --          is not a positive integer).
 local lock, counter, q, qt = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local me, lease, ttl, blocks = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[9] == 'block'
+local me, lease, ttl, prefix = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local blocks = ARGV[9] == 'block'
+local open = prefix .. 'open'
+local mine = prefix .. me
+-- What this waiter's pop (right before this script) took from the open
+-- list. (An ACL without LPOP refused the pop too: nothing was taken.)
+local took = blocks and redis.pcall('LPOP', mine)
+if type(took) == 'table' then
+  took = false
+end
 local holder = redis.call('GET', lock)
 if holder then
-  if string.match(holder, '^[^#]*') == me then
+  local owner = string.match(holder, '^[^#]*')
+  if owner == me then
     redis.call('PEXPIRE', lock, lease)
-    -- A grant made while we were not blocked leaves its wake-up behind.
-    redis.call('DEL', ARGV[4] .. me)
     return {1, tonumber(string.match(holder, '#(%d+)$')) or 0}
   end
   if string.sub(holder, 1, 3) ~= 'rl:' then
@@ -45,25 +59,44 @@ if holder then
     -- make every waiter wait forever.
     return redis.error_reply('REDLEASE_FOREIGN lock key has no expiry (redlease always sets one)')
   end
+  -- Open to the waiters: ours if our pop took it; or, while its fence is
+  -- still on the open list (no blocked waiter was there to take it), any
+  -- queued waiter's that waits for messages.
+  if owner == 'rl:grant' and (took or (redis.call('EXISTS', open) == 1 and redis.call('ZSCORE', q, me))) then
+    local fence = tonumber(string.match(holder, '#(%d+)$')) or 0
+    redis.call('SET', lock, holder_value(me, fence), 'PX', lease)
+    queue_leave(q, qt, prefix, me)
+    queue_taken(q, qt, ttl)
+    if not took then
+      redis.call('DEL', open)
+    end
+    return {1, fence}
+  end
   if ttl > 0 then
-    queue_join(q, qt, me, ttl, blocks)
+    queue_join(q, qt, prefix, me, ttl, blocks)
   end
   return {0, pttl}
 end
-local head, head_blocks = queue_head(q, qt)
+if redis.call('EXISTS', open) == 1 then
+  -- A hand-over's claim window passed with its fence still on the open
+  -- list: no waiter was blocked for all of it, so the entries left are of
+  -- waiters that died or went away. Live ones queue again when they look.
+  redis.call('DEL', open, q, qt, prefix .. 'told')
+end
+local head = queue_head(q, qt)
 if head == nil or head == me then
   local fence = next_fence(counter, lease)
   redis.call('SET', lock, holder_value(me, fence), 'PX', lease)
   if head then
-    queue_leave(q, qt, me)
+    queue_leave(q, qt, prefix, me)
   end
   return {1, fence}
 end
--- Free, yet a live waiter is ahead (the holder's lease ran out, or a grant
--- lapsed, with nobody to hand the lock on): hand it on now, then wait.
-local told = grant(lock, counter, q, qt, ARGV[4], head, head_blocks, tonumber(ARGV[5]))
+-- Free, yet a live waiter is ahead (the holder's lease ran out with nobody
+-- to hand the lock on): open it to the waiters now, then wait.
+local told = hand_on(lock, counter, q, qt, prefix, tonumber(ARGV[5]))
 announce(ARGV[6], ARGV[7], ARGV[8], told)
 if ttl > 0 then
-  queue_join(q, qt, me, ttl, blocks)
+  queue_join(q, qt, prefix, me, ttl, blocks)
 end
 return {0, tonumber(ARGV[5])}

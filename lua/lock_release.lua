@@ -1,5 +1,5 @@
 -- End an exclusive lease if, and only if, the caller still owns it, and
--- hand the name to the oldest live waiter, if any (queue.lua).
+-- open the name to its live waiters, if any (queue.lua hand_on).
 -- Uses     fence.lua, publish.lua, queue.lua
 -- KEYS[1]  lock key ("<owner token>#<fence>")
 -- KEYS[2]  fencing counter (fence.lua)
@@ -7,38 +7,51 @@
 -- ARGV[1]  owner token (with ARGV[9] 'leave': a waiter's token)
 -- ARGV[2]  wake-up channel ("" = publish nothing)
 -- ARGV[3]  wake-up message
--- ARGV[4]  grant list prefix (queue.lua)
--- ARGV[5]  claim window of a grant, in milliseconds
+-- ARGV[4]  grant prefix (queue.lua)
+-- ARGV[5]  claim window of a hand-over, in milliseconds
 -- ARGV[6]  "force": end the lease whoever holds it
 -- ARGV[7]  "keep": leave the fencing counter to lapse by itself (Redlock:
 --          masters keep agreeing on it); otherwise it is removed with the
 --          last hold, since a fresh one starts above it (fence.lua)
 -- ARGV[8]  'queued': every waiter of the name is in the queue, so publish
---          only for a granted waiter that waits for messages (queue.lua
---          announce); otherwise always publish
--- ARGV[9]  'leave': a waiter gives up. Its queue entry and a wake-up
---          never popped are withdrawn first; a grant made to it just as
---          it gave up is then handed on like a release. A holder never
---          has either (taking the lock takes it off the queue), so a
---          release skips that work: every call here is on the handoff's
---          critical path.
+--          only for waiters that wait for messages (queue.lua announce);
+--          otherwise always publish
+-- ARGV[9]  'leave': a waiter gives up. Its queue entry is withdrawn
+--          first, and an open grant its pop took without its script
+--          running is put back; a grant it took just as it gave up is then
+--          handed on like a release. A holder never has either (taking the
+--          lock takes it off the queue), so a release skips that work:
+--          every call here is on the handoff's critical path.
 -- Returns  1 released (handed on, or waiters notified), 0 not held by
 --          this token
+local prefix = ARGV[4]
+local took = false
 if ARGV[9] == 'leave' then
-  queue_leave(KEYS[3], KEYS[4], ARGV[1])
-  redis.call('DEL', ARGV[4] .. ARGV[1])
+  queue_leave(KEYS[3], KEYS[4], prefix, ARGV[1])
+  took = redis.pcall('LPOP', prefix .. ARGV[1])
+  if type(took) == 'table' then
+    took = false -- an ACL without LPOP: the pop was refused too
+  end
+  redis.call('DEL', prefix .. ARGV[1])
 end
 local v = redis.call('GET', KEYS[1])
+if v and took and string.match(v, '^[^#]*') == 'rl:grant' then
+  -- Still open, with its fence taken off the list by our pop: put it back
+  -- for the next blocked waiter.
+  local open = prefix .. 'open'
+  redis.pcall('RPUSH', open, took)
+  redis.call('PEXPIRE', open, tonumber(ARGV[5]) * 2)
+  return 0
+end
 if not v or (ARGV[6] ~= 'force' and string.match(v, '^[^#]*') ~= ARGV[1]) then
   return 0
 end
 local told = true
-local head, blocks = queue_head(KEYS[3], KEYS[4])
-if head then
-  -- The grant overwrites the lock key: no DEL first.
-  told = grant(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], head, blocks, tonumber(ARGV[5]))
+if queue_head(KEYS[3], KEYS[4]) then
+  -- The hand-over overwrites the lock key: no DEL first.
+  told = hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], prefix, tonumber(ARGV[5]))
 else
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], prefix .. 'open')
   if ARGV[7] ~= 'keep' then
     redis.call('DEL', KEYS[2])
   end

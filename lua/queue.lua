@@ -1,58 +1,75 @@
 -- Prelude (prepended to the scripts that name it in their "Uses" line; needs
 -- fence.lua and publish.lua before it): the waiter queue of an exclusive
--- name, and the direct grant that hands the name to the queue's oldest live
--- waiter.
+-- name, and the hand-over of the name to whichever waiter is alive to take
+-- it.
 -- KEYS     none of its own (callers pass the keys)
 -- ARGV     none of its own
 -- Returns  nothing; defines
 --   now_ms() -> the server's clock in milliseconds
---   queue_join(q, qt, token, ttl_ms, blocks): puts token in the queue
---     once, in order of arrival (q: sorted set, score = server
+--   queue_join(q, qt, prefix, token, ttl_ms, blocks): puts token in the
+--     queue once, in order of arrival (q: sorted set, score = server
 --     microseconds), and gives it ttl_ms more to live (qt: sorted set,
---     score = deadline in server ms). A waiter renews this at every
---     attempt; one that stops (crashed, cut off) lapses and is skipped.
---     blocks: the waiter blocks on its grant list and needs no message
---     when granted; a waiter that waits for messages is marked by half a
---     millisecond on its deadline.
---   queue_leave(q, qt, token)
---   queue_head(q, qt) -> the oldest live waiter's token (or nil) and
---     whether it blocks; drops the lapsed ones on the way
---   grant(lock, counter, q, qt, prefix, token, blocks, claim_ms) -> told
---     Makes token the holder for claim_ms, takes it off the queue and
---     pushes a wake-up onto the list prefix..token, on which a blocking
---     waiter waits (BLPOP) with its own acquire script pipelined behind:
---     that script runs as soon as the pop does, and sets the waiter's
---     lease. A waiter that is gone never runs it: the grant lapses after
---     claim_ms and the next waiter takes the name at its next attempt.
---     Returns whether the waiter learns of it without a message (it
---     blocks, and the push was not refused by an ACL without RPUSH).
+--     score = deadline in server ms). A waiter that does not block (it
+--     waits for release messages) is also listed in prefix..'told', so
+--     that a hand-over publishes for it.
+--   queue_leave(q, qt, prefix, token)
+--   queue_head(q, qt) -> the oldest live waiter's token (or nil); drops
+--     the lapsed ones on the way
+--   hand_on(lock, counter, q, qt, prefix, claim_ms) -> told
+--     Opens the name to its waiters for claim_ms: the lock holds
+--     "rl:grant#<fence>" (a fence drawn now) and the open list
+--     prefix..'open' holds that fence. Blocking waiters are blocked in
+--     BLMOVE from the open list to their own list prefix..token, each
+--     with its acquire script pipelined behind; Redis serves the
+--     connection blocked longest first, and runs that waiter's script
+--     right behind its pop, which takes the name with the waiter's lease.
+--     A waiter that died has no connection, so it is never served: the
+--     name goes to the oldest live blocked waiter, however many died. If
+--     nobody is blocked, the fence stays on the list: a queued waiter that
+--     waits for messages may take it (see lock_acquire.lua), and a list
+--     still there after the claim window proves nobody was blocked for
+--     all of it (the queue is then purged). The queue lapses with the
+--     list unless a waiter takes the grant (see queue_taken). Returns whether no message is
+--     needed (no waiter that waits for messages is queued, and the push
+--     was not refused by an ACL without RPUSH).
+--   queue_taken(q, qt, ttl_ms): a waiter whose entries live ttl_ms took a
+--     hand-over; the queue lives on for the others
 --   announce(channel, message, mode, told): publishes a release message
 --     unless mode is 'queued' (every waiter of the name is in the queue)
---     and nobody needs one (told: the grant, if any, reached its waiter
---     directly; a release nobody is queued for sends none).
+--     and nobody needs one (told).
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local function queue_join(q, qt, token, ttl, blocks)
+-- Lengthens (never shortens) a key's life to at least ms: waiters renew at
+-- different paces, and a quick one must not cut it short under a slow one.
+local function live_for(key, ms)
+  if redis.call('PTTL', key) < ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
+local function queue_join(q, qt, prefix, token, ttl, blocks)
   if not redis.call('ZSCORE', q, token) then
     local t = redis.call('TIME')
     redis.call('ZADD', q, string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2])), token)
   end
-  redis.call('ZADD', qt, string.format(blocks and '%d' or '%d.5', now_ms() + ttl), token)
-  -- Only ever lengthen: waiters renew at different paces (a blocking one
-  -- every slice, one that waits for messages far less often), and a
-  -- quick one must not cut the queue's life short under a slow one.
-  if redis.call('PTTL', q) < ttl * 2 then
-    redis.call('PEXPIRE', q, ttl * 2)
-    redis.call('PEXPIRE', qt, ttl * 2)
+  local deadline = now_ms() + ttl
+  redis.call('ZADD', qt, string.format('%d', deadline), token)
+  live_for(q, ttl * 2)
+  live_for(qt, ttl * 2)
+  if not blocks then
+    local told = prefix .. 'told'
+    redis.call('ZADD', told, string.format('%d', deadline), token)
+    live_for(told, ttl * 2)
   end
 end
 
-local function queue_leave(q, qt, token)
+local function queue_leave(q, qt, prefix, token)
   redis.call('ZREM', q, token)
   redis.call('ZREM', qt, token)
+  redis.call('ZREM', prefix .. 'told', token)
 end
 
 local function queue_head(q, qt)
@@ -67,26 +84,39 @@ local function queue_head(q, qt)
     now = now or now_ms()
     local deadline = redis.call('ZSCORE', qt, head)
     if deadline and tonumber(deadline) > now then
-      return head, tonumber(deadline) % 1 == 0
+      return head
     end
-    queue_leave(q, qt, head)
+    redis.call('ZREM', q, head)
+    redis.call('ZREM', qt, head)
   end
 end
 
-local function grant(lock, counter, q, qt, prefix, token, blocks, claim)
+local function hand_on(lock, counter, q, qt, prefix, claim)
   local fence = next_fence(counter, claim)
-  redis.call('SET', lock, holder_value(token, fence), 'PX', claim)
-  queue_leave(q, qt, token)
-  -- A wake-up left on the list by an earlier grant to this token (one
-  -- that lapsed, or was force-unlocked, unpopped) is harmless: the
-  -- script pipelined behind the pop decides, and finds what is true now.
-  local list = prefix .. token
-  local pushed = redis.pcall('RPUSH', list, '1')
+  -- The queue lapses with the grant unless a waiter takes it (its script
+  -- gives the queue back its life): a name whose waiters all died leaves
+  -- no key behind.
+  redis.call('PEXPIRE', q, claim * 2)
+  redis.call('PEXPIRE', qt, claim * 2)
+  redis.call('SET', lock, holder_value('rl:grant', fence), 'PX', claim)
+  local open = prefix .. 'open'
+  redis.call('DEL', open)
+  local pushed = redis.pcall('RPUSH', open, string.format('%d', fence))
   if type(pushed) == 'table' then
     return false
   end
-  redis.call('PEXPIRE', list, claim)
-  return blocks
+  -- Outlives the claim: found after it, it proves nobody took the grant.
+  redis.call('PEXPIRE', open, claim * 2)
+  return redis.call('EXISTS', prefix .. 'told') == 0
+end
+
+-- A waiter took a hand-over: the queue lives on for the waiters still
+-- blocked (hand_on cut its life to the claim).
+local function queue_taken(q, qt, ttl)
+  if ttl > 0 then
+    live_for(q, ttl * 2)
+    live_for(qt, ttl * 2)
+  end
 end
 
 local function announce(channel, message, mode, told)

@@ -66,14 +66,25 @@ pub(crate) struct Spec {
 }
 
 /// How a queued waiter learns of its grant without a message: it blocks on
-/// `list`, onto which a release pushes the grant (the release hands the
-/// hold over inside its script), with `grant` pipelined behind. Its queue
-/// entry says so (the grant script's arguments), and a release then sends
-/// no message. Should the server refuse the blocking pop (an old ACL), the
-/// waiter falls back to messages, and its attempts use `by_message`: the
-/// same script, with an entry saying it needs a message when granted.
+/// `list` with `grant` pipelined behind, so the script runs as soon as the
+/// pop does and takes what the release left. Its queue entry says so (the
+/// grant script's arguments), and a release then sends no message. Should
+/// the server refuse the blocking pop (an old ACL), the waiter falls back
+/// to messages, and its attempts use `by_message`: the same script, with an
+/// entry saying it needs a message when granted.
+///
+/// Two shapes. Exclusive locks block in `BLMOVE` from the name's shared
+/// open list `list` into the waiter's own list `into` until the deadline
+/// (see [`ROOM_CHUNK`]): a release opens the name, and Redis hands it to
+/// the connection blocked longest, so a dead waiter (no connection) is
+/// never chosen and an idle waiter sends nothing; `watch` is the look the
+/// renewal thread takes for it meanwhile (a holder whose lease ran out
+/// with nobody releasing). The other primitives block in `BLPOP` on their
+/// own grant list `list` for a slice, renewing their queue entry at each.
 pub(crate) struct Direct {
     pub(crate) list: Vec<u8>,
+    pub(crate) into: Option<Vec<u8>>,
+    pub(crate) watch: Option<Script>,
     pub(crate) by_message: Script,
 }
 
@@ -85,8 +96,22 @@ pub(crate) fn grant_slice(lease: Duration) -> Duration {
     (lease / 8).clamp(Duration::from_millis(20), GRANT_SLICE)
 }
 
-/// The longest slice (see [`grant_slice`]).
+/// The longest slice (see [`grant_slice`]); also how long a waiter that
+/// finds no connection to block on waits before it looks without blocking.
 pub(crate) const GRANT_SLICE: Duration = Duration::from_millis(250);
+
+/// How long an exclusive lock's waiter stays blocked in one `BLMOVE` when
+/// its wait has no deadline sooner: it sends nothing in between (its
+/// queue entry lives [`ROOM_ENTRY`], renewed at each block), and it keeps
+/// its place among the blocked waiters all that time.
+pub(crate) const ROOM_CHUNK: Duration = Duration::from_secs(60);
+
+/// The queue entry life of a waiter blocked in the open list: a chunk and
+/// room for the next round trip. A waiter that dies keeps its entry that
+/// long, yet never stalls the name for more than one claim window: a
+/// release opens the name to the blocked (the dead are not among them),
+/// and a hand-over nobody took purges the queue.
+pub(crate) const ROOM_ENTRY: Duration = Duration::from_secs(75);
 
 /// How long a grant waits for its waiter to take it before it lapses (a
 /// waiter that died or was cut off between queueing and the grant). With
@@ -204,8 +229,16 @@ fn attempt(
         .saturating_sub(Duration::from_millis(1) + backend.drift(spec.lease));
     let wake = spec.wake.clone();
     let (turns, jump) = (spec.turns, spec.jump);
-    let direct =
-        (spec.direct.is_some() && backend.grants_directly()).then(|| grant_slice(spec.lease));
+    let direct = match &spec.direct {
+        Some(d) if backend.grants_directly() => Some(match d.into {
+            Some(_) => ROOM_CHUNK,
+            None => grant_slice(spec.lease),
+        }),
+        _ => None,
+    };
+    // The renewal thread's looks for this waiter while it is blocked (see
+    // `Direct::watch`), for the current token.
+    let mut watching: Option<Arc<LeaseState>> = None;
 
     // What the attempts left behind, for the clean-up if we give up.
     // The current token may hold a grant nobody confirmed: an attempt's
@@ -223,6 +256,7 @@ fn attempt(
             (Some(block), Some(d)) => backend
                 .grant_blocking(
                     &d.list,
+                    d.into.as_deref(),
                     block,
                     &spec.grant.call(),
                     &spec.undo.as_ref().unwrap_or(&spec.release).call(),
@@ -255,6 +289,14 @@ fn attempt(
             Ok((1, fence)) => Ok(Attempt::Acquired((fence, at))),
             Ok((_, wait)) => {
                 (ambiguous, late, reached) = (false, false, true);
+                if let (None, Some(look), true) = (
+                    &watching,
+                    spec.direct.as_ref().and_then(|d| d.watch.as_ref()),
+                    backend.grants_directly(),
+                ) {
+                    let first = at + Duration::from_millis(wait.max(0) as u64);
+                    watching = Some(renewal::watch(backend, Arc::new(look.clone()), first));
+                }
                 Ok(Attempt::busy_ms(wait))
             }
             Err(e) => {
@@ -271,12 +313,18 @@ fn attempt(
                     let next = make(&fresh)?;
                     sent.push(std::mem::replace(&mut spec, next));
                     token = fresh;
+                    if let Some(w) = watching.take() {
+                        w.finish();
+                    }
                     (ambiguous, reached) = (false, false);
                 }
                 Err(e)
             }
         }
     });
+    if let Some(w) = watching.take() {
+        w.finish();
+    }
     match acquired {
         Ok(Some((fence, at))) => {
             // Earlier tokens (replaced after a late reply) may have left

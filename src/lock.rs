@@ -9,7 +9,7 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease::{self, lease_controls, Direct, Holding, Reentry, Spec, ThreadBound};
 use crate::reentrancy::{self, HoldKey, Mode};
-use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE};
+use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, LOCK_WATCH};
 use crate::wakeup::{deadline_after, waited, Turns};
 
 #[derive(Debug)]
@@ -221,7 +221,7 @@ impl Lock {
         let queue_ttl = if !queues {
             Duration::ZERO
         } else if blocks {
-            lease::blocking_entry(lease)
+            lease::ROOM_ENTRY
         } else {
             by_message
         };
@@ -238,8 +238,10 @@ impl Lock {
                 self.release_args(keys, t.clone(), claim.clone(), Release::Waiter),
             )
         });
-        let mut grant_list = keys.grant_prefix.clone();
-        grant_list.extend_from_slice(&t);
+        // Waiters block on the name's open list, moving what they pop into
+        // their own (lua/queue.lua hand_on).
+        let open = [keys.grant_prefix.as_slice(), b"open"].concat();
+        let own = [keys.grant_prefix.as_slice(), &t].concat();
         let grant_args = |ttl: Duration, blocks: bool| {
             let mut args = vec![
                 t.clone(),
@@ -262,7 +264,18 @@ impl Lock {
             grant_args(queue_ttl, blocks),
         );
         let direct = blocks.then(|| Direct {
-            list: grant_list,
+            list: open,
+            into: Some(own),
+            watch: Some(Script::new(&LOCK_WATCH, keys.scripted(), {
+                let mut args = vec![
+                    t.clone(),
+                    queue_ttl.as_millis().to_string().into_bytes(),
+                    keys.grant_prefix.clone(),
+                    claim.clone(),
+                ];
+                args.extend(self.announce_args(keys));
+                args
+            })),
             by_message: Script::new(
                 &LOCK_ACQUIRE,
                 keys.scripted(),

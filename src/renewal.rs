@@ -281,6 +281,9 @@ pub(crate) struct Renewal {
     pub(crate) state: Arc<LeaseState>,
     /// The state's generation when registered (see `LeaseState::extended`).
     pub(crate) generation: u64,
+    /// A blocked waiter's look ([`watch`]) rather than a lease: first due
+    /// then; each reply says when the next one is.
+    pub(crate) look: Option<Instant>,
 }
 
 impl Renewal {
@@ -362,6 +365,9 @@ fn wake_scheduler() {
 
 /// The first renewal is due a third of the lease after the acquisition.
 fn first_due(renewal: &Renewal) -> Instant {
+    if let Some(at) = renewal.look {
+        return at;
+    }
     let acquired = renewal
         .expires
         .checked_sub(renewal.valid)
@@ -638,6 +644,20 @@ impl Scheduler {
                     if entry.renewal.retired() {
                         continue; // released, or extended since it was sent
                     }
+                    if entry.renewal.look.is_some() {
+                        match value {
+                            // Look again when the holder's lease (or the
+                            // claim of a hand-over made by this look) ends.
+                            Value::Int(ms) if ms > 0 => {
+                                let next = Duration::from_millis(ms as u64) + LOOK_MARGIN;
+                                entry.due = done.sent + next.min(LOOK_MAX);
+                                self.push(entry);
+                            }
+                            Value::Int(_) => {} // the waiter holds it
+                            _ => self.retry(entry, now),
+                        }
+                        continue;
+                    }
                     match value {
                         Value::Int(1) => {
                             crate::metrics::renewals("ok", 1);
@@ -759,8 +779,44 @@ pub(crate) fn keep_alive(
         expires,
         state: state.clone(),
         generation: state.generation(),
+        look: None,
     });
 }
+
+/// How long after the holder's lease ends a waiter's look is made: the
+/// expiry is the server's, and a look a little late costs less than one
+/// that comes too early and must be made again.
+const LOOK_MARGIN: Duration = Duration::from_millis(20);
+
+/// The longest time between two looks of one waiter: a holder's lease can
+/// end early without a release (`FLUSHALL`, a failover without it).
+const LOOK_MAX: Duration = Duration::from_secs(30);
+
+/// Has the renewal thread run `look` (lua/lock_watch.lua, whose reply is
+/// how many milliseconds until the next look is useful) from `first` on,
+/// in its pipelines, until the returned state is finished: a waiter blocked
+/// on the server cannot look itself without leaving its place.
+pub(crate) fn watch(backend: &Arc<Backend>, look: Arc<Script>, first: Instant) -> Arc<LeaseState> {
+    // Never lost by time: a look is not a lease.
+    let never = Instant::now() + MAX_LEASE;
+    let state = LeaseState::new(never, None);
+    register(Renewal {
+        backend: Arc::downgrade(backend),
+        script: look,
+        lease: LOOK_PERIOD,
+        valid: LOOK_PERIOD,
+        expires: never,
+        state: state.clone(),
+        generation: 0,
+        look: Some(first),
+    });
+    state
+}
+
+/// What stands for a look's lease in the scheduler: a look due within a
+/// thirtieth of it (100 ms) is taken with the batch at hand, and one whose
+/// batch failed is tried again after a tenth (300 ms).
+const LOOK_PERIOD: Duration = Duration::from_secs(3);
 
 /// Longest lease accepted: a year. Longer ones would overflow `Instant`
 /// arithmetic on some platforms and are a bug rather than an intent.

@@ -413,6 +413,8 @@ impl RwLock {
                     leave: waits.then(|| release(true)),
                     undo: waits.then(|| release(true)),
                     direct: blocks.then(|| Direct {
+                        into: None,
+                        watch: None,
                         list,
                         by_message: grant(false),
                     }),

@@ -379,6 +379,8 @@ impl Semaphore {
                 undo: waits.then(|| leave.clone()),
                 leave: Some(leave),
                 direct: blocks.then(|| Direct {
+                    into: None,
+                    watch: None,
                     list,
                     by_message: Script::new(&SEM_ACQUIRE, keys.scripted(), grant_args(false)),
                 }),

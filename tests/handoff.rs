@@ -106,7 +106,7 @@ fn a_grant_whose_reply_is_lost_is_taken_once_by_its_waiter() {
     for round in 0..3 {
         let g = holder.lock("lost").acquire().unwrap();
         // The waiter's first blocked round trip is the one cut.
-        proxy.arm("BLPOP", Fault::DropReplyAndClose);
+        proxy.arm("BLMOVE", Fault::DropReplyAndClose);
         let w = waiter.clone();
         let (tx, rx) = crossbeam_channel::bounded(1);
         let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);

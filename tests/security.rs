@@ -20,7 +20,15 @@ fn restricted_acl_user_can_use_every_primitive() {
 /// fall back to release messages.
 #[test]
 fn an_acl_without_blocking_commands_still_works() {
-    every_primitive_under(&ACL.replace(" +blpop +rpush", ""));
+    every_primitive_under(&ACL.replace(" +blpop +blmove +lpop +rpush", ""));
+}
+
+/// The README's line before locks blocked on a shared open list (BLPOP
+/// and RPUSH, no BLMOVE or LPOP): the refused BLMOVE turns the client's
+/// waiters to release messages, and every primitive still works.
+#[test]
+fn the_acl_line_before_blmove_still_works() {
+    every_primitive_under(&ACL.replace(" +blmove +lpop", ""));
 }
 
 /// Creates the user `app` with `acl` on `server` and returns its URL.

@@ -446,6 +446,7 @@ impl ClusterLeader {
     pub(crate) fn grant_blocking(
         &self,
         list: &[u8],
+        into: Option<&[u8]>,
         block: Duration,
         call: &Call<'_>,
         undo: &Call<'_>,
@@ -455,7 +456,7 @@ impl ClusterLeader {
             self.direct_off();
             return Ok((self.call(call, deadline)?, false));
         };
-        let outcome = node.grant_blocking(list, block, call, undo, deadline);
+        let outcome = node.grant_blocking(list, into, block, call, undo, deadline);
         if !node.blocks() {
             self.blocking_refused
                 .store(true, std::sync::atomic::Ordering::Relaxed);

@@ -502,6 +502,7 @@ impl Backend {
     pub(crate) fn grant_blocking(
         &self,
         list: &[u8],
+        into: Option<&[u8]>,
         block: Duration,
         call: &Call<'_>,
         undo: &Call<'_>,
@@ -510,11 +511,11 @@ impl Backend {
         let place = &self.place;
         (match &self.kind {
             Kind::Single(node) if self.replica_ack.is_none() => {
-                node.grant_blocking(list, block, call, undo, deadline)
+                node.grant_blocking(list, into, block, call, undo, deadline)
             }
             #[cfg(feature = "cluster")]
             Kind::Cluster(c) if self.replica_ack.is_none() => {
-                c.grant_blocking(list, block, call, undo, deadline)
+                c.grant_blocking(list, into, block, call, undo, deadline)
             }
             _ => Err(unsupported()),
         })

@@ -660,12 +660,15 @@ impl Node {
     pub(crate) fn grant_blocking(
         &self,
         list: &[u8],
+        into: Option<&[u8]>,
         block: Duration,
         call: &Call<'_>,
         undo: &Call<'_>,
         deadline: Option<Instant>,
     ) -> Result<((i64, i64), bool)> {
-        let Some(_slot) = self.blocking_slot(block) else {
+        // A waiter without a slot looks again within a slice, however long
+        // it means to block (it polls: it cannot wait for its turn).
+        let Some(_slot) = self.blocking_slot(block.min(crate::lease::GRANT_SLICE)) else {
             // As many waiters as the pool size are blocked already: look
             // once without blocking (which renews our entry; a grant made
             // to us meanwhile waits on our list) and block next time.
@@ -673,9 +676,19 @@ impl Node {
         };
         let mut con = self.spare(deadline)?;
         let mut pipe = redis::pipe();
-        pipe.cmd("BLPOP")
-            .arg(list)
-            .arg(format!("{:.3}", block.as_secs_f64().max(0.001)));
+        let timeout = format!("{:.3}", block.as_secs_f64().max(0.001));
+        match into {
+            // From the shared open list into our own: the script behind
+            // finds there what the pop took.
+            Some(into) => pipe
+                .cmd("BLMOVE")
+                .arg(list)
+                .arg(into)
+                .arg("LEFT")
+                .arg("RIGHT")
+                .arg(timeout),
+            None => pipe.cmd("BLPOP").arg(list).arg(timeout),
+        };
         pipe.add_command(call.command(false));
         // Error replies stay values: the pop and the script are judged apart.
         let until = Instant::now() + block + self.timeouts.response;
@@ -710,12 +723,12 @@ impl Node {
                 "a blocking grant got fewer than two replies",
             ));
         };
-        let popped = matches!(pop, Value::Array(_));
+        let popped = matches!(pop, Value::Array(_) | Value::BulkString(_));
         if let Value::ServerError(e) = &pop {
             if e.code() == "NOPERM" && self.blocks() {
                 log::warn!(
-                    "redlease: the server refuses BLPOP ({}); waiters fall back to release \
-                     messages (slower). Allow +blpop +rpush, as the README's ACL line does",
+                    "redlease: the server refuses a blocking pop ({}); waiters fall back to release \
+                     messages (slower). Allow +blpop +blmove +rpush, as the README's ACL line does",
                     e.details().unwrap_or("")
                 );
                 self.blocking_refused.store(true, Ordering::Relaxed);

@@ -182,7 +182,7 @@ pub const README_ACL: &str = "on >s3cret resetkeys ~myapp:* resetchannels &myapp
     -@all +ping +evalsha +eval +script|load +exists +scan +subscribe +wait \
     +publish +time +get +set +del +incr +pexpire +pttl +type \
     +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zcard +zcount +zscore \
-    +blpop +rpush +cluster|slots +spublish +ssubscribe +sunsubscribe";
+    +blpop +blmove +lpop +rpush +cluster|slots +spublish +ssubscribe +sunsubscribe";
 
 /// `ACL SETUSER user <rules>` on `con` (rules as in an ACL line).
 #[allow(dead_code)]
