@@ -50,6 +50,20 @@ if holder then
     redis.call('PEXPIRE', lock, lease)
     return {1, tonumber(string.match(holder, '#(%d+)$')) or 0}
   end
+  -- Open to the waiters: ours if our pop took it; or, while its fence is
+  -- still on the open list (no blocked waiter was there to take it), any
+  -- queued waiter's that waits for messages. This runs between the
+  -- release and the new holder's reply: as few calls as can be.
+  if owner == 'rl:grant' and (took or (redis.call('EXISTS', open) == 1 and redis.call('ZSCORE', q, me))) then
+    local fence = tonumber(string.match(holder, '#(%d+)$')) or 0
+    redis.call('SET', lock, holder_value(me, fence), 'PX', lease)
+    queue_leave(q, qt, prefix, me, blocks)
+    queue_taken(q, qt, ttl, blocks)
+    if not took then
+      redis.call('DEL', open)
+    end
+    return {1, fence}
+  end
   if string.sub(holder, 1, 3) ~= 'rl:' then
     return redis.error_reply('REDLEASE_FOREIGN lock key holds a value not written by redlease')
   end
@@ -58,19 +72,6 @@ if holder then
     -- redlease always writes a lease; a holder that never expires would
     -- make every waiter wait forever.
     return redis.error_reply('REDLEASE_FOREIGN lock key has no expiry (redlease always sets one)')
-  end
-  -- Open to the waiters: ours if our pop took it; or, while its fence is
-  -- still on the open list (no blocked waiter was there to take it), any
-  -- queued waiter's that waits for messages.
-  if owner == 'rl:grant' and (took or (redis.call('EXISTS', open) == 1 and redis.call('ZSCORE', q, me))) then
-    local fence = tonumber(string.match(holder, '#(%d+)$')) or 0
-    redis.call('SET', lock, holder_value(me, fence), 'PX', lease)
-    queue_leave(q, qt, prefix, me)
-    queue_taken(q, qt, ttl)
-    if not took then
-      redis.call('DEL', open)
-    end
-    return {1, fence}
   end
   if ttl > 0 then
     queue_join(q, qt, prefix, me, ttl, blocks)
@@ -88,7 +89,7 @@ if head == nil or head == me then
   local fence = next_fence(counter, lease)
   redis.call('SET', lock, holder_value(me, fence), 'PX', lease)
   if head then
-    queue_leave(q, qt, prefix, me)
+    queue_leave(q, qt, prefix, me, blocks)
   end
   return {1, fence}
 end

@@ -27,7 +27,7 @@
 local prefix = ARGV[4]
 local took = false
 if ARGV[9] == 'leave' then
-  queue_leave(KEYS[3], KEYS[4], prefix, ARGV[1])
+  queue_leave(KEYS[3], KEYS[4], prefix, ARGV[1], false)
   took = redis.pcall('LPOP', prefix .. ARGV[1])
   if type(took) == 'table' then
     took = false -- an ACL without LPOP: the pop was refused too
@@ -47,7 +47,10 @@ if not v or (ARGV[6] ~= 'force' and string.match(v, '^[^#]*') ~= ARGV[1]) then
   return 0
 end
 local told = true
-if queue_head(KEYS[3], KEYS[4]) then
+-- Anyone queued: the blocked among them take it, and one that is not (it
+-- died, or waits for messages) costs at most the claim window (queue.lua).
+-- No clock and no deadlines here: this runs before the next holder's reply.
+if redis.call('EXISTS', KEYS[3]) == 1 then
   -- The hand-over overwrites the lock key: no DEL first.
   told = hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], prefix, tonumber(ARGV[5]))
 else

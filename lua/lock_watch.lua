@@ -25,9 +25,10 @@ if redis.call('TYPE', lock).ok ~= 'none' then
   end
   local pttl = redis.call('PTTL', lock)
   if pttl < 0 then
-    return 0 -- not a lease of ours (lock_acquire reports it)
+    return 30000 -- no expiry: not written by redlease (lock_acquire says so)
   end
-  return pttl
+  -- 0 means under a millisecond left, not "ours": look again at once.
+  return math.max(pttl, 1)
 end
 local open = prefix .. 'open'
 if redis.call('EXISTS', open) == 1 then

@@ -12,7 +12,8 @@
 --     score = deadline in server ms). A waiter that does not block (it
 --     waits for release messages) is also listed in prefix..'told', so
 --     that a hand-over publishes for it.
---   queue_leave(q, qt, prefix, token)
+--   queue_leave(q, qt, prefix, token, blocks): blocks = it never was in the
+--     told list (a waiter that blocks)
 --   queue_head(q, qt) -> the oldest live waiter's token (or nil); drops
 --     the lapsed ones on the way
 --   hand_on(lock, counter, q, qt, prefix, claim_ms) -> told
@@ -29,11 +30,11 @@
 --     waits for messages may take it (see lock_acquire.lua), and a list
 --     still there after the claim window proves nobody was blocked for
 --     all of it (the queue is then purged). The queue lapses with the
---     list unless a waiter takes the grant (see queue_taken). Returns whether no message is
---     needed (no waiter that waits for messages is queued, and the push
+--     list unless a waiter takes the grant (see queue_taken). Returns
+--     whether no message is needed (no waiter that waits for messages is queued, and the push
 --     was not refused by an ACL without RPUSH).
---   queue_taken(q, qt, ttl_ms): a waiter whose entries live ttl_ms took a
---     hand-over; the queue lives on for the others
+--   queue_taken(q, qt, ttl_ms, blocks): a waiter whose entries live ttl_ms
+--     took a hand-over; the queue lives on for the others
 --   announce(channel, message, mode, told): publishes a release message
 --     unless mode is 'queued' (every waiter of the name is in the queue)
 --     and nobody needs one (told).
@@ -66,10 +67,12 @@ local function queue_join(q, qt, prefix, token, ttl, blocks)
   end
 end
 
-local function queue_leave(q, qt, prefix, token)
+local function queue_leave(q, qt, prefix, token, blocks)
   redis.call('ZREM', q, token)
   redis.call('ZREM', qt, token)
-  redis.call('ZREM', prefix .. 'told', token)
+  if not blocks then
+    redis.call('ZREM', prefix .. 'told', token)
+  end
 end
 
 local function queue_head(q, qt)
@@ -99,8 +102,9 @@ local function hand_on(lock, counter, q, qt, prefix, claim)
   redis.call('PEXPIRE', q, claim * 2)
   redis.call('PEXPIRE', qt, claim * 2)
   redis.call('SET', lock, holder_value('rl:grant', fence), 'PX', claim)
+  -- No open list is left from before: one is taken by a pop, removed by
+  -- the waiter that takes it otherwise, or purged once it lapses.
   local open = prefix .. 'open'
-  redis.call('DEL', open)
   local pushed = redis.pcall('RPUSH', open, string.format('%d', fence))
   if type(pushed) == 'table' then
     return false
@@ -112,8 +116,15 @@ end
 
 -- A waiter took a hand-over: the queue lives on for the waiters still
 -- blocked (hand_on cut its life to the claim).
-local function queue_taken(q, qt, ttl)
-  if ttl > 0 then
+local function queue_taken(q, qt, ttl, blocks)
+  if ttl <= 0 then
+    return
+  end
+  if blocks then
+    -- Every blocking waiter's entry lives as long: nothing to compare.
+    redis.call('PEXPIRE', q, ttl * 2)
+    redis.call('PEXPIRE', qt, ttl * 2)
+  else
     live_for(q, ttl * 2)
     live_for(qt, ttl * 2)
   end

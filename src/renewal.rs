@@ -808,7 +808,7 @@ pub(crate) fn watch(backend: &Arc<Backend>, look: Arc<Script>, first: Instant) -
         expires: never,
         state: state.clone(),
         generation: 0,
-        look: Some(first),
+        look: Some(first + LOOK_MARGIN),
     });
     state
 }

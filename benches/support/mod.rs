@@ -35,3 +35,14 @@ pub fn mean(n: usize, mut f: impl FnMut()) -> Duration {
     }
     start.elapsed() / n as u32
 }
+
+/// A raw connection for a floor: redis-rs leaves Nagle's algorithm on by
+/// default, the library's own connections turn it off, so the floors do too.
+pub fn raw_con(url: &str) -> redis::Connection {
+    use redis::IntoConnectionInfo;
+    let info = url
+        .into_connection_info()
+        .unwrap()
+        .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+    redis::Client::open(info).unwrap().get_connection().unwrap()
+}
