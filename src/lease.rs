@@ -221,12 +221,8 @@ fn attempt(
     let mut token = client.new_token();
     let mut spec = make(&token)?;
     *about = Some((spec.what, spec.name.clone()));
-    let lease_ms = lease_millis(spec.lease)?;
+    let valid = valid_for(client, spec.lease)?;
     let wakeup = client.wakeup();
-    // The server stores `floor(now_ms) + lease_ms`: the lease may end up to
-    // 1 ms before `sent + lease_ms`; on Redlock, masters' clocks drift.
-    let valid = Duration::from_millis(lease_ms)
-        .saturating_sub(Duration::from_millis(1) + backend.drift(spec.lease));
     let wake = spec.wake.clone();
     let (turns, jump) = (spec.turns, spec.jump);
     let direct = match &spec.direct {
@@ -330,28 +326,7 @@ fn attempt(
             // Earlier tokens (replaced after a late reply) may have left
             // queue entries or intents.
             clean_up(client, &sent, false, false);
-            let hook = client.events().map(|h| (h.clone(), spec.name.clone()));
-            let state = LeaseState::new(at + valid, hook);
-            let extend = Arc::new(spec.extend);
-            if spec.watchdog {
-                renewal::keep_alive(backend, &state, at + valid, valid, spec.lease, &extend);
-            }
-            let held = Arc::new(Held {
-                token,
-                fence: fence.max(0) as u64,
-                state,
-                release: spec.release,
-                extend,
-                watchdog: spec.watchdog,
-                wake,
-                what: spec.what,
-                name: spec.name,
-                acquired: at,
-            });
-            if let Some(slot) = slot {
-                reentrancy::enter(slot.clone(), held.clone());
-            }
-            Ok(Some(held))
+            Ok(Some(hold(client, spec, token, fence, at, valid, slot)))
         }
         other => {
             if reached {
@@ -367,6 +342,59 @@ fn attempt(
                 .map_err(|e| if ambiguous { e.maybe_ran() } else { e })
         }
     }
+}
+
+/// The hold an acquisition by `token` got with `fence`, its lease granted
+/// no earlier than `at` and surely running `valid` from then: its lease
+/// state, its renewal, and this thread's entry for a reentrant `slot`.
+pub(crate) fn hold(
+    client: &Client,
+    spec: Spec,
+    token: Arc<str>,
+    fence: i64,
+    at: Instant,
+    valid: Duration,
+    slot: Option<&HoldKey>,
+) -> Arc<Held> {
+    let hook = client.events().map(|h| (h.clone(), spec.name.clone()));
+    let state = LeaseState::new(at + valid, hook);
+    let extend = Arc::new(spec.extend);
+    if spec.watchdog {
+        renewal::keep_alive(
+            client.backend(),
+            &state,
+            at + valid,
+            valid,
+            spec.lease,
+            &extend,
+        );
+    }
+    let held = Arc::new(Held {
+        token,
+        fence: fence.max(0) as u64,
+        state,
+        release: spec.release,
+        extend,
+        watchdog: spec.watchdog,
+        wake: spec.wake,
+        what: spec.what,
+        name: spec.name,
+        acquired: at,
+    });
+    if let Some(slot) = slot {
+        reentrancy::enter(slot.clone(), held.clone());
+    }
+    held
+}
+
+/// How long after it was sent a grant of `lease` surely still runs: whole
+/// milliseconds less one (the server floors its clock to the millisecond
+/// when it stores `floor(now_ms) + lease_ms`), less the drift allowed
+/// between Redlock masters.
+pub(crate) fn valid_for(client: &Client, lease: Duration) -> Result<Duration> {
+    let ms = lease_millis(lease)?;
+    Ok(Duration::from_millis(ms)
+        .saturating_sub(Duration::from_millis(1) + client.backend().drift(lease)))
 }
 
 /// After giving up (or after a grant made with a later token): withdraws
@@ -473,8 +501,21 @@ impl Holding {
     /// Releases this level of the hold; the outermost level releases it in
     /// Redis. `LockLost` if the lease had been lost.
     pub(crate) fn release(&mut self) -> Result<()> {
+        match self.release_locally() {
+            Some(decided) => decided,
+            None => {
+                let released = release(&self.client, &self.held, false);
+                self.released(released)
+            }
+        }
+    }
+
+    /// The part of a release decided here: `Some` when no call is needed
+    /// (released before, an inner level, known lost), `None` when the hold
+    /// must be released in Redis (its lease state is finished already).
+    fn release_locally(&mut self) -> Option<Result<()>> {
         if std::mem::replace(&mut self.done, true) {
-            return Ok(());
+            return Some(Ok(()));
         }
         let held = &self.held;
         let outermost = match &self.slot {
@@ -483,10 +524,10 @@ impl Holding {
         };
         if !outermost {
             if held.state.is_lost() {
-                return Err(Error::lost("the lease was lost while it was held")
-                    .about(held.what, &held.name));
+                return Some(Err(Error::lost("the lease was lost while it was held")
+                    .about(held.what, &held.name)));
             }
-            return Ok(()); // an inner level: the outer guard still holds it
+            return Some(Ok(())); // an inner level: the outer guard still holds it
         }
         // Known lost: say so at once, without waiting on the network (a
         // server that stopped answering is the usual reason). The key has
@@ -494,13 +535,19 @@ impl Holding {
         // but whose reply was lost) ends by itself within one lease.
         if held.state.is_lost() {
             held.state.finish();
-            return Err(Error::lost(
+            return Some(Err(Error::lost(
                 "the lease was lost while it was held (expired unrenewed, taken over, force-unlocked or flushed)",
             )
-            .about(held.what, &held.name));
+            .about(held.what, &held.name)));
         }
         held.state.finish();
-        let released = release(&self.client, held).map_err(|e| e.about(held.what, &held.name));
+        None
+    }
+
+    /// Reports the outcome of the release in Redis.
+    fn released(&self, released: Result<()>) -> Result<()> {
+        let held = &self.held;
+        let released = released.map_err(|e| e.about(held.what, &held.name));
         if released.is_ok() {
             crate::metrics::released(held.what, held.acquired.elapsed());
             if let Some(events) = self.client.events() {
@@ -509,6 +556,55 @@ impl Holding {
         }
         released
     }
+}
+
+/// Releases several holds on one server in one round trip (a multi-lock's
+/// names): each as [`Holding::release`] decides, the calls pipelined.
+/// A hold whose pipelined release did not decide (an error reply, the
+/// batch's reply lost) is released on its own, as a repeat: finding
+/// nothing then is `Ok`, since the pipelined release may have removed it.
+/// Returns the first error, after releasing them all.
+pub(crate) fn release_all(client: &Client, holdings: Vec<&mut Holding>) -> Result<()> {
+    let mut first = Ok(());
+    let mut keep = |r: Result<()>| {
+        if let (Err(e), true) = (r, first.is_ok()) {
+            first = Err(e);
+        }
+    };
+    let mut remote: Vec<&mut Holding> = Vec::new();
+    for h in holdings {
+        match h.release_locally() {
+            Some(decided) => keep(decided),
+            None => remote.push(h),
+        }
+    }
+    let backend = client.backend();
+    let attempted = remote.len() > 1 && backend.pipelines_grants();
+    let replies = if attempted {
+        let calls: Vec<_> = remote.iter().map(|h| h.held.release.call()).collect();
+        backend.eval_batch(&calls, backend.timeouts().response).ok()
+    } else {
+        None
+    };
+    let batched = replies.as_ref().is_some_and(|r| r.len() == remote.len());
+    for (i, h) in remote.into_iter().enumerate() {
+        let reply = replies.as_ref().filter(|_| batched).map(|r| &r[i]);
+        let released = match reply {
+            Some(redis::Value::Int(1)) => {
+                client.wakeup().notify_local(&h.held.wake);
+                Ok(())
+            }
+            Some(redis::Value::Int(0)) => Err(Error::lost(
+                "the lease was lost before release (expired, flushed, force-unlocked or taken over)",
+            )),
+            // Undecided, or sent in a batch whose replies were lost.
+            Some(_) => release(client, &h.held, true),
+            // The batch may have run before its replies were lost.
+            None => release(client, &h.held, attempted),
+        };
+        keep(h.released(released));
+    }
+    first
 }
 
 /// One extension of a hold (see [`Holding::extend`]).
@@ -578,18 +674,19 @@ impl Drop for Holding {
     }
 }
 
-/// The outermost release of a hold in Redis.
+/// The outermost release of a hold in Redis (`repeated`: a release of it
+/// may have run already).
 ///
 /// Tokens are unique per acquisition, so finding ours proves nobody else
 /// held it in between, even if renewal had (conservatively) given the lease
 /// up during an outage. A release whose connection broke is repeated;
 /// finding nothing then is `Ok` when the lease was still valid when the
 /// first release was sent, because that first release is what removed it.
-fn release(client: &Client, held: &Held) -> Result<()> {
+fn release(client: &Client, held: &Held, repeated: bool) -> Result<()> {
     let backend = client.backend();
     let response = backend.timeouts().response;
     let valid_when_sent = !held.state.is_lost();
-    let mut repeated = false;
+    let mut repeated = repeated;
     for _ in 0..3 {
         let at = Instant::now();
         match backend.confirm(&held.release.call()) {

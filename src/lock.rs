@@ -160,6 +160,37 @@ impl Lock {
         self.acquire_until(deadline_after(timeout))
     }
 
+    /// What a multi-lock needs to try this name in a pipeline with its
+    /// other names (one round trip for all): the grant of `token` that
+    /// never queues, the lease, and the thread's slot; `None` when this
+    /// thread holds the name already (re-entry goes the usual way).
+    pub(crate) fn try_spec(&self, token: &str) -> Result<Option<(Spec, HoldKey)>> {
+        let keys = self.keys()?;
+        let slot = self.hold_key(keys);
+        if reentrancy::depth(&slot) > 0 {
+            return Ok(None);
+        }
+        let lease = self.lease.unwrap_or(self.client.watchdog_timeout());
+        let lease_arg = lease::lease_millis(lease)?.to_string();
+        Ok(Some((
+            self.spec(keys, token, lease, &lease_arg, false),
+            slot,
+        )))
+    }
+
+    /// The guard of a hold this lock's name got outside `acquire_until`.
+    pub(crate) fn guard(&self, slot: HoldKey, held: Arc<reentrancy::Held>) -> LockGuard {
+        LockGuard {
+            lock: self.clone(),
+            inner: Holding::new(self.client.clone(), Some(slot), held),
+            _not_send: ThreadBound::default(),
+        }
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// What multi-locks order names by: the key (an invalid name sorts
     /// first and reports its error when acquired).
     pub(crate) fn sort_key(&self) -> Vec<u8> {
@@ -505,6 +536,14 @@ impl LockGuard {
 
     pub(crate) fn holding(&self) -> &Holding {
         &self.inner
+    }
+
+    pub(crate) fn holding_mut(&mut self) -> &mut Holding {
+        &mut self.inner
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.lock.client
     }
 
     lease_controls!();

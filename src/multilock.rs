@@ -110,6 +110,9 @@ impl MultiLock {
                 "a multi-lock needs at least one name",
             ));
         }
+        if let Some(all) = self.all_at_once()? {
+            return Ok(Some(all));
+        }
         let mut guards = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {
             // On `None` or an error, `guards` is dropped: every name taken
@@ -123,6 +126,85 @@ impl MultiLock {
             guards,
             order: self.order.clone(),
         }))
+    }
+}
+
+impl MultiLock {
+    /// Tries every name in one round trip, where one server holds them all
+    /// (not Cluster, not Redlock, no replica acknowledgements): their
+    /// grants pipelined, with one token, none of them queueing. `Some` when
+    /// all were granted. Otherwise the ones granted are released (one
+    /// round trip, token-checked) and `None` sends the caller to the
+    /// one-by-one way, which waits in canonical order and handles every
+    /// uncertain outcome; so does a name this thread holds already.
+    fn all_at_once(&self) -> Result<Option<MultiLockGuard>> {
+        let Some(first) = self.locks.first() else {
+            return Ok(None);
+        };
+        let client = first.client();
+        let backend = client.backend();
+        if self.locks.len() < 2 || !backend.pipelines_grants() {
+            return Ok(None);
+        }
+        let token = client.new_token();
+        let mut specs = Vec::with_capacity(self.locks.len());
+        for lock in &self.locks {
+            match lock.try_spec(&token)? {
+                Some(spec) => specs.push(spec),
+                None => return Ok(None),
+            }
+        }
+        let at = Instant::now();
+        let calls: Vec<_> = specs.iter().map(|(spec, _)| spec.grant.call()).collect();
+        let replies = backend.eval_batch(&calls, backend.timeouts().response);
+        drop(calls);
+        let granted: Vec<Option<i64>> = match &replies {
+            Ok(values) if values.len() == specs.len() => values
+                .iter()
+                .map(
+                    |v| match redis::FromRedisValue::from_redis_value(v.clone()) {
+                        Ok((1i64, fence)) => Some(fence),
+                        _ => None,
+                    },
+                )
+                .collect(),
+            // Undecided: any of them may have been granted.
+            _ => vec![None; specs.len()],
+        };
+        if granted.iter().all(Option::is_some) {
+            let started = at;
+            let mut guards = Vec::with_capacity(specs.len());
+            for ((spec, slot), (lock, fence)) in specs
+                .into_iter()
+                .zip(self.locks.iter().zip(granted.into_iter().flatten()))
+            {
+                let valid = crate::lease::valid_for(client, spec.lease)?;
+                let what = spec.what;
+                let held =
+                    crate::lease::hold(client, spec, token.clone(), fence, at, valid, Some(&slot));
+                crate::metrics::acquired(what, started.elapsed());
+                if let Some(events) = client.events() {
+                    events.on_acquired(&held.name, started.elapsed());
+                }
+                guards.push(lock.guard(slot, held));
+            }
+            return Ok(Some(MultiLockGuard {
+                guards,
+                order: self.order.clone(),
+            }));
+        }
+        // Give back what was (or may have been) granted, in one round
+        // trip; a release that finds nothing is fine here.
+        let undo: Vec<_> = specs
+            .iter()
+            .zip(&granted)
+            .filter(|(_, g)| g.is_some() || replies.is_err())
+            .map(|((spec, _), _)| spec.release.call())
+            .collect();
+        if !undo.is_empty() {
+            let _ = backend.eval_batch(&undo, backend.timeouts().response);
+        }
+        Ok(None)
     }
 }
 
@@ -140,6 +222,15 @@ impl fmt::Debug for MultiLockGuard {
             .field("fencing_tokens", &self.fencing_tokens())
             .field("held", &self.is_held())
             .finish()
+    }
+}
+
+impl Drop for MultiLockGuard {
+    fn drop(&mut self) {
+        // Released already (`release`) costs nothing: each hold knows.
+        if let Err(e) = self.release_all() {
+            log::warn!("redlease: releasing a multi-lock on drop: {e}");
+        }
     }
 }
 
@@ -191,17 +282,23 @@ impl MultiLockGuard {
     }
 
     /// Releases every name (all of them, even if one fails); the first
-    /// error is returned, `LockLost` if a lease had been lost.
-    pub fn release(self) -> Result<()> {
-        let mut first = Ok(());
+    /// error is returned, `LockLost` if a lease had been lost. On one
+    /// server, one round trip for all.
+    pub fn release(mut self) -> Result<()> {
+        self.release_all()
+    }
+
+    fn release_all(&mut self) -> Result<()> {
+        let Some(client) = self.guards.first().map(|g| g.client().clone()) else {
+            return Ok(());
+        };
         // In reverse order of acquisition, as nested guards would.
-        for g in self.guards.into_iter().rev() {
-            if let Err(e) = g.release() {
-                if first.is_ok() {
-                    first = Err(e);
-                }
-            }
-        }
-        first
+        let holdings = self
+            .guards
+            .iter_mut()
+            .rev()
+            .map(|g| g.holding_mut())
+            .collect();
+        crate::lease::release_all(&client, holdings)
     }
 }

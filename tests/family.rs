@@ -477,3 +477,45 @@ fn force_unlock_and_force_release_all_wake_waiters_and_tell_holders() {
     assert!(p1.lost_signal().wait_timeout(Duration::from_secs(5)));
     assert_eq!(p1.release().unwrap_err().kind(), ErrorKind::LockLost);
 }
+
+/// Reproduction: a multi-lock took its names one by one, a round trip each
+/// (and released them one by one): 3 names cost 6 round trips. On one
+/// server, all its grants now go in one pipeline, and so do its releases.
+/// Every script reply is held back 200 ms by a proxy: one round trip each
+/// way is 400 ms, one per name would be 1.2 s.
+#[test]
+fn a_multi_lock_on_one_server_takes_and_releases_its_names_in_one_round_trip_each() {
+    let server = Server::start();
+    let proxy = common::proxy::Proxy::start(server.port());
+    let c = Client::open(proxy.url()).unwrap();
+    let m = c.multi_lock(["rt:a", "rt:b", "rt:c"]);
+    // Warm: scripts loaded, connections open.
+    m.acquire().unwrap().release().unwrap();
+    proxy.always(
+        "EVALSHA",
+        common::proxy::Fault::Delay(Duration::from_millis(200)),
+    );
+    let t = std::time::Instant::now();
+    let g = m.acquire().unwrap();
+    let fences = g.fencing_tokens();
+    g.release().unwrap();
+    let took = t.elapsed();
+    proxy.clear();
+    println!("FIGURES a 3-name multi-lock cycle with 200 ms script replies: {took:?}");
+    assert!(took < Duration::from_millis(800), "took {took:?}");
+    assert_eq!(fences.len(), 3);
+    // Released: each name is free for a plain lock of another client.
+    let other = Client::open(server.url()).unwrap();
+    for n in ["rt:a", "rt:b", "rt:c"] {
+        assert!(
+            other.lock(n).try_acquire().unwrap().is_some(),
+            "{n} still held"
+        );
+    }
+    // Busy on one name: nothing stays held, and the one-by-one way waits.
+    let held = other.lock("rt:b").acquire().unwrap();
+    assert!(m.try_acquire().unwrap().is_none());
+    assert!(other.lock("rt:a").try_acquire().unwrap().is_some());
+    assert!(other.lock("rt:c").try_acquire().unwrap().is_some());
+    drop(held);
+}

@@ -346,6 +346,12 @@ impl Backend {
     }
 
     /// Whether every primitive is available (one authoritative server per key).
+    /// Whether several grants (or releases) may go to the server in one
+    /// pipeline: one server, no replica acknowledgements to wait for.
+    pub(crate) fn pipelines_grants(&self) -> bool {
+        matches!(self.kind, Kind::Single(_)) && self.replica_ack.is_none()
+    }
+
     pub(crate) fn is_redlock(&self) -> bool {
         matches!(self.kind, Kind::Redlock(_))
     }
