@@ -1,0 +1,97 @@
+//! The uncontended cycle against the raw reference lock, and the multi-lock
+//! against one lock's cycle (issue: waiting that costs nothing). Every
+//! figure is a ratio of means measured in the same run, interleaved block
+//! by block, on one private redis-server; the raw floor runs over a
+//! TCP_NODELAY connection, as the library's own connections do.
+//!
+//! Run: `cargo bench --bench cycle` (`REDLEASE_BENCH_QUICK=1` for a short
+//! smoke run).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+mod support;
+
+use common::Server;
+use redlease::Client;
+use support::{mean, quick, raw_con, scale, us};
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn main() {
+    let server = Server::start();
+    let url = server.url();
+    let client = Client::builder().url(&url).build().unwrap();
+    let mut raw = raw_con(&url);
+    let del = redis::Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+    );
+    let one = redis::Script::new("return 1");
+    let _: i64 = one.invoke(&mut raw).unwrap();
+    let _: i64 = del.key("bench:raw").arg("x").invoke(&mut raw).unwrap();
+    let lock = client.lock("bench:cycle");
+    let multi = client.multi_lock(["bench:m:a", "bench:m:b", "bench:m:c"]);
+    lock.acquire().unwrap().release().unwrap();
+    multi.acquire().unwrap().release().unwrap();
+
+    let blocks = if quick() { 5 } else { 20 };
+    let per_block = scale(2_000) / 10;
+    let (mut rtt, mut raws, mut cycles, mut multis) = (vec![], vec![], vec![], vec![]);
+    let (mut cycle_ratio, mut multi_ratio) = (vec![], vec![]);
+    for _ in 0..blocks {
+        let e = mean(per_block, || {
+            let _: i64 = one.invoke(&mut raw).unwrap();
+        });
+        // The reference lock: SET NX PX, then a token-checked EVALSHA DEL.
+        let r = mean(per_block, || {
+            let token = uuid::Uuid::new_v4().simple().to_string();
+            let ok: Option<String> = redis::cmd("SET")
+                .arg("bench:raw")
+                .arg(&token)
+                .arg("NX")
+                .arg("PX")
+                .arg(30_000)
+                .query(&mut raw)
+                .unwrap();
+            assert!(ok.is_some());
+            let _: i64 = del.key("bench:raw").arg(&token).invoke(&mut raw).unwrap();
+        });
+        let c = mean(per_block, || {
+            lock.acquire().unwrap().release().unwrap();
+        });
+        let m = mean(per_block, || {
+            multi.acquire().unwrap().release().unwrap();
+        });
+        cycle_ratio.push(us(c) / us(r));
+        multi_ratio.push(us(m) / us(c));
+        rtt.push(us(e));
+        raws.push(us(r));
+        cycles.push(us(c));
+        multis.push(us(m));
+    }
+    let (rtt, raw_us, cycle_us, multi_us) =
+        (median(rtt), median(raws), median(cycles), median(multis));
+    let (cr, mr) = (median(cycle_ratio), median(multi_ratio));
+    println!("redlease cycle benchmark (interleaved, {blocks} blocks of {per_block})");
+    println!(
+        "{:<56} {rtt:>8.1} us",
+        "idle round trip (EVALSHA return 1), median of blocks"
+    );
+    println!(
+        "{:<56} {raw_us:>8.1} us",
+        "raw reference lock: SET NX PX + EVALSHA del"
+    );
+    println!(
+        "{:<56} {cycle_us:>8.1} us = {cr:.3}x the raw lock (target <= 1.05)",
+        "uncontended acquire + release"
+    );
+    println!(
+        "{:<56} {multi_us:>8.1} us = {mr:.3}x one lock's cycle (target <= 1.3)",
+        "multi-lock of 3 names, acquire + release"
+    );
+    println!(
+        "{{\"bench\":\"cycle\",\"idle_rtt_us\":{rtt:.1},\"raw_lock_us\":{raw_us:.1},\"cycle_ratio\":{cr:.3},\"multi_lock_ratio\":{mr:.3}}}"
+    );
+}
