@@ -179,3 +179,41 @@ fn holder_entry() {
     say("held");
     std::thread::sleep(Duration::from_secs(600));
 }
+
+/// Reproduction: a latch waiter looked at the latch every fallback poll
+/// (2 s), renewing its registration: about 3 commands a second each. Its
+/// registration only decides whether the opening is published, and a lost
+/// subscription wakes every waiter to look, so it now looks every 30 s.
+#[test]
+fn idle_latch_waiters_cost_the_server_almost_nothing() {
+    let server = Server::start();
+    let setter = client_with(&server, |b| b);
+    let latch = setter.count_down_latch("idle:latch");
+    assert!(latch.try_set_count(1).unwrap());
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let c = client_with(&server, |b| b);
+            std::thread::spawn(move || {
+                c.count_down_latch("idle:latch")
+                    .wait_timeout(Duration::from_secs(20))
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut con = server.con();
+    std::thread::sleep(Duration::from_millis(800)); // all subscribed and waiting
+    let before = commandstats(&mut con);
+    std::thread::sleep(Duration::from_secs(4));
+    let after = commandstats(&mut con);
+    let sent = commands_between(&before, &after);
+    println!("FIGURES 3 idle latch waiters over 4 s: {sent} server commands");
+    // Before: 3 waiters × 2 looks × 6 commands = 36.
+    assert!(sent <= 3, "{sent} commands: {after:?}");
+    let t = Instant::now();
+    latch.count_down().unwrap();
+    for w in waiters {
+        assert!(w.join().unwrap(), "every waiter sees the opening");
+    }
+    println!("FIGURES the opening reached 3 waiters in {:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(2));
+}

@@ -32,6 +32,14 @@ use sharded::Shards;
 /// server refused (an ACL).
 const REFUSED_RETRY: Duration = Duration::from_secs(10);
 
+/// How long a waiter whose wake-up is an announcement (a latch's opening)
+/// sleeps between looks at least: its registration only decides whether
+/// the opening is published, and a subscription either delivers the
+/// announcement or is lost and made again, which wakes every waiter to
+/// look (so the look only guards against what cannot be seen). Its
+/// registration lives three of these and a second.
+pub(crate) const ANNOUNCED_LOOK: Duration = Duration::from_secs(30);
+
 /// How long the subscriber blocks in one read before checking for shutdown.
 const SUBSCRIBER_TICK: Duration = Duration::from_millis(200);
 
@@ -198,6 +206,16 @@ impl Wakeup {
         self.shared.fallback
     }
 
+    /// The longest a waiter sleeps without a wake-up when the wake-up is an
+    /// announcement (see [`ANNOUNCED_LOOK`]), or otherwise.
+    pub(crate) fn fallback_for(&self, announced: bool) -> Duration {
+        if announced {
+            self.shared.fallback.max(ANNOUNCED_LOOK)
+        } else {
+            self.shared.fallback
+        }
+    }
+
     /// Number of wake-ups the subscriber has delivered so far.
     pub(crate) fn delivered(&self) -> u64 {
         self.shared.delivered.load(Ordering::Relaxed)
@@ -263,6 +281,7 @@ impl Wakeup {
         mut attempt: impl FnMut(Option<Duration>) -> Result<Attempt<T>>,
     ) -> Result<Option<T>> {
         let server = turns == Turns::Server;
+        let fallback = self.fallback_for(signalled.is_some());
         let line = match turns {
             Turns::Local(line) => line,
             Turns::Server => 0,
@@ -350,9 +369,7 @@ impl Wakeup {
                 }
                 continue;
             }
-            let mut wait = retry
-                .unwrap_or(self.shared.fallback)
-                .min(self.shared.fallback);
+            let mut wait = retry.unwrap_or(fallback).min(fallback);
             if !listening.live() {
                 // A shard channel lost (its slot moved, its master failed):
                 // subscribe where it is now, then look again.
