@@ -220,13 +220,16 @@ impl CountDownLatch {
         let opened = self
             .client
             .wakeup()
-            .acquire_noting(
-                &round_key(key, &round),
-                Turns::Server,
-                deadline,
-                false,
-                None,
-                Some(&signalled),
+            .acquire(
+                crate::wakeup::Wait {
+                    key: &round_key(key, &round),
+                    turns: Turns::Server,
+                    deadline,
+                    jump: false,
+                    direct: None,
+                    signalled: Some(&signalled),
+                    patient: true,
+                },
                 |_| {
                     if signalled.get() {
                         return Ok(Attempt::Acquired(()));

@@ -42,6 +42,9 @@ pub(crate) struct Spec {
     pub(crate) turns: Turns,
     /// Try at once even if this client has waiters queued for `wake`.
     pub(crate) jump: bool,
+    /// Its waiters' registration only decides whether a release publishes
+    /// (see `wakeup::Wait::patient`): they look seldom.
+    pub(crate) patient: bool,
     pub(crate) lease: Duration,
     /// Renewed by the watchdog (or a fixed lease).
     pub(crate) watchdog: bool,
@@ -245,7 +248,16 @@ fn attempt(
     let mut sent: Vec<Spec> = Vec::new(); // specs whose grant reached the server
     let mut reached = false; // the current spec's grant reached the server
 
-    let acquired = wakeup.acquire(&wake, turns, deadline, jump, direct, |block| {
+    let wait = crate::wakeup::Wait {
+        key: &wake,
+        turns,
+        deadline,
+        jump,
+        direct,
+        signalled: None,
+        patient: spec.patient,
+    };
+    let acquired = wakeup.acquire(wait, |block| {
         // A lease granted in this round trip started after this instant.
         let at = Instant::now();
         let reply = match (block, &spec.direct) {

@@ -319,6 +319,7 @@ impl Lock {
             wake: keys.lock.clone(),
             turns: Turns::fair(self.fair),
             jump: false,
+            patient: false,
             lease,
             watchdog: self.lease.is_none(),
             grant,

@@ -247,7 +247,7 @@ impl RwLock {
         // a try never does.
         let waits = deadline.is_none_or(|d| d > Instant::now());
         let waiting = if waits {
-            (self.client.wakeup().fallback() * 3 + Duration::from_secs(1))
+            (self.client.wakeup().fallback_for(true) * 3 + Duration::from_secs(1))
                 .as_millis()
                 .to_string()
         } else {
@@ -281,6 +281,8 @@ impl RwLock {
                     wake: keys.writer.clone(),
                     turns: Turns::Local(0),
                     jump: !own_write.is_empty(),
+                    // Readers are told by a writer's release.
+                    patient: true,
                     lease,
                     watchdog: self.lease.is_none(),
                     grant: Script::new(
@@ -397,6 +399,7 @@ impl RwLock {
                     wake: keys.writer.clone(),
                     turns: Turns::Local(0),
                     jump: false,
+                    patient: false,
                     lease,
                     watchdog: self.lease.is_none(),
                     grant: grant(blocks),

@@ -360,6 +360,7 @@ impl Semaphore {
                     Turns::Local(k)
                 },
                 jump: false,
+                patient: false,
                 lease,
                 watchdog: self.lease.is_none(),
                 grant: Script::new(&SEM_ACQUIRE, keys.scripted(), grant_args(blocks)),

@@ -60,6 +60,28 @@ impl<T> Attempt<T> {
     }
 }
 
+/// One wait, as [`Wakeup::acquire`] runs it.
+pub(crate) struct Wait<'a> {
+    /// The key whose releases wake the waiter (and its messages name).
+    pub(crate) key: &'a [u8],
+    pub(crate) turns: Turns,
+    pub(crate) deadline: Option<Instant>,
+    /// Skip this client's local queue (a downgrade must not wait behind
+    /// waiters that wait for itself).
+    pub(crate) jump: bool,
+    /// Block on the server for a direct grant, this long per round trip.
+    pub(crate) direct: Option<Duration>,
+    /// Set when an announcement of `key` (a message, or a local notify)
+    /// arrived, as opposed to a nudge or a timeout: for keys that name a
+    /// single event (a latch round opening), the announcement itself is
+    /// the answer. Such a waiter looks every [`ANNOUNCED_LOOK`].
+    pub(crate) signalled: Option<&'a std::cell::Cell<bool>>,
+    /// The waiter's registration only decides whether a release publishes
+    /// (readers): it looks every [`ANNOUNCED_LOOK`] too, or when what
+    /// blocks it ends.
+    pub(crate) patient: bool,
+}
+
 /// A waiting thread's wake-up slot: `true` = a release (or other event)
 /// of its key was announced, `false` = a nudge to look again (a reconnect,
 /// a turn passed on).
@@ -235,12 +257,11 @@ impl Wakeup {
         self.shared.shards.close();
     }
 
-    /// The waiting loop every primitive shares. `attempt` is one round trip
-    /// that either acquires or reports how long the holder may keep it; it
-    /// must be safe to repeat (every granting script re-grants the same
-    /// hold to the same token). Returns `None` when `deadline` passes first
-    /// (`Some(now)` = try once). `jump` skips this client's local queue
-    /// (a downgrade must not wait behind waiters that wait for itself).
+    /// The waiting loop every primitive shares, for `wait` (see [`Wait`]).
+    /// `attempt` is one round trip that either acquires or reports how
+    /// long the holder may keep it; it must be safe to repeat (every
+    /// granting script re-grants the same hold to the same token). Returns
+    /// `None` when the deadline passes first (`Some(now)` = try once).
     ///
     /// With `direct` (a slice), the attempt is told to block on the server
     /// for a direct grant, at most that long per round trip
@@ -255,33 +276,20 @@ impl Wakeup {
     /// error ends the wait with that error, also at the deadline.
     pub(crate) fn acquire<T>(
         &self,
-        key: &[u8],
-        turns: Turns,
-        deadline: Option<Instant>,
-        jump: bool,
-        direct: Option<Duration>,
-        attempt: impl FnMut(Option<Duration>) -> Result<Attempt<T>>,
-    ) -> Result<Option<T>> {
-        self.acquire_noting(key, turns, deadline, jump, direct, None, attempt)
-    }
-
-    /// [`Wakeup::acquire`], also setting `signalled` when an announcement
-    /// of `key` (a message, or a local notify) arrived, as opposed to a
-    /// nudge or a timeout: for keys that name a single event (a latch
-    /// round opening), the announcement itself is the answer.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn acquire_noting<T>(
-        &self,
-        key: &[u8],
-        turns: Turns,
-        deadline: Option<Instant>,
-        jump: bool,
-        direct: Option<Duration>,
-        signalled: Option<&std::cell::Cell<bool>>,
+        wait: Wait<'_>,
         mut attempt: impl FnMut(Option<Duration>) -> Result<Attempt<T>>,
     ) -> Result<Option<T>> {
+        let Wait {
+            key,
+            turns,
+            deadline,
+            jump,
+            direct,
+            signalled,
+            patient,
+        } = wait;
         let server = turns == Turns::Server;
-        let fallback = self.fallback_for(signalled.is_some());
+        let fallback = self.fallback_for(patient || signalled.is_some());
         let line = match turns {
             Turns::Local(line) => line,
             Turns::Server => 0,
