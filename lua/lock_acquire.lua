@@ -22,7 +22,8 @@
 --          own list, and this script runs right behind that pop: a fence
 --          found on its own list is an open grant it took. Otherwise it
 --          waits for release messages.
--- Returns  {1, fence}  acquired, with the lease set to ARGV[2]: the lock
+-- Returns  {1, fence}  acquired, with the lease set to ARGV[2] (taken by a
+--                      pop: the lesser of that and twice ARGV[5]): the lock
 --                      was free with no live waiter ahead, or open and
 --                      taken by this waiter, or already held by this token
 --                      (a retry after a lost reply: a hold is counted once
@@ -41,7 +42,15 @@ local mine = prefix .. me
 -- list. (An ACL without LPOP refused the pop too: nothing was taken.)
 local took = blocks and redis.pcall('LPOP', mine)
 if type(took) == 'table' then
+  -- An ACL without LPOP. Nothing taken (the pop was refused too, or this
+  -- is a first look): carry on. Something taken (BLMOVE allowed): it
+  -- cannot be read; drop it (the hand-over lapses) and say so, and the
+  -- client waits for messages instead.
   took = false
+  if redis.call('EXISTS', mine) == 1 then
+    redis.call('DEL', mine)
+    return redis.error_reply('NOPERM redlease needs LPOP with BLMOVE (see the README ACL line)')
+  end
 end
 local holder = redis.call('GET', lock)
 if holder then
@@ -56,7 +65,14 @@ if holder then
   -- release and the new holder's reply: as few calls as can be.
   if owner == 'rl:grant' and (took or (redis.call('EXISTS', open) == 1 and redis.call('ZSCORE', q, me))) then
     local fence = tonumber(string.match(holder, '#(%d+)$')) or 0
-    redis.call('SET', lock, holder_value(me, fence), 'PX', lease)
+    -- Taken by a pop: for twice the claim, which its client raises to its
+    -- lease as soon as the reply reaches it. A process frozen while it was
+    -- blocked (its script was sent) holds the name no longer than that.
+    local ms = lease
+    if took then
+      ms = math.min(tonumber(lease), tonumber(ARGV[5]) * 2)
+    end
+    redis.call('SET', lock, holder_value(me, fence), 'PX', ms)
     queue_leave(q, qt, prefix, me, blocks)
     queue_taken(q, qt, ttl, blocks)
     if not took then

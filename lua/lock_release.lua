@@ -22,8 +22,9 @@
 --          handed on like a release. A holder never has either (taking the
 --          lock takes it off the queue), so a release skips that work:
 --          every call here is on the handoff's critical path.
--- Returns  1 released (handed on, or waiters notified), 0 not held by
---          this token
+-- Returns  1 released, 2 released and opened to the waiters (the caller
+--          looks at the name again after the claim: lua/lock_watch.lua),
+--          0 not held by this token
 local prefix = ARGV[4]
 local took = false
 if ARGV[9] == 'leave' then
@@ -46,13 +47,14 @@ end
 if not v or (ARGV[6] ~= 'force' and string.match(v, '^[^#]*') ~= ARGV[1]) then
   return 0
 end
-local told = true
+local told, opened = true, false
 -- Anyone queued: the blocked among them take it, and one that is not (it
 -- died, or waits for messages) costs at most the claim window (queue.lua).
 -- No clock and no deadlines here: this runs before the next holder's reply.
 if redis.call('EXISTS', KEYS[3]) == 1 then
   -- The hand-over overwrites the lock key: no DEL first.
   told = hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], prefix, tonumber(ARGV[5]))
+  opened = true
 else
   redis.call('DEL', KEYS[1], prefix .. 'open')
   if ARGV[7] ~= 'keep' then
@@ -61,4 +63,7 @@ else
   -- Nobody is queued: where every waiter queues (ARGV[8]), nobody waits.
 end
 announce(ARGV[2], ARGV[3], ARGV[8], told)
+if opened then
+  return 2
+end
 return 1

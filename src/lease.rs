@@ -274,7 +274,8 @@ fn attempt(
                     if popped {
                         wakeup.delivered_directly();
                     }
-                    reply
+                    // Taken from the open list: a short first lease.
+                    (reply, popped && d.into.is_some())
                 }),
             (_, direct) => {
                 // A waiter that can no longer block (the server refused it)
@@ -284,18 +285,20 @@ fn attempt(
                     Some(d) if !backend.grants_directly() => &d.by_message,
                     _ => &spec.grant,
                 };
-                backend.grant(
-                    &grant.call(),
-                    &spec.undo.as_ref().unwrap_or(&spec.release).call(),
-                    spec.lease,
-                    spec.fence.as_deref(),
-                    deadline,
-                )
+                backend
+                    .grant(
+                        &grant.call(),
+                        &spec.undo.as_ref().unwrap_or(&spec.release).call(),
+                        spec.lease,
+                        spec.fence.as_deref(),
+                        deadline,
+                    )
+                    .map(|reply| (reply, false))
             }
         };
         match reply {
-            Ok((1, fence)) => Ok(Attempt::Acquired((fence, at))),
-            Ok((_, wait)) => {
+            Ok(((1, fence), short)) => Ok(Attempt::Acquired((fence, at, short))),
+            Ok(((_, wait), _)) => {
                 (ambiguous, late, reached) = (false, false, true);
                 if let (None, Some(look), true) = (
                     &watching,
@@ -334,10 +337,15 @@ fn attempt(
         w.finish();
     }
     match acquired {
-        Ok(Some((fence, at))) => {
+        Ok(Some((fence, at, short))) => {
             // Earlier tokens (replaced after a late reply) may have left
             // queue entries or intents.
             clean_up(client, &sent, false, false);
+            if short {
+                return Ok(Some(taken_by_pop(
+                    client, spec, token, fence, at, valid, slot,
+                )));
+            }
             Ok(Some(hold(client, spec, token, fence, at, valid, slot)))
         }
         other => {
@@ -368,24 +376,88 @@ pub(crate) fn hold(
     valid: Duration,
     slot: Option<&HoldKey>,
 ) -> Arc<Held> {
+    hold_with(client, spec, token, fence, at, valid, None, slot)
+}
+
+/// The short first lease a lock waiter gets when it takes an open grant
+/// with its pop (lua/lock_acquire.lua): twice the claim window.
+const POPPED_LEASE: Duration = Duration::from_millis(GRANT_CLAIM.as_millis() as u64 * 2);
+
+/// A lock taken by a pop from the open list. Its first lease is short
+/// ([`POPPED_LEASE`], so that a process frozen while blocked holds the name
+/// no longer), and it started at some instant between `at` (when the
+/// blocking call was sent, maybe a minute ago) and now. A reply that came
+/// soon leaves most of it: renewed at once by the renewal thread. After a
+/// long block (or with a fixed lease, which nothing renews) one extension
+/// now, counted from its own sending, sets the full lease before the guard
+/// is handed out; should it fail, the short lease is all that is known
+/// (the guard may be lost at once, never wrongly held).
+fn taken_by_pop(
+    client: &Client,
+    spec: Spec,
+    token: Arc<str>,
+    fence: i64,
+    at: Instant,
+    valid: Duration,
+    slot: Option<&HoldKey>,
+) -> Arc<Held> {
+    let first = valid.min(POPPED_LEASE.saturating_sub(Duration::from_millis(1)));
+    if spec.watchdog && at.elapsed() < first / 3 {
+        return hold_with(client, spec, token, fence, at, valid, Some(first), slot);
+    }
+    let sent = Instant::now();
+    match client.backend().confirm(&spec.extend.call()) {
+        Ok(1) => hold(client, spec, token, fence, sent, valid, slot),
+        _ => hold_with(client, spec, token, fence, at, valid, Some(first), slot),
+    }
+}
+
+/// [`hold`]; with `first`, the lease surely runs only that long from `at`
+/// until the renewal thread renews it, at once.
+#[allow(clippy::too_many_arguments)]
+fn hold_with(
+    client: &Client,
+    spec: Spec,
+    token: Arc<str>,
+    fence: i64,
+    at: Instant,
+    valid: Duration,
+    first: Option<Duration>,
+    slot: Option<&HoldKey>,
+) -> Arc<Held> {
     let hook = client.events().map(|h| (h.clone(), spec.name.clone()));
-    let state = LeaseState::new(at + valid, hook);
+    let known = at + first.unwrap_or(valid);
+    let state = LeaseState::new(known, hook);
     let extend = Arc::new(spec.extend);
     if spec.watchdog {
-        renewal::keep_alive(
+        let now = first.map(|_| Instant::now());
+        renewal::keep_alive_from(
             client.backend(),
             &state,
-            at + valid,
+            known,
             valid,
             spec.lease,
             &extend,
+            now,
         );
     }
+    let look = spec
+        .direct
+        .as_ref()
+        .and_then(|d| d.watch.as_ref())
+        .map(|w| {
+            let mut w = w.clone();
+            if let Some(token) = w.args.first_mut() {
+                token.clear(); // the name alone, not a waiter
+            }
+            Arc::new(w)
+        });
     let held = Arc::new(Held {
         token,
         fence: fence.max(0) as u64,
         state,
         release: spec.release,
+        look,
         extend,
         watchdog: spec.watchdog,
         wake: spec.wake,
@@ -602,7 +674,10 @@ pub(crate) fn release_all(client: &Client, holdings: Vec<&mut Holding>) -> Resul
     for (i, h) in remote.into_iter().enumerate() {
         let reply = replies.as_ref().filter(|_| batched).map(|r| &r[i]);
         let released = match reply {
-            Some(redis::Value::Int(1)) => {
+            Some(redis::Value::Int(n @ (1 | 2))) => {
+                if *n == 2 {
+                    look_after_hand_over(client, &h.held);
+                }
                 client.wakeup().notify_local(&h.held.wake);
                 Ok(())
             }
@@ -642,6 +717,11 @@ fn extend(client: &Client, held: &Held, lease: Duration) -> Result<()> {
     match backend.confirm(&exact.call()) {
         Ok(1) => {
             held.state.extended(sent, valid, true);
+            if let Some(look) = &held.look {
+                // The lease may be shorter now: should the key go without a
+                // release, a look at its new end opens it to the waiters.
+                drop(renewal::watch(backend, look.clone(), sent + valid));
+            }
             if held.watchdog {
                 renewal::keep_alive(backend, &held.state, sent + valid, valid, lease, &renew);
             }
@@ -686,6 +766,22 @@ impl Drop for Holding {
     }
 }
 
+/// After a release opened the name to its waiters: one look at the name
+/// when the taker's short first lease would have ended (see
+/// lua/lock_watch.lua), so that a grant popped by a process frozen right
+/// after (or whose script never ran) still reaches the next waiter.
+fn look_after_hand_over(client: &Client, held: &Held) {
+    if let Some(look) = &held.look {
+        let state = renewal::watch(
+            client.backend(),
+            look.clone(),
+            Instant::now() + GRANT_CLAIM * 2,
+        );
+        // Nobody finishes it: its replies end it (see lua/lock_watch.lua).
+        drop(state);
+    }
+}
+
 /// The outermost release of a hold in Redis (`repeated`: a release of it
 /// may have run already).
 ///
@@ -702,7 +798,10 @@ fn release(client: &Client, held: &Held, repeated: bool) -> Result<()> {
     for _ in 0..3 {
         let at = Instant::now();
         match backend.confirm(&held.release.call()) {
-            Ok(1) => {
+            Ok(n @ (1 | 2)) => {
+                if n == 2 {
+                    look_after_hand_over(client, held);
+                }
                 client.wakeup().notify_local(&held.wake);
                 return Ok(());
             }

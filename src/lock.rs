@@ -407,7 +407,7 @@ impl Lock {
             })
             .map_err(|e| e.about("lock", &keys.name))?;
         self.client.wakeup().notify_local(&keys.lock);
-        Ok(removed == 1)
+        Ok(removed >= 1)
     }
 
     /// Runs `f` while holding the lock, waiting as long as needed; see

@@ -32,8 +32,14 @@ pub(crate) struct Held {
     pub(crate) token: Arc<str>,
     pub(crate) fence: u64,
     pub(crate) state: Arc<LeaseState>,
-    /// The token-checked release (`1` released, `0` not ours).
+    /// The token-checked release (`1` released, `0` not ours; a lock's
+    /// `2`: released and opened to its waiters).
     pub(crate) release: Script,
+    /// A lock's look at its name alone (lua/lock_watch.lua with no token),
+    /// made once after a release opened it to the waiters, or after an
+    /// extension shortened the lease: a lock key that then goes without a
+    /// release still opens to the blocked waiters.
+    pub(crate) look: Option<Arc<Script>>,
     /// The token-checked extension; its last argument is the lease in ms.
     pub(crate) extend: Arc<Script>,
     /// Renewed by the watchdog (else a fixed lease).

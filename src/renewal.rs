@@ -281,9 +281,12 @@ pub(crate) struct Renewal {
     pub(crate) state: Arc<LeaseState>,
     /// The state's generation when registered (see `LeaseState::extended`).
     pub(crate) generation: u64,
-    /// A blocked waiter's look ([`watch`]) rather than a lease: first due
-    /// then; each reply says when the next one is.
-    pub(crate) look: Option<Instant>,
+    /// When the first renewal (or look) is due, if not a third of the
+    /// lease after the acquisition.
+    pub(crate) first: Option<Instant>,
+    /// A look at a lock ([`watch`]) rather than a lease: each reply says
+    /// when the next one is.
+    pub(crate) look: bool,
 }
 
 impl Renewal {
@@ -365,7 +368,7 @@ fn wake_scheduler() {
 
 /// The first renewal is due a third of the lease after the acquisition.
 fn first_due(renewal: &Renewal) -> Instant {
-    if let Some(at) = renewal.look {
+    if let Some(at) = renewal.first {
         return at;
     }
     let acquired = renewal
@@ -644,7 +647,7 @@ impl Scheduler {
                     if entry.renewal.retired() {
                         continue; // released, or extended since it was sent
                     }
-                    if entry.renewal.look.is_some() {
+                    if entry.renewal.look {
                         match value {
                             // Look again when the holder's lease (or the
                             // claim of a hand-over made by this look) ends.
@@ -771,6 +774,20 @@ pub(crate) fn keep_alive(
     lease: Duration,
     extend: &Arc<Script>,
 ) {
+    keep_alive_from(backend, state, expires, valid, lease, extend, None);
+}
+
+/// [`keep_alive`], with the first renewal due at `first` (a hold granted
+/// with a short lease is renewed at once).
+pub(crate) fn keep_alive_from(
+    backend: &Arc<Backend>,
+    state: &Arc<LeaseState>,
+    expires: Instant,
+    valid: Duration,
+    lease: Duration,
+    extend: &Arc<Script>,
+    first: Option<Instant>,
+) {
     register(Renewal {
         backend: Arc::downgrade(backend),
         script: extend.clone(),
@@ -779,7 +796,8 @@ pub(crate) fn keep_alive(
         expires,
         state: state.clone(),
         generation: state.generation(),
-        look: None,
+        first,
+        look: false,
     });
 }
 
@@ -788,9 +806,10 @@ pub(crate) fn keep_alive(
 /// that comes too early and must be made again.
 const LOOK_MARGIN: Duration = Duration::from_millis(20);
 
-/// The longest time between two looks of one waiter: a holder's lease can
-/// end early without a release (`FLUSHALL`, a failover without it).
-const LOOK_MAX: Duration = Duration::from_secs(30);
+/// The longest time between two looks of one waiter: a lock key can go
+/// without a release (`FLUSHALL`, `DEL`, eviction, a failover without it),
+/// and only a look sees it. A look at a held lock is two commands.
+const LOOK_MAX: Duration = Duration::from_secs(5);
 
 /// Has the renewal thread run `look` (lua/lock_watch.lua, whose reply is
 /// how many milliseconds until the next look is useful) from `first` on,
@@ -808,7 +827,8 @@ pub(crate) fn watch(backend: &Arc<Backend>, look: Arc<Script>, first: Instant) -
         expires: never,
         state: state.clone(),
         generation: 0,
-        look: Some(first + LOOK_MARGIN),
+        first: Some((first + LOOK_MARGIN).min(Instant::now() + LOOK_MAX)),
+        look: true,
     });
     state
 }

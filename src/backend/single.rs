@@ -728,7 +728,7 @@ impl Node {
             if e.code() == "NOPERM" && self.blocks() {
                 log::warn!(
                     "redlease: the server refuses a blocking pop ({}); waiters fall back to release \
-                     messages (slower). Allow +blpop +blmove +rpush, as the README's ACL line does",
+                     messages (slower). Allow +blpop +blmove +lpop +rpush, as the README's ACL line does",
                     e.details().unwrap_or("")
                 );
                 self.blocking_refused.store(true, Ordering::Relaxed);
@@ -739,6 +739,20 @@ impl Node {
             // stays ours meanwhile (the lock names our token).
             Value::ServerError(e) if e.code() == "NOSCRIPT" => {
                 Ok((self.call(call, Some(undo), deadline)?, popped))
+            }
+            // The pop was allowed, reading what it took is not (an ACL
+            // with BLMOVE but without LPOP): wait for messages instead.
+            Value::ServerError(e) if e.code() == "NOPERM" => {
+                if self.blocks() {
+                    log::warn!(
+                        "redlease: the server refuses LPOP behind BLMOVE ({}); waiters fall back to \
+                         release messages (slower). Allow +blpop +blmove +lpop +rpush, as the \
+                         README's ACL line does",
+                        e.details().unwrap_or("")
+                    );
+                }
+                self.blocking_refused.store(true, Ordering::Relaxed);
+                Ok(((0, -1), false))
             }
             Value::ServerError(e) => Err(redis::RedisError::from(e).into()),
             reply => Ok((
