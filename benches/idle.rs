@@ -7,7 +7,7 @@
 //! the same run.
 //!
 //! Run: `cargo bench --bench idle` (`REDLEASE_BENCH_QUICK=1`: 10 waiters,
-//! a 3 s window). `REDLEASE_IDLE_ONLY=lock,semaphore` picks primitives.
+//! a 3 s window; otherwise 40 waiters, a 10 s window after 7 s settling). `REDLEASE_IDLE_ONLY=lock,semaphore` picks primitives.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -190,8 +190,9 @@ fn main() {
                 })
             })
             .collect();
-        // Everybody queued and settled before the window starts.
-        std::thread::sleep(settle * 2);
+        // Everybody queued and settled before the window starts, their
+        // first looks made (at most 5 s in: a look loads its script once).
+        std::thread::sleep(if quick() { settle * 2 } else { settle * 7 });
         let s0 = commandstats(&mut con);
         std::thread::sleep(window);
         let s1 = commandstats(&mut con);

@@ -684,6 +684,10 @@ pub(crate) fn release_all(client: &Client, holdings: Vec<&mut Holding>) -> Resul
             Some(redis::Value::Int(0)) => Err(Error::lost(
                 "the lease was lost before release (expired, flushed, force-unlocked or taken over)",
             )),
+            // Its script was missing: it did not run.
+            Some(redis::Value::ServerError(e)) if e.code() == "NOSCRIPT" => {
+                release(client, &h.held, false)
+            }
             // Undecided, or sent in a batch whose replies were lost.
             Some(_) => release(client, &h.held, true),
             // The batch may have run before its replies were lost.

@@ -16,7 +16,7 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection};
 use redis::{FromRedisValue, Value};
 
 use super::fan_out::{fan_out, Request};
-use super::single::{batch, client_for, pool, warn_if_evicting, Source};
+use super::single::{client_for, pool, warn_if_evicting, Source};
 use super::wire::{with_tls, within, Wire};
 use super::{Call, Node, Timeouts};
 use crate::error::{Error, ErrorKind, Result};
@@ -674,9 +674,9 @@ impl ClusterLeader {
         let groups = self.masters.route(calls);
         let packed: Vec<(Vec<u8>, usize, usize)> = groups
             .iter()
-            .map(|(_, idx)| {
+            .map(|(node, idx)| {
                 let part: Vec<Call<'_>> = idx.iter().map(|&i| calls[i]).collect();
-                let (pipe, loads) = batch(&part);
+                let (pipe, loads) = node.batch(&part);
                 (pipe.get_packed_pipeline(), loads, part.len())
             })
             .collect();
@@ -694,7 +694,9 @@ impl ClusterLeader {
                     answered.push(node.clone());
                     // The script loads come first; their replies are not
                     // the calls'.
-                    for (&i, v) in idx.iter().zip(values.into_iter().skip(*loads)) {
+                    let part: Vec<Call<'_>> = idx.iter().map(|&i| calls[i]).collect();
+                    let values = node.loaded(&part, values.into_iter().skip(*loads).collect());
+                    for (&i, v) in idx.iter().zip(values) {
                         if let Value::ServerError(e) = &v {
                             stale |= redirected(e.code());
                         }

@@ -334,6 +334,12 @@ pub(crate) struct Node {
         crossbeam_channel::Sender<()>,
         crossbeam_channel::Receiver<()>,
     ),
+    /// Scripts this server is believed to have (loaded by a batch here):
+    /// a batch loads only the others, so that a pipeline of looks or
+    /// renewals is its calls alone. A `NOSCRIPT` reply (a restart, `SCRIPT
+    /// FLUSH`) forgets the script: that call stays undecided and is sent
+    /// again, with the script loaded in front.
+    scripts: std::sync::Mutex<Vec<&'static str>>,
 }
 
 /// A connection's worth of blocking, returned when dropped.
@@ -406,6 +412,7 @@ impl Node {
             spares: std::sync::Mutex::new(Vec::new()),
             blocking_refused: std::sync::atomic::AtomicBool::new(false),
             blocking_slots,
+            scripts: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -762,6 +769,40 @@ impl Node {
         }
     }
 
+    /// A pipeline of `calls`, with `SCRIPT LOAD` in front for each script
+    /// not believed loaded here (see `Node::scripts`), and how many loads.
+    pub(crate) fn batch(&self, calls: &[Call<'_>]) -> (redis::Pipeline, usize) {
+        let known = self.scripts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pipe = redis::pipe();
+        let mut loads: Vec<&str> = Vec::new();
+        for call in calls {
+            let hash = call.lua.script.get_hash();
+            if !known.contains(&hash) && !loads.contains(&hash) {
+                loads.push(hash);
+                pipe.cmd("SCRIPT").arg("LOAD").arg(call.lua.code);
+            }
+        }
+        for call in calls {
+            pipe.add_command(call.command(false));
+        }
+        (pipe, loads.len())
+    }
+
+    /// Notes which scripts of `calls` the server has, from their replies.
+    pub(crate) fn loaded(&self, calls: &[Call<'_>], replies: Vec<Value>) -> Vec<Value> {
+        let mut known = self.scripts.lock().unwrap_or_else(|p| p.into_inner());
+        for (call, reply) in calls.iter().zip(&replies) {
+            let hash = call.lua.script.get_hash();
+            let missing = matches!(reply, Value::ServerError(e) if e.code() == "NOSCRIPT");
+            if missing {
+                known.retain(|h| *h != hash);
+            } else if !known.contains(&hash) {
+                known.push(hash);
+            }
+        }
+        replies
+    }
+
     /// Whether waiters may block on the server for their grant.
     pub(crate) fn blocks(&self) -> bool {
         !self.blocking_refused.load(Ordering::Relaxed)
@@ -840,21 +881,43 @@ impl Node {
     /// replies. Each reply stands alone: an error reply to one call (e.g.
     /// OOM) is that call's `Value::ServerError`, not a failed batch.
     pub(crate) fn eval_batch(&self, calls: &[Call<'_>], limit: Duration) -> Result<Vec<Value>> {
-        let (pipe, loads) = batch(calls);
+        let (pipe, loads) = self.batch(calls);
         let limit = limit.max(Duration::from_millis(1));
         let mut con = self.conn(Some(
             Instant::now() + limit.saturating_sub(self.timeouts.response),
         ))?;
         let until = Instant::now() + limit.min(self.timeouts.response);
         let packed = pipe.get_packed_pipeline();
-        match con.exchange(&packed, loads + calls.len(), until, self.timeouts.response) {
-            // The script loads come first; their replies are not the calls'.
-            Ok(replies) => Ok(replies.into_iter().skip(loads).collect()),
-            Err(e) => {
-                self.failed(&mut con, &e);
-                Err(e.into())
+        let mut replies =
+            match con.exchange(&packed, loads + calls.len(), until, self.timeouts.response) {
+                // The script loads come first; their replies are not the calls'.
+                Ok(replies) => self.loaded(calls, replies.into_iter().skip(loads).collect()),
+                Err(e) => {
+                    self.failed(&mut con, &e);
+                    return Err(e.into());
+                }
+            };
+        // Scripts the server lost (a restart, `SCRIPT FLUSH`): those calls
+        // did not run; send them again now, their scripts loaded in front.
+        let missing: Vec<usize> = (0..replies.len())
+            .filter(|&i| matches!(&replies[i], Value::ServerError(e) if e.code() == "NOSCRIPT"))
+            .collect();
+        if !missing.is_empty() {
+            let again: Vec<Call<'_>> = missing.iter().map(|&i| calls[i]).collect();
+            let (pipe, loads) = self.batch(&again);
+            let packed = pipe.get_packed_pipeline();
+            match con.exchange(&packed, loads + again.len(), until, self.timeouts.response) {
+                Ok(r) => {
+                    let r = self.loaded(&again, r.into_iter().skip(loads).collect());
+                    for (&i, v) in missing.iter().zip(r) {
+                        replies[i] = v;
+                    }
+                }
+                // Those stay undecided; the others' replies stand.
+                Err(e) => self.failed(&mut con, &e),
             }
         }
+        Ok(replies)
     }
 
     /// One command; a connection is waited for as [`Node::conn`] says for
