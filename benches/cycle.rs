@@ -31,6 +31,17 @@ fn main() {
     let one = redis::Script::new("return 1");
     let _: i64 = one.invoke(&mut raw).unwrap();
     let _: i64 = del.key("bench:raw").arg("x").invoke(&mut raw).unwrap();
+    // The library's own two scripts sent raw (no library): what the
+    // server's work for a fenced, queue-aware lock costs, apart from the
+    // library's own overhead.
+    let acq = redis::Script::new(&common::lua_source("lock_acquire.lua"));
+    let rel = redis::Script::new(&common::lua_source("lock_release.lua"));
+    let keys = [
+        "{bench:rawscripts}",
+        "{bench:rawscripts}:fence",
+        "{bench:rawscripts}:queue",
+        "{bench:rawscripts}:queue:t",
+    ];
     let lock = client.lock("bench:cycle");
     let multi = client.multi_lock(["bench:m:a", "bench:m:b", "bench:m:c"]);
     lock.acquire().unwrap().release().unwrap();
@@ -39,7 +50,8 @@ fn main() {
     let blocks = if quick() { 5 } else { 20 };
     let per_block = scale(2_000) / 10;
     let (mut rtt, mut raws, mut cycles, mut multis) = (vec![], vec![], vec![], vec![]);
-    let (mut cycle_ratio, mut multi_ratio) = (vec![], vec![]);
+    let (mut cycle_ratio, mut multi_ratio, mut scripts_ratio, mut own_ratio) =
+        (vec![], vec![], vec![], vec![]);
     for _ in 0..blocks {
         let e = mean(per_block, || {
             let _: i64 = one.invoke(&mut raw).unwrap();
@@ -58,6 +70,35 @@ fn main() {
             assert!(ok.is_some());
             let _: i64 = del.key("bench:raw").arg(&token).invoke(&mut raw).unwrap();
         });
+        let sc = mean(per_block, || {
+            let token = format!("rl:bench:{}", uuid::Uuid::new_v4().simple());
+            let _: (i64, i64) = acq
+                .key(&keys[..])
+                .arg(&token)
+                .arg(30_000)
+                .arg(0)
+                .arg("{bench:rawscripts}:grant:")
+                .arg(500)
+                .arg("")
+                .arg("")
+                .arg("queued")
+                .arg("")
+                .invoke(&mut raw)
+                .unwrap();
+            let _: i64 = rel
+                .key(&keys[..])
+                .arg(&token)
+                .arg("")
+                .arg("")
+                .arg("{bench:rawscripts}:grant:")
+                .arg(500)
+                .arg("")
+                .arg("")
+                .arg("queued")
+                .arg("")
+                .invoke(&mut raw)
+                .unwrap();
+        });
         let c = mean(per_block, || {
             lock.acquire().unwrap().release().unwrap();
         });
@@ -65,6 +106,8 @@ fn main() {
             multi.acquire().unwrap().release().unwrap();
         });
         cycle_ratio.push(us(c) / us(r));
+        scripts_ratio.push(us(sc) / us(r));
+        own_ratio.push(us(c) / us(sc));
         multi_ratio.push(us(m) / us(c));
         rtt.push(us(e));
         raws.push(us(r));
@@ -74,6 +117,7 @@ fn main() {
     let (rtt, raw_us, cycle_us, multi_us) =
         (median(rtt), median(raws), median(cycles), median(multis));
     let (cr, mr) = (median(cycle_ratio), median(multi_ratio));
+    let (sr, or) = (median(scripts_ratio), median(own_ratio));
     println!("redlease cycle benchmark (interleaved, {blocks} blocks of {per_block})");
     println!(
         "{:<56} {rtt:>8.1} us",
@@ -88,10 +132,18 @@ fn main() {
         "uncontended acquire + release"
     );
     println!(
+        "{:<56} {sr:>8.3}x the raw lock (the floor of a fenced, queue-aware lock)",
+        "floor: the library's two scripts sent raw"
+    );
+    println!(
+        "{:<56} {or:>8.3}x its own scripts sent raw (the library's own overhead)",
+        "uncontended acquire + release"
+    );
+    println!(
         "{:<56} {multi_us:>8.1} us = {mr:.3}x one lock's cycle (target <= 1.3)",
         "multi-lock of 3 names, acquire + release"
     );
     println!(
-        "{{\"bench\":\"cycle\",\"idle_rtt_us\":{rtt:.1},\"raw_lock_us\":{raw_us:.1},\"cycle_ratio\":{cr:.3},\"multi_lock_ratio\":{mr:.3}}}"
+        "{{\"bench\":\"cycle\",\"idle_rtt_us\":{rtt:.1},\"raw_lock_us\":{raw_us:.1},\"cycle_ratio\":{cr:.3},\"scripts_ratio\":{sr:.3},\"own_overhead\":{or:.3},\"multi_lock_ratio\":{mr:.3}}}"
     );
 }

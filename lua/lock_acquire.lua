@@ -19,9 +19,9 @@
 -- ARGV[6]  wake-up channel, ARGV[7] wake-up message, ARGV[8] 'queued' or
 --          '' (queue.lua announce): for a lock handed on from here
 -- ARGV[9]  'block': this waiter blocks in BLMOVE from the open list to its
---          own list, and this script runs right behind that pop: a fence
---          found on its own list is an open grant it took. Otherwise it
---          waits for release messages.
+--          own list. Otherwise it waits for release messages.
+-- ARGV[10] 'popped' (optional): this script runs right behind that pop: a
+--          fence found on the waiter's own list is an open grant it took
 -- Returns  {1, fence}  acquired, with the lease set to ARGV[2] (taken by a
 --                      pop: the lesser of that and twice ARGV[5]): the lock
 --                      was free with no live waiter ahead, or open and
@@ -40,7 +40,7 @@ local open = prefix .. 'open'
 local mine = prefix .. me
 -- What this waiter's pop (right before this script) took from the open
 -- list. (An ACL without LPOP refused the pop too: nothing was taken.)
-local took = blocks and redis.pcall('LPOP', mine)
+local took = ARGV[10] == 'popped' and redis.pcall('LPOP', mine)
 if type(took) == 'table' then
   -- An ACL without LPOP. Nothing taken (the pop was refused too, or this
   -- is a first look): carry on. Something taken (BLMOVE allowed): it

@@ -56,9 +56,10 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   told = hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], prefix, tonumber(ARGV[5]))
   opened = true
 else
-  redis.call('DEL', KEYS[1], prefix .. 'open')
   if ARGV[7] ~= 'keep' then
-    redis.call('DEL', KEYS[2])
+    redis.call('DEL', KEYS[1], prefix .. 'open', KEYS[2])
+  else
+    redis.call('DEL', KEYS[1], prefix .. 'open')
   end
   -- Nobody is queued: where every waiter queues (ARGV[8]), nobody waits.
 end

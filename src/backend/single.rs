@@ -673,6 +673,26 @@ impl Node {
         undo: &Call<'_>,
         deadline: Option<Instant>,
     ) -> Result<((i64, i64), bool)> {
+        // Behind a pop from the open list, the script is told so
+        // (lock_acquire.lua ARGV[10]), and so is any repeat of it: what the
+        // pop took waits on our own list until a script reads it.
+        let popped_args: Vec<Vec<u8>>;
+        let behind = match into {
+            Some(_) => {
+                popped_args = call
+                    .args
+                    .iter()
+                    .cloned()
+                    .chain(std::iter::once(b"popped".to_vec()))
+                    .collect();
+                Call {
+                    args: &popped_args,
+                    ..*call
+                }
+            }
+            None => *call,
+        };
+        let call = &behind;
         // A waiter without a slot looks again within a slice, however long
         // it means to block (it polls: it cannot wait for its turn).
         let Some(_slot) = self.blocking_slot(block.min(crate::lease::GRANT_SLICE)) else {
