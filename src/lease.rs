@@ -66,6 +66,8 @@ pub(crate) struct Spec {
     pub(crate) undo: Option<Script>,
     /// Direct grant, where the backend allows it (see [`Direct`]).
     pub(crate) direct: Option<Direct>,
+    /// A lock's look at its name alone (see `Held::look`).
+    pub(crate) look: Option<Script>,
 }
 
 /// How a queued waiter learns of its grant without a message: it blocks on
@@ -441,17 +443,7 @@ fn hold_with(
             now,
         );
     }
-    let look = spec
-        .direct
-        .as_ref()
-        .and_then(|d| d.watch.as_ref())
-        .map(|w| {
-            let mut w = w.clone();
-            if let Some(token) = w.args.first_mut() {
-                token.clear(); // the name alone, not a waiter
-            }
-            Arc::new(w)
-        });
+    let look = spec.look.map(Arc::new);
     let held = Arc::new(Held {
         token,
         fence: fence.max(0) as u64,

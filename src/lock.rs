@@ -294,19 +294,25 @@ impl Lock {
             keys.scripted(),
             grant_args(queue_ttl, blocks),
         );
+        // The renewal thread's look at the lock (lua/lock_watch.lua): for
+        // this waiter while it is blocked, and (no token) for the name once
+        // a hold of it is released to waiters or shortened, however it was
+        // taken. Where waiters block at all.
+        let look = |token: &[u8]| {
+            let mut args = vec![
+                token.to_vec(),
+                lease::ROOM_ENTRY.as_millis().to_string().into_bytes(),
+                keys.grant_prefix.clone(),
+                claim.clone(),
+            ];
+            args.extend(self.announce_args(keys));
+            Script::new(&LOCK_WATCH, keys.scripted(), args)
+        };
+        let name_look = (!backend.is_redlock() && backend.grants_directly()).then(|| look(b""));
         let direct = blocks.then(|| Direct {
             list: open,
             into: Some(own),
-            watch: Some(Script::new(&LOCK_WATCH, keys.scripted(), {
-                let mut args = vec![
-                    t.clone(),
-                    queue_ttl.as_millis().to_string().into_bytes(),
-                    keys.grant_prefix.clone(),
-                    claim.clone(),
-                ];
-                args.extend(self.announce_args(keys));
-                args
-            })),
+            watch: Some(look(&t)),
             by_message: Script::new(
                 &LOCK_ACQUIRE,
                 keys.scripted(),
@@ -331,6 +337,7 @@ impl Lock {
             release,
             extend: Script::new(&LOCK_EXTEND, vec![keys.lock.to_vec()], vec![t, ms]),
             direct,
+            look: name_look,
         }
     }
 

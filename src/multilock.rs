@@ -110,7 +110,7 @@ impl MultiLock {
                 "a multi-lock needs at least one name",
             ));
         }
-        if let Some(all) = self.all_at_once()? {
+        if let Some(all) = self.all_at_once(deadline)? {
             return Ok(Some(all));
         }
         let mut guards = Vec::with_capacity(self.locks.len());
@@ -137,7 +137,7 @@ impl MultiLock {
     /// round trip, token-checked) and `None` sends the caller to the
     /// one-by-one way, which waits in canonical order and handles every
     /// uncertain outcome; so does a name this thread holds already.
-    fn all_at_once(&self) -> Result<Option<MultiLockGuard>> {
+    fn all_at_once(&self, deadline: Option<Instant>) -> Result<Option<MultiLockGuard>> {
         let Some(first) = self.locks.first() else {
             return Ok(None);
         };
@@ -156,23 +156,25 @@ impl MultiLock {
         }
         let at = Instant::now();
         let calls: Vec<_> = specs.iter().map(|(spec, _)| spec.grant.call()).collect();
-        let replies = backend.eval_batch(&calls, backend.timeouts().response);
+        let undo: Vec<_> = specs.iter().map(|(spec, _)| spec.release.call()).collect();
+        let replies = backend.grant_batch(&calls, &undo);
         drop(calls);
-        let granted: Vec<Option<i64>> = match &replies {
+        // `Ok(fence)` granted; `Err(true)` surely refused (busy);
+        // `Err(false)` undecided: it may have been granted.
+        let granted: Vec<std::result::Result<i64, bool>> = match &replies {
             Ok(values) if values.len() == specs.len() => values
                 .iter()
                 .map(
                     |v| match redis::FromRedisValue::from_redis_value(v.clone()) {
-                        Ok((1i64, fence)) => Some(fence),
-                        _ => None,
+                        Ok((1i64, fence)) => Ok(fence),
+                        Ok((_, _)) => Err(true),
+                        Err(_) => Err(false),
                     },
                 )
                 .collect(),
-            // Undecided: any of them may have been granted.
-            _ => vec![None; specs.len()],
+            _ => vec![Err(false); specs.len()],
         };
-        if granted.iter().all(Option::is_some) {
-            let started = at;
+        if granted.iter().all(|g| g.is_ok()) {
             let mut guards = Vec::with_capacity(specs.len());
             for ((spec, slot), (lock, fence)) in specs
                 .into_iter()
@@ -182,9 +184,9 @@ impl MultiLock {
                 let what = spec.what;
                 let held =
                     crate::lease::hold(client, spec, token.clone(), fence, at, valid, Some(&slot));
-                crate::metrics::acquired(what, started.elapsed());
+                crate::metrics::acquired(what, at.elapsed());
                 if let Some(events) = client.events() {
-                    events.on_acquired(&held.name, started.elapsed());
+                    events.on_acquired(&held.name, at.elapsed());
                 }
                 guards.push(lock.guard(slot, held));
             }
@@ -193,18 +195,44 @@ impl MultiLock {
                 order: self.order.clone(),
             }));
         }
+        match replies {
+            // Late: the undo was written behind the grants; nothing to do
+            // but report it, or wait the one-by-one way while time is left.
+            Err(e) if e.is_undone() => {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(e.maybe_ran());
+                }
+                return Ok(None);
+            }
+            Err(e) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                self.give_back(client, &specs, &granted);
+                return Err(e.maybe_ran());
+            }
+            _ => {}
+        }
         // Give back what was (or may have been) granted, in one round
         // trip; a release that finds nothing is fine here.
+        self.give_back(client, &specs, &granted);
+        Ok(None)
+    }
+
+    /// Releases, in one round trip, every name not surely refused.
+    fn give_back(
+        &self,
+        client: &Client,
+        specs: &[(crate::lease::Spec, crate::reentrancy::HoldKey)],
+        granted: &[std::result::Result<i64, bool>],
+    ) {
+        let backend = client.backend();
         let undo: Vec<_> = specs
             .iter()
-            .zip(&granted)
-            .filter(|(_, g)| g.is_some() || replies.is_err())
+            .zip(granted)
+            .filter(|(_, g)| !matches!(g, Err(true)))
             .map(|((spec, _), _)| spec.release.call())
             .collect();
         if !undo.is_empty() {
             let _ = backend.eval_batch(&undo, backend.timeouts().response);
         }
-        Ok(None)
     }
 }
 

@@ -308,6 +308,7 @@ impl RwLock {
                     leave: waits.then(|| release(true)),
                     undo: waits.then(|| release(true)),
                     direct: None,
+                    look: None,
                 })
             },
         )?;
@@ -421,6 +422,7 @@ impl RwLock {
                         list,
                         by_message: grant(false),
                     }),
+                    look: None,
                 })
             },
         )?;

@@ -385,6 +385,7 @@ impl Semaphore {
                     list,
                     by_message: Script::new(&SEM_ACQUIRE, keys.scripted(), grant_args(false)),
                 }),
+                look: None,
             })
         })?;
         Ok(held.map(|held| Permit {

@@ -519,3 +519,69 @@ fn a_multi_lock_on_one_server_takes_and_releases_its_names_in_one_round_trip_eac
     assert!(other.lock("rt:c").try_acquire().unwrap().is_some());
     drop(held);
 }
+
+/// Reproduction (review): on a stalled server (SIGSTOP) a multi-lock's
+/// `try_acquire` paid for its pipelined grants, then the undo, then the
+/// one-by-one try: three response timeouts (1.5 s at 500 ms). The undo is
+/// now written behind the late grants, and a try reports the error.
+#[test]
+fn a_multi_lock_try_on_a_stalled_server_costs_one_response_timeout() {
+    let server = Server::start();
+    let c = client_with(&server, |b| {
+        b.response_timeout(Duration::from_millis(500))
+            .connect_timeout(Duration::from_millis(500))
+    });
+    let m = c.multi_lock(["st:a", "st:b", "st:c"]);
+    m.try_acquire().unwrap().unwrap().release().unwrap(); // warm
+    server.pause();
+    let t = Instant::now();
+    let r = m.try_acquire();
+    let took = t.elapsed();
+    server.resume();
+    println!("FIGURES a multi-lock try on a stalled server returned in {took:?}");
+    assert!(r.is_err(), "{r:?}");
+    assert!(took < Duration::from_millis(900), "took {took:?}");
+    // The late grants were undone behind themselves: nothing stays held.
+    let other = client(&server);
+    assert!(eventually(Duration::from_secs(3), || [
+        "st:a", "st:b", "st:c"
+    ]
+    .iter()
+    .all(|n| !other.lock(n).is_locked().unwrap())));
+}
+
+/// Reproduction (review): after `SCRIPT FLUSH`, a multi-lock's pipelined
+/// grants came back `NOSCRIPT`, were sent again with their scripts, and
+/// that resend's reply was late: the grants ran, nobody undid them, and
+/// both names stayed held for a whole lease by nobody.
+#[test]
+#[serial_test::serial]
+fn a_late_resend_after_a_script_flush_leaves_no_multi_lock_hold() {
+    let server = Server::start();
+    let proxy = common::proxy::Proxy::start(server.port());
+    let c = Client::builder()
+        .url(proxy.url())
+        .response_timeout(Duration::from_millis(700))
+        .build()
+        .unwrap();
+    let m = c.multi_lock(["fl:a", "fl:b"]);
+    m.try_acquire().unwrap().unwrap().release().unwrap(); // scripts known loaded
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut server.con())
+        .unwrap();
+    proxy.arm(
+        "LOAD",
+        common::proxy::Fault::Delay(Duration::from_millis(1_500)),
+    );
+    let _ = m.try_acquire();
+    proxy.clear();
+    let other = client(&server);
+    let free = eventually(Duration::from_secs(4), || {
+        ["fl:a", "fl:b"]
+            .iter()
+            .all(|n| !other.lock(n).is_locked().unwrap())
+    });
+    assert!(free, "a name stayed held");
+    assert!(m.acquire_timeout(Duration::from_secs(3)).unwrap().is_some());
+}

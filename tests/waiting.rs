@@ -412,3 +412,41 @@ fn waiter_entry() {
     say("acquired");
     std::thread::sleep(Duration::from_secs(600));
 }
+
+/// Reproduction (review): a lock taken by `try_acquire` (or by a
+/// multi-lock at once) had no look: a shortened lease that then lapsed
+/// left the blocked waiter up to 5 s on a free name.
+#[test]
+fn a_shortened_lease_taken_by_a_try_reaches_its_blocked_waiter() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let g = holder
+        .lock("shortened-try")
+        .lease(Duration::from_secs(10))
+        .try_acquire()
+        .unwrap()
+        .unwrap();
+    let waiter = no_poll(&server.url());
+    let t = std::thread::spawn(move || {
+        let g = waiter
+            .lock("shortened-try")
+            .acquire_timeout(Duration::from_secs(30))
+            .unwrap();
+        (Instant::now(), g.is_some())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    g.extend(Duration::from_millis(300)).unwrap();
+    let extended = Instant::now();
+    std::mem::forget(g);
+    let (at, got) = t.join().unwrap();
+    println!(
+        "FIGURES a try's shortened lease reached the waiter {:?} after the extend",
+        at - extended
+    );
+    assert!(got);
+    assert!(
+        at - extended < Duration::from_millis(2_000),
+        "{:?}",
+        at - extended
+    );
+}

@@ -346,6 +346,21 @@ impl Backend {
     }
 
     /// Whether every primitive is available (one authoritative server per key).
+    /// Several grants in one pipeline (a multi-lock on one server), at most
+    /// one response timeout: a late batch gets `undo` written behind it on
+    /// the same connection (see `Node::eval_batch_undone`). One server only
+    /// ([`Backend::pipelines_grants`]).
+    pub(crate) fn grant_batch(&self, calls: &[Call<'_>], undo: &[Call<'_>]) -> Result<Vec<Value>> {
+        let place = &self.place;
+        (match &self.kind {
+            Kind::Single(node) => {
+                node.eval_batch_undone(calls, self.timeouts().response, Some(undo))
+            }
+            _ => Err(unsupported()),
+        })
+        .map_err(|e| e.at(place))
+    }
+
     /// Whether several grants (or releases) may go to the server in one
     /// pipeline: one server, no replica acknowledgements to wait for.
     pub(crate) fn pipelines_grants(&self) -> bool {

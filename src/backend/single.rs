@@ -901,6 +901,20 @@ impl Node {
     /// replies. Each reply stands alone: an error reply to one call (e.g.
     /// OOM) is that call's `Value::ServerError`, not a failed batch.
     pub(crate) fn eval_batch(&self, calls: &[Call<'_>], limit: Duration) -> Result<Vec<Value>> {
+        self.eval_batch_undone(calls, limit, None)
+    }
+
+    /// [`Node::eval_batch`] of grants: if the replies are late, `undo` (one
+    /// token-checked release per grant) is written right behind them on the
+    /// same connection, which is then retired, so grants that run late are
+    /// undone right after (as [`Node::call`] does for one grant); the error
+    /// then says so (`is_undone`).
+    pub(crate) fn eval_batch_undone(
+        &self,
+        calls: &[Call<'_>],
+        limit: Duration,
+        undo: Option<&[Call<'_>]>,
+    ) -> Result<Vec<Value>> {
         let (pipe, loads) = self.batch(calls);
         let limit = limit.max(Duration::from_millis(1));
         let mut con = self.conn(Some(
@@ -914,6 +928,12 @@ impl Node {
                 Ok(replies) => self.loaded(calls, replies.into_iter().skip(loads).collect()),
                 Err(e) => {
                     self.failed(&mut con, &e);
+                    if let (true, Some(undo)) = (e.is_timeout(), undo) {
+                        for call in undo {
+                            con.send_eval(call);
+                        }
+                        return Err(Error::from(e).undone());
+                    }
                     return Err(e.into());
                 }
             };
@@ -933,8 +953,14 @@ impl Node {
                         replies[i] = v;
                     }
                 }
-                // Those stay undecided; the others' replies stand.
-                Err(e) => self.failed(&mut con, &e),
+                // Those stay undecided (they may run late); the others'
+                // replies stand.
+                Err(e) => {
+                    self.failed(&mut con, &e);
+                    for &i in &missing {
+                        replies[i] = Value::Nil;
+                    }
+                }
             }
         }
         Ok(replies)
