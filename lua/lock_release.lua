@@ -19,7 +19,8 @@
 -- ARGV[9]  'leave': a waiter gives up. Its queue entry is withdrawn
 --          first, and an open grant its pop took without its script
 --          running is put back; a grant it took just as it gave up is then
---          handed on like a release. A holder never has either (taking the
+--          handed on like a release; a name opened as it gave up, with
+--          nobody left in the queue, is closed again. A holder never has either (taking the
 --          lock takes it off the queue), so a release skips that work:
 --          every call here is on the handoff's critical path.
 -- Returns  1 released, 2 released and opened to the waiters (the caller
@@ -42,6 +43,17 @@ if v and took and string.match(v, '^[^#]*') == 'rl:grant' then
   local open = prefix .. 'open'
   redis.pcall('RPUSH', open, took)
   redis.call('PEXPIRE', open, tonumber(ARGV[5]) * 2)
+  return 0
+end
+if ARGV[9] == 'leave' and v and string.match(v, '^[^#]*') == 'rl:grant'
+    and redis.call('EXISTS', KEYS[3]) == 0 and redis.call('EXISTS', prefix .. 'open') == 1 then
+  -- Opened as this waiter gave up, and nobody is left in the queue to take
+  -- it: withdraw it, rather than hold the name up for the claim window.
+  if ARGV[7] ~= 'keep' then
+    redis.call('DEL', KEYS[1], prefix .. 'open', KEYS[2])
+  else
+    redis.call('DEL', KEYS[1], prefix .. 'open')
+  end
   return 0
 end
 if not v or (ARGV[6] ~= 'force' and string.match(v, '^[^#]*') ~= ARGV[1]) then

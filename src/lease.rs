@@ -709,6 +709,7 @@ fn extend(client: &Client, held: &Held, lease: Duration) -> Result<()> {
     let renew = Arc::new(renew);
     let valid =
         Duration::from_millis(ms).saturating_sub(Duration::from_millis(1) + backend.drift(lease));
+    let before = held.state.expires_at();
     let sent = Instant::now();
     match backend.confirm(&exact.call()) {
         Ok(1) => {
@@ -717,6 +718,18 @@ fn extend(client: &Client, held: &Held, lease: Duration) -> Result<()> {
                 // The lease may be shorter now: should the key go without a
                 // release, a look at its new end opens it to the waiters.
                 drop(renewal::watch(backend, look.clone(), sent + valid));
+            } else if sent + valid < before {
+                // Shorter: waiters that wait for messages (readers) look
+                // seldom, at the end they saw; tell them to look now.
+                let wakeup = client.wakeup();
+                let told: Result<redis::Value> = backend.eval(
+                    &crate::scripts::WAKE,
+                    &[&held.wake],
+                    &[&wakeup.channel(&held.wake), &wakeup.message(&held.wake)],
+                );
+                if let Err(e) = told {
+                    log::debug!("redlease: could not tell waiters of a shortened lease: {e}");
+                }
             }
             if held.watchdog {
                 renewal::keep_alive(backend, &held.state, sent + valid, valid, lease, &renew);

@@ -96,6 +96,7 @@ script!(LOCK_RELEASE, "lock_release.lua");
 script!(LOCK_EXTEND, "lock_extend.lua");
 script!(LOCK_WATCH, "lock_watch.lua");
 script!(FORCE_UNLOCK, "force_unlock.lua");
+script!(WAKE, "wake.lua");
 script!(RW_READ_ACQUIRE, "rw_read_acquire.lua");
 script!(RW_WRITE_ACQUIRE, "rw_write_acquire.lua");
 script!(RW_READ_RELEASE, "rw_read_release.lua");

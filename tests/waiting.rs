@@ -450,3 +450,41 @@ fn a_shortened_lease_taken_by_a_try_reaches_its_blocked_waiter() {
         at - extended
     );
 }
+
+/// Reproduction (review): waiting readers look when what blocks them ends
+/// (as they last saw it) or every 30 s; a writer that shortened its lease
+/// and vanished left them waiting for the old end (11.7 s of 12 s). A
+/// shortening extension now tells them to look.
+#[test]
+fn a_shortened_write_lease_that_lapses_lets_readers_in() {
+    let server = Server::start();
+    let writer = client_with(&server, |b| b);
+    let w = writer
+        .rw_lock("rw-short")
+        .lease(Duration::from_secs(12))
+        .write()
+        .unwrap();
+    let reader = no_poll(&server.url());
+    let t = std::thread::spawn(move || {
+        let g = reader
+            .rw_lock("rw-short")
+            .read_timeout(Duration::from_secs(40))
+            .unwrap();
+        (Instant::now(), g.is_some())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    w.extend(Duration::from_millis(200)).unwrap();
+    let extended = Instant::now();
+    std::mem::forget(w);
+    let (at, got) = t.join().unwrap();
+    println!(
+        "FIGURES a reader got in {:?} after the writer shortened its lease to 200 ms",
+        at - extended
+    );
+    assert!(got);
+    assert!(
+        at - extended < Duration::from_millis(2_000),
+        "{:?}",
+        at - extended
+    );
+}
