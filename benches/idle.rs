@@ -13,40 +13,13 @@
 mod common;
 mod support;
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::Server;
+use common::{commands_between, commandstats, Server};
 use redlease::Client;
 use support::quick;
-
-/// Every command's call count, by name (`cmdstat_evalsha:calls=…`).
-fn commandstats(con: &mut redis::Connection) -> BTreeMap<String, u64> {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
-    info.lines()
-        .filter_map(|l| {
-            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest
-                .split(',')
-                .find_map(|f| f.strip_prefix("calls="))?
-                .parse()
-                .ok()?;
-            Some((name.to_string(), calls))
-        })
-        .collect()
-}
-
-fn delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
-    after
-        .iter()
-        .filter_map(|(k, v)| {
-            let d = v - before.get(k).copied().unwrap_or(0);
-            (d > 0 && k != "info").then(|| (k.clone(), d))
-        })
-        .collect()
-}
 
 /// The primitives measured: (label, how a waiter waits, how the holder
 /// holds). Each waiter waits at most `limit`.
@@ -173,7 +146,7 @@ fn main() {
         let b0 = commandstats(&mut con);
         std::thread::sleep(window);
         let b1 = commandstats(&mut con);
-        let base: u64 = delta(&b0, &b1).values().sum();
+        let base: u64 = commands_between(&b0, &b1).values().sum();
 
         let stop = Arc::new(AtomicBool::new(false));
         let clients: Vec<Client> = (0..k).map(|_| Client::open(&url).unwrap()).collect();
@@ -196,7 +169,7 @@ fn main() {
         let s0 = commandstats(&mut con);
         std::thread::sleep(window);
         let s1 = commandstats(&mut con);
-        let d = delta(&s0, &s1);
+        let d = commands_between(&s0, &s1);
         let total: u64 = d.values().sum();
         let per = (total.saturating_sub(base)) as f64 / window.as_secs_f64() / k as f64;
         let mut top: Vec<_> = d.iter().collect();

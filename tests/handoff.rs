@@ -14,19 +14,10 @@ use std::time::{Duration, Instant};
 
 use common::proxy::{Fault, Proxy};
 use common::worker::{say, Worker};
-use common::{client_with, eventually, Server};
+use common::{client_with, eventually, no_poll, Server};
 use redis::Commands;
 use redlease::Client;
 use serial_test::serial;
-
-/// A client that never polls: only a grant (or a message) can wake it.
-fn no_poll(url: &str) -> Client {
-    Client::builder()
-        .url(url)
-        .fallback_poll(Duration::from_secs(60))
-        .build()
-        .unwrap()
-}
 
 /// Keys of the name `n` left in Redis (the lock, its counter, queue and
 /// grant lists).

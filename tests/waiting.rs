@@ -6,43 +6,39 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::worker::{say, Worker};
-use common::{client_with, eventually, Server};
+use common::{client_with, commands_between, commandstats, eventually, no_poll, Server};
 use redis::Commands;
 use redlease::Client;
 
-/// A client that never polls: only a grant (or a message) can wake it.
-fn no_poll(url: &str) -> Client {
-    Client::builder()
-        .url(url)
-        .fallback_poll(Duration::from_secs(60))
-        .build()
-        .unwrap()
+/// Total commands between two readings.
+fn sum(d: BTreeMap<String, u64>) -> u64 {
+    d.values().sum()
 }
 
-/// Every command's call count (scripts' own calls included).
-fn commandstats(con: &mut redis::Connection) -> BTreeMap<String, u64> {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
-    info.lines()
-        .filter_map(|l| {
-            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest
-                .split(',')
-                .find_map(|f| f.strip_prefix("calls="))?
-                .parse()
-                .ok()?;
-            Some((name.to_string(), calls))
-        })
-        .collect()
+/// A thread of a fresh no-poll client waiting (at most `limit`) for the
+/// lock `name`: when it got it, and whether it did.
+fn blocked_waiter(url: &str, name: &'static str, limit: Duration) -> JoinHandle<(Instant, bool)> {
+    let waiter = no_poll(url);
+    std::thread::spawn(move || {
+        let g = waiter.lock(name).acquire_timeout(limit).unwrap();
+        (Instant::now(), g.is_some())
+    })
 }
 
-fn commands_between(a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>) -> u64 {
-    b.iter()
-        .filter(|(k, _)| k.as_str() != "info")
-        .map(|(k, v)| v - a.get(k).copied().unwrap_or(0))
-        .sum()
+/// Joins `t` (a [`blocked_waiter`]): it got the lock within `bound` of
+/// `since`.
+fn arrives_within(t: JoinHandle<(Instant, bool)>, since: Instant, bound: Duration, what: &str) {
+    let (at, got) = t.join().unwrap();
+    println!(
+        "FIGURES {what}: the blocked waiter got the lock {:?} after",
+        at - since
+    );
+    assert!(got, "{what}: no lock");
+    assert!(at - since < bound, "{what}: {:?}", at - since);
 }
 
 /// Reproduction: each waiter blocked a slice (≤ 250 ms) at a time and
@@ -85,7 +81,7 @@ fn idle_lock_waiters_cost_the_server_nothing() {
         let window = Duration::from_secs(5);
         std::thread::sleep(window);
         let after = commandstats(&mut con);
-        let sent = commands_between(&before, &after);
+        let sent = sum(commands_between(&before, &after));
         let per = sent as f64 / 5.0 / window.as_secs_f64();
         println!("FIGURES 5 idle {name} waiters over 5 s: {sent} server commands, {per:.2}/s each");
         // Before: 5 × 27 × 5 = 675. Target: at most 1 a second each.
@@ -207,7 +203,7 @@ fn idle_latch_waiters_cost_the_server_almost_nothing() {
     let before = commandstats(&mut con);
     std::thread::sleep(Duration::from_secs(4));
     let after = commandstats(&mut con);
-    let sent = commands_between(&before, &after);
+    let sent = sum(commands_between(&before, &after));
     println!("FIGURES 3 idle latch waiters over 4 s: {sent} server commands");
     // Before: 3 waiters × 2 looks × 6 commands = 36.
     assert!(sent <= 3, "{sent} commands: {after:?}");
@@ -260,23 +256,18 @@ fn a_frozen_waiter_holds_a_hand_over_for_a_second_at_most() {
     assert_eq!(w.next(Duration::from_secs(10)), "waiting");
     std::thread::sleep(Duration::from_millis(300)); // blocked
     w.signal(libc::SIGSTOP);
-    let live = no_poll(&server.url());
-    let t = std::thread::spawn(move || {
-        let g = live
-            .lock("frozen")
-            .acquire_timeout(Duration::from_secs(30))
-            .unwrap();
-        (Instant::now(), g.map(|g| g.fencing_token()))
-    });
+    let t = blocked_waiter(&server.url(), "frozen", Duration::from_secs(30));
     std::thread::sleep(Duration::from_millis(300)); // blocked behind it
     let released = Instant::now();
     g.release().unwrap();
-    let (at, got) = t.join().unwrap();
-    let took = at - released;
-    println!("FIGURES a frozen waiter held a hand-over {took:?} (first lease 1 s)");
-    assert!(got.is_some());
     // 1 s first lease and a look right after it; margin for a loaded machine.
-    assert!(took < Duration::from_millis(2_500), "took {took:?}");
+    let bound = Duration::from_millis(2_500);
+    arrives_within(
+        t,
+        released,
+        bound,
+        "a frozen waiter held a hand-over (first lease 1 s)",
+    );
 }
 
 /// Reproduction (review): a lock key that went without a release (here
@@ -292,65 +283,35 @@ fn a_flushed_lock_reaches_its_blocked_waiter() {
         .lease(Duration::from_secs(60))
         .acquire()
         .unwrap();
-    let waiter = no_poll(&server.url());
-    let t = std::thread::spawn(move || {
-        let g = waiter
-            .lock("flushed")
-            .acquire_timeout(Duration::from_secs(30))
-            .unwrap();
-        (Instant::now(), g.is_some())
-    });
+    let t = blocked_waiter(&server.url(), "flushed", Duration::from_secs(30));
     std::thread::sleep(Duration::from_millis(300));
     let _: () = redis::cmd("FLUSHALL").query(&mut server.con()).unwrap();
     let flushed = Instant::now();
-    let (at, got) = t.join().unwrap();
-    println!(
-        "FIGURES a blocked waiter got a flushed lock {:?} after the flush",
-        at - flushed
-    );
-    assert!(got);
-    assert!(
-        at - flushed < Duration::from_millis(7_000),
-        "{:?}",
-        at - flushed
-    );
+    arrives_within(t, flushed, Duration::from_secs(7), "a flushed lock");
 }
 
 /// Reproduction (review): a holder that shortened its lease (`extend`) and
 /// then vanished left blocked waiters waiting for the old lease's end
-/// (9.5 s of a 10 s lease). The extension looks at its new end.
+/// (9.5 s of a 10 s lease); one that took the lock with `try_acquire` (or
+/// a multi-lock at once) left them 5 s. The extension looks at its new end.
 #[test]
 fn a_shortened_lease_that_lapses_reaches_its_blocked_waiter() {
     let server = Server::start();
     let holder = client_with(&server, |b| b);
-    let g = holder
-        .lock("shortened")
-        .lease(Duration::from_secs(10))
-        .acquire()
-        .unwrap();
-    let waiter = no_poll(&server.url());
-    let t = std::thread::spawn(move || {
-        let g = waiter
-            .lock("shortened")
-            .acquire_timeout(Duration::from_secs(30))
-            .unwrap();
-        (Instant::now(), g.is_some())
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    g.extend(Duration::from_millis(300)).unwrap();
-    let extended = Instant::now();
-    std::mem::forget(g); // the holder vanishes without a release
-    let (at, got) = t.join().unwrap();
-    println!(
-        "FIGURES a blocked waiter got a shortened lease {:?} after the extend",
-        at - extended
-    );
-    assert!(got);
-    assert!(
-        at - extended < Duration::from_millis(2_000),
-        "{:?}",
-        at - extended
-    );
+    for (name, by_try) in [("shortened", false), ("shortened-try", true)] {
+        let lock = holder.lock(name).lease(Duration::from_secs(10));
+        let g = if by_try {
+            lock.try_acquire().unwrap().unwrap()
+        } else {
+            lock.acquire().unwrap()
+        };
+        let t = blocked_waiter(&server.url(), name, Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(300));
+        g.extend(Duration::from_millis(300)).unwrap();
+        let extended = Instant::now();
+        std::mem::forget(g); // the holder vanishes without a release
+        arrives_within(t, extended, Duration::from_secs(2), name);
+    }
 }
 
 /// Reproduction (review): an ACL that allows BLMOVE but not LPOP: the
@@ -382,16 +343,11 @@ fn an_acl_without_lpop_falls_back_to_messages() {
     std::thread::sleep(Duration::from_millis(500));
     let released = Instant::now();
     g.release().unwrap();
-    let (at, got) = t.join().unwrap();
-    println!(
-        "FIGURES without LPOP the waiter got the lock {:?} after the release",
-        at - released
-    );
-    assert!(got);
-    assert!(
-        at - released < Duration::from_secs(3),
-        "{:?}",
-        at - released
+    arrives_within(
+        t,
+        released,
+        Duration::from_secs(3),
+        "without LPOP, by message",
     );
 }
 
@@ -411,44 +367,6 @@ fn waiter_entry() {
     let _g = c.lock("frozen").acquire().unwrap();
     say("acquired");
     std::thread::sleep(Duration::from_secs(600));
-}
-
-/// Reproduction (review): a lock taken by `try_acquire` (or by a
-/// multi-lock at once) had no look: a shortened lease that then lapsed
-/// left the blocked waiter up to 5 s on a free name.
-#[test]
-fn a_shortened_lease_taken_by_a_try_reaches_its_blocked_waiter() {
-    let server = Server::start();
-    let holder = client_with(&server, |b| b);
-    let g = holder
-        .lock("shortened-try")
-        .lease(Duration::from_secs(10))
-        .try_acquire()
-        .unwrap()
-        .unwrap();
-    let waiter = no_poll(&server.url());
-    let t = std::thread::spawn(move || {
-        let g = waiter
-            .lock("shortened-try")
-            .acquire_timeout(Duration::from_secs(30))
-            .unwrap();
-        (Instant::now(), g.is_some())
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    g.extend(Duration::from_millis(300)).unwrap();
-    let extended = Instant::now();
-    std::mem::forget(g);
-    let (at, got) = t.join().unwrap();
-    println!(
-        "FIGURES a try's shortened lease reached the waiter {:?} after the extend",
-        at - extended
-    );
-    assert!(got);
-    assert!(
-        at - extended < Duration::from_millis(2_000),
-        "{:?}",
-        at - extended
-    );
 }
 
 /// Reproduction (review): waiting readers look when what blocks them ends
@@ -476,15 +394,10 @@ fn a_shortened_write_lease_that_lapses_lets_readers_in() {
     w.extend(Duration::from_millis(200)).unwrap();
     let extended = Instant::now();
     std::mem::forget(w);
-    let (at, got) = t.join().unwrap();
-    println!(
-        "FIGURES a reader got in {:?} after the writer shortened its lease to 200 ms",
-        at - extended
-    );
-    assert!(got);
-    assert!(
-        at - extended < Duration::from_millis(2_000),
-        "{:?}",
-        at - extended
+    arrives_within(
+        t,
+        extended,
+        Duration::from_secs(2),
+        "a reader, the writer's lease shortened to 200 ms",
     );
 }

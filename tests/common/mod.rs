@@ -215,3 +215,49 @@ pub fn lua_source(file: &str) -> String {
     code.push_str(&body);
     code
 }
+
+/// A client that never polls: only a grant (or a message) can wake its
+/// waiters.
+#[allow(dead_code)]
+pub fn no_poll(url: &str) -> redlease::Client {
+    redlease::Client::builder()
+        .url(url)
+        .fallback_poll(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+/// Every command's call count on the server (`INFO commandstats`: calls
+/// made inside scripts included), by name.
+#[allow(dead_code)]
+pub fn commandstats(con: &mut redis::Connection) -> std::collections::BTreeMap<String, u64> {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .split(',')
+                .find_map(|f| f.strip_prefix("calls="))?
+                .parse()
+                .ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect()
+}
+
+/// Commands run between two `commandstats` readings, `INFO` left out, by
+/// name.
+#[allow(dead_code)]
+pub fn commands_between(
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+) -> std::collections::BTreeMap<String, u64> {
+    after
+        .iter()
+        .filter(|(k, _)| k.as_str() != "info")
+        .filter_map(|(k, v)| {
+            let d = v - before.get(k).copied().unwrap_or(0);
+            (d > 0).then(|| (k.clone(), d))
+        })
+        .collect()
+}
