@@ -109,12 +109,23 @@ fn cluster_over_tls_trusts_the_given_root() {
 
 /// `#insecure` turns certificate checks off in redis-rs when some crate
 /// enables its insecure TLS feature; redlease promises verified TLS.
+/// Reproduction (security review): the check read the text, and a trailing
+/// space, a newline or a tab inside slipped past it while redis-rs's
+/// parser, which drops them, turned checks off: the start-up check
+/// connected without verifying and sent the password. Now refused however
+/// written, before anything connects (a closed port: not a connection
+/// error).
 #[test]
 fn an_insecure_url_is_refused() {
     tls_servers();
     for url in [
         "rediss://127.0.0.1:1/#insecure",
         "rediss://127.0.0.1:1/0#insecure",
+        "rediss://127.0.0.1:1/#insecure ",
+        "rediss://127.0.0.1:1/#insecure\n",
+        "rediss://127.0.0.1:1/#inse\tcure",
+        "rediss://127.0.0.1:1/#INSECURE",
+        " rediss://127.0.0.1:1/#insecure",
     ] {
         let err = Client::builder().url(url).build().unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");

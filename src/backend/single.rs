@@ -64,16 +64,30 @@ impl<E: std::fmt::Display> r2d2::HandleError<E> for ThrottledErrors {
 /// Refuses a URL that turns certificate checks off (`#insecure`): redis-rs
 /// honours it when any crate of the build enables its insecure TLS feature,
 /// and redlease promises verified TLS.
+///
+/// Decided on the URL as redis-rs parses it (which drops whitespace
+/// around it and tabs or newlines inside, `#insecure ` included), and on
+/// the text as well (any spelling of the fragment), never on the text
+/// alone.
 pub(crate) fn refuse_insecure(url: &str) -> Result<()> {
-    match url.rsplit_once('#') {
-        Some((_, fragment)) if fragment.eq_ignore_ascii_case("insecure") => Err(Error::invalid(
-            format!(
-                "redis URL {:?} asks for TLS without certificate checks (#insecure), which redlease refuses; give the CA with tls_root_cert instead",
-                crate::error::redact_url(url)
-            ),
-        )),
-        _ => Ok(()),
+    use redis::IntoConnectionInfo;
+    let parsed = url.into_connection_info().is_ok_and(|info| {
+        matches!(
+            info.addr(),
+            redis::ConnectionAddr::TcpTls { insecure: true, .. }
+        )
+    });
+    let written = url.rsplit_once('#').is_some_and(|(_, fragment)| {
+        let f: String = fragment.chars().filter(|c| !c.is_whitespace()).collect();
+        f.eq_ignore_ascii_case("insecure")
+    });
+    if parsed || written {
+        return Err(Error::invalid(format!(
+            "redis URL {:?} asks for TLS without certificate checks (#insecure), which redlease refuses; give the CA with tls_root_cert instead",
+            crate::error::redact_url(url)
+        )));
     }
+    Ok(())
 }
 
 /// [`open_client`], with a bad URL reported as an invalid argument.
