@@ -825,3 +825,32 @@ fn names_that_are_not_utf8_round_trip_through_list_status_and_unlock() {
     assert!(!c.lock(b"job-\xff".as_slice()).is_locked().unwrap());
     assert!(c.lock(b"job-\xfe".as_slice()).is_locked().unwrap());
 }
+
+/// Reproduction (security review): the password file's text went into the
+/// URL as it was, and the URL's password is percent-decoded: `p%41ss`
+/// authenticated as `pAss`. It is read as bytes now, and a file others can
+/// read gets a warning.
+#[test]
+fn the_password_file_is_taken_byte_for_byte() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = Server::start_with(&["--requirepass", "p%41ss"]);
+    let dir = tempfile_dir();
+    let file = dir.join("pw");
+    std::fs::write(&file, "p%41ss\r\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let o = run(redlease(&server)
+        .arg("--password-file")
+        .arg(&file)
+        .args(["run", "pct", "--", "true"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("can be read by others"));
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = run(redlease(&server)
+        .arg("--password-file")
+        .arg(&file)
+        .args(["run", "pct", "--", "true"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("can be read by others"), "{err}");
+    assert!(!err.contains("p%41ss"), "{err}");
+}

@@ -161,16 +161,59 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// `url` with the password read from `file` (its first line).
 fn with_password(url: &str, file: &std::path::Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(file)
+    use std::os::unix::fs::PermissionsExt;
+    let bytes = std::fs::read(file)
         .map_err(|e| format!("cannot read the password file {}: {e}", file.display()))?;
-    let password = text.lines().next().unwrap_or("");
+    // Others who can read the file can read the password.
+    if let Ok(meta) = std::fs::metadata(file) {
+        if meta.permissions().mode() & 0o077 != 0 {
+            eprintln!(
+                "redlease: warning: the password file {} can be read by others (mode {:o}); chmod 600 it",
+                file.display(),
+                meta.permissions().mode() & 0o777
+            );
+        }
+    }
+    // Its first line, byte for byte: never percent-decoded (`p%41ss` is
+    // that password, not `pAss`).
+    let line = bytes.split(|&b| b == b'\n').next().unwrap_or(&[]);
+    let password = line.strip_suffix(b"\r").unwrap_or(line);
     if password.is_empty() {
         return Err(format!("the password file {} is empty", file.display()));
     }
+    // Every byte but the unreserved ones escaped, `%` included: redis-rs
+    // decodes the URL's password once, back to exactly these bytes.
+    let encoded: String = password
+        .iter()
+        .map(|&b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
     let mut parsed =
         url::Url::parse(url).map_err(|_| "invalid Redis URL (see --help)".to_string())?;
+    if matches!(parsed.scheme(), "redis+unix" | "unix" | "valkey+unix") {
+        // A socket URL has no user part: its password is the `pass`
+        // parameter, which redis-rs form-decodes.
+        let kept: Vec<(String, String)> = parsed
+            .query_pairs()
+            .filter(|(k, _)| k != "pass" && k != "password")
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        let text = std::str::from_utf8(password)
+            .map_err(|_| "a password for a socket URL must be UTF-8".to_string())?;
+        parsed
+            .query_pairs_mut()
+            .clear()
+            .extend_pairs(kept)
+            .append_pair("pass", text);
+        return Ok(parsed.into());
+    }
     parsed
-        .set_password(Some(password))
+        .set_password(Some(&encoded))
         .map_err(|()| "this Redis URL cannot carry a password".to_string())?;
     Ok(parsed.into())
 }
