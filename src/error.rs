@@ -446,9 +446,15 @@ pub(crate) fn without_script_hash(text: &str) -> String {
     out
 }
 
-/// `url` with the password (anything after `:` in the user part) replaced
-/// by `***`, for messages and logs.
+/// `url` with its password replaced by `***`, for messages and logs, in
+/// every form redis-rs accepts: the user part (anything after its `:`),
+/// and the `pass=` / `password=` parameters (the only place a socket URL,
+/// `redis+unix://`, `unix://`, can carry one).
 pub(crate) fn redact_url(url: &str) -> String {
+    redact_params(&redact_user(url))
+}
+
+fn redact_user(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_owned();
     };
@@ -466,6 +472,37 @@ pub(crate) fn redact_url(url: &str) -> String {
         None => user.to_owned(),
     };
     format!("{}://{}@{}", &url[..scheme_end], user, &rest[at + 1..])
+}
+
+/// Every `pass=` and `password=` parameter's value (up to the next `&` or
+/// `#`) replaced by `***`, wherever a `?` starts the parameters.
+fn redact_params(url: &str) -> String {
+    let Some(q) = url.find('?') else {
+        return url.to_owned();
+    };
+    let (head, query) = url.split_at(q + 1);
+    let mut out = head.to_owned();
+    for (i, part) in query.split('&').enumerate() {
+        if i > 0 {
+            out.push('&');
+        }
+        let key = part.split('=').next().unwrap_or("");
+        let secret = ["pass", "password"]
+            .iter()
+            .any(|k| key.trim().eq_ignore_ascii_case(k));
+        match (secret, part.find('=')) {
+            (true, Some(eq)) => {
+                // A fragment after the value stays (it is no secret).
+                let value = &part[eq + 1..];
+                let tail = value.find('#').map_or("", |h| &value[h..]);
+                out.push_str(&part[..=eq]);
+                out.push_str("***");
+                out.push_str(tail);
+            }
+            _ => out.push_str(part),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -489,6 +526,29 @@ mod tests {
         );
         assert_eq!(redact_url("redis://host:1"), "redis://host:1");
         assert_eq!(redact_url("not a url"), "not a url");
+    }
+
+    /// Reproduction (security review): socket URLs carry their password in
+    /// a parameter, which was never redacted.
+    #[test]
+    fn socket_urls_and_parameters_lose_their_password() {
+        assert_eq!(
+            redact_url("redis+unix:///tmp/r.sock?db=1&pass=SECRET"),
+            "redis+unix:///tmp/r.sock?db=1&pass=***"
+        );
+        assert_eq!(
+            redact_url("unix:///tmp/r.sock?password=SECRET&db=2"),
+            "unix:///tmp/r.sock?password=***&db=2"
+        );
+        assert_eq!(
+            redact_url("redis://host/0?PASS=SECRET#insecure"),
+            "redis://host/0?PASS=***#insecure"
+        );
+        assert_eq!(
+            redact_url("redis://u:x@host/?pass=SECRET"),
+            "redis://u:***@host/?pass=***"
+        );
+        assert_eq!(redact_url("redis://host/?db=3"), "redis://host/?db=3");
     }
 
     #[test]

@@ -854,3 +854,37 @@ fn the_password_file_is_taken_byte_for_byte() {
     assert!(err.contains("can be read by others"), "{err}");
     assert!(!err.contains("p%41ss"), "{err}");
 }
+
+/// Reproduction (security review): a socket URL carries its password in
+/// a `pass` parameter, which the CLI neither redacted nor kept from the
+/// command's environment (`REDIS_URL`).
+#[test]
+fn a_socket_urls_password_is_redacted_and_kept_from_the_command() {
+    let dir = tempfile_dir();
+    let sock = dir.join("r.sock");
+    let server = Server::start_with(&[
+        "--unixsocket",
+        sock.to_str().unwrap(),
+        "--requirepass",
+        "S3CRETpass",
+    ]);
+    let url = format!("redis+unix://{}?pass=S3CRETpass", sock.display());
+    let o = run(redlease(&server).env("REDIS_URL", &url).args([
+        "run",
+        "sock",
+        "--",
+        "sh",
+        "-c",
+        "echo \"url=[$REDIS_URL]\"",
+    ]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(stdout(&o).trim(), "url=[]");
+    // A wrong password: the error names the URL without it.
+    let bad = format!("redis+unix://{}?pass=WRONGpass", sock.display());
+    let o = run(redlease(&server)
+        .env("REDIS_URL", &bad)
+        .args(["run", "sock", "--", "true"]));
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("WRONGpass"), "{err}");
+}

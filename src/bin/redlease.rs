@@ -218,9 +218,14 @@ fn with_password(url: &str, file: &std::path::Path) -> Result<String, String> {
     Ok(parsed.into())
 }
 
-/// Whether a Redis URL carries a password.
+/// Whether a Redis URL carries a password: in its user part, or (socket
+/// URLs) in a `pass` or `password` parameter.
 fn has_password(url: &str) -> bool {
-    url::Url::parse(url).map_or(true, |u| u.password().is_some())
+    url::Url::parse(url).map_or(true, |u| {
+        u.password().is_some()
+            || u.query_pairs()
+                .any(|(k, _)| k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password"))
+    })
 }
 
 fn parse_signal(s: &str) -> Result<i32, String> {
