@@ -283,6 +283,31 @@ enum Topology {
     Sentinel(Vec<String>, String),
 }
 
+impl Topology {
+    /// Every URL it names (for Sentinel, the sentinels').
+    fn urls(&self) -> Vec<&str> {
+        match self {
+            Topology::Unset => Vec::new(),
+            Topology::Standalone(u) => vec![u.as_str()],
+            Topology::Redlock(u) | Topology::Cluster(u) | Topology::Sentinel(u, _) => {
+                u.iter().map(String::as_str).collect()
+            }
+        }
+    }
+}
+
+/// Whether `url` asks for TLS (`rediss://`, or a URL redis-rs reads as
+/// TLS).
+fn is_tls_url(url: &str) -> bool {
+    use redis::IntoConnectionInfo;
+    let scheme = url.trim_start().split("://").next().unwrap_or("");
+    scheme.eq_ignore_ascii_case("rediss")
+        || scheme.eq_ignore_ascii_case("valkeys")
+        || url
+            .into_connection_info()
+            .is_ok_and(|i| matches!(i.addr(), redis::ConnectionAddr::TcpTls { .. }))
+}
+
 impl fmt::Debug for Topology {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let urls = |u: &[String]| -> Vec<String> { u.iter().map(|u| redact_url(u)).collect() };
@@ -607,6 +632,17 @@ impl ClientBuilder {
                 crate::ErrorKind::Unsupported,
                 "TLS support needs the `tls-rustls` feature of redlease",
             ));
+        }
+        // TLS settings that cannot apply are an error on every topology:
+        // Sentinel with plain URLs connected in clear text and sent the
+        // master's password to its plain port.
+        if self.tls.root.is_some() || self.tls.client.is_some() {
+            if let Some(plain) = self.topology.urls().iter().find(|u| !is_tls_url(u)) {
+                return Err(Error::invalid(format!(
+                    "tls_root_cert and tls_client_cert need rediss:// URLs, and {:?} is not one",
+                    redact_url(plain)
+                )));
+            }
         }
         let timeouts = Timeouts {
             connect: self.connect_timeout,

@@ -135,3 +135,25 @@ fn an_insecure_url_is_refused() {
         assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
     }
 }
+
+/// Reproduction (security review): Sentinel ignored `tls_root_cert` when
+/// its URLs were `redis://`, connected in clear text and sent the master's
+/// password to its plain port. TLS settings that cannot apply are refused
+/// on every topology, before anything connects (a closed port: not a
+/// connection error).
+#[test]
+fn tls_settings_with_plain_urls_are_refused_everywhere() {
+    let pem = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".to_vec();
+    let plain = "redis://127.0.0.1:1/";
+    let builds = [
+        ("one server", Client::builder().url(plain)),
+        ("sentinel", Client::builder().sentinel([plain], "m")),
+        ("cluster", Client::builder().cluster([plain])),
+        ("redlock", Client::builder().redlock([plain, plain, plain])),
+    ];
+    for (what, b) in builds {
+        let err = b.tls_root_cert(pem.clone()).build().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{what}: {err}");
+        assert!(err.to_string().contains("rediss://"), "{what}: {err}");
+    }
+}
