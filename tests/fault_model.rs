@@ -629,3 +629,30 @@ fn a_lost_grant_then_an_unsent_repeat_leaves_no_hold_unreported() {
         "a hold is left and the caller was told nothing ran: {orphans:?}"
     );
 }
+
+/// Reproduction (security review): `Client::build()`'s start-up check ran
+/// on redis-rs's connection, which times each read: a PONG dribbled a byte
+/// every 1.5 s took it 10.5 s with 2 s connect and response timeouts. It
+/// runs on redlease's own connection now, its reply bounded whole.
+#[test]
+#[serial]
+fn building_a_client_is_bounded_by_its_timeouts() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port());
+    proxy.set_dribble(Some(Duration::from_millis(1_500)));
+    let t = Instant::now();
+    let built = Client::builder()
+        .url(proxy.url())
+        .connect_timeout(ms(2_000))
+        .response_timeout(ms(2_000))
+        .build();
+    let took = t.elapsed();
+    proxy.set_dribble(None);
+    println!(
+        "FIGURES build() against a dribbling server: {took:?} ({})",
+        built.is_ok()
+    );
+    assert!(built.is_err(), "a PONG that takes 10 s is no answer");
+    // The connect timeout (handshake) and one response timeout at most.
+    assert!(took < ms(4_500), "took {took:?}");
+}
