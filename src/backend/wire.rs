@@ -349,6 +349,7 @@ impl Own {
             )),
             until: None,
             armed: [None, None],
+            taken: 0,
         };
         let mut own = Own {
             stream: Stream::new(sock, host, tls)?,
@@ -588,7 +589,17 @@ struct Deadlined {
     until: Option<Instant>,
     /// The read and write timeouts set on the socket now.
     armed: [Option<Duration>; 2],
+    /// Bytes read since the current call began (see [`MAX_REPLY`]).
+    taken: usize,
 }
+
+/// The most a call may read, replies of a pipeline together: far above the
+/// largest reply redlease expects (a renewal batch of 2,000 calls, a page
+/// of names of up to 8 KiB each from `list` or `inspect`), far below what
+/// would hurt a process. A server that sends more (a hostile or broken one:
+/// `$1099511627776` and a stream) makes the call fail and the connection
+/// retire, with at most this much read.
+pub(crate) const MAX_REPLY: usize = 64 << 20;
 
 thread_local! {
     /// A deadline for every call this thread makes until it is lifted (see
@@ -648,6 +659,7 @@ impl Deadlined {
     /// A call begins: its reply is due within the budget from now (and by
     /// the thread's call deadline, if one is set).
     fn start(&mut self) {
+        self.taken = 0;
         let own = self.budget.get().map(|b| Instant::now() + b);
         let outer = CALL_DEADLINE.with(Cell::get);
         self.until = match (own, outer) {
@@ -708,7 +720,16 @@ const READ: usize = 1;
 
 impl Read for Deadlined {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.bounded(READ, |s| s.read(buf))
+        if self.taken >= MAX_REPLY {
+            return Err(io::Error::other(format!(
+                "the server sent more than {} MiB for one call",
+                MAX_REPLY >> 20
+            )));
+        }
+        let room = (MAX_REPLY - self.taken).min(buf.len());
+        let n = self.bounded(READ, |s| s.read(&mut buf[..room]))?;
+        self.taken += n;
+        Ok(n)
     }
 }
 
