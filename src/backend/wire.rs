@@ -833,6 +833,7 @@ mod tests {
                 budget: Cell::new(Some(Duration::from_millis(300))),
                 until: None,
                 armed: [None, None],
+                taken: 0,
             }),
             parser: redis::Parser::new(),
             open: true,
