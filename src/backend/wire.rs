@@ -122,10 +122,18 @@ impl Wire {
                 io::Error::new(io::ErrorKind::Unsupported, "not a split connection").into(),
             );
         };
-        own.stream.sock().budget.set(Some(tick));
-        own.stream.sock().start();
+        let sock = own.stream.sock();
+        sock.budget.set(Some(tick));
+        // What a value cut by earlier ticks has read counts on: one value
+        // is capped whole (see `MAX_REPLY`), however many ticks it takes.
+        let taken = sock.taken;
+        sock.start();
+        sock.taken = taken;
         match own.parser.parse_value(&mut own.stream) {
-            Ok(v) => Ok(Some(v)),
+            Ok(v) => {
+                own.stream.sock().taken = 0;
+                Ok(Some(v))
+            }
             Err(e) if e.is_timeout() => Ok(None),
             Err(e) => Err(e),
         }
@@ -847,6 +855,56 @@ mod tests {
         assert!(sent.as_ref().is_err_and(|e| e.is_timeout()), "{sent:?}");
         assert!(took < Duration::from_millis(1_000), "took {took:?}");
         assert!(!own.open, "a connection whose write failed is retired");
+        peer.join().unwrap();
+    }
+
+    /// A subscriber connection read a tick at a time: a value that arrives
+    /// over many ticks is capped whole, not per tick (each tick reset the
+    /// count, and a terabyte message would have piled up in the parser).
+    #[test]
+    fn a_value_spread_over_ticks_is_capped_whole() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let peer = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let _ = s.write_all(b"*3\r\n$7\r\nmessage\r\n$1\r\nx\r\n$1099511627776\r\n");
+            let chunk = vec![b'x'; 1 << 20];
+            // 2 MiB at a time, a tick apart: each tick reads under the cap.
+            for _ in 0..200 {
+                if s.write_all(&chunk).is_err() || s.write_all(&chunk).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(30));
+            }
+        });
+        let stream = TcpStream::connect(addr).unwrap();
+        let mut wire = Wire::Own(Box::new(Own {
+            stream: Stream::Plain(Deadlined {
+                stream,
+                budget: Cell::new(None),
+                until: None,
+                armed: [None, None],
+                taken: 0,
+            }),
+            parser: redis::Parser::new(),
+            open: true,
+            db: 0,
+        }));
+        let t = Instant::now();
+        let mut failed = None;
+        while t.elapsed() < Duration::from_secs(20) {
+            match wire.next_push(Duration::from_millis(20)) {
+                Ok(Some(v)) => panic!("a terabyte message parsed: {v:?}"),
+                Ok(None) => {}
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let e = failed.expect("the message was not cut off");
+        assert!(e.to_string().contains("MiB"), "{e}");
+        drop(wire);
         peer.join().unwrap();
     }
 }
