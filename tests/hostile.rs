@@ -3,6 +3,8 @@
 //! client must fail the call, bounded in time and in memory, never abort.
 
 use std::io::{BufRead, BufReader, Read, Write};
+
+use serial_test::serial;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -28,11 +30,18 @@ fn command(r: &mut BufReader<TcpStream>) -> Option<String> {
     name
 }
 
-/// A server on a free loopback port that answers `PING` and turns down
-/// `CONFIG`, and answers every other command with `huge`: a bulk string
-/// header announcing a terabyte, then 1 MiB chunks for as long as the
-/// client reads (at most 30 s).
-fn hostile_server() -> (String, Arc<AtomicBool>) {
+/// What the fake server does with one command.
+enum Reply {
+    /// These bytes.
+    Bytes(Vec<u8>),
+    /// These bytes, then 1 MiB chunks for as long as the client reads (at
+    /// most 30 s): a header that announces more than anyone should read.
+    Flood(Vec<u8>),
+}
+
+/// A server on a free loopback port that answers `PING`, turns down
+/// `CONFIG`, and answers every other command as `other` says.
+fn hostile_server(other: fn(&str) -> Reply) -> (String, Arc<AtomicBool>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("redis://{}/", listener.local_addr().unwrap());
     let stop = Arc::new(AtomicBool::new(false));
@@ -50,19 +59,24 @@ fn hostile_server() -> (String, Arc<AtomicBool>) {
                 let mut out = con.try_clone().unwrap();
                 let mut r = BufReader::new(con);
                 while let Some(cmd) = command(&mut r) {
-                    let ok = match cmd.as_str() {
-                        "PING" => out.write_all(b"+PONG\r\n").is_ok(),
-                        "CONFIG" | "CLIENT" | "HELLO" => out.write_all(b"-ERR no\r\n").is_ok(),
-                        _ => {
-                            let _ = out.write_all(b"$1099511627776\r\n");
+                    let reply = match cmd.as_str() {
+                        "PING" => Reply::Bytes(b"+PONG\r\n".to_vec()),
+                        "CONFIG" | "CLIENT" | "HELLO" => Reply::Bytes(b"-ERR no\r\n".to_vec()),
+                        other_cmd => other(other_cmd),
+                    };
+                    match reply {
+                        Reply::Bytes(b) => {
+                            if out.write_all(&b).is_err() {
+                                return;
+                            }
+                        }
+                        Reply::Flood(head) => {
+                            let _ = out.write_all(&head);
                             let chunk = vec![b'x'; 1 << 20];
                             let end = Instant::now() + Duration::from_secs(30);
                             while Instant::now() < end && out.write_all(&chunk).is_ok() {}
-                            false
+                            return;
                         }
-                    };
-                    if !ok {
-                        return;
                     }
                 }
             });
@@ -71,14 +85,26 @@ fn hostile_server() -> (String, Arc<AtomicBool>) {
     (url, stop)
 }
 
-/// Peak resident memory of this process, in KiB (`VmHWM`).
-fn peak_kib() -> u64 {
+/// A field of `/proc/self/status`, in KiB.
+fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .unwrap()
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
+}
+
+/// Resets this process's peak resident memory (`VmHWM`) to what it holds
+/// now, and returns that, in KiB: tests of one binary share a process.
+fn peak_from_now() -> u64 {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    status_kib("VmRSS:")
+}
+
+/// Peak resident memory since [`peak_from_now`], in KiB.
+fn peak_kib() -> u64 {
+    status_kib("VmHWM:")
 }
 
 /// Reproduction (security review): a reply had no size cap. `$1099511627776`
@@ -86,14 +112,15 @@ fn peak_kib() -> u64 {
 /// deadline, but the process peaked at 1.9 GB (and aborted under a 2 GB
 /// limit). A call now reads at most 64 MiB, and fails there.
 #[test]
+#[serial]
 fn a_terabyte_reply_fails_the_call_without_filling_memory() {
-    let (url, stop) = hostile_server();
+    let (url, stop) = hostile_server(|_| Reply::Flood(b"$1099511627776\r\n".to_vec()));
     let c = Client::builder()
         .url(&url)
         .response_timeout(Duration::from_secs(2))
         .build()
         .unwrap();
-    let before = peak_kib();
+    let before = peak_from_now();
     let t = Instant::now();
     let r = c.lock("huge").try_acquire();
     let took = t.elapsed();
@@ -102,5 +129,44 @@ fn a_terabyte_reply_fails_the_call_without_filling_memory() {
     println!("FIGURES a terabyte reply: {r:?} after {took:?}, peak memory +{grew} MiB");
     assert!(r.is_err());
     assert!(took < Duration::from_secs(4), "took {took:?}");
+    assert!(grew < 512, "peak memory grew {grew} MiB");
+}
+
+/// Reproduction (security review): the wake-up subscriber of one server
+/// ran on redis-rs's connection, which times each read, not the message: a
+/// server that confirmed `SUBSCRIBE` and then sent `*3 $7 message $1 x
+/// $1099511627776` and 1 MiB chunks took a client from 8.7 MB to 3.84 GB
+/// in 5 s, and the process aborted. It runs on redlease's own connection
+/// now, every value capped at 64 MiB however many reads it takes.
+#[test]
+#[serial]
+fn a_terabyte_message_cannot_fill_the_subscribers_memory() {
+    let (url, stop) = hostile_server(|cmd| {
+        match cmd {
+        // A latch with a count (lua/latch_look.lua's reply), so the waiter
+        // subscribes and waits.
+        "EVALSHA" | "EVAL" => Reply::Bytes(b"$4\r\n1:r1\r\n".to_vec()),
+        "SUBSCRIBE" => Reply::Flood(
+            b"*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n*3\r\n$7\r\nmessage\r\n$1\r\nx\r\n$1099511627776\r\n"
+                .to_vec(),
+        ),
+        _ => Reply::Bytes(b":0\r\n".to_vec()),
+    }
+    });
+    let c = Client::builder()
+        .url(&url)
+        .response_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let before = peak_from_now();
+    let t = Instant::now();
+    let r = c
+        .count_down_latch("flood")
+        .wait_timeout(Duration::from_secs(4));
+    let took = t.elapsed();
+    let grew = peak_kib().saturating_sub(before) / 1024;
+    stop.store(true, Ordering::Relaxed);
+    println!("FIGURES a terabyte message to the subscriber: {r:?} after {took:?}, peak memory +{grew} MiB");
+    assert!(took < Duration::from_secs(7), "took {took:?}");
     assert!(grew < 512, "peak memory grew {grew} MiB");
 }

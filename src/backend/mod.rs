@@ -606,6 +606,19 @@ impl Backend {
         .map_err(|e| e.at(place))
     }
 
+    /// The wake-up subscriber's connection: on one server (and Sentinel)
+    /// redlease's own, whose every value is bounded in time and size; on
+    /// Cluster and Redlock redis-rs's, as [`Backend::dedicated`].
+    pub(crate) fn subscriber(&self) -> Result<Wire> {
+        let t = self.timeouts.connect;
+        let place = &self.place;
+        (match &self.kind {
+            Kind::Single(node) => node.subscriber(t),
+            _ => return self.dedicated().map(Wire::Redis),
+        })
+        .map_err(|e| e.at(place))
+    }
+
     pub(crate) fn timeouts(&self) -> &Timeouts {
         &self.timeouts
     }

@@ -1018,6 +1018,19 @@ impl Node {
     pub(crate) fn dedicated(&self, timeout: Duration) -> Result<redis::Connection> {
         Ok(self.source.client()?.get_connection_with_timeout(timeout)?)
     }
+
+    /// A connection of its own for a subscriber, opened within `timeout`:
+    /// ours (each value read capped and bounded, see `Wire::next_push`)
+    /// for plain TCP and TLS, redis-rs's for the rest.
+    pub(crate) fn subscriber(&self, timeout: Duration) -> Result<Wire> {
+        let client = self.source.client()?;
+        Ok(Wire::open(
+            &client,
+            &self.timeouts.tls,
+            timeout,
+            self.timeouts.response,
+        )?)
+    }
 }
 
 /// Many calls as one pipeline, each script loaded in front (a renewal

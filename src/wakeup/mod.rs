@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Wire};
 use crate::error::{ErrorKind, Result};
+use redis::Value;
 
 mod sharded;
 
@@ -641,7 +642,7 @@ fn subscriber(shared: Arc<Shared>, backend: Arc<Backend>) {
     let mut backoff = Duration::from_millis(50);
     let mut refused = false;
     while !shared.shutdown.load(Ordering::Acquire) {
-        let mut con = match backend.dedicated() {
+        let con = match backend.subscriber() {
             Ok(con) => con,
             Err(e) => {
                 log::debug!("redlease: wake-up subscriber cannot connect: {e}");
@@ -650,12 +651,16 @@ fn subscriber(shared: Arc<Shared>, backend: Arc<Backend>) {
                 continue;
             }
         };
-        if con.set_read_timeout(Some(SUBSCRIBER_TICK)).is_err() {
-            continue;
-        }
-        let mut pubsub = con.as_pubsub();
-        if let Err(e) = pubsub.subscribe(shared.channel.as_slice()) {
-            if e.code() == Some("NOPERM") {
+        let listened = match con {
+            Wire::Redis(con) => listen_theirs(&shared, con),
+            own => listen_ours(&shared, own, backend.timeouts().response),
+        };
+        match listened {
+            Ok(()) => {
+                refused = false;
+                backoff = Duration::from_millis(50);
+            }
+            Err(e) if e.code() == Some("NOPERM") => {
                 // An ACL without the channel (Redis 7's default
                 // `resetchannels`): it will not change soon. Say so once;
                 // waiters look again every fallback poll meanwhile.
@@ -668,30 +673,89 @@ fn subscriber(shared: Arc<Shared>, backend: Arc<Backend>) {
                 }
                 refused = true;
                 backoff = REFUSED_RETRY;
-            } else {
+                sleep_unless_shutdown(&shared, backoff);
+            }
+            Err(e) => {
                 log::debug!("redlease: wake-up subscribe failed: {e}");
                 backoff = (backoff * 2).min(Duration::from_secs(1));
+                sleep_unless_shutdown(&shared, backoff);
             }
-            sleep_unless_shutdown(&shared, backoff);
-            continue;
         }
-        refused = false;
-        backoff = Duration::from_millis(50);
-        shared.set_connected(true);
-        shared.notify_all();
-        while !shared.shutdown.load(Ordering::Acquire) {
-            match pubsub.get_message() {
-                Ok(msg) => shared.dispatch(msg.get_payload_bytes()),
-                Err(e) if e.is_timeout() => {}
-                Err(e) => {
-                    log::debug!("redlease: wake-up subscriber lost its connection: {e}");
-                    break;
+    }
+}
+
+/// Subscribes on redlease's own connection and listens until it fails or
+/// the client is dropped. Every value read is bounded: a whole reply by
+/// the response timeout (the confirmation) and, whatever a server sends,
+/// by the reply size cap, however many reads it takes (a server that
+/// confirmed and then sent a terabyte message took a client to 3.8 GB).
+/// `Err` only when the subscription was not confirmed.
+fn listen_ours(shared: &Shared, mut con: Wire, response: Duration) -> redis::RedisResult<()> {
+    let subscribe = redis::cmd("SUBSCRIBE")
+        .arg(shared.channel.as_slice())
+        .get_packed_command();
+    con.send_packed_command(&subscribe)?;
+    let until = Instant::now() + response;
+    let confirmed = loop {
+        match con.next_push(SUBSCRIBER_TICK.min(response))? {
+            Some(v) => break v,
+            None if Instant::now() < until => {}
+            None => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the subscription was not confirmed in time",
+                )
+                .into())
+            }
+        }
+    };
+    if let Value::ServerError(e) = confirmed {
+        return Err(e.into());
+    }
+    shared.set_connected(true);
+    shared.notify_all();
+    while !shared.shutdown.load(Ordering::Acquire) {
+        match con.next_push(SUBSCRIBER_TICK) {
+            Ok(Some(Value::Array(parts))) => {
+                if let [Value::BulkString(kind), _, Value::BulkString(payload)] = &parts[..] {
+                    if kind == b"message" {
+                        shared.dispatch(payload);
+                    }
                 }
             }
+            Ok(_) => {}
+            Err(e) => {
+                log::debug!("redlease: wake-up subscriber lost its connection: {e}");
+                break;
+            }
         }
-        shared.set_connected(false);
-        shared.notify_all();
     }
+    shared.set_connected(false);
+    shared.notify_all();
+    Ok(())
+}
+
+/// [`listen_ours`] on redis-rs's connection (Unix sockets, RESP3 URLs,
+/// Cluster and Redlock), which times each read.
+fn listen_theirs(shared: &Shared, mut con: redis::Connection) -> redis::RedisResult<()> {
+    con.set_read_timeout(Some(SUBSCRIBER_TICK))?;
+    let mut pubsub = con.as_pubsub();
+    pubsub.subscribe(shared.channel.as_slice())?;
+    shared.set_connected(true);
+    shared.notify_all();
+    while !shared.shutdown.load(Ordering::Acquire) {
+        match pubsub.get_message() {
+            Ok(msg) => shared.dispatch(msg.get_payload_bytes()),
+            Err(e) if e.is_timeout() => {}
+            Err(e) => {
+                log::debug!("redlease: wake-up subscriber lost its connection: {e}");
+                break;
+            }
+        }
+    }
+    shared.set_connected(false);
+    shared.notify_all();
+    Ok(())
 }
 
 fn sleep_unless_shutdown(shared: &Shared, d: Duration) {
