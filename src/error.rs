@@ -446,6 +446,60 @@ pub(crate) fn without_script_hash(text: &str) -> String {
     out
 }
 
+/// What is wrong with a Redis URL that does not parse, said plainly, with
+/// what a good one looks like: the scheme, the host, the port. `None` when
+/// none of those is the trouble (the parser's own reason then stands).
+pub(crate) fn url_trouble(url: &str) -> Option<String> {
+    const GOOD: &str = "a Redis URL looks like redis://[user:password@]host:port/[db], \
+        rediss://… for TLS, or redis+unix:///path/to/socket";
+    let url = url.trim();
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Some(format!("it has no scheme (no \"://\"); {GOOD}"));
+    };
+    let known = [
+        "redis",
+        "rediss",
+        "valkey",
+        "valkeys",
+        "redis+unix",
+        "unix",
+        "valkey+unix",
+    ];
+    if !known.iter().any(|k| scheme.eq_ignore_ascii_case(k)) {
+        return Some(format!(
+            "the scheme {scheme:?} is not a Redis scheme; {GOOD}"
+        ));
+    }
+    if scheme.to_ascii_lowercase().ends_with("unix") {
+        return None;
+    }
+    // host[:port], after the user part (which ends at the last '@').
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let (host, port) = match host_port.strip_prefix('[') {
+        // [IPv6]:port
+        Some(v6) => match v6.split_once(']') {
+            Some((h, p)) => (h, p.strip_prefix(':')),
+            None => return Some(format!("the IPv6 host has no closing ']'; {GOOD}")),
+        },
+        None => match host_port.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (host_port, None),
+        },
+    };
+    if host.is_empty() {
+        return Some(format!("it names no host; {GOOD}"));
+    }
+    if let Some(p) = port {
+        if !p.is_empty() && p.parse::<u16>().map_or(true, |n| n == 0) {
+            return Some(format!(
+                "the port {p:?} is not a number from 1 to 65535; {GOOD}"
+            ));
+        }
+    }
+    None
+}
+
 /// `url` with its password replaced by `***`, for messages and logs, in
 /// every form redis-rs accepts: the user part (anything after its `:`),
 /// and the `pass=` / `password=` parameters (the only place a socket URL,
@@ -526,6 +580,23 @@ mod tests {
         );
         assert_eq!(redact_url("redis://host:1"), "redis://host:1");
         assert_eq!(redact_url("not a url"), "not a url");
+    }
+
+    /// Reproduction (newcomer review): three bad URLs read the same, "Redis
+    /// URL did not parse - InvalidClientConfig".
+    #[test]
+    fn bad_urls_say_what_is_wrong() {
+        let says = |u: &str| url_trouble(u).unwrap_or_default();
+        assert!(says("http://127.0.0.1:6379/").contains("scheme \"http\""));
+        assert!(says("redis//oops").contains("no scheme"));
+        assert!(says("redis://127.0.0.1:notaport/").contains("port \"notaport\""));
+        assert!(says("redis://127.0.0.1:70000/").contains("port \"70000\""));
+        assert!(says("redis://:6379/").contains("no host"));
+        assert!(says("redis://u:p@w@127.0.0.1:x/").contains("port \"x\""));
+        assert!(says("redis://u:p@w@127.0.0.1:x/").contains("redis://[user:password@]host:port"));
+        assert_eq!(url_trouble("redis://127.0.0.1:6379/0"), None);
+        assert_eq!(url_trouble("rediss://[::1]:6380/"), None);
+        assert_eq!(url_trouble("redis+unix:///tmp/r.sock?db=1"), None);
     }
 
     /// Reproduction (security review): socket URLs carry their password in

@@ -556,3 +556,22 @@ fn a_refused_auth_on_a_pooled_connection_is_an_auth_error() {
         assert_eq!(err.kind(), ErrorKind::Auth, "{err:?}");
     }
 }
+
+/// Reproduction (newcomer review): `http://…`, `redis//oops` and
+/// `redis://host:notaport/` all read "Redis URL did not parse -
+/// InvalidClientConfig". Each now says what is wrong and what a good URL
+/// looks like.
+#[test]
+fn bad_urls_say_what_is_wrong_and_what_a_good_one_looks_like() {
+    for (url, says) in [
+        ("http://127.0.0.1:6379/", "scheme \"http\""),
+        ("redis//oops", "no scheme"),
+        ("redis://127.0.0.1:notaport/", "port \"notaport\""),
+    ] {
+        let err = redlease::Client::open(url).unwrap_err();
+        assert_eq!(err.kind(), redlease::ErrorKind::InvalidArgument, "{url}: {err}");
+        let text = err.to_string();
+        assert!(text.contains(says), "{url}: {text}");
+        assert!(text.contains("redis://[user:password@]host:port"), "{url}: {text}");
+    }
+}

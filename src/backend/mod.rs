@@ -210,7 +210,9 @@ impl Backend {
             single::refuse_insecure(u)?;
             let info =
                 redis::IntoConnectionInfo::into_connection_info(u.as_str()).map_err(|e| {
-                    Error::invalid(format!("cannot use sentinel URL {:?}", redact_url(u)))
+                    let why =
+                        crate::error::url_trouble(u).map_or(String::new(), |t| format!(": {t}"));
+                    Error::invalid(format!("cannot use sentinel URL {:?}{why}", redact_url(u)))
                         .with_source(e)
                 })?;
             infos.push(info);

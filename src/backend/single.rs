@@ -94,8 +94,9 @@ pub(crate) fn refuse_insecure(url: &str) -> Result<()> {
 pub(crate) fn client_for(url: &str, timeouts: &Timeouts) -> Result<redis::Client> {
     refuse_insecure(url)?;
     open_client(url, timeouts).map_err(|e| {
+        let why = crate::error::url_trouble(url).map_or(String::new(), |t| format!(": {t}"));
         Error::invalid(format!(
-            "cannot use redis URL {:?}",
+            "cannot use redis URL {:?}{why}",
             crate::error::redact_url(url)
         ))
         .with_source(e)
