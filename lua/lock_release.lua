@@ -68,10 +68,12 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   told = hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], prefix, tonumber(ARGV[5]))
   opened = true
 else
+  -- The holder's note (lock_note.lua) goes with it: a name nobody holds
+  -- or waits for leaves no key.
   if ARGV[7] ~= 'keep' then
-    redis.call('DEL', KEYS[1], prefix .. 'open', KEYS[2])
+    redis.call('DEL', KEYS[1], prefix .. 'open', KEYS[1] .. ':note', KEYS[2])
   else
-    redis.call('DEL', KEYS[1], prefix .. 'open')
+    redis.call('DEL', KEYS[1], prefix .. 'open', KEYS[1] .. ':note')
   end
   -- Nobody is queued: where every waiter queues (ARGV[8]), nobody waits.
 end

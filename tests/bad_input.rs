@@ -569,9 +569,16 @@ fn bad_urls_say_what_is_wrong_and_what_a_good_one_looks_like() {
         ("redis://127.0.0.1:notaport/", "port \"notaport\""),
     ] {
         let err = redlease::Client::open(url).unwrap_err();
-        assert_eq!(err.kind(), redlease::ErrorKind::InvalidArgument, "{url}: {err}");
+        assert_eq!(
+            err.kind(),
+            redlease::ErrorKind::InvalidArgument,
+            "{url}: {err}"
+        );
         let text = err.to_string();
         assert!(text.contains(says), "{url}: {text}");
-        assert!(text.contains("redis://[user:password@]host:port"), "{url}: {text}");
+        assert!(
+            text.contains("redis://[user:password@]host:port"),
+            "{url}: {text}"
+        );
     }
 }

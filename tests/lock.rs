@@ -430,3 +430,26 @@ fn key_prefix_namespaces_keys() {
     );
     g.release().unwrap();
 }
+
+/// Reproduction (newcomer review): the holder's note (`annotate`, which
+/// the CLI writes) stayed until the lease's end after a release, although
+/// a name nobody holds or waits for leaves no key.
+#[test]
+fn a_released_lock_leaves_no_note_behind() {
+    let server = Server::start();
+    let c = client(&server);
+    let g = c.lock("noted-release").acquire().unwrap();
+    assert!(g.annotate("host=a pid=1").unwrap());
+    let mut con = server.con();
+    let note: bool = redis::cmd("EXISTS")
+        .arg("{noted-release}:note")
+        .query(&mut con)
+        .unwrap();
+    assert!(note, "the note is stored beside the lock");
+    g.release().unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*noted-release*")
+        .query(&mut con)
+        .unwrap();
+    assert!(keys.is_empty(), "left {keys:?}");
+}
