@@ -13,7 +13,7 @@ mod support;
 
 use common::Server;
 use redlease::Client;
-use support::{mean, quick, raw_con, scale, us};
+use support::{mean, quick, raw_con, scale, us, RawLockScripts};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -34,14 +34,11 @@ fn main() {
     // The library's own two scripts sent raw (no library): what the
     // server's work for a fenced, queue-aware lock costs, apart from the
     // library's own overhead.
-    let acq = redis::Script::new(&common::lua_source("lock_acquire.lua"));
-    let rel = redis::Script::new(&common::lua_source("lock_release.lua"));
-    let keys = [
-        "{bench:rawscripts}",
-        "{bench:rawscripts}:fence",
-        "{bench:rawscripts}:queue",
-        "{bench:rawscripts}:queue:t",
-    ];
+    let raw_scripts = RawLockScripts::new(
+        "bench:rawscripts",
+        &common::lua_source("lock_acquire.lua"),
+        &common::lua_source("lock_release.lua"),
+    );
     let lock = client.lock("bench:cycle");
     let multi = client.multi_lock(["bench:m:a", "bench:m:b", "bench:m:c"]);
     lock.acquire().unwrap().release().unwrap();
@@ -70,35 +67,7 @@ fn main() {
             assert!(ok.is_some());
             let _: i64 = del.key("bench:raw").arg(&token).invoke(&mut raw).unwrap();
         });
-        let sc = mean(per_block, || {
-            let token = format!("rl:bench:{}", uuid::Uuid::new_v4().simple());
-            let _: (i64, i64) = acq
-                .key(&keys[..])
-                .arg(&token)
-                .arg(30_000)
-                .arg(0)
-                .arg("{bench:rawscripts}:grant:")
-                .arg(500)
-                .arg("")
-                .arg("")
-                .arg("queued")
-                .arg("")
-                .invoke(&mut raw)
-                .unwrap();
-            let _: i64 = rel
-                .key(&keys[..])
-                .arg(&token)
-                .arg("")
-                .arg("")
-                .arg("{bench:rawscripts}:grant:")
-                .arg(500)
-                .arg("")
-                .arg("")
-                .arg("queued")
-                .arg("")
-                .invoke(&mut raw)
-                .unwrap();
-        });
+        let sc = mean(per_block, || raw_scripts.cycle(&mut raw));
         let c = mean(per_block, || {
             lock.acquire().unwrap().release().unwrap();
         });

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::Server;
 use redlease::Client;
-use support::{mean, percentile, quick, scale, us};
+use support::{mean, percentile, quick, scale, us, RawLockScripts};
 
 /// CPU time (user + system) of this process's thread with the given name.
 fn thread_cpu(name: &str) -> Option<Duration> {
@@ -47,8 +47,11 @@ fn main() {
     // Floors and the uncontended cycle, interleaved in blocks so that the
     // machine's drifting load hits both alike; the ratio is the median of
     // the per-block ratios.
-    let acq = redis::Script::new(&common::lua_source("lock_acquire.lua"));
-    let rel = redis::Script::new(&common::lua_source("lock_release.lua"));
+    let raw_scripts = RawLockScripts::new(
+        "bench:raw",
+        &common::lua_source("lock_acquire.lua"),
+        &common::lua_source("lock_release.lua"),
+    );
     let lock = client.lock("bench:uncontended");
     let blocks = 10;
     let per_block = (n / blocks).max(10);
@@ -63,35 +66,7 @@ fn main() {
         });
         // The same two scripts sent raw (no library): what the server's
         // work costs, so the library's own overhead can be told apart.
-        let r = mean(per_block, || {
-            let token = format!("rl:bench:{}", uuid::Uuid::new_v4().simple());
-            let keys = [
-                "{bench:raw}",
-                "{bench:raw}:fence",
-                "{bench:raw}:queue",
-                "{bench:raw}:queue:t",
-            ];
-            let _: (i64, i64) = acq
-                .key(&keys[..])
-                .arg(&token)
-                .arg(30_000)
-                .arg(0)
-                .arg("{bench:raw}:grant:")
-                .arg(500)
-                .invoke(&mut raw)
-                .unwrap();
-            let _: i64 = rel
-                .key(&keys[..])
-                .arg(&token)
-                .arg("")
-                .arg("")
-                .arg("{bench:raw}:grant:")
-                .arg(500)
-                .arg("")
-                .arg("")
-                .invoke(&mut raw)
-                .unwrap();
-        });
+        let r = mean(per_block, || raw_scripts.cycle(&mut raw));
         let c = mean(per_block, || {
             let g = lock.acquire().unwrap();
             g.release().unwrap();

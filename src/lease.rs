@@ -343,12 +343,17 @@ fn attempt(
             // Earlier tokens (replaced after a late reply) may have left
             // queue entries or intents.
             clean_up(client, &sent, false, false);
-            if short {
-                return Ok(Some(taken_by_pop(
-                    client, spec, token, fence, at, valid, slot,
-                )));
-            }
-            Ok(Some(hold(client, spec, token, fence, at, valid, slot)))
+            let grant = Grant {
+                token,
+                fence,
+                at,
+                valid,
+            };
+            Ok(Some(if short {
+                taken_by_pop(client, spec, grant, slot)
+            } else {
+                hold(client, spec, grant, slot)
+            }))
         }
         other => {
             if reached {
@@ -366,19 +371,21 @@ fn attempt(
     }
 }
 
-/// The hold an acquisition by `token` got with `fence`, its lease granted
-/// no earlier than `at` and surely running `valid` from then: its lease
-/// state, its renewal, and this thread's entry for a reentrant `slot`.
-pub(crate) fn hold(
-    client: &Client,
-    spec: Spec,
-    token: Arc<str>,
-    fence: i64,
-    at: Instant,
-    valid: Duration,
-    slot: Option<&HoldKey>,
-) -> Arc<Held> {
-    hold_with(client, spec, token, fence, at, valid, None, slot)
+/// What the server granted one acquisition.
+pub(crate) struct Grant {
+    pub(crate) token: Arc<str>,
+    pub(crate) fence: i64,
+    /// The lease was granted no earlier than this (the granting call was
+    /// sent then)...
+    pub(crate) at: Instant,
+    /// ...and surely runs this long from then (see [`valid_for`]).
+    pub(crate) valid: Duration,
+}
+
+/// The hold `grant` makes of `spec`: its lease state, its renewal, and
+/// this thread's entry for a reentrant `slot`.
+pub(crate) fn hold(client: &Client, spec: Spec, grant: Grant, slot: Option<&HoldKey>) -> Arc<Held> {
+    hold_with(client, spec, grant, None, slot)
 }
 
 /// The short first lease a lock waiter gets when it takes an open grant
@@ -387,61 +394,49 @@ const POPPED_LEASE: Duration = Duration::from_millis(GRANT_CLAIM.as_millis() as 
 
 /// A lock taken by a pop from the open list. Its first lease is short
 /// ([`POPPED_LEASE`], so that a process frozen while blocked holds the name
-/// no longer), and it started at some instant between `at` (when the
+/// no longer), and it started at some instant between `grant.at` (when the
 /// blocking call was sent, maybe a minute ago) and now. A reply that came
 /// soon leaves most of it: renewed at once by the renewal thread. After a
 /// long block (or with a fixed lease, which nothing renews) one extension
 /// now, counted from its own sending, sets the full lease before the guard
 /// is handed out; should it fail, the short lease is all that is known
 /// (the guard may be lost at once, never wrongly held).
-fn taken_by_pop(
-    client: &Client,
-    spec: Spec,
-    token: Arc<str>,
-    fence: i64,
-    at: Instant,
-    valid: Duration,
-    slot: Option<&HoldKey>,
-) -> Arc<Held> {
-    let first = valid.min(POPPED_LEASE.saturating_sub(Duration::from_millis(1)));
-    if spec.watchdog && at.elapsed() < first / 3 {
-        return hold_with(client, spec, token, fence, at, valid, Some(first), slot);
+fn taken_by_pop(client: &Client, spec: Spec, grant: Grant, slot: Option<&HoldKey>) -> Arc<Held> {
+    let first = grant
+        .valid
+        .min(POPPED_LEASE.saturating_sub(Duration::from_millis(1)));
+    if spec.watchdog && grant.at.elapsed() < first / 3 {
+        return hold_with(client, spec, grant, Some(first), slot);
     }
     let sent = Instant::now();
     match client.backend().confirm(&spec.extend.call()) {
-        Ok(1) => hold(client, spec, token, fence, sent, valid, slot),
-        _ => hold_with(client, spec, token, fence, at, valid, Some(first), slot),
+        Ok(1) => hold(client, spec, Grant { at: sent, ..grant }, slot),
+        _ => hold_with(client, spec, grant, Some(first), slot),
     }
 }
 
-/// [`hold`]; with `first`, the lease surely runs only that long from `at`
-/// until the renewal thread renews it, at once.
-#[allow(clippy::too_many_arguments)]
+/// [`hold`]; with `first`, the lease surely runs only that long from
+/// `grant.at` until the renewal thread renews it, which it does at once
+/// (see `renewal::first_due`).
 fn hold_with(
     client: &Client,
     spec: Spec,
-    token: Arc<str>,
-    fence: i64,
-    at: Instant,
-    valid: Duration,
+    grant: Grant,
     first: Option<Duration>,
     slot: Option<&HoldKey>,
 ) -> Arc<Held> {
+    let Grant {
+        token,
+        fence,
+        at,
+        valid,
+    } = grant;
     let hook = client.events().map(|h| (h.clone(), spec.name.clone()));
     let known = at + first.unwrap_or(valid);
     let state = LeaseState::new(known, hook);
     let extend = Arc::new(spec.extend);
     if spec.watchdog {
-        let now = first.map(|_| Instant::now());
-        renewal::keep_alive_from(
-            client.backend(),
-            &state,
-            known,
-            valid,
-            spec.lease,
-            &extend,
-            now,
-        );
+        renewal::keep_alive(client.backend(), &state, known, valid, spec.lease, &extend);
     }
     let look = spec.look.map(Arc::new);
     let held = Arc::new(Held {

@@ -182,8 +182,13 @@ impl MultiLock {
             {
                 let valid = crate::lease::valid_for(client, spec.lease)?;
                 let what = spec.what;
-                let held =
-                    crate::lease::hold(client, spec, token.clone(), fence, at, valid, Some(&slot));
+                let grant = crate::lease::Grant {
+                    token: token.clone(),
+                    fence,
+                    at,
+                    valid,
+                };
+                let held = crate::lease::hold(client, spec, grant, Some(&slot));
                 crate::metrics::acquired(what, at.elapsed());
                 if let Some(events) = client.events() {
                     events.on_acquired(&held.name, at.elapsed());

@@ -281,8 +281,7 @@ pub(crate) struct Renewal {
     pub(crate) state: Arc<LeaseState>,
     /// The state's generation when registered (see `LeaseState::extended`).
     pub(crate) generation: u64,
-    /// When the first renewal (or look) is due, if not a third of the
-    /// lease after the acquisition.
+    /// When the first look is due (see [`first_due`] for a lease's).
     pub(crate) first: Option<Instant>,
     /// A look at a lock ([`watch`]) rather than a lease: each reply says
     /// when the next one is.
@@ -367,15 +366,19 @@ fn wake_scheduler() {
 }
 
 /// The first renewal is due a third of the lease after the acquisition.
+///
+/// Counted back from when the lease surely ends, so a hold that surely
+/// runs less than its full lease for now (a lock taken by a pop: a short
+/// first lease) is due that much sooner, at once when it is shorter than
+/// two thirds of the lease; so is one whose start cannot be counted back.
 fn first_due(renewal: &Renewal) -> Instant {
     if let Some(at) = renewal.first {
         return at;
     }
-    let acquired = renewal
+    renewal
         .expires
         .checked_sub(renewal.valid)
-        .unwrap_or_else(Instant::now);
-    acquired + renewal.lease / 3
+        .map_or_else(Instant::now, |acquired| acquired + renewal.lease / 3)
 }
 
 struct Entry {
@@ -774,20 +777,6 @@ pub(crate) fn keep_alive(
     lease: Duration,
     extend: &Arc<Script>,
 ) {
-    keep_alive_from(backend, state, expires, valid, lease, extend, None);
-}
-
-/// [`keep_alive`], with the first renewal due at `first` (a hold granted
-/// with a short lease is renewed at once).
-pub(crate) fn keep_alive_from(
-    backend: &Arc<Backend>,
-    state: &Arc<LeaseState>,
-    expires: Instant,
-    valid: Duration,
-    lease: Duration,
-    extend: &Arc<Script>,
-    first: Option<Instant>,
-) {
     register(Renewal {
         backend: Arc::downgrade(backend),
         script: extend.clone(),
@@ -796,7 +785,7 @@ pub(crate) fn keep_alive_from(
         expires,
         state: state.clone(),
         generation: state.generation(),
-        first,
+        first: None,
         look: false,
     });
 }

@@ -107,14 +107,13 @@ fn peak_kib() -> u64 {
     status_kib("VmHWM:")
 }
 
-/// Reproduction (security review): a reply had no size cap. `$1099511627776`
-/// in answer to an `EVALSHA`, then a stream: the call failed at its
-/// deadline, but the process peaked at 1.9 GB (and aborted under a 2 GB
-/// limit). A call now reads at most 64 MiB, and fails there.
-#[test]
-#[serial]
-fn a_terabyte_reply_fails_the_call_without_filling_memory() {
-    let (url, stop) = hostile_server(|_| Reply::Flood(b"$1099511627776\r\n".to_vec()));
+/// Builds a client of `server` (2 s response timeout) and runs `call` with
+/// it: what it returned, how long it took, and how much the process's peak
+/// memory grew meanwhile, in MiB.
+fn against<T>(
+    (url, stop): (String, Arc<AtomicBool>),
+    call: impl FnOnce(&Client) -> redlease::Result<T>,
+) -> (redlease::Result<T>, Duration, u64) {
     let c = Client::builder()
         .url(&url)
         .response_timeout(Duration::from_secs(2))
@@ -122,10 +121,24 @@ fn a_terabyte_reply_fails_the_call_without_filling_memory() {
         .unwrap();
     let before = peak_from_now();
     let t = Instant::now();
-    let r = c.lock("huge").try_acquire();
+    let r = call(&c);
     let took = t.elapsed();
     let grew = peak_kib().saturating_sub(before) / 1024;
     stop.store(true, Ordering::Relaxed);
+    (r, took, grew)
+}
+
+/// Reproduction (security review): a reply had no size cap. `$1099511627776`
+/// in answer to an `EVALSHA`, then a stream: the call failed at its
+/// deadline, but the process peaked at 1.9 GB (and aborted under a 2 GB
+/// limit). A call now reads at most 64 MiB, and fails there.
+#[test]
+#[serial]
+fn a_terabyte_reply_fails_the_call_without_filling_memory() {
+    let server = hostile_server(|_| Reply::Flood(b"$1099511627776\r\n".to_vec()));
+    let (r, took, grew) = against(server, |c| {
+        c.lock("huge").try_acquire().map(|g| g.is_some())
+    });
     println!("FIGURES a terabyte reply: {r:?} after {took:?}, peak memory +{grew} MiB");
     assert!(r.is_err());
     assert!(took < Duration::from_secs(4), "took {took:?}");
@@ -141,31 +154,19 @@ fn a_terabyte_reply_fails_the_call_without_filling_memory() {
 #[test]
 #[serial]
 fn a_terabyte_message_cannot_fill_the_subscribers_memory() {
-    let (url, stop) = hostile_server(|cmd| {
-        match cmd {
-        // A latch with a count (lua/latch_look.lua's reply), so the waiter
-        // subscribes and waits.
+    // A latch with a count (lua/latch_look.lua's reply), so the waiter
+    // subscribes and waits; the subscription is confirmed, then flooded.
+    const FLOOD: &[u8] = b"*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n\
+        *3\r\n$7\r\nmessage\r\n$1\r\nx\r\n$1099511627776\r\n";
+    let server = hostile_server(|cmd| match cmd {
         "EVALSHA" | "EVAL" => Reply::Bytes(b"$4\r\n1:r1\r\n".to_vec()),
-        "SUBSCRIBE" => Reply::Flood(
-            b"*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n*3\r\n$7\r\nmessage\r\n$1\r\nx\r\n$1099511627776\r\n"
-                .to_vec(),
-        ),
+        "SUBSCRIBE" => Reply::Flood(FLOOD.to_vec()),
         _ => Reply::Bytes(b":0\r\n".to_vec()),
-    }
     });
-    let c = Client::builder()
-        .url(&url)
-        .response_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap();
-    let before = peak_from_now();
-    let t = Instant::now();
-    let r = c
-        .count_down_latch("flood")
-        .wait_timeout(Duration::from_secs(4));
-    let took = t.elapsed();
-    let grew = peak_kib().saturating_sub(before) / 1024;
-    stop.store(true, Ordering::Relaxed);
+    let (r, took, grew) = against(server, |c| {
+        c.count_down_latch("flood")
+            .wait_timeout(Duration::from_secs(4))
+    });
     println!("FIGURES a terabyte message to the subscriber: {r:?} after {took:?}, peak memory +{grew} MiB");
     assert!(took < Duration::from_secs(7), "took {took:?}");
     assert!(grew < 512, "peak memory grew {grew} MiB");

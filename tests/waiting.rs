@@ -401,3 +401,26 @@ fn a_shortened_write_lease_that_lapses_lets_readers_in() {
         "a reader, the writer's lease shortened to 200 ms",
     );
 }
+
+/// A lock taken by a pop starts with a 1 s lease, which the renewal thread
+/// raises to the full lease at once: a waiter that keeps the lock past that
+/// second still holds it, with its full lease on the server.
+#[test]
+fn a_handed_over_lock_gets_its_full_lease_at_once() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let g = holder.lock("full-lease").acquire().unwrap();
+    let waiter = no_poll(&server.url());
+    let t = std::thread::spawn(move || {
+        let g = waiter.lock("full-lease").acquire().unwrap();
+        std::thread::sleep(Duration::from_millis(1_500));
+        let held = g.is_held();
+        g.release().map(|()| held)
+    });
+    std::thread::sleep(Duration::from_millis(300)); // blocked
+    g.release().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let pttl: i64 = server.con().pttl("{full-lease}").unwrap();
+    assert!(pttl > 20_000, "the lease is still the first one: {pttl} ms");
+    assert!(t.join().unwrap().unwrap(), "lost after the first second");
+}

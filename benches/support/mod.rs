@@ -46,3 +46,55 @@ pub fn raw_con(url: &str) -> redis::Connection {
         .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
     redis::Client::open(info).unwrap().get_connection().unwrap()
 }
+
+/// The library's lock scripts (lua/lock_acquire.lua, lua/lock_release.lua,
+/// with their preludes), sent raw on `con` for the name `{name}`: one
+/// uncontended acquire and release, what the server's work for a fenced,
+/// queue-aware lock costs without the library.
+pub struct RawLockScripts {
+    acquire: redis::Script,
+    release: redis::Script,
+    keys: [String; 4],
+    prefix: String,
+}
+
+impl RawLockScripts {
+    /// `sources`: the two scripts as the library sends them.
+    pub fn new(name: &str, acquire: &str, release: &str) -> RawLockScripts {
+        RawLockScripts {
+            acquire: redis::Script::new(acquire),
+            release: redis::Script::new(release),
+            keys: [
+                format!("{{{name}}}"),
+                format!("{{{name}}}:fence"),
+                format!("{{{name}}}:queue"),
+                format!("{{{name}}}:queue:t"),
+            ],
+            prefix: format!("{{{name}}}:grant:"),
+        }
+    }
+
+    pub fn cycle(&self, con: &mut redis::Connection) {
+        let token = format!("rl:bench:{}", uuid::Uuid::new_v4().simple());
+        let mut acquire = self.acquire.prepare_invoke();
+        let mut release = self.release.prepare_invoke();
+        acquire.key(&self.keys[..]).arg(&token).arg(30_000).arg(0);
+        acquire
+            .arg(&self.prefix)
+            .arg(500)
+            .arg("")
+            .arg("")
+            .arg("queued")
+            .arg("");
+        release.key(&self.keys[..]).arg(&token).arg("").arg("");
+        release
+            .arg(&self.prefix)
+            .arg(500)
+            .arg("")
+            .arg("")
+            .arg("queued")
+            .arg("");
+        let _: (i64, i64) = acquire.invoke(con).unwrap();
+        let _: i64 = release.invoke(con).unwrap();
+    }
+}

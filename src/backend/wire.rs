@@ -820,6 +820,22 @@ mod tls {
 mod tests {
     use super::*;
 
+    /// A plain connection of ours to `addr`, each call given `budget`.
+    fn own_over(addr: std::net::SocketAddr, budget: Option<Duration>) -> Own {
+        Own {
+            stream: Stream::Plain(Deadlined {
+                stream: TcpStream::connect(addr).unwrap(),
+                budget: Cell::new(budget),
+                until: None,
+                armed: [None, None],
+                taken: 0,
+            }),
+            parser: redis::Parser::new(),
+            open: true,
+            db: 0,
+        }
+    }
+
     /// A peer that accepts and never reads: a large request fills the
     /// socket buffers and its write blocks. The write shares the call's
     /// deadline with the reads (found by an adversarial review: a 16 MB
@@ -834,19 +850,7 @@ mod tests {
             std::thread::sleep(Duration::from_secs(3));
             drop(s);
         });
-        let stream = TcpStream::connect(addr).unwrap();
-        let mut own = Own {
-            stream: Stream::Plain(Deadlined {
-                stream,
-                budget: Cell::new(Some(Duration::from_millis(300))),
-                until: None,
-                armed: [None, None],
-                taken: 0,
-            }),
-            parser: redis::Parser::new(),
-            open: true,
-            db: 0,
-        };
+        let mut own = own_over(addr, Some(Duration::from_millis(300)));
         let big = vec![b'x'; 64 << 20];
         let t = Instant::now();
         own.stream.sock().start();
@@ -877,19 +881,7 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(30));
             }
         });
-        let stream = TcpStream::connect(addr).unwrap();
-        let mut wire = Wire::Own(Box::new(Own {
-            stream: Stream::Plain(Deadlined {
-                stream,
-                budget: Cell::new(None),
-                until: None,
-                armed: [None, None],
-                taken: 0,
-            }),
-            parser: redis::Parser::new(),
-            open: true,
-            db: 0,
-        }));
+        let mut wire = Wire::Own(Box::new(own_over(addr, None)));
         let t = Instant::now();
         let mut failed = None;
         while t.elapsed() < Duration::from_secs(20) {

@@ -712,26 +712,19 @@ fn listen_ours(shared: &Shared, mut con: Wire, response: Duration) -> redis::Red
     if let Value::ServerError(e) = confirmed {
         return Err(e.into());
     }
-    shared.set_connected(true);
-    shared.notify_all();
-    while !shared.shutdown.load(Ordering::Acquire) {
-        match con.next_push(SUBSCRIBER_TICK) {
-            Ok(Some(Value::Array(parts))) => {
-                if let [Value::BulkString(kind), _, Value::BulkString(payload)] = &parts[..] {
-                    if kind == b"message" {
-                        shared.dispatch(payload);
-                    }
+    listen(shared, || {
+        Ok(match con.next_push(SUBSCRIBER_TICK)? {
+            Some(Value::Array(parts)) => match <[Value; 3]>::try_from(parts) {
+                Ok([Value::BulkString(kind), _, Value::BulkString(payload)])
+                    if kind == b"message" =>
+                {
+                    Some(payload)
                 }
-            }
-            Ok(_) => {}
-            Err(e) => {
-                log::debug!("redlease: wake-up subscriber lost its connection: {e}");
-                break;
-            }
-        }
-    }
-    shared.set_connected(false);
-    shared.notify_all();
+                _ => None,
+            },
+            _ => None,
+        })
+    });
     Ok(())
 }
 
@@ -741,12 +734,25 @@ fn listen_theirs(shared: &Shared, mut con: redis::Connection) -> redis::RedisRes
     con.set_read_timeout(Some(SUBSCRIBER_TICK))?;
     let mut pubsub = con.as_pubsub();
     pubsub.subscribe(shared.channel.as_slice())?;
+    listen(shared, || match pubsub.get_message() {
+        Ok(msg) => Ok(Some(msg.get_payload_bytes().to_vec())),
+        Err(e) if e.is_timeout() => Ok(None),
+        Err(e) => Err(e),
+    });
+    Ok(())
+}
+
+/// A confirmed subscription, live until `next` fails or the client is
+/// dropped: `next` waits at most a tick for a message's payload (`None`:
+/// nothing, or not a message). Waiters are woken when it starts and when
+/// it ends, since messages may have been missed around either.
+fn listen(shared: &Shared, mut next: impl FnMut() -> redis::RedisResult<Option<Vec<u8>>>) {
     shared.set_connected(true);
     shared.notify_all();
     while !shared.shutdown.load(Ordering::Acquire) {
-        match pubsub.get_message() {
-            Ok(msg) => shared.dispatch(msg.get_payload_bytes()),
-            Err(e) if e.is_timeout() => {}
+        match next() {
+            Ok(Some(payload)) => shared.dispatch(&payload),
+            Ok(None) => {}
             Err(e) => {
                 log::debug!("redlease: wake-up subscriber lost its connection: {e}");
                 break;
@@ -755,7 +761,6 @@ fn listen_theirs(shared: &Shared, mut con: redis::Connection) -> redis::RedisRes
     }
     shared.set_connected(false);
     shared.notify_all();
-    Ok(())
 }
 
 fn sleep_unless_shutdown(shared: &Shared, d: Duration) {
