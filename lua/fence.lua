@@ -14,7 +14,9 @@
 local function next_fence(counter, ttl)
   local f = redis.pcall('INCR', counter)
   if type(f) == 'table' or f < 1 then
-    error({err = 'REDLEASE_FOREIGN fencing counter is not a positive integer'})
+    -- A string, not an error table: Redis 6.2 cannot report a table
+    -- raised by error() (its handler fails on it, and the code is lost).
+    error('REDLEASE_FOREIGN fencing counter is not a positive integer')
   end
   if f == 1 then
     -- INCR created it: no counter was alive.
