@@ -201,6 +201,11 @@ impl Client {
         format!("rl:{}:{}", self.inner.id.simple(), Uuid::new_v4().simple()).into()
     }
 
+    /// The key prefix (namespace).
+    pub(crate) fn prefix(&self) -> &[u8] {
+        &self.inner.config.prefix
+    }
+
     /// Builds the keys of one primitive: `<prefix>{<escaped name>}<suffix>`.
     pub(crate) fn names(&self, name: &[u8]) -> Result<Names> {
         Names::new(&self.inner.config.prefix, name)
@@ -715,7 +720,7 @@ impl ClientBuilder {
             self.fallback_poll,
             self.outage_tolerance,
         );
-        Ok(Client {
+        let client = Client {
             inner: Arc::new(ClientInner {
                 id,
                 config: Config {
@@ -727,7 +732,10 @@ impl ClientBuilder {
                 backend,
                 wakeup,
             }),
-        })
+        };
+        // One line that says which way this client's waiters will wait.
+        log::info!("redlease: client ready: {}", client.capabilities());
+        Ok(client)
     }
 }
 

@@ -344,18 +344,21 @@ fn io_error_of(err: &redis::RedisError) -> Option<&std::io::Error> {
 
 /// The `Auth` error for a refusal of credentials or rights, if `text` is one.
 fn auth_error(text: &str) -> Option<Error> {
-    if text.contains("NOAUTH")
+    // A refused right first: redis-rs may file `NOPERM` under its
+    // authentication kind, and "wrong password" would send the user to the
+    // wrong fix.
+    if text.contains("NOPERM") || text.contains("NoPerm") {
+        Some(Error::new(
+            ErrorKind::Auth,
+            "the ACL user may not run this command or touch this key (see the README's ACL line)",
+        ))
+    } else if text.contains("NOAUTH")
         || text.contains("WRONGPASS")
         || text.contains("AuthenticationFailed")
     {
         Some(Error::new(
             ErrorKind::Auth,
             "authentication failed: wrong or missing username or password",
-        ))
-    } else if text.contains("NOPERM") {
-        Some(Error::new(
-            ErrorKind::Auth,
-            "the ACL user may not run this command or touch this key (see the README's ACL line)",
         ))
     } else {
         None

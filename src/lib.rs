@@ -240,7 +240,9 @@
 #![warn(missing_docs)]
 
 mod backend;
+mod capabilities;
 mod client;
+mod doctor;
 mod error;
 mod events;
 mod inspect;
@@ -284,7 +286,9 @@ struct GuardsAreNotSend;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+pub use capabilities::{Capabilities, WakeChannel};
 pub use client::{Client, ClientBuilder, MAX_NAME_LEN};
+pub use doctor::{Check, CheckStatus, Diagnosis};
 pub use error::{Error, ErrorKind, RedisErrorText, Result};
 pub use events::HandleEvent;
 pub use inspect::LockInfo;

@@ -764,6 +764,9 @@ fn the_password_comes_from_a_file_and_never_reaches_the_command() {
 /// CA given by `--tls-ca`, and refuses a server it cannot verify.
 #[test]
 fn the_cli_speaks_tls_with_a_given_ca() {
+    if !common::needs_tls("the_cli_speaks_tls_with_a_given_ca") {
+        return;
+    }
     let (mut server, certs, _dir, url) = common::tls_server(false);
     let cli = || {
         let mut c = Command::new(env!("CARGO_BIN_EXE_redlease"));

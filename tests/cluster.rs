@@ -457,6 +457,9 @@ fn move_slot(addrs: &[(String, u16)], name: &str) -> (usize, usize) {
 /// cluster of its own, announcing proxies in front of its nodes.
 #[test]
 fn a_dribbling_node_cannot_hold_a_routed_call_past_its_deadline() {
+    if !common::needs_version("a_dribbling_node_cannot_hold_a_routed_call_past_its_deadline", 7, 0, "announcing a proxy's port at run time (CONFIG SET cluster-announce-port taking effect in CLUSTER SLOTS)") {
+        return;
+    }
     let (mut cluster, _ports, proxies) = proxied_cluster();
     let urls: Vec<String> = proxies.iter().map(|p| p.url()).collect();
     let c = Client::builder()
@@ -571,6 +574,9 @@ fn proxied_cluster() -> (RedisCluster, Vec<u16>, Vec<common::proxy::Proxy>) {
 /// once now go over our own connection to the key's master.
 #[test]
 fn a_count_down_whose_reply_is_lost_is_never_run_twice() {
+    if !common::needs_version("a_count_down_whose_reply_is_lost_is_never_run_twice", 7, 0, "announcing a proxy's port at run time (CONFIG SET cluster-announce-port taking effect in CLUSTER SLOTS)") {
+        return;
+    }
     let (mut cluster, _ports, proxies) = proxied_cluster();
     let urls: Vec<String> = proxies.iter().map(|p| p.url()).collect();
     let c = Client::builder()
@@ -958,6 +964,14 @@ fn wait_on_latch(waiter: &Client, name: &'static str) -> std::thread::JoinHandle
 /// only while they wait on the name.
 #[test]
 fn wake_ups_go_through_the_names_master_alone() {
+    if !common::needs_version(
+        "wake_ups_go_through_the_names_master_alone",
+        7,
+        0,
+        "sharded pub/sub (SSUBSCRIBE, PUBSUB SHARDNUMSUB)",
+    ) {
+        return;
+    }
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
     let ports = ports(&cluster);
     let (a, b) = sharded_clients(&ports);
@@ -1014,6 +1028,14 @@ fn wake_ups_go_through_the_names_master_alone() {
 /// subscribes again on the new one, so the opening still wakes it at once.
 #[test]
 fn a_sharded_wake_up_follows_its_slot() {
+    if !common::needs_version(
+        "a_sharded_wake_up_follows_its_slot",
+        7,
+        0,
+        "sharded pub/sub (SSUBSCRIBE, PUBSUB SHARDNUMSUB)",
+    ) {
+        return;
+    }
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
     let ports = ports(&cluster);
     let addrs: Vec<(String, u16)> = ports.iter().map(|p| ("127.0.0.1".into(), *p)).collect();
@@ -1046,6 +1068,14 @@ fn a_sharded_wake_up_follows_its_slot() {
 /// waiter subscribes again and is still woken by the opening.
 #[test]
 fn a_sharded_subscription_comes_back_after_its_connection_drops() {
+    if !common::needs_version(
+        "a_sharded_subscription_comes_back_after_its_connection_drops",
+        7,
+        0,
+        "sharded pub/sub (SSUBSCRIBE, PUBSUB SHARDNUMSUB)",
+    ) {
+        return;
+    }
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
     let ports = ports(&cluster);
     let (a, b) = sharded_clients(&ports);
@@ -1087,6 +1117,14 @@ const ACL: &str = common::README_ACL;
 /// and still wake a waiter at once.
 #[test]
 fn wake_ups_under_the_readme_acl_and_the_line_before_it() {
+    if !common::needs_version(
+        "wake_ups_under_the_readme_acl_and_the_line_before_it",
+        7,
+        0,
+        "sharded pub/sub (SSUBSCRIBE, PUBSUB SHARDNUMSUB)",
+    ) {
+        return;
+    }
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
     let ports = ports(&cluster);
     let before_sharding = ACL
@@ -1206,6 +1244,14 @@ fn a_client_built_while_a_master_pauses_still_hears_the_others() {
 /// up, and the waiter subscribes where the slot is now.
 #[test]
 fn a_sharded_waiter_follows_its_master_failing_over() {
+    if !common::needs_version(
+        "a_sharded_waiter_follows_its_master_failing_over",
+        7,
+        0,
+        "sharded pub/sub (SSUBSCRIBE, PUBSUB SHARDNUMSUB)",
+    ) {
+        return;
+    }
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::single_replica_config());
     let ports = ports(&cluster);
     let urls = urls_of(&ports);
@@ -1299,6 +1345,14 @@ impl log::Log for RefusalCounter {
 /// connection up, with every subscription on it.
 #[test]
 fn a_moved_unsubscription_leaves_no_subscription_behind() {
+    if !common::needs_version(
+        "a_moved_unsubscription_leaves_no_subscription_behind",
+        7,
+        0,
+        "sharded pub/sub (SSUBSCRIBE, PUBSUB SHARDNUMSUB)",
+    ) {
+        return;
+    }
     let _ = log::set_logger(&RefusalCounter);
     log::set_max_level(log::LevelFilter::Debug);
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
@@ -1437,6 +1491,14 @@ fn a_read_on_a_stopped_master_is_bounded_by_the_response_timeout() {
 /// node within a response timeout.
 #[test]
 fn a_stopped_master_does_not_hold_up_reads_on_the_others() {
+    if !common::needs_version(
+        "a_stopped_master_does_not_hold_up_reads_on_the_others",
+        7,
+        0,
+        "sharded pub/sub (SSUBSCRIBE, PUBSUB SHARDNUMSUB)",
+    ) {
+        return;
+    }
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
     let ports = ports(&cluster);
     for p in &ports {
@@ -1509,6 +1571,14 @@ fn a_stopped_master_does_not_hold_up_reads_on_the_others() {
 /// pauses.
 #[test]
 fn a_refused_channel_leaves_the_other_names_subscribed() {
+    if !common::needs_version(
+        "a_refused_channel_leaves_the_other_names_subscribed",
+        7,
+        0,
+        "sharded pub/sub (SSUBSCRIBE, PUBSUB SHARDNUMSUB)",
+    ) {
+        return;
+    }
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
     let ports = ports(&cluster);
     for p in &ports {

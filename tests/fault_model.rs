@@ -477,7 +477,7 @@ fn a_waiting_writer_retries_when_the_first_reader_expires() {
 /// error, not a server error.
 #[test]
 fn a_busy_server_is_ridden_out_by_waiters() {
-    let server = Server::start_with(&["--busy-reply-threshold", "50"]);
+    let server = Server::start_with(&[common::busy_threshold_arg(), "50"]);
     let c = client(&server);
     let url = server.url();
     // A read-only script that spins for about 1.2 s of server time.

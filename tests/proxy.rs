@@ -480,7 +480,7 @@ fn raw_exchange(port: u16, input: &[u8], tail: &[u8]) -> Vec<u8> {
 /// reply at all); inline commands are commands too.
 #[test]
 fn resp3_replies_and_inline_commands_pair_up() {
-    let server = Server::start_with(&["--enable-debug-command", "yes"]);
+    let server = Server::start_with(common::debug_args());
     let proxy = Proxy::start(server.port());
     let mut input = redis::cmd("HELLO").arg(3).get_packed_command();
     for kind in [

@@ -8,6 +8,9 @@ use redlease::Client;
 
 #[test]
 fn tls_with_verified_certificate() {
+    if !common::needs_tls("tls_with_verified_certificate") {
+        return;
+    }
     let (mut server, certs, _dir, url) = common::tls_server(false);
     let ca = std::fs::read(&certs.ca_crt).unwrap();
     // Wait until the TLS port answers.
@@ -45,6 +48,9 @@ fn tls_with_verified_certificate() {
 /// (`tls-auth-clients yes`): refused without one, served with one.
 #[test]
 fn client_certificates_for_servers_that_require_them() {
+    if !common::needs_tls("client_certificates_for_servers_that_require_them") {
+        return;
+    }
     let (mut server, certs, _dir, url) = common::tls_server(true);
     let ca = std::fs::read(&certs.ca_crt).unwrap();
     // The server's own certificate is signed by the CA: it serves as the
@@ -89,6 +95,9 @@ fn client_certificates_for_servers_that_require_them() {
 /// at its deadline, as plain ones do.
 #[test]
 fn a_dribbling_tls_link_cannot_hold_a_call_past_its_deadline() {
+    if !common::needs_tls("a_dribbling_tls_link_cannot_hold_a_call_past_its_deadline") {
+        return;
+    }
     let (mut server, certs, _dir, url) = common::tls_server(false);
     let ca = std::fs::read(&certs.ca_crt).unwrap();
     let port: u16 = url

@@ -51,6 +51,9 @@ fn tls_url(s: &redis_test::server::RedisServer) -> String {
 /// `tls_root_cert` was not used for Sentinels.
 #[test]
 fn sentinel_over_tls_reaches_the_master_over_tls() {
+    if !common::needs_tls("sentinel_over_tls_reaches_the_master_over_tls") {
+        return;
+    }
     tls_servers();
     let mut cluster = RedisSentinelCluster::new(1, 1, 3);
     let ca = std::fs::read(cluster.folders[0].path().join("ca.crt")).unwrap();
@@ -81,6 +84,9 @@ fn sentinel_over_tls_reaches_the_master_over_tls() {
 
 #[test]
 fn cluster_over_tls_trusts_the_given_root() {
+    if !common::needs_tls("cluster_over_tls_trusts_the_given_root") {
+        return;
+    }
     tls_servers();
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
     let ca = std::fs::read(&cluster.tls_paths.as_ref().unwrap().ca_crt).unwrap();

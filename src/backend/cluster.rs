@@ -43,6 +43,8 @@ pub(crate) struct ClusterLeader {
     node_tls: Option<super::Tls>,
     /// Wake-ups go over sharded pub/sub (see [`ClusterLeader::sharded`]).
     sharded: std::sync::atomic::AtomicBool,
+    /// What a node said it is (`Redis 7.0.15`), for `Client::capabilities`.
+    identity: std::sync::OnceLock<String>,
 }
 
 /// How long direct grants stay off after a redirection or a failed master
@@ -402,7 +404,18 @@ impl ClusterLeader {
             blocking_refused: std::sync::atomic::AtomicBool::new(false),
             node_tls,
             sharded: std::sync::atomic::AtomicBool::new(false),
+            identity: std::sync::OnceLock::new(),
         })
+    }
+
+    /// What a node of the cluster said it is when the client was built.
+    pub(crate) fn identity(&self) -> Option<&str> {
+        self.identity.get().map(String::as_str)
+    }
+
+    /// The masters of the slot map as it is now (read first if unknown).
+    pub(crate) fn masters_now(&self) -> Vec<Arc<Node>> {
+        self.masters.current().nodes.values().cloned().collect()
     }
 
     /// Whether waiters may block on their master for a direct grant now.
@@ -622,6 +635,9 @@ impl ClusterLeader {
 
     pub(crate) fn check(&self) -> Result<()> {
         self.routed(|con| redis::cmd("PING").query::<()>(con))?;
+        if let Ok(Some(id)) = self.routed(|con| Ok(super::single::identify(con))) {
+            let _ = self.identity.set(id);
+        }
         for seed in &self.seeds {
             if let Ok(mut c) = seed.get_connection_with_timeout(Duration::from_secs(1)) {
                 warn_if_evicting(&mut c);

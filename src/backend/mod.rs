@@ -29,7 +29,7 @@ use crate::error::{redact_url, Error, ErrorKind, Result};
 use crate::scripts::Lua;
 
 use redlock::Redlock;
-pub(crate) use single::Node;
+pub(crate) use single::{identify, Node};
 pub(crate) use wire::Wire;
 
 /// Connection settings shared by pooled and dedicated connections.
@@ -161,6 +161,8 @@ pub(crate) struct Backend {
     replica_ack: Option<(u32, Duration)>,
     /// Where the servers are, passwords redacted: every error says it.
     place: Arc<str>,
+    /// The topology's name, for `Client::capabilities`.
+    shape: &'static str,
 }
 
 /// `urls` redacted and joined, for error messages.
@@ -187,6 +189,8 @@ impl Backend {
             timeouts,
             replica_ack: None,
             place: redact_url(url).into(),
+
+            shape: "single server",
         })
     }
 
@@ -285,6 +289,8 @@ impl Backend {
             timeouts,
             replica_ack: None,
             place: format!("Sentinel master {master:?} via {}", places(urls)).into(),
+
+            shape: "Sentinel",
         })
     }
 
@@ -311,6 +317,8 @@ impl Backend {
             timeouts,
             replica_ack: None,
             place: format!("Redlock masters {}", places(urls)).into(),
+
+            shape: "Redlock",
         })
     }
 
@@ -322,6 +330,8 @@ impl Backend {
             timeouts,
             replica_ack: None,
             place: format!("Cluster via {}", places(urls)).into(),
+
+            shape: "Cluster",
         })
     }
 
@@ -336,6 +346,50 @@ impl Backend {
             Kind::Redlock(r) => r.check(),
         })
         .map_err(|e| e.at(place))
+    }
+
+    /// The topology: `single server`, `Sentinel`, `Cluster` or `Redlock`.
+    pub(crate) fn shape(&self) -> &'static str {
+        self.shape
+    }
+
+    /// The replicas every grant waits for, if any (see `replica_ack`).
+    pub(crate) fn replica_ack(&self) -> Option<u32> {
+        self.replica_ack.map(|(n, _)| n)
+    }
+
+    /// Calls `f` with every master: the server, the Sentinels' master,
+    /// each Cluster master in the current slot map, each Redlock master.
+    pub(crate) fn each_master(&self, f: &mut dyn FnMut(&Node)) {
+        match &self.kind {
+            Kind::Single(node) => f(node),
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(c) => {
+                for node in c.masters_now() {
+                    f(&node);
+                }
+            }
+            Kind::Redlock(r) => r.nodes().iter().for_each(f),
+        }
+    }
+
+    /// What the servers say they are (`Redis 7.0.15`), as learned when the
+    /// client was built; each different answer once.
+    pub(crate) fn identities(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut add = |id: Option<&str>| {
+            if let Some(id) = id {
+                if !out.iter().any(|o| o == id) {
+                    out.push(id.to_owned());
+                }
+            }
+        };
+        match &self.kind {
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(c) => add(c.identity()),
+            _ => self.each_master(&mut |n| add(n.identity())),
+        }
+        out
     }
 
     /// Whether this backend is a Redis Cluster.

@@ -144,6 +144,11 @@ impl Redlock {
     }
 
     /// A majority of masters must answer.
+    /// The masters, in the order given.
+    pub(crate) fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
     pub(crate) fn check(&self) -> Result<()> {
         let results = on_all(&self.nodes, |n| n.check());
         let ok = results.iter().filter(|r| r.is_ok()).count();

@@ -213,12 +213,30 @@ impl Con {
         result.map(|()| out)
     }
 
-    /// Writes `call` as a self-contained `EVAL` without waiting for its
-    /// reply. The server runs it after everything sent before on this
-    /// connection, even once we have closed it.
-    fn send_eval(&mut self, call: &Call<'_>) {
-        let cmd = call.command(true);
-        let _ = self.inner.send_packed_command(&cmd.get_packed_command());
+    /// Writes `calls` (undos) without waiting for their replies, in one
+    /// write: each distinct script loaded once (`SCRIPT LOAD`), then an
+    /// `EVALSHA` per call. The server runs them after everything sent
+    /// before on this connection, even once we have closed it, provided it
+    /// reads them before its replies to the earlier requests reach our
+    /// closed socket (whose reset discards what it has not read yet):
+    /// hence as few bytes as possible, not a self-contained `EVAL` per
+    /// call. Redis 6.2 reads 16 KiB at a time, and three `EVAL`s of the
+    /// release script behind a late multi-lock grant did not fit: two
+    /// locks stayed held until their leases ran out.
+    fn send_undo(&mut self, calls: &[Call<'_>]) {
+        let mut pipe = redis::pipe();
+        let mut loaded: Vec<&str> = Vec::new();
+        for call in calls {
+            let hash = call.lua.script.get_hash();
+            if !loaded.contains(&hash) {
+                loaded.push(hash);
+                pipe.cmd("SCRIPT").arg("LOAD").arg(call.lua.code);
+            }
+        }
+        for call in calls {
+            pipe.add_command(call.command(false));
+        }
+        let _ = self.inner.send_packed_command(&pipe.get_packed_pipeline());
     }
 }
 
@@ -279,7 +297,7 @@ impl Sent<'_> {
                 }
                 Err(match undo {
                     Some(undo) if e.is_timeout() => {
-                        self.con.send_eval(undo);
+                        self.con.send_undo(std::slice::from_ref(undo));
                         Error::from(e).undone()
                     }
                     _ => e.into(),
@@ -355,6 +373,10 @@ pub(crate) struct Node {
     /// FLUSH`) forgets the script: that call stays undecided and is sent
     /// again, with the script loaded in front.
     scripts: std::sync::Mutex<Vec<&'static str>>,
+    /// What the server says it is (`Redis 7.0.15`), learned by
+    /// [`Node::check`] when the client is built, for
+    /// `Client::capabilities`.
+    identity: std::sync::OnceLock<String>,
 }
 
 /// A connection's worth of blocking, returned when dropped.
@@ -428,6 +450,7 @@ impl Node {
             blocking_refused: std::sync::atomic::AtomicBool::new(false),
             blocking_slots,
             scripts: std::sync::Mutex::new(Vec::new()),
+            identity: std::sync::OnceLock::new(),
         }
     }
 
@@ -529,7 +552,7 @@ impl Node {
                 self.failed(&mut con, &e);
                 match on_timeout {
                     Some(undo) if e.is_timeout() => {
-                        con.send_eval(undo);
+                        con.send_undo(std::slice::from_ref(undo));
                         Err(Error::from(e).undone())
                     }
                     _ => Err(e.into()),
@@ -740,7 +763,7 @@ impl Node {
             Err(e) => {
                 self.failed(&mut con, &e);
                 if e.is_timeout() {
-                    con.send_eval(undo);
+                    con.send_undo(std::slice::from_ref(undo));
                     return Err(Error::from(e).undone());
                 }
                 if e.is_io_error() {
@@ -838,6 +861,21 @@ impl Node {
         replies
     }
 
+    /// The server's address, as the application named it (or as the
+    /// Sentinels or the slot map gave it).
+    pub(crate) fn addr(&self) -> String {
+        match self.source.client() {
+            Ok(c) => c.get_connection_info().addr().to_string(),
+            Err(_) => "(unknown address)".into(),
+        }
+    }
+
+    /// What the server said it is when the client was built (`Redis
+    /// 7.0.15`, `Valkey 9.1.2`), if it said.
+    pub(crate) fn identity(&self) -> Option<&str> {
+        self.identity.get().map(String::as_str)
+    }
+
     /// Whether waiters may block on the server for their grant.
     pub(crate) fn blocks(&self) -> bool {
         !self.blocking_refused.load(Ordering::Relaxed)
@@ -860,7 +898,7 @@ impl Node {
             Err(e) => {
                 self.failed(&mut con, &e);
                 if e.is_timeout() {
-                    con.send_eval(undo);
+                    con.send_undo(std::slice::from_ref(undo));
                     return Err(Error::from(e).undone());
                 }
                 return Err(e.into());
@@ -902,7 +940,7 @@ impl Node {
                 // No answer: the undo goes right behind the WAIT on the same
                 // connection (the server runs it after), which is retired.
                 self.failed(&mut con, &e);
-                con.send_eval(undo);
+                con.send_undo(std::slice::from_ref(undo));
                 Err(Error::new(
                     ErrorKind::QuorumNotReached,
                     "the replicas' confirmation did not arrive; a release was sent but not confirmed (the lease ends by itself at the latest)",
@@ -944,9 +982,7 @@ impl Node {
                 Err(e) => {
                     self.failed(&mut con, &e);
                     if let (true, Some(undo)) = (e.is_timeout(), undo) {
-                        for call in undo {
-                            con.send_eval(call);
-                        }
+                        con.send_undo(undo);
                         return Err(Error::from(e).undone());
                     }
                     return Err(e.into());
@@ -1010,6 +1046,9 @@ impl Node {
             return Err(e.into());
         }
         warn_if_evicting(&mut con);
+        if let Some(id) = identify(&mut con) {
+            let _ = self.identity.set(id);
+        }
         drop(con);
         // Warm the pool: the first lock call should not pay for a connect.
         drop(self.conn(None)?);
@@ -1055,6 +1094,59 @@ pub(crate) fn batch(calls: &[Call<'_>]) -> (redis::Pipeline, usize) {
 
 /// Logs a warning when the server's `maxmemory-policy` may evict keys:
 /// every lease key has a TTL, so `volatile-*` policies evict them too.
+/// The server's product and version (`Redis 7.0.15`, `Valkey 9.1.2`), from
+/// `HELLO` (no protocol switch) or else `INFO server`; `None` if an ACL
+/// refuses both (nothing depends on it: it is shown, not used).
+pub(crate) fn identify(con: &mut dyn redis::ConnectionLike) -> Option<String> {
+    let hello = redis::cmd("HELLO").query::<Value>(con).map(|v| match v {
+        Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+        Value::Array(items) => items,
+        _ => Vec::new(),
+    });
+    if let Ok(items) = hello {
+        let text = |v: &Value| match v {
+            Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            Value::SimpleString(s) => Some(s.clone()),
+            _ => None,
+        };
+        let mut product = None;
+        let mut version = None;
+        for pair in items.chunks(2) {
+            if let [k, v] = pair {
+                match text(k).as_deref() {
+                    Some("server") => product = text(v),
+                    Some("version") => version = text(v),
+                    _ => {}
+                }
+            }
+        }
+        if let (Some(p), Some(v)) = (product, version) {
+            return Some(format!("{} {v}", titled(&p)));
+        }
+    }
+    let info: String = redis::cmd("INFO").arg("server").query(con).ok()?;
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+            .map(str::to_owned)
+    };
+    // Valkey also reports a `redis_version` (7.2.4) for old clients.
+    match (field("valkey_version"), field("redis_version")) {
+        (Some(v), _) => Some(format!("Valkey {v}")),
+        (None, Some(v)) => Some(format!("Redis {v}")),
+        _ => None,
+    }
+}
+
+/// `redis` → `Redis`, `valkey` → `Valkey`.
+fn titled(product: &str) -> String {
+    let mut c = product.chars();
+    match c.next() {
+        Some(first) => first.to_uppercase().chain(c).collect(),
+        None => String::new(),
+    }
+}
+
 pub(crate) fn warn_if_evicting(con: &mut dyn redis::ConnectionLike) {
     // CONFIG may be forbidden (ACL, managed services): then we cannot tell.
     if let Ok(v) = redis::cmd("CONFIG")

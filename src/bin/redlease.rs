@@ -9,6 +9,10 @@
 //! was killed by signal N; 130/143 interrupted (SIGINT/SIGTERM) while
 //! waiting, nothing run.
 //!
+//! `doctor` exits 0 when every guarantee can hold, 2 when something is
+//! degraded (works, with a guarantee or the speed reduced), 69 when the
+//! library cannot work there (or the servers cannot be reached).
+//!
 //! Durations are written `<integer><unit>`, unit one of `ms`, `s`, `m`, `h`
 //! (`500ms`, `30s`, `5m`, `1h`); anything else is refused.
 
@@ -23,6 +27,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use redlease::{Client, ErrorKind};
 
+const EXIT_DEGRADED: u8 = 2;
 const EXIT_USAGE: u8 = 64;
 const EXIT_DECLINED: u8 = 65;
 const EXIT_UNAVAILABLE: u8 = 69;
@@ -70,6 +75,16 @@ struct Cli {
     /// Log more: -v info, -vv debug, -vvv trace (RUST_LOG=debug works too).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    /// --url is a comma-separated list of Cluster nodes.
+    #[arg(long, global = true, conflicts_with_all = ["redlock", "sentinel"])]
+    cluster: bool,
+    /// --url is a comma-separated list of independent Redlock masters.
+    #[arg(long, global = true, conflicts_with = "sentinel")]
+    redlock: bool,
+    /// --url is a comma-separated list of Sentinels, and this the name of
+    /// the master they watch.
+    #[arg(long, global = true, value_name = "MASTER")]
+    sentinel: Option<String>,
     /// Key prefix (namespace) shared with the applications using the locks.
     #[arg(long, env = "REDLEASE_PREFIX", default_value = "", global = true)]
     prefix: String,
@@ -121,6 +136,14 @@ enum Cmd {
     List {
         #[arg(default_value = "*")]
         pattern: OsString,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check, as the application would connect (same URL, TLS, user,
+    /// prefix), that every guarantee can hold here: one line per check,
+    /// ok / degraded / refused, and what to do. Writes only a scratch name
+    /// under the prefix, and deletes it.
+    Doctor {
         #[arg(long)]
         json: bool,
     },
@@ -459,18 +482,40 @@ fn main() -> ExitCode {
         }
     };
     init_logging(cli.verbose);
-    let url = match &cli.password_file {
-        Some(file) => match with_password(&cli.url, file) {
-            Ok(url) => url,
-            Err(e) => return fail(EXIT_USAGE, e),
-        },
-        None => cli.url.clone(),
+    let several = cli.cluster || cli.redlock || cli.sentinel.is_some();
+    let given: Vec<&str> = if several {
+        cli.url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .collect()
+    } else {
+        vec![cli.url.as_str()]
     };
+    let mut urls = Vec::new();
+    for u in given {
+        urls.push(match &cli.password_file {
+            Some(file) => match with_password(u, file) {
+                Ok(url) => url,
+                Err(e) => return fail(EXIT_USAGE, e),
+            },
+            None => u.to_owned(),
+        });
+    }
     let read = |path: &std::path::Path| {
         std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
     };
-    let mut builder = Client::builder()
-        .url(&url)
+    let builder = Client::builder();
+    let builder = if cli.cluster {
+        builder.cluster(&urls)
+    } else if cli.redlock {
+        builder.redlock(&urls)
+    } else if let Some(master) = &cli.sentinel {
+        builder.sentinel(&urls, master)
+    } else {
+        builder.url(&urls[0])
+    };
+    let mut builder = builder
         .key_prefix(&cli.prefix)
         .watchdog_timeout(cli.watchdog)
         .connect_timeout(Duration::from_secs(2));
@@ -486,9 +531,10 @@ fn main() -> ExitCode {
             (Err(e), _) | (_, Err(e)) => return fail(EXIT_USAGE, e),
         }
     }
-    let client = match builder.build() {
-        Ok(c) => c,
-        Err(e) => return fail(error_code(&e), e),
+    let client = match (builder.build(), &cli.command) {
+        (Ok(c), _) => c,
+        (Err(e), Cmd::Doctor { json }) => return doctor_unreachable(&e, *json),
+        (Err(e), _) => return fail(error_code(&e), e),
     };
     let result = match cli.command {
         Cmd::Run {
@@ -513,6 +559,7 @@ fn main() -> ExitCode {
         Cmd::Status { name, json } => status(&client, name.as_bytes(), json),
         Cmd::List { pattern, json } => list(&client, pattern.as_bytes(), json),
         Cmd::Unlock { name, force, yes } => unlock(&client, name.as_bytes(), force, yes),
+        Cmd::Doctor { json } => Ok(doctor(&client, json)),
     };
     match result {
         Ok(code) => code,
@@ -742,6 +789,80 @@ fn run(
         (Some(code), _) => ExitCode::from(code as u8),
         (None, Some(sig)) => ExitCode::from(128 + sig as u8),
         _ => ExitCode::FAILURE,
+    })
+}
+
+/// The exit code for a diagnosis: 0, [`EXIT_DEGRADED`] or
+/// [`EXIT_UNAVAILABLE`].
+fn doctor_code(status: redlease::CheckStatus) -> ExitCode {
+    ExitCode::from(match status {
+        redlease::CheckStatus::Ok => 0,
+        redlease::CheckStatus::Degraded => EXIT_DEGRADED,
+        _ => EXIT_UNAVAILABLE,
+    })
+}
+
+fn check_json(name: &str, status: &str, detail: &str, advice: Option<&str>) -> String {
+    format!(
+        "{{\"name\":{},\"status\":{},\"detail\":{},\"advice\":{}}}",
+        json_str(name),
+        json_str(status),
+        json_str(detail),
+        advice.map_or("null".into(), json_str)
+    )
+}
+
+fn doctor(client: &Client, json: bool) -> ExitCode {
+    let d = client.diagnose();
+    let status = d.status();
+    if json {
+        let checks: Vec<String> = d
+            .checks
+            .iter()
+            .map(|c| check_json(&c.name, c.status.as_str(), &c.detail, c.advice.as_deref()))
+            .collect();
+        println!(
+            "{{\"status\":{},\"capabilities\":{},\"checks\":[{}]}}",
+            json_str(status.as_str()),
+            json_str(&client.capabilities().to_string()),
+            checks.join(",")
+        );
+    } else {
+        println!("{:<9} client: {}", "info", client.capabilities());
+        for c in &d.checks {
+            println!("{}", printable(&c.to_string()));
+        }
+        println!("{:<9} overall", status.as_str());
+    }
+    doctor_code(status)
+}
+
+/// `doctor` when the client could not even be built: one refused line
+/// that says what to check.
+fn doctor_unreachable(e: &redlease::Error, json: bool) -> ExitCode {
+    let advice = match e.kind() {
+        ErrorKind::Auth => "check the user name and password (--password-file), and the ACL",
+        ErrorKind::InvalidArgument => "fix the URL or option named above",
+        _ => "check that the server runs, the host and port, TLS (rediss:// and --tls-ca), and firewalls",
+    };
+    let detail = e.to_string();
+    if json {
+        println!(
+            "{{\"status\":\"refused\",\"capabilities\":null,\"checks\":[{}]}}",
+            check_json("connect", "refused", &detail, Some(advice))
+        );
+    } else {
+        println!(
+            "{:<9} connect: {} -- {advice}",
+            "refused",
+            printable(&detail)
+        );
+        println!("{:<9} overall", "refused");
+    }
+    ExitCode::from(if e.kind() == ErrorKind::InvalidArgument {
+        EXIT_USAGE
+    } else {
+        EXIT_UNAVAILABLE
     })
 }
 

@@ -186,10 +186,19 @@ pub const README_ACL: &str = "on >s3cret resetkeys ~myapp:* resetchannels &myapp
 
 /// `ACL SETUSER user <rules>` on `con` (rules as in an ACL line).
 #[allow(dead_code)]
+///
+/// Before Redis 7.0 the sharded pub/sub commands do not exist and the
+/// server refuses a line naming them: they are left out there, as the
+/// README tells users of Redis 6.2 to do.
 pub fn set_acl_user(con: &mut redis::Connection, user: &str, rules: &str) {
     let mut cmd = redis::cmd("ACL");
     cmd.arg("SETUSER").arg(user);
-    for part in rules.split_whitespace() {
+    let sharded = ["+spublish", "+ssubscribe", "+sunsubscribe"];
+    let old = !has_sharded_pubsub();
+    for part in rules
+        .split_whitespace()
+        .filter(|p| !(old && sharded.contains(p)))
+    {
         cmd.arg(part);
     }
     let _: () = cmd.query(con).unwrap();
@@ -260,4 +269,145 @@ pub fn commands_between(
             (d > 0).then(|| (k.clone(), d))
         })
         .collect()
+}
+
+/// The server binary the suite runs against: `redis-server` on PATH, which
+/// `scripts/test.sh` points at `$REDLEASE_SERVER` (e.g. Valkey 9.1 or
+/// Redis 6.2, see `scripts/servers.sh`).
+pub fn server_binary() -> String {
+    std::env::var("REDISRS_SERVER_BIN").unwrap_or_else(|_| "redis-server".into())
+}
+
+/// The server's name and version as `redis-server --version` prints them:
+/// `("Redis", (7, 0, 15))`, `("Valkey", (9, 1, 2))`.
+pub fn server_version() -> &'static (String, (u32, u32, u32)) {
+    static V: std::sync::OnceLock<(String, (u32, u32, u32))> = std::sync::OnceLock::new();
+    V.get_or_init(|| {
+        let out = std::process::Command::new(server_binary())
+            .arg("--version")
+            .output()
+            .expect("redis-server must be installed");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let name = text.split_whitespace().next().unwrap_or("?").to_string();
+        let v = text
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("v="))
+            .unwrap_or("0.0.0");
+        let mut n = v.split('.').map(|p| p.parse().unwrap_or(0));
+        let version = (
+            n.next().unwrap_or(0),
+            n.next().unwrap_or(0),
+            n.next().unwrap_or(0),
+        );
+        (name, version)
+    })
+}
+
+/// Whether the server binary was built with TLS: asked to listen for TLS
+/// with a certificate that does not exist, a TLS build refuses at once
+/// ("Failed to configure TLS"); one without TLS rejects the option or
+/// ignores it.
+pub fn server_has_tls() -> bool {
+    static TLS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TLS.get_or_init(|| {
+        let port = redis_test::utils::get_random_available_port();
+        let mut child = std::process::Command::new(server_binary())
+            .args(["--port", "0", "--save", "", "--tls-port"])
+            .arg(port.to_string())
+            .args(["--tls-cert-file", "/nonexistent/redlease.crt"])
+            .args(["--tls-key-file", "/nonexistent/redlease.key"])
+            .args(["--tls-ca-cert-file", "/nonexistent/redlease.ca"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("redis-server must be installed");
+        // A refusal comes within milliseconds; a server that ignored the
+        // option keeps running, and is stopped after the wait.
+        let end = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < end {
+            if child.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let out = child.wait_with_output().expect("wait for the probe");
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        text.contains("Failed to configure TLS")
+    })
+}
+
+/// Records that the calling test did not run, and why: printed, and
+/// appended to `target/tmp/skipped.log`, which `scripts/test.sh` counts
+/// and prints at the end (a skip is never a silent pass).
+pub fn skip(test: &str, reason: &str) {
+    let (name, v) = server_version();
+    let line = format!("SKIPPED {test} on {name} {}.{}.{}: {reason}", v.0, v.1, v.2);
+    eprintln!("{line}");
+    use std::io::Write;
+    let path = concat!(env!("CARGO_TARGET_TMPDIR"), "/skipped.log");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(f, "{line}");
+    }
+}
+
+/// Skips (and records) the calling test unless the server was built with
+/// TLS: `if !needs_tls("my_test") { return; }`.
+pub fn needs_tls(test: &str) -> bool {
+    if server_has_tls() {
+        return true;
+    }
+    skip(test, "this server binary was built without TLS");
+    false
+}
+
+/// Skips (and records) the calling test unless the server is at least
+/// `major.minor` (Valkey counts as Redis 7.2 and later).
+pub fn needs_version(test: &str, major: u32, minor: u32, what: &str) -> bool {
+    let (name, v) = server_version();
+    let effective = if name == "Valkey" {
+        (7.max(v.0), v.1)
+    } else {
+        (v.0, v.1)
+    };
+    if effective >= (major, minor) {
+        return true;
+    }
+    skip(
+        test,
+        &format!("{what} needs Redis {major}.{minor} or later"),
+    );
+    false
+}
+
+/// Whether the server has sharded pub/sub (Redis 7.0 and later, Valkey).
+pub fn has_sharded_pubsub() -> bool {
+    let (name, v) = server_version();
+    name == "Valkey" || v.0 >= 7
+}
+
+/// The arguments that let a test server run `DEBUG` (needed from Redis
+/// 7.0, unknown before it, where `DEBUG` is always allowed).
+pub fn debug_args() -> &'static [&'static str] {
+    if has_sharded_pubsub() {
+        &["--enable-debug-command", "yes"]
+    } else {
+        &[]
+    }
+}
+
+/// The argument that sets how long a script may run before other clients
+/// get `BUSY`, in ms (`busy-reply-threshold` from Redis 7.0,
+/// `lua-time-limit` before).
+pub fn busy_threshold_arg() -> &'static str {
+    if has_sharded_pubsub() {
+        "--busy-reply-threshold"
+    } else {
+        "--lua-time-limit"
+    }
 }

@@ -1,0 +1,662 @@
+//! [`Client::diagnose`]: whether every guarantee can hold on these servers,
+//! checked as the application would meet them (same URL, TLS, user,
+//! prefix). `redlease doctor` prints it.
+//!
+//! It writes only scratch names under the prefix (`redlease-doctor-<id>`)
+//! and deletes them, and runs nothing that touches other applications'
+//! state: no `SCRIPT FLUSH`, no `CONFIG SET`, no `FLUSH*`.
+
+use std::fmt;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redis::Value;
+
+use crate::backend::Node;
+use crate::{Client, ErrorKind};
+
+/// How one check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum CheckStatus {
+    /// Works as documented.
+    Ok,
+    /// Works, with a guarantee, or the speed, reduced (see the advice).
+    Degraded,
+    /// The library cannot work here until this is fixed.
+    Refused,
+}
+
+impl CheckStatus {
+    /// `ok`, `degraded` or `refused`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckStatus::Ok => "ok",
+            CheckStatus::Degraded => "degraded",
+            CheckStatus::Refused => "refused",
+        }
+    }
+}
+
+/// One line of a [`Diagnosis`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Check {
+    /// What was checked, and where: `scripts 127.0.0.1:6379`.
+    pub name: String,
+    /// How it came out.
+    pub status: CheckStatus,
+    /// What was found.
+    pub detail: String,
+    /// What to do, when it is not `Ok`.
+    pub advice: Option<String>,
+}
+
+/// Every check [`Client::diagnose`] ran, in order.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Diagnosis {
+    /// The checks, in the order they ran.
+    pub checks: Vec<Check>,
+}
+
+impl Diagnosis {
+    /// The worst status of any check (`Ok` when there are none).
+    pub fn status(&self) -> CheckStatus {
+        self.checks
+            .iter()
+            .map(|c| c.status)
+            .max()
+            .unwrap_or(CheckStatus::Ok)
+    }
+
+    fn push(&mut self, name: String, status: CheckStatus, detail: String, advice: Option<&str>) {
+        self.checks.push(Check {
+            name,
+            status,
+            detail,
+            advice: advice.map(str::to_owned),
+        });
+    }
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:<9} {}: {}",
+            self.status.as_str(),
+            self.name,
+            self.detail
+        )?;
+        if let Some(a) = &self.advice {
+            write!(f, " -- {a}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The clock offset beyond which NTP is not keeping time here.
+const CLOCK_SLACK: Duration = Duration::from_secs(1);
+/// The median round trip beyond which every wait and renewal is slow.
+const SLOW_ROUND_TRIP: Duration = Duration::from_millis(50);
+
+/// A server error's code (`NOPERM`, `ERR`), or `None` for a value.
+fn refused(v: &redis::RedisResult<Value>) -> Option<String> {
+    match v {
+        Ok(Value::ServerError(e)) => Some(format!("{} {}", e.code(), e.details().unwrap_or(""))),
+        Ok(_) => None,
+        Err(e) => Some(e.to_string()),
+    }
+}
+
+impl Client {
+    /// Checks, as this application meets them, everything the library
+    /// relies on: each master's kind and version, round trip and clock,
+    /// eviction policy, scripts, pub/sub and replicas; then every
+    /// primitive on a scratch name under the prefix (deleted afterwards),
+    /// which exercises the ACL exactly as the application will, and
+    /// whether waiters can block for direct grants. Bounded by the
+    /// client's timeouts; never panics.
+    ///
+    /// ```no_run
+    /// let client = redlease::Client::open("redis://127.0.0.1/")?;
+    /// let report = client.diagnose();
+    /// for check in &report.checks {
+    ///     println!("{check}");
+    /// }
+    /// assert_eq!(report.status(), redlease::CheckStatus::Ok);
+    /// # Ok::<(), redlease::Error>(())
+    /// ```
+    pub fn diagnose(&self) -> Diagnosis {
+        let mut d = Diagnosis::default();
+        let backend = self.backend().clone();
+        let scratch = format!("redlease-doctor-{}", uuid::Uuid::new_v4().simple());
+        let mut offsets: Vec<(String, f64)> = Vec::new();
+        let mut masters = 0;
+        backend.each_master(&mut |node| {
+            masters += 1;
+            check_master(self, node, &mut d, &mut offsets);
+        });
+        if masters == 0 {
+            d.push(
+                "masters".into(),
+                CheckStatus::Refused,
+                "no master could be found".into(),
+                Some("check the URL, and that the cluster or Sentinels answer"),
+            );
+        }
+        if offsets.len() > 1 {
+            let min = offsets.iter().map(|o| o.1).fold(f64::INFINITY, f64::min);
+            let max = offsets
+                .iter()
+                .map(|o| o.1)
+                .fold(f64::NEG_INFINITY, f64::max);
+            let spread = max - min;
+            let ok = spread <= CLOCK_SLACK.as_secs_f64() * 1e3;
+            d.push(
+                "clock spread".into(),
+                if ok {
+                    CheckStatus::Ok
+                } else {
+                    CheckStatus::Degraded
+                },
+                format!("the masters' clocks differ by up to {spread:.0} ms"),
+                (!ok).then_some(
+                    "run NTP on every master: a master whose clock steps expires (or stretches) \
+                     the leases it holds, and Redlock counts on its masters' clocks running alike",
+                ),
+            );
+        }
+        check_primitives(self, &scratch, &mut d);
+        clean_up(self, &scratch, &mut d);
+        d
+    }
+}
+
+/// The server, round trip, clock, eviction policy, scripts, pub/sub and
+/// replicas of one master, on a connection of its own.
+fn check_master(client: &Client, node: &Node, d: &mut Diagnosis, offsets: &mut Vec<(String, f64)>) {
+    let addr = node.addr();
+    let mut con = match node.open_spare(node.connect_timeout()) {
+        Ok(c) => c,
+        Err(e) => {
+            let auth = e.kind() == ErrorKind::Auth;
+            d.push(
+                format!("connect {addr}"),
+                CheckStatus::Refused,
+                e.to_string(),
+                Some(if auth {
+                    "check the user name and password (--password-file), and the ACL"
+                } else {
+                    "check that the server runs, the port, TLS (rediss:// and --tls-ca) and firewalls"
+                }),
+            );
+            return;
+        }
+    };
+    let con = &mut con;
+    // Server kind and version.
+    match crate::backend::identify(con) {
+        Some(id) => {
+            let old = version_below(&id, (6, 2));
+            d.push(
+                format!("server {addr}"),
+                if old {
+                    CheckStatus::Degraded
+                } else {
+                    CheckStatus::Ok
+                },
+                id,
+                old.then_some(
+                    "redlease is tested on Redis 6.2 and later and on Valkey; \
+                     blocking grants need BLMOVE (6.2)",
+                ),
+            );
+        }
+        None => d.push(
+            format!("server {addr}"),
+            CheckStatus::Ok,
+            "kind and version not visible (HELLO and INFO refused)".into(),
+            None,
+        ),
+    }
+    // Round trip: the median of five PINGs.
+    let mut trips = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        if redis::cmd("PING").query::<Value>(con).is_err() {
+            break;
+        }
+        trips.push(t.elapsed());
+    }
+    trips.sort();
+    if let Some(median) = trips.get(trips.len() / 2) {
+        let slow = *median > SLOW_ROUND_TRIP;
+        d.push(
+            format!("round trip {addr}"),
+            if slow {
+                CheckStatus::Degraded
+            } else {
+                CheckStatus::Ok
+            },
+            format!(
+                "median {:.2} ms, worst {:.2} ms of {}",
+                median.as_secs_f64() * 1e3,
+                trips.last().copied().unwrap_or_default().as_secs_f64() * 1e3,
+                trips.len()
+            ),
+            slow.then_some("every acquisition, release and renewal costs a round trip: put the client near the server"),
+        );
+    } else {
+        d.push(
+            format!("round trip {addr}"),
+            CheckStatus::Refused,
+            "PING got no answer".into(),
+            Some("the server does not answer in time (--response-timeout)"),
+        );
+    }
+    // Clock offset: TIME against the middle of the round trip.
+    let before = SystemTime::now();
+    let time = redis::cmd("TIME").query::<(u64, u64)>(con);
+    let after = SystemTime::now();
+    match time {
+        Ok((s, us)) => {
+            let mid = |t: SystemTime| {
+                t.duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_secs_f64() * 1e3)
+                    .unwrap_or(0.0)
+            };
+            let local = (mid(before) + mid(after)) / 2.0;
+            let offset = s as f64 * 1e3 + us as f64 / 1e3 - local;
+            offsets.push((addr.clone(), offset));
+            let far = offset.abs() > CLOCK_SLACK.as_secs_f64() * 1e3;
+            d.push(
+                format!("clock {addr}"),
+                if far {
+                    CheckStatus::Degraded
+                } else {
+                    CheckStatus::Ok
+                },
+                format!("server clock {offset:+.0} ms from this machine's"),
+                far.then_some(
+                    "leases are timed by the server's clock, so an offset alone is harmless, but \
+                     it says NTP does not keep time here: a step would expire or stretch every lease",
+                ),
+            );
+        }
+        Err(e) => d.push(
+            format!("clock {addr}"),
+            CheckStatus::Ok,
+            format!("not read ({e})"),
+            None,
+        ),
+    }
+    // Eviction: a lock key evicted is a lease silently ended.
+    match redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query::<Vec<String>>(con)
+    {
+        Ok(v) => {
+            let policy = v.get(1).cloned().unwrap_or_default();
+            let evicts = policy.starts_with("allkeys-") || policy.starts_with("volatile-");
+            d.push(
+                format!("eviction {addr}"),
+                if evicts {
+                    CheckStatus::Degraded
+                } else {
+                    CheckStatus::Ok
+                },
+                format!("maxmemory-policy {policy}"),
+                evicts.then_some(
+                    "under memory pressure Redis may evict lock keys, ending leases unseen until \
+                     the next renewal: use noeviction (or a server of its own for locks)",
+                ),
+            );
+        }
+        Err(_) => d.push(
+            format!("eviction {addr}"),
+            CheckStatus::Ok,
+            "policy not visible (CONFIG refused); it should be noeviction".into(),
+            None,
+        ),
+    }
+    // Scripts: every primitive is a script.
+    let loaded = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg("return 1")
+        .query::<String>(con);
+    let ran = loaded
+        .as_ref()
+        .map(|sha| redis::cmd("EVALSHA").arg(sha).arg(0).query::<Value>(con));
+    match (&loaded, ran) {
+        (Ok(_), Ok(Ok(Value::Int(1)))) => d.push(
+            format!("scripts {addr}"),
+            CheckStatus::Ok,
+            "SCRIPT LOAD and EVALSHA".into(),
+            None,
+        ),
+        (Err(e), _) => d.push(
+            format!("scripts {addr}"),
+            CheckStatus::Refused,
+            format!("SCRIPT LOAD refused: {e}"),
+            Some("every primitive is a Lua script: allow +script|load +evalsha +eval"),
+        ),
+        (Ok(_), other) => d.push(
+            format!("scripts {addr}"),
+            CheckStatus::Refused,
+            format!("EVALSHA failed: {other:?}"),
+            Some("every primitive is a Lua script: allow +evalsha +eval"),
+        ),
+    }
+    // Pub/sub: a publish to a channel under the prefix nobody listens on,
+    // then a subscription on a connection that is closed afterwards.
+    let mut channel = client.prefix().to_vec();
+    channel.extend_from_slice(b"redlease:wake-doctor");
+    let published = redis::cmd("PUBLISH")
+        .arg(&channel)
+        .arg("doctor")
+        .query::<Value>(con);
+    let subscribed = node.open_spare(node.connect_timeout()).map(|mut sub| {
+        // Dropped after: a subscribed connection must not serve calls.
+        redis::cmd("SUBSCRIBE")
+            .arg(&channel)
+            .query::<Value>(&mut sub)
+    });
+    let sub_refused = match &subscribed {
+        Ok(r) => refused(r),
+        Err(e) => Some(e.to_string()),
+    };
+    match (refused(&published), sub_refused) {
+        (None, None) => d.push(
+            format!("pub/sub {addr}"),
+            CheckStatus::Ok,
+            "PUBLISH and SUBSCRIBE".into(),
+            None,
+        ),
+        (p, s) => d.push(
+            format!("pub/sub {addr}"),
+            CheckStatus::Degraded,
+            format!(
+                "refused: {}",
+                [
+                    p.map(|p| format!("PUBLISH ({p})")),
+                    s.map(|s| format!("SUBSCRIBE ({s})"))
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(", ")
+            ),
+            Some(
+                "read-lock, semaphore and latch waiters then look again only every fallback_poll: \
+                 allow +publish +subscribe and the channels &<prefix>redlease:wake*",
+            ),
+        ),
+    }
+    // Replicas, for replica_ack: how many the master sees, and whether
+    // WAIT answers.
+    let replicas = redis::cmd("INFO")
+        .arg("replication")
+        .query::<String>(con)
+        .ok()
+        .and_then(|info| {
+            info.lines().find_map(|l| {
+                l.trim()
+                    .strip_prefix("connected_slaves:")?
+                    .parse::<u32>()
+                    .ok()
+            })
+        });
+    let waited = redis::cmd("WAIT")
+        .arg(replicas.unwrap_or(0))
+        .arg(100)
+        .query::<Value>(con);
+    let want = client.backend().replica_ack();
+    let seen = match (&waited, replicas) {
+        (Ok(Value::Int(n)), _) => Some(*n as u32),
+        (_, r) => r,
+    };
+    let wait_refused = refused(&waited);
+    let (status, advice) = match (want, seen, &wait_refused) {
+        (Some(_), _, Some(_)) => (
+            CheckStatus::Refused,
+            Some("replica_ack needs WAIT: allow +wait, or turn replica_ack off"),
+        ),
+        (Some(n), Some(k), None) if k < n => (
+            CheckStatus::Refused,
+            Some("replica_ack wants more replicas than acknowledge: every grant would fail"),
+        ),
+        _ => (CheckStatus::Ok, None),
+    };
+    d.push(
+        format!("replicas {addr}"),
+        status,
+        format!(
+            "{} acknowledging{}{}",
+            seen.map_or("unknown".to_string(), |k| k.to_string()),
+            match want {
+                Some(n) => format!("; replica_ack wants {n}"),
+                None => String::new(),
+            },
+            match &wait_refused {
+                Some(w) => format!("; WAIT refused ({w})"),
+                None => String::new(),
+            }
+        ),
+        advice,
+    );
+}
+
+/// Whether `id` (`Redis 6.0.9`) is a Redis older than `min`; Valkey is
+/// never older than Redis 7.2.
+fn version_below(id: &str, min: (u32, u32)) -> bool {
+    let Some(v) = id.strip_prefix("Redis ") else {
+        return false;
+    };
+    let mut n = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (n.next().unwrap_or(0), n.next().unwrap_or(0)) < min
+}
+
+/// Every primitive once on the scratch name, as the application would use
+/// it: the ACL's key and command rules are met exactly where they matter.
+fn check_primitives(client: &Client, scratch: &str, d: &mut Diagnosis) {
+    let redlock = client.backend().is_redlock();
+    let mut outcome = |what: &str, r: crate::Result<()>| match r {
+        Ok(()) => d.push(
+            what.into(),
+            CheckStatus::Ok,
+            "acquired and released".into(),
+            None,
+        ),
+        Err(e) => {
+            let acl = e.kind() == ErrorKind::Auth || e.to_string().contains("NOPERM");
+            d.push(
+                what.into(),
+                CheckStatus::Refused,
+                e.to_string(),
+                Some(if acl {
+                    "the ACL refuses a command or key the library needs: use the README's ACL line \
+                     for this prefix"
+                } else {
+                    "see the error; `redlease -v doctor` logs more"
+                }),
+            );
+        }
+    };
+    let short = Duration::from_secs(5);
+    outcome(
+        "lock",
+        (|| {
+            let g = client
+                .lock(format!("{scratch}-lock"))
+                .acquire_timeout(short)?
+                .ok_or_else(|| {
+                    crate::Error::new(
+                        ErrorKind::Server,
+                        "a free scratch lock was not granted in 5 s",
+                    )
+                })?;
+            g.release()
+        })(),
+    );
+    if redlock {
+        d.push(
+            "read-write lock, semaphore, latch".into(),
+            CheckStatus::Ok,
+            "not checked: on Redlock only the exclusive lock is offered".into(),
+            None,
+        );
+    } else {
+        outcome(
+            "read-write lock",
+            (|| {
+                let rw = client.rw_lock(format!("{scratch}-rw"));
+                rw.read_timeout(short)?.map(|g| g.release()).transpose()?;
+                rw.write_timeout(short)?.map(|g| g.release()).transpose()?;
+                Ok(())
+            })(),
+        );
+        outcome(
+            "semaphore",
+            (|| {
+                let s = client.semaphore(format!("{scratch}-sem"), 2);
+                s.acquire_timeout(short)?.map(|p| p.release()).transpose()?;
+                s.force_release_all().map(|_| ())
+            })(),
+        );
+        outcome(
+            "latch",
+            (|| {
+                let l = client.count_down_latch(format!("{scratch}-latch"));
+                l.try_set_count(1)?;
+                l.count_down()?;
+                l.wait_timeout(short).map(|_| ())
+            })(),
+        );
+    }
+    check_blocking(client, scratch, d);
+}
+
+/// A waiter on the scratch lock, held meanwhile: where grants go direct,
+/// its wait blocks on the server (`BLMOVE`), and a refusal turns them off
+/// for the client, which is what is reported.
+fn check_blocking(client: &Client, scratch: &str, d: &mut Diagnosis) {
+    let backend = client.backend();
+    let name = format!("{scratch}-wait");
+    if !backend.grants_directly() {
+        d.push(
+            "blocking grants".into(),
+            CheckStatus::Degraded,
+            format!(
+                "off on this topology or configuration ({})",
+                backend.shape()
+            ),
+            Some(
+                "lock waiters wait for release messages and look again every fallback_poll \
+                 (Redlock and replica_ack work this way by design)",
+            ),
+        );
+        return;
+    }
+    let held = match client.lock(&name).try_acquire() {
+        Ok(Some(g)) => g,
+        _ => return, // the lock check above has said why
+    };
+    let waiter = client.clone();
+    let wait_name = name.clone();
+    let waited = std::thread::spawn(move || {
+        waiter
+            .lock(&wait_name)
+            .acquire_timeout(Duration::from_millis(300))
+            .map(|g| g.map(|g| g.release()))
+    })
+    .join();
+    let _ = held.release();
+    match (waited, backend.grants_directly()) {
+        (Ok(Ok(_)), true) => d.push(
+            "blocking grants".into(),
+            CheckStatus::Ok,
+            "a waiter blocked on the server (BLMOVE) and was refused nothing".into(),
+            None,
+        ),
+        (_, false) => d.push(
+            "blocking grants".into(),
+            CheckStatus::Degraded,
+            "the server refused the blocking pop (BLMOVE or LPOP)".into(),
+            Some(
+                "lock waiters fall back to release messages (slower hand-overs, a look every \
+                 fallback_poll): allow +blpop +blmove +lpop +rpush as the README's ACL line does",
+            ),
+        ),
+        (Ok(Err(e)), true) => d.push(
+            "blocking grants".into(),
+            CheckStatus::Refused,
+            e.to_string(),
+            Some("see the error; `redlease -v doctor` logs more"),
+        ),
+        (Err(_), true) => d.push(
+            "blocking grants".into(),
+            CheckStatus::Refused,
+            "the waiting thread panicked".into(),
+            Some("a bug in redlease: please report it"),
+        ),
+    }
+}
+
+/// Deletes whatever the checks left under the scratch name on every
+/// master (`SCAN`, never `KEYS`), and says so.
+fn clean_up(client: &Client, scratch: &str, d: &mut Diagnosis) {
+    let mut pattern = client.prefix().to_vec();
+    pattern.extend_from_slice(format!("*{scratch}*").as_bytes());
+    let mut left = 0usize;
+    let mut failed = None;
+    client.backend().each_master(&mut |node| {
+        let Ok(mut con) = node.open_spare(node.connect_timeout()) else {
+            return;
+        };
+        let mut cursor = 0u64;
+        // Bounded: a scratch name has a handful of keys; 1,000 pages is
+        // far past any keyspace SCAN would need to cover here.
+        for _ in 0..1000 {
+            let page = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query::<(u64, Vec<Vec<u8>>)>(&mut con);
+            let (next, keys) = match page {
+                Ok(p) => p,
+                Err(e) => {
+                    failed = Some(e.to_string());
+                    return;
+                }
+            };
+            for k in keys {
+                left += 1;
+                if let Err(e) = redis::cmd("DEL").arg(&k).query::<()>(&mut con) {
+                    failed = Some(e.to_string());
+                }
+            }
+            cursor = next;
+            if cursor == 0 {
+                return;
+            }
+        }
+    });
+    match failed {
+        None => d.push(
+            "clean-up".into(),
+            CheckStatus::Ok,
+            format!("nothing left under {scratch} ({left} key(s) deleted after the checks)"),
+            None,
+        ),
+        Some(e) => d.push(
+            "clean-up".into(),
+            CheckStatus::Degraded,
+            format!("could not delete everything under {scratch}: {e}"),
+            Some("delete the keys matching the scratch name by hand (they expire within a minute)"),
+        ),
+    }
+}
