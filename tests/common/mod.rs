@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use redis_test::server::RedisServer;
+pub mod netns;
 pub mod proxy;
 pub mod worker;
 

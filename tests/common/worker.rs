@@ -16,7 +16,17 @@ pub struct Worker {
 impl Worker {
     /// Runs the test `entry` of this binary in a child with `env` set.
     pub fn spawn(entry: &str, env: &[(&str, String)]) -> Worker {
+        Worker::spawn_in(None, entry, env)
+    }
+
+    /// [`Worker::spawn`] inside the network namespace `netns` (a name
+    /// under /run/netns, see `common::netns`): every socket the child opens
+    /// is in it, so it reaches only what that namespace reaches.
+    pub fn spawn_in(netns: Option<&str>, entry: &str, env: &[(&str, String)]) -> Worker {
         let mut cmd = Command::new(std::env::current_exe().unwrap());
+        if let Some(ns) = netns {
+            super::netns::enter_on_exec(&mut cmd, ns);
+        }
         cmd.args(["--exact", entry, "--nocapture", "--test-threads", "1"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -1,0 +1,309 @@
+//! Real network partitions (Linux network namespaces, see
+//! `common::netns`): packets vanish, nothing is refused. A client cut off
+//! from its master while it acquires, holds or releases must learn what
+//! GUARANTEES.md says, within the bound it states, and nobody else may be
+//! let in while its lease is valid. Needs root (namespaces); elsewhere each
+//! test says SKIPPED with the reason.
+//!
+//! Times are CLOCK_MONOTONIC stamps taken by the processes themselves
+//! (shared by every process on the machine), so the order of what the cut
+//! off holder learned and what the other client was granted is measured,
+//! not inferred.
+
+mod common;
+
+use std::io::BufRead;
+use std::time::Duration;
+
+use common::netns::{now_us, Net};
+use common::worker::{say, Worker};
+use serial_test::serial;
+
+/// The lease (watchdog) of the cut-off holder: short, so that each test
+/// is quick, and long enough for a loaded machine's scheduling.
+const LEASE_MS: u64 = 1500;
+
+fn net(test: &str) -> Option<Net> {
+    match Net::new(&[]) {
+        Ok(n) => Some(n),
+        Err(why) => {
+            common::skip(test, &format!("no network namespaces here: {why}"));
+            None
+        }
+    }
+}
+
+/// `"<word> <a> <b> ..."` → the numbers after the word.
+fn nums(line: &str, word: &str) -> Vec<u64> {
+    let rest = line
+        .strip_prefix(word)
+        .unwrap_or_else(|| panic!("expected {word:?}, got {line:?}"));
+    rest.split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect()
+}
+
+fn worker(net: &Net, inside_server: bool, role: &str, name: &str) -> Worker {
+    let (ns, url) = if inside_server {
+        (&net.server_ns, net.local_url())
+    } else {
+        (&net.client_ns, net.url())
+    };
+    Worker::spawn_in(
+        Some(ns),
+        "net_worker",
+        &[
+            ("REDLEASE_NET_ROLE", role.into()),
+            ("REDLEASE_NET_URL", url),
+            ("REDLEASE_NET_NAME", name.into()),
+        ],
+    )
+}
+
+/// The worker side. Roles:
+/// - `holder`: takes the lock (watchdog `LEASE_MS`), says `held <fence>
+///   <t>`, then `lost <t>` when its LostSignal fires; on `release` from
+///   the test it releases and says `released ok|<error kind> <t>`.
+/// - `taker`: tries every 5 ms for up to 30 s; says `granted <fence> <t>`
+///   and holds it; on `check` says `holds <0|1>`.
+/// - `waiter`: waits up to 3 s; says `waiting <t>`, then `got <fence> <t>` or
+///   `none <t>` or `error <kind> <t>`.
+#[test]
+fn net_worker() {
+    let Ok(role) = std::env::var("REDLEASE_NET_ROLE") else {
+        return;
+    };
+    let url = std::env::var("REDLEASE_NET_URL").unwrap();
+    let name = std::env::var("REDLEASE_NET_NAME").unwrap();
+    let client = redlease::Client::builder()
+        .url(&url)
+        .watchdog_timeout(Duration::from_millis(LEASE_MS))
+        .response_timeout(Duration::from_millis(1000))
+        .connect_timeout(Duration::from_millis(1000))
+        .build()
+        .unwrap();
+    let lines = std::io::stdin().lock().lines();
+    match role.as_str() {
+        "holder" => {
+            let g = client.lock(&name).acquire().unwrap();
+            let lost = g.lost_signal();
+            say(format!("held {} {}", g.fencing_token(), now_us()));
+            // A release also fires the signal: only a loss before it is
+            // reported.
+            let releasing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let told = releasing.clone();
+            std::thread::spawn(move || {
+                if lost.wait_timeout(Duration::from_secs(60))
+                    && !told.load(std::sync::atomic::Ordering::SeqCst)
+                {
+                    say(format!("lost {}", now_us()));
+                }
+            });
+            for line in lines.map_while(Result::ok) {
+                if line == "deadline" {
+                    // When this holder's own view of its lease ends: what
+                    // `is_held` goes by, whatever its threads' scheduling.
+                    say(format!(
+                        "deadline {}",
+                        now_us() + g.expires_in().as_micros() as u64
+                    ));
+                }
+                if line == "release" {
+                    releasing.store(true, std::sync::atomic::Ordering::SeqCst);
+                    let r = g.release();
+                    let what = match &r {
+                        Ok(()) => "ok".to_string(),
+                        Err(e) => format!("{:?}", e.kind()),
+                    };
+                    say(format!("released {what} {}", now_us()));
+                    break;
+                }
+            }
+        }
+        "taker" => {
+            let end = std::time::Instant::now() + Duration::from_secs(30);
+            let g = loop {
+                assert!(std::time::Instant::now() < end, "never granted");
+                if let Ok(Some(g)) = client.lock(&name).try_acquire() {
+                    break g;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            say(format!("granted {} {}", g.fencing_token(), now_us()));
+            for line in lines.map_while(Result::ok) {
+                if line == "check" {
+                    say(format!(
+                        "holds {}",
+                        u8::from(client.lock(&name).is_locked().unwrap_or(false) && g.is_held())
+                    ));
+                }
+            }
+        }
+        "waiter" => {
+            say(format!("waiting {}", now_us()));
+            match client.lock(&name).acquire_timeout(Duration::from_secs(3)) {
+                Ok(Some(g)) => say(format!("got {} {}", g.fencing_token(), now_us())),
+                Ok(None) => say(format!("none {}", now_us())),
+                Err(e) => say(format!("error {:?} {}", e.kind(), now_us())),
+            }
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// Cut off while it holds: its renewals vanish. It must learn of the loss
+/// (LostSignal) before the server lets anyone else in — never after — and
+/// within one lease of the cut; the next holder's fence is larger; once
+/// the network heals, its release cannot touch the new holder's lock.
+#[test]
+#[serial]
+fn a_holder_cut_off_learns_it_lost_before_anyone_else_gets_in() {
+    let Some(net) = net("a_holder_cut_off_learns_it_lost_before_anyone_else_gets_in") else {
+        return;
+    };
+    let mut holder = worker(&net, false, "holder", "cut");
+    let held = nums(&holder.next(Duration::from_secs(10)), "held ");
+    // Let a renewal or two succeed first: the cut lands mid-lease.
+    std::thread::sleep(Duration::from_millis(700));
+    let cut_at = now_us();
+    net.partition();
+    let mut taker = worker(&net, true, "taker", "cut");
+    // Once no reply can arrive any more, the holder's view of its lease is
+    // fixed: it ends at `deadline`.
+    std::thread::sleep(Duration::from_millis(100));
+    holder.tell("deadline");
+    let deadline = nums(&holder.next(Duration::from_secs(10)), "deadline ")[0];
+    let lost = nums(&holder.next(Duration::from_secs(10)), "lost ");
+    let granted = nums(&taker.next(Duration::from_secs(10)), "granted ");
+    println!(
+        "FIGURES partition while held: the holder's lease ended for it {} ms after the cut, \
+         its LostSignal fired {} ms after that, the next holder got in {} ms after the cut \
+         (lease {LEASE_MS} ms)",
+        (deadline - cut_at) / 1000,
+        lost[0].saturating_sub(deadline) / 1000,
+        (granted[1] - cut_at) / 1000
+    );
+    // No overlap as the holder sees it: its lease had ended for it before
+    // anyone else was let in.
+    assert!(
+        deadline <= granted[1],
+        "the cut-off holder believed in its lease {} µs after the next holder was let in",
+        deadline - granted[1]
+    );
+    // And it was told promptly (a thread's wake-up on a loaded machine).
+    assert!(
+        lost[0].saturating_sub(deadline) <= 250_000,
+        "LostSignal fired {} ms after the lease ended",
+        (lost[0] - deadline) / 1000
+    );
+    assert!(
+        lost[0] - cut_at <= LEASE_MS * 1000,
+        "learned {} ms after the cut, beyond one lease",
+        (lost[0] - cut_at) / 1000
+    );
+    assert!(
+        granted[0] > held[0],
+        "fences: {} then {}",
+        held[0],
+        granted[0]
+    );
+    net.heal();
+    holder.tell("release");
+    let released = holder.next(Duration::from_secs(10));
+    assert!(!released.starts_with("released ok"), "{released}");
+    taker.tell("check");
+    assert_eq!(taker.next(Duration::from_secs(10)), "holds 1");
+}
+
+/// Cut off while it releases: the release cannot reach the server, so it
+/// fails within the response timeout (it must not hang, nor claim a
+/// release it could not make), and the lease runs out by itself — nobody
+/// is let in before the lease the server knows has ended.
+#[test]
+#[serial]
+fn a_release_cut_off_fails_in_time_and_the_lease_ends_by_itself() {
+    let Some(net) = net("a_release_cut_off_fails_in_time_and_the_lease_ends_by_itself") else {
+        return;
+    };
+    let mut holder = worker(&net, false, "holder", "rel");
+    let held = nums(&holder.next(Duration::from_secs(10)), "held ");
+    net.partition();
+    let cut_at = now_us();
+    holder.tell("release");
+    let mut taker = worker(&net, true, "taker", "rel");
+    let mut released = None;
+    let mut lost = None;
+    // The release's answer and the LostSignal come in either order.
+    for _ in 0..2 {
+        let line = holder.next(Duration::from_secs(10));
+        if line.starts_with("released") {
+            released = Some(line);
+        } else {
+            lost = Some(nums(&line, "lost ")[0]);
+        }
+        if released.is_some() {
+            break;
+        }
+    }
+    let released = released.unwrap();
+    let at = *nums(&released, "released ").last().expect("a time stamp");
+    assert!(!released.starts_with("released ok"), "{released}");
+    assert!(
+        at - cut_at <= 2_500_000,
+        "the release took {} ms (response timeout 1 s)",
+        (at - cut_at) / 1000
+    );
+    let granted = nums(&taker.next(Duration::from_secs(10)), "granted ");
+    println!(
+        "FIGURES partition during release: failed after {} ms; next holder in after {} ms (lease {LEASE_MS} ms)",
+        (at - cut_at) / 1000,
+        (granted[1] - cut_at) / 1000
+    );
+    assert!(granted[0] > held[0]);
+    if let Some(lost) = lost {
+        assert!(lost <= granted[1]);
+    }
+    net.heal();
+}
+
+/// Cut off while it is blocked waiting: the holder's release hands the
+/// lock to it, and the grant's reply vanishes. The waiter never learns it
+/// was granted, so nobody may be left holding for it: the grant lapses
+/// within its short first lease (1 s) and someone else gets in; the
+/// cut-off waiter's call returns by its deadline.
+#[test]
+#[serial]
+fn a_grant_to_a_cut_off_waiter_lapses_and_its_wait_ends_in_time() {
+    let Some(net) = net("a_grant_to_a_cut_off_waiter_lapses_and_its_wait_ends_in_time") else {
+        return;
+    };
+    let mut holder = worker(&net, true, "holder", "grant");
+    nums(&holder.next(Duration::from_secs(10)), "held ");
+    let waiter = worker(&net, false, "waiter", "grant");
+    let began = nums(&waiter.next(Duration::from_secs(10)), "waiting ")[0];
+    std::thread::sleep(Duration::from_millis(300)); // blocked on the server
+    net.partition();
+    let cut_at = now_us();
+    holder.tell("release");
+    let released = holder.next(Duration::from_secs(10));
+    assert!(released.starts_with("released ok"), "{released}");
+    let mut taker = worker(&net, true, "taker", "grant");
+    let granted = nums(&taker.next(Duration::from_secs(10)), "granted ");
+    let waited = waiter.next(Duration::from_secs(10));
+    println!(
+        "FIGURES partition of a blocked waiter: the lost grant freed after {} ms; the waiter returned {waited:?}",
+        (granted[1] - cut_at) / 1000
+    );
+    assert!(
+        granted[1] - cut_at <= 2_500_000,
+        "a grant nobody could take held the name {} ms",
+        (granted[1] - cut_at) / 1000
+    );
+    assert!(
+        !waited.starts_with("got"),
+        "the cut-off waiter cannot have it: {waited}"
+    );
+    net.heal();
+    taker.tell("check");
+    assert_eq!(taker.next(Duration::from_secs(10)), "holds 1");
+}
