@@ -230,7 +230,7 @@ fn a_release_cut_off_fails_in_time_and_the_lease_ends_by_itself() {
     net.partition();
     let cut_at = now_us();
     holder.tell("release");
-    let mut taker = worker(&net, true, "taker", "rel");
+    let taker = worker(&net, true, "taker", "rel");
     let mut released = None;
     let mut lost = None;
     // The release's answer and the LostSignal come in either order.
@@ -302,6 +302,14 @@ fn a_grant_to_a_cut_off_waiter_lapses_and_its_wait_ends_in_time() {
     assert!(
         !waited.starts_with("got"),
         "the cut-off waiter cannot have it: {waited}"
+    );
+    // Its 3 s wait ends by its deadline (and one response timeout, 1 s,
+    // for a call in flight at the deadline).
+    let returned: u64 = waited.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(
+        returned - began <= 4_500_000,
+        "a 3 s wait returned after {} ms",
+        (returned - began) / 1000
     );
     net.heal();
     taker.tell("check");
