@@ -7,6 +7,7 @@
 -- KEYS[2]  fencing counter (fence.lua)
 -- KEYS[3]  waiter queue (queue.lua)
 -- KEYS[4]  waiter deadlines (queue.lua)
+-- KEYS[5]  fence floor (fence.lua; always the last key)
 -- ARGV[1]  owner token (starts with "rl:", contains no '#'); also the
 --          waiter's queue entry
 -- ARGV[2]  lease in milliseconds (> 0)

@@ -4,6 +4,7 @@
 -- KEYS[1]  lock key ("<owner token>#<fence>")
 -- KEYS[2]  fencing counter (fence.lua)
 -- KEYS[3]  waiter queue, KEYS[4] its deadlines (queue.lua)
+-- KEYS[5]  fence floor (fence.lua; always the last key)
 -- ARGV[1]  owner token (with ARGV[9] 'leave': a waiter's token)
 -- ARGV[2]  wake-up channel ("" = publish nothing)
 -- ARGV[3]  wake-up message

@@ -8,6 +8,7 @@
 -- Uses     fence.lua, publish.lua, queue.lua
 -- KEYS[1]  lock key, KEYS[2] fencing counter, KEYS[3] waiter queue,
 --          KEYS[4] its deadlines (as lua/lock_acquire.lua)
+-- KEYS[5]  fence floor (fence.lua; always the last key)
 -- ARGV[1]  the blocked waiter's token, or '' for a look at the name alone
 -- ARGV[2]  the waiter's queue entry lifetime in milliseconds
 -- ARGV[3]  grant prefix (queue.lua)

@@ -7,6 +7,7 @@
 --          readers)
 -- KEYS[3]  writer key, KEYS[4] fencing counter (rw_write_acquire.lua)
 -- KEYS[5]  waiting readers (rw_read_acquire.lua)
+-- KEYS[6]  fence floor (fence.lua; always the last key)
 -- ARGV[1]  reader token
 -- ARGV[2]  wake-up channel
 -- ARGV[3]  wake-up message

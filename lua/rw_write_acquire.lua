@@ -4,6 +4,7 @@
 -- KEYS[2]  readers (sorted set: reader token -> expiry, server ms)
 -- KEYS[3]  writer intent (string, waiting writer's token, PX)
 -- KEYS[4]  fencing counter (fence.lua)
+-- KEYS[5]  fence floor (fence.lua; always the last key)
 -- ARGV[1]  writer token
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  intent lifetime in milliseconds (renewed at every retry, so a dead

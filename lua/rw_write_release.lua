@@ -7,6 +7,7 @@
 -- KEYS[3]  fencing counter (fence.lua)
 -- KEYS[4]  readers (sorted set): a writer that downgraded still reads
 -- KEYS[5]  waiting readers (rw_read_acquire.lua): told while one is live
+-- KEYS[6]  fence floor (fence.lua; always the last key)
 -- ARGV[1]  writer token
 -- ARGV[2]  wake-up channel
 -- ARGV[3]  wake-up message

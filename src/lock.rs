@@ -18,6 +18,8 @@ struct Keys {
     name: Arc<[u8]>,
     lock: Arc<[u8]>,
     fence: Vec<u8>,
+    /// The fence floor of the counter's server or slot (lua/fence.lua).
+    floor: Vec<u8>,
     /// The holder's note (`LockGuard::annotate`).
     note: Vec<u8>,
     /// The waiter queue and its deadlines (lua/queue.lua).
@@ -35,6 +37,7 @@ impl Keys {
             self.fence.clone(),
             self.queue.clone(),
             self.queue_deadlines.clone(),
+            self.floor.clone(),
         ]
     }
 }
@@ -91,6 +94,7 @@ impl Lock {
                     name: n.name().clone(),
                     lock: n.key("").into(),
                     fence: n.key(":fence"),
+                    floor: client.backend().fence_floor(&n.key(":fence")),
                     note: n.key(":note"),
                     queue: n.key(":queue"),
                     queue_deadlines: n.key(":queue:t"),

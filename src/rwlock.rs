@@ -22,6 +22,8 @@ struct Keys {
     readers: Vec<u8>,
     intent: Vec<u8>,
     fence: Vec<u8>,
+    /// The fence floor of the counter's server or slot (lua/fence.lua).
+    floor: Vec<u8>,
     /// Prefix of a waiting writer's grant list (its token follows).
     grant_prefix: Vec<u8>,
     /// Waiting readers (lua/rw_read_acquire.lua).
@@ -71,6 +73,7 @@ impl RwLock {
                     readers: n.key(":rw:r"),
                     intent: n.key(":rw:i"),
                     fence: n.key(":fence"),
+                    floor: client.backend().fence_floor(&n.key(":fence")),
                     grant_prefix: n.key(":rw:grant:"),
                     waiting_readers: n.key(":rw:rq"),
                 })
@@ -271,6 +274,7 @@ impl RwLock {
                             keys.writer.to_vec(),
                             keys.fence.clone(),
                             keys.waiting_readers.clone(),
+                            keys.floor.clone(),
                         ],
                         args,
                     )
@@ -363,6 +367,7 @@ impl RwLock {
                             keys.readers.clone(),
                             keys.intent.clone(),
                             keys.fence.clone(),
+                            keys.floor.clone(),
                         ],
                         vec![
                             t.clone(),
@@ -388,6 +393,7 @@ impl RwLock {
                             keys.fence.clone(),
                             keys.readers.clone(),
                             keys.waiting_readers.clone(),
+                            keys.floor.clone(),
                         ],
                         args,
                     )

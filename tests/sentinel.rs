@@ -153,3 +153,87 @@ fn clients_follow_the_master_across_failover() {
     let got = t.join().unwrap().unwrap();
     assert!(got.is_some(), "the waiter gets the lock on the new master");
 }
+
+/// The failover that loses the lease (Kleppmann's case, and the Redis
+/// "Distributed Locks" page's own caveat): replication to the replica held
+/// back (the replica SIGSTOPped), a lock taken on the master, the master
+/// killed, the replica resumed and promoted without the lease. Another
+/// client then takes the lock. What GUARANTEES.md promises: the second
+/// fence is larger than the first; the first holder learns of the loss
+/// before the second is let in (its lease ends for it while the failover
+/// runs) and its LostSignal fires; with `replica_ack` the acquisition
+/// never returns a lease the replica does not have.
+#[test]
+#[serial]
+fn a_failover_that_loses_the_lease_is_reported_and_fences_still_grow() {
+    let (mut cluster, sentinels) = setup();
+    let holder = client(&sentinels);
+    let other = client(&sentinels);
+    // Both up, the replica in sync.
+    drop(holder.lock("warm").acquire().unwrap());
+    let replica_pid = cluster.servers[1].process.id() as i32;
+    // SAFETY: kill(2) on a server process this test started.
+    unsafe { libc::kill(replica_pid, libc::SIGSTOP) };
+    // With replica_ack, a lease the replica cannot confirm is never
+    // returned: the acquisition fails and leaves nothing behind.
+    let acked = Client::builder()
+        .sentinel(&sentinels, "master0")
+        .replica_ack(1, Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let r = acked.lock("acked").try_acquire();
+    assert!(
+        matches!(&r, Err(e) if e.kind() == ErrorKind::QuorumNotReached),
+        "{r:?}"
+    );
+    let mut master = redis::Client::open(url(&cluster.servers[0]))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    assert!(!master.exists::<_, bool>("{acked}").unwrap());
+
+    // Without it: granted by the master alone.
+    let g = holder.lock("lost").acquire().unwrap();
+    let first = g.fencing_token();
+    let lost = g.lost_signal();
+    let learned = std::thread::spawn(move || {
+        lost.wait_timeout(Duration::from_secs(60))
+            .then(Instant::now)
+    });
+    cluster.servers[0].stop();
+    unsafe { libc::kill(replica_pid, libc::SIGCONT) };
+    let killed = Instant::now();
+    // The replica is promoted without the lease: someone else gets in.
+    let mut second = None;
+    while killed.elapsed() < Duration::from_secs(40) {
+        if let Ok(Some(g2)) = other.lock("lost").try_acquire() {
+            second = Some((g2, Instant::now()));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (g2, granted) = second.expect("the promoted replica never served");
+    let learned = learned
+        .join()
+        .unwrap()
+        .expect("the first holder never learned of the loss");
+    println!(
+        "FIGURES failover that lost the lease: the holder learned {} ms after the kill, the next holder got in {} ms after it; fences {first} then {}",
+        (learned - killed).as_millis(),
+        (granted - killed).as_millis(),
+        g2.fencing_token()
+    );
+    assert!(
+        g2.fencing_token() > first,
+        "fences: {first} then {}",
+        g2.fencing_token()
+    );
+    assert!(
+        learned <= granted,
+        "the first holder learned {} ms after the second was let in",
+        (learned - granted).as_millis()
+    );
+    assert!(!g.is_held());
+    assert_eq!(g.release().unwrap_err().kind(), ErrorKind::LockLost);
+    assert!(g2.is_held());
+}

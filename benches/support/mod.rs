@@ -54,7 +54,7 @@ pub fn raw_con(url: &str) -> redis::Connection {
 pub struct RawLockScripts {
     acquire: redis::Script,
     release: redis::Script,
-    keys: [String; 4],
+    keys: [String; 5],
     prefix: String,
 }
 
@@ -69,6 +69,7 @@ impl RawLockScripts {
                 format!("{{{name}}}:fence"),
                 format!("{{{name}}}:queue"),
                 format!("{{{name}}}:queue:t"),
+                "redlease:fence-floor".to_string(),
             ],
             prefix: format!("{{{name}}}:grant:"),
         }

@@ -317,36 +317,7 @@ fn parse_slots(reply: Value) -> Option<Vec<(u16, u16, Arc<str>)>> {
     Some(ranges)
 }
 
-/// The cluster slot of `key`: CRC16 (XMODEM) of its hash tag, modulo 16384.
-fn key_slot(key: &[u8]) -> u16 {
-    let tagged = key
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            rest.iter()
-                .position(|&b| b == b'}')
-                .map(|close| &rest[..close])
-        })
-        .filter(|tag| !tag.is_empty())
-        .unwrap_or(key);
-    crc16(tagged) % 16384
-}
-
-fn crc16(bytes: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &b in bytes {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
+use super::slots::key_slot;
 
 impl ClusterLeader {
     pub(crate) fn open(
@@ -888,22 +859,5 @@ impl r2d2::ManageConnection for Routed {
 
     fn has_broken(&self, con: &mut ClusterConnection<Wire>) -> bool {
         !redis::ConnectionLike::is_open(con)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{crc16, key_slot};
-
-    #[test]
-    fn slots_are_those_redis_computes() {
-        assert_eq!(crc16(b"123456789"), 0x31C3);
-        // The examples of the `CLUSTER KEYSLOT` documentation.
-        assert_eq!(key_slot(b"somekey"), 11058);
-        assert_eq!(key_slot(b"foo{hash_tag}"), 2515);
-        assert_eq!(key_slot(b"hash_tag"), 2515);
-        // An empty tag is no tag; only the first `{...}` counts.
-        assert_eq!(key_slot(b"{}x"), crc16(b"{}x") % 16384);
-        assert_eq!(key_slot(b"{a}{b}"), key_slot(b"a"));
     }
 }

@@ -17,6 +17,7 @@ mod cluster;
 mod fan_out;
 mod redlock;
 mod single;
+mod slots;
 mod wire;
 
 use std::time::{Duration, Instant};
@@ -163,6 +164,19 @@ pub(crate) struct Backend {
     place: Arc<str>,
     /// The topology's name, for `Client::capabilities`.
     shape: &'static str,
+}
+
+/// See [`Backend::fence_floor`].
+pub(crate) fn fence_floor(counter: &[u8], cluster: bool) -> Vec<u8> {
+    let open = counter.iter().position(|&b| b == b'{').unwrap_or(0);
+    let mut floor = counter[..open].to_vec();
+    if cluster {
+        floor.push(b'{');
+        floor.extend_from_slice(slots::slot_tag(slots::key_slot(counter)).as_bytes());
+        floor.push(b'}');
+    }
+    floor.extend_from_slice(b"redlease:fence-floor");
+    floor
 }
 
 /// `urls` redacted and joined, for error messages.
@@ -346,6 +360,15 @@ impl Backend {
             Kind::Redlock(r) => r.check(),
         })
         .map_err(|e| e.at(place))
+    }
+
+    /// The fence floor for the fencing counter `counter` (lua/fence.lua):
+    /// `<prefix>redlease:fence-floor`, one per server; on Cluster one per
+    /// slot, `<prefix>{<tag>}redlease:fence-floor` with a tag in the
+    /// counter's slot, so that a script may touch both. The prefix is what
+    /// comes before the counter's `{` (a key prefix has none).
+    pub(crate) fn fence_floor(&self, counter: &[u8]) -> Vec<u8> {
+        fence_floor(counter, self.is_cluster())
     }
 
     /// The topology: `single server`, `Sentinel`, `Cluster` or `Redlock`.

@@ -274,7 +274,8 @@ impl Redlock {
     /// harmless: the majority that confirmed overlaps every later majority.
     fn agree_on_fence(&self, key: &[u8], fence: i64, lease: Duration) -> bool {
         let f = fence.to_string();
-        let keys = [key.to_vec()];
+        // The floor too: a lapsed counter restarts above it (fence.lua).
+        let keys = [key.to_vec(), super::fence_floor(key, false)];
         // The counter lapses with the lease, like every counter (fence.lua).
         let ms = (lease.as_millis() as u64).max(1).to_string();
         let args = [f.into_bytes(), ms.into_bytes()];

@@ -870,6 +870,13 @@ impl Node {
         }
     }
 
+    /// Whether this node's connections speak RESP3 (`?protocol=resp3`).
+    pub(crate) fn resp3(&self) -> bool {
+        self.source.client().is_ok_and(|c| {
+            c.get_connection_info().redis_settings().protocol() != redis::ProtocolVersion::RESP2
+        })
+    }
+
     /// What the server said it is when the client was built (`Redis
     /// 7.0.15`, `Valkey 9.1.2`), if it said.
     pub(crate) fn identity(&self) -> Option<&str> {
