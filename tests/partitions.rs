@@ -45,9 +45,9 @@ fn nums(line: &str, word: &str) -> Vec<u64> {
 
 fn worker(net: &Net, inside_server: bool, role: &str, name: &str) -> Worker {
     let (ns, url) = if inside_server {
-        (&net.server_ns, net.local_url())
+        (net.server_ns(0), net.local_url())
     } else {
-        (&net.client_ns, net.url())
+        (net.client_ns(0), net.url())
     };
     Worker::spawn_in(
         Some(ns),
@@ -75,8 +75,14 @@ fn net_worker() {
     };
     let url = std::env::var("REDLEASE_NET_URL").unwrap();
     let name = std::env::var("REDLEASE_NET_NAME").unwrap();
-    let client = redlease::Client::builder()
-        .url(&url)
+    let builder = redlease::Client::builder();
+    // Several URLs: Redlock over them.
+    let builder = if url.contains(',') {
+        builder.redlock(url.split(','))
+    } else {
+        builder.url(&url)
+    };
+    let client = builder
         .watchdog_timeout(Duration::from_millis(LEASE_MS))
         .response_timeout(Duration::from_millis(1000))
         .connect_timeout(Duration::from_millis(1000))
@@ -145,6 +151,48 @@ fn net_worker() {
                 Ok(Some(g)) => say(format!("got {} {}", g.fencing_token(), now_us())),
                 Ok(None) => say(format!("none {}", now_us())),
                 Err(e) => say(format!("error {:?} {}", e.kind(), now_us())),
+            }
+        }
+        "cmd" => {
+            // Driven line by line: `acquire`, `release`, `deadline`.
+            let releasing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let mut held: Option<redlease::LockGuard> = None;
+            for line in lines.map_while(Result::ok) {
+                match line.as_str() {
+                    "acquire" => match client.lock(&name).acquire_timeout(Duration::from_secs(5)) {
+                        Ok(Some(g)) => {
+                            say(format!("held {} {}", g.fencing_token(), now_us()));
+                            releasing.store(false, std::sync::atomic::Ordering::SeqCst);
+                            let (lost, told) = (g.lost_signal(), releasing.clone());
+                            std::thread::spawn(move || {
+                                if lost.wait_timeout(Duration::from_secs(60))
+                                    && !told.load(std::sync::atomic::Ordering::SeqCst)
+                                {
+                                    say(format!("lost {}", now_us()));
+                                }
+                            });
+                            held = Some(g);
+                        }
+                        Ok(None) => say(format!("none {}", now_us())),
+                        Err(e) => say(format!("error {:?} {}", e.kind(), now_us())),
+                    },
+                    "release" => {
+                        releasing.store(true, std::sync::atomic::Ordering::SeqCst);
+                        let what = match held.take().map(|g| g.release()) {
+                            Some(Ok(())) => "ok".to_string(),
+                            Some(Err(e)) => format!("{:?}", e.kind()),
+                            None => "nothing".to_string(),
+                        };
+                        say(format!("released {what} {}", now_us()));
+                    }
+                    "deadline" => {
+                        let left = held
+                            .as_ref()
+                            .map_or(0, |g| g.expires_in().as_micros() as u64);
+                        say(format!("deadline {}", now_us() + left));
+                    }
+                    _ => {}
+                }
             }
         }
         other => panic!("unknown role {other}"),
@@ -314,4 +362,112 @@ fn a_grant_to_a_cut_off_waiter_lapses_and_its_wait_ends_in_time() {
     net.heal();
     taker.tell("check");
     assert_eq!(taker.next(Duration::from_secs(10)), "holds 1");
+}
+
+fn redlock_net(test: &str, clients: usize) -> Option<Net> {
+    match Net::mesh(3, clients, &[]) {
+        Ok(n) => Some(n),
+        Err(why) => {
+            common::skip(test, &format!("no network namespaces here: {why}"));
+            None
+        }
+    }
+}
+
+/// A Redlock client in client namespace `c`, driven by `cmd` lines.
+fn redlock_worker(net: &Net, c: usize, name: &str) -> Worker {
+    Worker::spawn_in(
+        Some(net.client_ns(c)),
+        "net_worker",
+        &[
+            ("REDLEASE_NET_ROLE", "cmd".into()),
+            ("REDLEASE_NET_URL", net.urls_from(c).join(",")),
+            ("REDLEASE_NET_NAME", name.into()),
+        ],
+    )
+}
+
+/// Redlock, one master of three cut off from the client: the majority
+/// serves — the hold is released and taken again with a larger fence
+/// while the minority is unreachable — and the key the cut-off master
+/// kept (the release could not reach it) does not block anyone after the
+/// network heals.
+#[test]
+#[serial]
+fn a_redlock_minority_cut_off_does_not_stop_the_majority() {
+    let Some(net) = redlock_net("a_redlock_minority_cut_off_does_not_stop_the_majority", 1) else {
+        return;
+    };
+    let mut w = redlock_worker(&net, 0, "min");
+    w.tell("acquire");
+    let first = nums(&w.next(Duration::from_secs(10)), "held ")[0];
+    net.cut(0, 2);
+    w.tell("release");
+    let released = w.next(Duration::from_secs(10));
+    assert!(released.starts_with("released ok"), "{released}");
+    // The cut-off master still has the first hold's key.
+    assert_eq!(net.cli(2, &["exists", "{min}"]), "1");
+    w.tell("acquire");
+    let second = nums(&w.next(Duration::from_secs(10)), "held ")[0];
+    assert!(second > first, "fences {first} then {second}");
+    w.tell("release");
+    assert!(w.next(Duration::from_secs(10)).starts_with("released ok"));
+    net.join(0, 2);
+    // The stale key is still there after healing, and blocks nobody.
+    assert_eq!(net.cli(2, &["exists", "{min}"]), "1");
+    w.tell("acquire");
+    let third = nums(&w.next(Duration::from_secs(10)), "held ")[0];
+    assert!(third > second, "fences {second} then {third}");
+    w.tell("release");
+    assert!(w.next(Duration::from_secs(10)).starts_with("released ok"));
+}
+
+/// Redlock, a holder cut off from two masters of three: its renewals no
+/// longer reach a majority, so it loses the lease by quorum. Its own view
+/// of the lease ends before another client (which reaches every master)
+/// is let in, its LostSignal fires, and the next fence is larger.
+#[test]
+#[serial]
+fn a_redlock_holder_cut_off_from_its_majority_learns_it_lost() {
+    let Some(net) = redlock_net(
+        "a_redlock_holder_cut_off_from_its_majority_learns_it_lost",
+        2,
+    ) else {
+        return;
+    };
+    let mut holder = redlock_worker(&net, 0, "maj");
+    let mut other = redlock_worker(&net, 1, "maj");
+    holder.tell("acquire");
+    let first = nums(&holder.next(Duration::from_secs(10)), "held ")[0];
+    std::thread::sleep(Duration::from_millis(700));
+    let cut_at = now_us();
+    net.cut(0, 0);
+    net.cut(0, 1);
+    std::thread::sleep(Duration::from_millis(100));
+    holder.tell("deadline");
+    let deadline = nums(&holder.next(Duration::from_secs(10)), "deadline ")[0];
+    // The other client tries until it gets in.
+    let granted = loop {
+        other.tell("acquire");
+        let line = other.next(Duration::from_secs(10));
+        if let Some(rest) = line.strip_prefix("held ") {
+            let v: Vec<u64> = rest.split(' ').filter_map(|w| w.parse().ok()).collect();
+            break v;
+        }
+        assert!(now_us() - cut_at < 20_000_000, "never granted: {line}");
+    };
+    let lost = nums(&holder.next(Duration::from_secs(10)), "lost ")[0];
+    println!(
+        "FIGURES Redlock holder cut off from 2 of 3 masters: its lease ended for it {} ms after the cut, LostSignal {} ms after that, the other client got in {} ms after the cut (lease {LEASE_MS} ms)",
+        (deadline - cut_at) / 1000,
+        lost.saturating_sub(deadline) / 1000,
+        (granted[1] - cut_at) / 1000
+    );
+    assert!(
+        deadline <= granted[1],
+        "the cut-off holder believed in its lease {} µs after the other was let in",
+        deadline - granted[1]
+    );
+    assert!(lost.saturating_sub(deadline) <= 250_000, "LostSignal late");
+    assert!(granted[0] > first, "fences {first} then {}", granted[0]);
 }

@@ -382,6 +382,7 @@ fn releases_nobody_waits_for_publish_nothing() {
     }
     assert_eq!(publishes(&mut con), 0);
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    let keys: Vec<&String> = keys.iter().filter(|k| !common::is_fence_floor(k)).collect();
     assert!(keys.is_empty(), "left behind: {keys:?}");
 
     // A waiter: the release grants it the permit directly.

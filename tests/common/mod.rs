@@ -412,3 +412,9 @@ pub fn busy_threshold_arg() -> &'static str {
         "--lua-time-limit"
     }
 }
+
+/// Whether `key` is a fence floor (lua/fence.lua): one per server (per slot
+/// on Cluster), kept for good by design, so not a key left behind.
+pub fn is_fence_floor(key: &str) -> bool {
+    key.ends_with("redlease:fence-floor")
+}
