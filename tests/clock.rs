@@ -74,6 +74,8 @@ impl SteppedServer {
         let child = Command::new(&bin)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
             .env("LD_PRELOAD", LIBFAKETIME)
             .env("FAKETIME_TIMESTAMP_FILE", &clock)
             .env("FAKETIME_NO_CACHE", "1")

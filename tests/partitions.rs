@@ -15,7 +15,7 @@ mod common;
 use std::io::BufRead;
 use std::time::Duration;
 
-use common::netns::{now_us, Net};
+use common::netns::{now_us, ClusterNet, Net};
 use common::worker::{say, Worker};
 use serial_test::serial;
 
@@ -76,8 +76,11 @@ fn net_worker() {
     let url = std::env::var("REDLEASE_NET_URL").unwrap();
     let name = std::env::var("REDLEASE_NET_NAME").unwrap();
     let builder = redlease::Client::builder();
-    // Several URLs: Redlock over them.
-    let builder = if url.contains(',') {
+    // Several URLs: Redlock over them, or the seeds of a Cluster.
+    let cluster = std::env::var("REDLEASE_NET_MODE").is_ok_and(|m| m == "cluster");
+    let builder = if cluster {
+        builder.cluster(url.split(','))
+    } else if url.contains(',') {
         builder.redlock(url.split(','))
     } else {
         builder.url(&url)
@@ -470,4 +473,76 @@ fn a_redlock_holder_cut_off_from_its_majority_learns_it_lost() {
     );
     assert!(lost.saturating_sub(deadline) <= 250_000, "LostSignal late");
     assert!(granted[0] > first, "fences {first} then {}", granted[0]);
+}
+
+/// Cluster: the master serving the name is cut off from everyone (the
+/// client and the rest of the cluster) while a client holds the name; its
+/// replica takes over (the cluster's own failover, node timeout 1 s).
+/// The holder's renewals reach no master of that slot, so its own view of
+/// the lease ends before another client is let in on the new master; its
+/// LostSignal fires; the next fence is larger.
+#[test]
+#[serial]
+fn a_cluster_master_cut_off_fails_over_and_its_holder_learns_it_lost() {
+    let test = "a_cluster_master_cut_off_fails_over_and_its_holder_learns_it_lost";
+    if !cfg!(feature = "cluster") {
+        common::skip(test, "needs the cluster feature");
+        return;
+    }
+    let net = match ClusterNet::start(3, 1000) {
+        Ok(n) => n,
+        Err(why) => {
+            common::skip(test, &format!("no network namespaces here: {why}"));
+            return;
+        }
+    };
+    let spawn = || {
+        Worker::spawn_in(
+            Some(net.client_ns()),
+            "net_worker",
+            &[
+                ("REDLEASE_NET_ROLE", "cmd".into()),
+                ("REDLEASE_NET_MODE", "cluster".into()),
+                ("REDLEASE_NET_URL", net.urls().join(",")),
+                ("REDLEASE_NET_NAME", "cl-cut".into()),
+            ],
+        )
+    };
+    let mut holder = spawn();
+    let mut other = spawn();
+    holder.tell("acquire");
+    let first = nums(&holder.next(Duration::from_secs(20)), "held ")[0];
+    let master = net.master_of(0, "{cl-cut}").expect("a master for the name");
+    std::thread::sleep(Duration::from_millis(700));
+    let cut_at = now_us();
+    net.isolate(master);
+    std::thread::sleep(Duration::from_millis(100));
+    holder.tell("deadline");
+    let deadline = nums(&holder.next(Duration::from_secs(10)), "deadline ")[0];
+    let granted = loop {
+        other.tell("acquire");
+        let line = other.next(Duration::from_secs(20));
+        if let Some(rest) = line.strip_prefix("held ") {
+            let v: Vec<u64> = rest.split(' ').filter_map(|w| w.parse().ok()).collect();
+            break v;
+        }
+        assert!(
+            now_us() - cut_at < 40_000_000,
+            "never granted: {line}; the cluster as node {} sees it:\n{}",
+            (master + 1) % 6,
+            net.cli((master + 1) % 6, &["cluster", "nodes"])
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let lost = nums(&holder.next(Duration::from_secs(10)), "lost ")[0];
+    println!(
+        "FIGURES Cluster master cut off: the holder's lease ended for it {} ms after the cut, LostSignal {} ms after that, the other client got in on the promoted replica {} ms after the cut (lease {LEASE_MS} ms, node timeout 1 s)",
+        (deadline - cut_at) / 1000,
+        lost.saturating_sub(deadline) / 1000,
+        (granted[1] - cut_at) / 1000
+    );
+    assert!(deadline <= granted[1]);
+    assert!(lost.saturating_sub(deadline) <= 250_000, "LostSignal late");
+    assert!(granted[0] > first, "fences {first} then {}", granted[0]);
+    net.rejoin(master);
 }

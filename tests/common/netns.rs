@@ -70,6 +70,9 @@ pub struct Net {
     /// `(client, server)` → the server's end of their pair.
     ends: Vec<((usize, usize), String)>,
     running: Vec<Child>,
+    /// The servers' working directory: whatever they write (a full sync's
+    /// RDB) goes here, never into the test's own directory.
+    dir: tempfile::TempDir,
 }
 
 impl Net {
@@ -95,6 +98,7 @@ impl Net {
             clients: Vec::new(),
             ends: Vec::new(),
             running: Vec::new(),
+            dir: tempfile::tempdir().map_err(|e| e.to_string())?,
         };
         // Pushed as soon as made, so that a failure half-way is undone.
         for i in 0..servers {
@@ -150,6 +154,8 @@ impl Net {
             let mut cmd = Command::new(super::server_binary());
             cmd.args(["--port", &PORT.to_string(), "--bind"])
                 .args(&binds)
+                .arg("--dir")
+                .arg(net.dir.path())
                 .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
                 .args(server_args)
                 .stdout(Stdio::null())
@@ -292,4 +298,221 @@ pub fn now_us() -> u64 {
     // SAFETY: clock_gettime writes the struct we pass.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+}
+
+/// A Redis Cluster whose nodes each live in a namespace of their own, all
+/// on one bridge (in a hub namespace) with the client namespace: every
+/// node reaches every other and the client, over 192.0.2.0/24 addresses
+/// that exist only in these namespaces. Isolating a node sets its port on
+/// the bridge down: the client *and* the other nodes lose it silently, and
+/// the cluster fails it over to its replica.
+pub struct ClusterNet {
+    hub: String,
+    client: String,
+    nodes: Vec<String>,
+    /// Node `i`'s port on the bridge (in the hub namespace).
+    ports: Vec<String>,
+    running: Vec<Child>,
+    /// The nodes' working directory (RDBs of full syncs, nodes.conf).
+    dir: tempfile::TempDir,
+}
+
+impl ClusterNet {
+    /// `masters` masters with one replica each; `node_timeout_ms` is the
+    /// cluster's failure detection time.
+    pub fn start(masters: usize, node_timeout_ms: u64) -> Result<ClusterNet, String> {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let tag = format!(
+            "rk{}x{}",
+            std::process::id() % 100_000,
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut net = ClusterNet {
+            hub: format!("{tag}h"),
+            client: format!("{tag}c"),
+            nodes: Vec::new(),
+            ports: Vec::new(),
+            running: Vec::new(),
+            dir: tempfile::tempdir().map_err(|e| e.to_string())?,
+        };
+        ip(&["netns", "add", &net.hub])?;
+        ip(&["netns", "add", &net.client])?;
+        ip(&["-n", &net.hub, "link", "add", "br0", "type", "bridge"])?;
+        ip(&["-n", &net.hub, "link", "set", "br0", "up"])?;
+        let n = masters * 2;
+        // The client is .100, node i is .(10 + i).
+        let attach = |ns: &str, k: usize, addr: &str| -> Result<String, String> {
+            let (inner, outer) = (format!("{tag}i{k}"), format!("{tag}o{k}"));
+            ip(&[
+                "-n", ns, "link", "add", &inner, "type", "veth", "peer", "name", &outer, "netns",
+                &net.hub,
+            ])?;
+            ip(&[
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{addr}/24"),
+                "dev",
+                &inner,
+            ])?;
+            ip(&["-n", ns, "link", "set", &inner, "up"])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+            ip(&["-n", &net.hub, "link", "set", &outer, "master", "br0"])?;
+            ip(&["-n", &net.hub, "link", "set", &outer, "up"])?;
+            Ok(outer)
+        };
+        let client = net.client.clone();
+        attach(&client, n, "192.0.2.100")?;
+        for i in 0..n {
+            let ns = format!("{tag}n{i}");
+            ip(&["netns", "add", &ns])?;
+            net.nodes.push(ns.clone());
+            let port = attach(&ns, i, &Self::addr(i))?;
+            net.ports.push(port);
+        }
+        for i in 0..n {
+            let conf = net.dir.path().join(format!("nodes-{i}.conf"));
+            let mut cmd = Command::new(super::server_binary());
+            cmd.args(["--port", &PORT.to_string(), "--bind", &Self::addr(i)])
+                .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+                .args(["--cluster-enabled", "yes", "--cluster-config-file"])
+                .arg(&conf)
+                .arg("--dir")
+                .arg(net.dir.path())
+                .args(["--cluster-node-timeout", &node_timeout_ms.to_string()])
+                // A replica syncs at once (the default waits 5 s for more
+                // replicas): one that never synced cannot take over.
+                .args(["--repl-diskless-sync-delay", "0"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            enter_on_exec(&mut cmd, &net.nodes[i]);
+            net.running
+                .push(cmd.spawn().map_err(|e| format!("redis-server: {e}"))?);
+        }
+        let end = Instant::now() + Duration::from_secs(10);
+        while (0..n).any(|i| !net.cli(i, &["ping"]).contains("PONG")) {
+            if Instant::now() > end {
+                return Err("cluster nodes did not start".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let addrs: Vec<String> = (0..n)
+            .map(|i| format!("{}:{PORT}", Self::addr(i)))
+            .collect();
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &net.client,
+                "redis-cli",
+                "--cluster",
+                "create",
+            ])
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "redis-cli --cluster create: {}",
+                String::from_utf8_lossy(&out.stdout)
+            ));
+        }
+        let end = Instant::now() + Duration::from_secs(20);
+        let synced = |i: usize| {
+            let info = net.cli(i, &["info", "replication"]);
+            info.contains("role:master") || info.contains("master_link_status:up")
+        };
+        while (0..n).any(|i| {
+            !net.cli(i, &["cluster", "info"])
+                .contains("cluster_state:ok")
+                || !synced(i)
+        }) {
+            if Instant::now() > end {
+                return Err("the cluster did not become ok with every replica in sync".into());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(net)
+    }
+
+    fn addr(i: usize) -> String {
+        format!("192.0.2.{}", 10 + i)
+    }
+
+    /// The client namespace's name.
+    pub fn client_ns(&self) -> &str {
+        &self.client
+    }
+
+    /// Every node's URL, as the client reaches it.
+    pub fn urls(&self) -> Vec<String> {
+        (0..self.nodes.len())
+            .map(|i| format!("redis://{}:{PORT}/", Self::addr(i)))
+            .collect()
+    }
+
+    /// The node (index) serving `key`'s slot as master, as node `asked`
+    /// sees it.
+    pub fn master_of(&self, asked: usize, key: &str) -> Option<usize> {
+        let slot: u16 = self.cli(asked, &["cluster", "keyslot", key]).parse().ok()?;
+        let nodes = self.cli(asked, &["cluster", "nodes"]);
+        for line in nodes.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 9 || !f[2].contains("master") || f[2].contains("fail") {
+                continue;
+            }
+            for range in &f[8..] {
+                let (a, b) = range.split_once('-').unwrap_or((range, range));
+                if let (Ok(a), Ok(b)) = (a.parse::<u16>(), b.parse::<u16>()) {
+                    if a <= slot && slot <= b {
+                        let ip = f[1].split(':').next()?;
+                        return (0..self.nodes.len()).find(|&i| Self::addr(i) == ip);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Cuts node `i` off from everyone (client and cluster alike).
+    pub fn isolate(&self, i: usize) {
+        ip(&["-n", &self.hub, "link", "set", &self.ports[i], "down"]).unwrap();
+    }
+
+    /// Joins node `i` again.
+    pub fn rejoin(&self, i: usize) {
+        ip(&["-n", &self.hub, "link", "set", &self.ports[i], "up"]).unwrap();
+    }
+
+    /// `redis-cli` inside node `i`'s namespace, against node `i`.
+    pub fn cli(&self, i: usize, args: &[&str]) -> String {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.nodes[i],
+                "redis-cli",
+                "-h",
+                &Self::addr(i),
+            ])
+            .args(["-p", &PORT.to_string()])
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for ClusterNet {
+    fn drop(&mut self) {
+        for mut s in self.running.drain(..) {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+        for ns in self.nodes.iter().chain([&self.client, &self.hub]) {
+            let _ = ip(&["netns", "del", ns]);
+        }
+    }
 }
