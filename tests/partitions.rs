@@ -546,3 +546,146 @@ fn a_cluster_master_cut_off_fails_over_and_its_holder_learns_it_lost() {
     assert!(granted[0] > first, "fences {first} then {}", granted[0]);
     net.rejoin(master);
 }
+
+/// A Cluster worker (`cmd` role) in the client namespace.
+fn cluster_worker(net: &ClusterNet, name: &str) -> Worker {
+    Worker::spawn_in(
+        Some(net.client_ns()),
+        "net_worker",
+        &[
+            ("REDLEASE_NET_ROLE", "cmd".into()),
+            ("REDLEASE_NET_MODE", "cluster".into()),
+            ("REDLEASE_NET_URL", net.urls().join(",")),
+            ("REDLEASE_NET_NAME", name.into()),
+        ],
+    )
+}
+
+/// The Cluster failover that *loses* the lease: the name's replica stopped
+/// (replication cannot carry the lease), a lock taken on the master, the
+/// master cut off and the replica resumed: the cluster promotes it without
+/// the lease, and another client takes the lock there. The second fence
+/// is larger, and the first holder's own view of its lease ended before
+/// the second was let in (its LostSignal fired).
+#[test]
+#[serial]
+fn a_cluster_failover_that_loses_the_lease_is_reported_and_fences_still_grow() {
+    let test = "a_cluster_failover_that_loses_the_lease_is_reported_and_fences_still_grow";
+    if !cfg!(feature = "cluster") {
+        common::skip(test, "needs the cluster feature");
+        return;
+    }
+    let net = match ClusterNet::start(3, 1000) {
+        Ok(n) => n,
+        Err(why) => {
+            common::skip(test, &format!("no network namespaces here: {why}"));
+            return;
+        }
+    };
+    let master = net
+        .master_of(0, "{cl-lost}")
+        .expect("a master for the name");
+    let replica = net
+        .replica_of((master + 1) % 6, master)
+        .expect("a replica for the master");
+    let mut holder = cluster_worker(&net, "cl-lost");
+    let mut other = cluster_worker(&net, "cl-lost");
+    // Warm: the slot map read, connections open.
+    holder.tell("acquire");
+    nums(&holder.next(Duration::from_secs(20)), "held ");
+    holder.tell("release");
+    assert!(holder
+        .next(Duration::from_secs(10))
+        .starts_with("released ok"));
+    net.pause(replica);
+    holder.tell("acquire");
+    let first = nums(&holder.next(Duration::from_secs(20)), "held ")[0];
+    assert_eq!(
+        net.cli(master, &["exists", "{cl-lost}"]),
+        "1",
+        "the master has the lease"
+    );
+    let cut_at = now_us();
+    net.isolate(master);
+    net.resume(replica);
+    std::thread::sleep(Duration::from_millis(100));
+    holder.tell("deadline");
+    let deadline = nums(&holder.next(Duration::from_secs(10)), "deadline ")[0];
+    let granted = loop {
+        other.tell("acquire");
+        let line = other.next(Duration::from_secs(20));
+        if let Some(rest) = line.strip_prefix("held ") {
+            let v: Vec<u64> = rest.split(' ').filter_map(|w| w.parse().ok()).collect();
+            break v;
+        }
+        assert!(now_us() - cut_at < 40_000_000, "never granted: {line}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let lost = nums(&holder.next(Duration::from_secs(10)), "lost ")[0];
+    println!(
+        "FIGURES Cluster failover that lost the lease: the holder's lease ended for it {} ms after the cut, LostSignal {} ms after that, the other client got in on the promoted replica {} ms after the cut; fences {first} then {}",
+        (deadline - cut_at) / 1000,
+        lost.saturating_sub(deadline) / 1000,
+        (granted[1] - cut_at) / 1000,
+        granted[0]
+    );
+    assert!(deadline <= granted[1]);
+    assert!(lost.saturating_sub(deadline) <= 250_000, "LostSignal late");
+    assert!(granted[0] > first, "fences {first} then {}", granted[0]);
+    net.rejoin(master);
+}
+
+/// Cut off before it acquires: the request vanishes. The call returns by
+/// its deadline (5 s here, and one response timeout for a call in flight),
+/// holding nothing; after healing, nothing is held for it.
+#[test]
+#[serial]
+fn an_acquire_cut_off_returns_by_its_deadline_and_leaves_nothing() {
+    let Some(net) = net("an_acquire_cut_off_returns_by_its_deadline_and_leaves_nothing") else {
+        return;
+    };
+    let mut w = Worker::spawn_in(
+        Some(net.client_ns(0)),
+        "net_worker",
+        &[
+            ("REDLEASE_NET_ROLE", "cmd".into()),
+            ("REDLEASE_NET_URL", net.url()),
+            ("REDLEASE_NET_NAME", "acq".into()),
+        ],
+    );
+    // Warm (connections open), then cut.
+    w.tell("acquire");
+    nums(&w.next(Duration::from_secs(10)), "held ");
+    w.tell("release");
+    assert!(w.next(Duration::from_secs(10)).starts_with("released ok"));
+    net.partition();
+    let cut_at = now_us();
+    w.tell("acquire");
+    let line = w.next(Duration::from_secs(20));
+    assert!(!line.starts_with("held"), "{line}");
+    let at: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    println!(
+        "FIGURES acquire cut off: returned {line:?} after {} ms (deadline 5 s)",
+        (at - cut_at) / 1000
+    );
+    assert!(at - cut_at <= 6_500_000, "{} ms", (at - cut_at) / 1000);
+    net.heal();
+    // TCP goes on retransmitting what was written while cut off, and the
+    // server may receive it after healing: the acquire, and the undo the
+    // library wrote behind it when its reply did not come. Watched for 8 s
+    // (past the retransmission backoff): nothing is held for the caller
+    // that gave up, beyond an instant.
+    let end = std::time::Instant::now() + Duration::from_secs(8);
+    let mut seen = 0;
+    while std::time::Instant::now() < end {
+        if net.cli(0, &["exists", "{acq}"]) == "1" {
+            seen += 1;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!("FIGURES acquire cut off: the name seen held {seen} times in 8 s after healing");
+    assert!(
+        seen <= 1,
+        "held for the caller that gave up: seen {seen} times"
+    );
+}

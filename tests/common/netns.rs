@@ -476,6 +476,42 @@ impl ClusterNet {
         None
     }
 
+    /// The node that replicates master `m`, as node `asked` sees it.
+    pub fn replica_of(&self, asked: usize, m: usize) -> Option<usize> {
+        let nodes = self.cli(asked, &["cluster", "nodes"]);
+        let ip_of = |line: &str| {
+            line.split_whitespace()
+                .nth(1)?
+                .split(':')
+                .next()
+                .map(str::to_owned)
+        };
+        let id = nodes
+            .lines()
+            .find(|l| ip_of(l).as_deref() == Some(Self::addr(m).as_str()))?
+            .split_whitespace()
+            .next()?
+            .to_owned();
+        let line = nodes.lines().find(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[2].contains("slave") && f[3] == id
+        })?;
+        let ip = ip_of(line)?;
+        (0..self.nodes.len()).find(|&i| Self::addr(i) == ip)
+    }
+
+    /// SIGSTOPs node `i` (its replication stops where it is).
+    pub fn pause(&self, i: usize) {
+        // SAFETY: kill(2) on a server process this harness started.
+        unsafe { libc::kill(self.running[i].id() as i32, libc::SIGSTOP) };
+    }
+
+    /// SIGCONTs node `i`.
+    pub fn resume(&self, i: usize) {
+        // SAFETY: as in `pause`.
+        unsafe { libc::kill(self.running[i].id() as i32, libc::SIGCONT) };
+    }
+
     /// Cuts node `i` off from everyone (client and cluster alike).
     pub fn isolate(&self, i: usize) {
         ip(&["-n", &self.hub, "link", "set", &self.ports[i], "down"]).unwrap();
@@ -508,6 +544,9 @@ impl ClusterNet {
 impl Drop for ClusterNet {
     fn drop(&mut self) {
         for mut s in self.running.drain(..) {
+            // SAFETY: as in `pause`: a stopped process dies on SIGKILL
+            // too, but let it go on first.
+            unsafe { libc::kill(s.id() as i32, libc::SIGCONT) };
             let _ = s.kill();
             let _ = s.wait();
         }
