@@ -656,3 +656,28 @@ fn building_a_client_is_bounded_by_its_timeouts() {
     // The connect timeout (handshake) and one response timeout at most.
     assert!(took < ms(4_500), "took {took:?}");
 }
+
+/// Once the server has gone away, a refused connection is an answer: every
+/// call says so at once, not after the connect timeout (the first call
+/// after a shutdown took 2.0 s: r2d2 retried the refused connect until its
+/// timeout; found by a newcomer's trial). Fails before.
+#[test]
+fn a_server_that_went_away_is_reported_at_once() {
+    let mut server = Server::start();
+    let c = client(&server);
+    c.lock("gone").try_acquire().unwrap().unwrap().release().unwrap();
+    server.stop();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let err = c.lock("gone").try_acquire().unwrap_err();
+        let took = t.elapsed();
+        assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+        assert!(took < Duration::from_millis(500), "took {took:?}: {err}");
+    }
+    // And it comes back as soon as the server does.
+    server.restart();
+    assert!(eventually(Duration::from_secs(5), || c
+        .lock("gone")
+        .try_acquire()
+        .is_ok_and(|g| g.is_some())));
+}

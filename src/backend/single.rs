@@ -391,6 +391,10 @@ impl Drop for BlockingSlot<'_> {
 /// How many idle spare connections a node keeps.
 const IDLE_SPARES: usize = 32;
 
+/// How long a checkout waits before a connect error is taken as the
+/// answer (see `Node::conn`).
+const QUICK_CHECKOUT: Duration = Duration::from_millis(50);
+
 /// How long a Redlock master that could not be reached is skipped.
 const DOWN_FOR: Duration = Duration::from_millis(500);
 
@@ -479,7 +483,22 @@ impl Node {
             .min(self.timeouts.pool)
             .min(cap.unwrap_or(Duration::MAX));
         for _ in 0..=self.pool.max_size() {
-            let got = match self.pool.get_timeout(first.max(Duration::from_millis(1))) {
+            // A refused connection is an answer: given at once, not after
+            // the connect timeout that r2d2 spends retrying it. r2d2 keeps
+            // its last connect error until a timeout takes it, so an error
+            // found here is confirmed by a connection of our own (which,
+            // should the server be back, serves as a spare).
+            let quick = first.min(QUICK_CHECKOUT).max(Duration::from_millis(1));
+            let got = match self.pool.get_timeout(quick) {
+                Ok(c) => Ok(c),
+                Err(e) if e.to_string().contains(": ") && self.refuses() => Err(e),
+                Err(_) => self.pool.get_timeout(
+                    first
+                        .saturating_sub(start.elapsed())
+                        .max(Duration::from_millis(1)),
+                ),
+            };
+            let got = match got {
                 Ok(c) => Ok(c),
                 Err(e) if e.to_string().contains(": ") => Err(e), // could not connect
                 // Room in the pool, yet no connection within the connect
@@ -631,6 +650,18 @@ impl Node {
     /// How long a connection may take to open.
     pub(crate) fn connect_timeout(&self) -> Duration {
         self.timeouts.connect
+    }
+
+    /// Whether a connection of our own is refused (or fails) now; one that
+    /// opens is kept as a spare.
+    fn refuses(&self) -> bool {
+        match self.open_spare(self.timeouts.connect) {
+            Ok(con) => {
+                self.idle_spare(con);
+                false
+            }
+            Err(_) => true,
+        }
     }
 
     fn idle_spare(&self, con: Con) {
