@@ -256,6 +256,48 @@ impl Names {
     }
 }
 
+/// The name inside a key's hash tag, as the user gave it: what
+/// [`escape_name`] made of it, undone.
+pub(crate) fn unescape_name(escaped: &[u8]) -> Vec<u8> {
+    let mut name = Vec::with_capacity(escaped.len());
+    let mut i = 0;
+    while i < escaped.len() {
+        match &escaped[i..] {
+            [b'%', b'7', b'B', ..] => {
+                name.push(b'{');
+                i += 3;
+            }
+            [b'%', b'7', b'D', ..] => {
+                name.push(b'}');
+                i += 3;
+            }
+            [b'%', b'2', b'5', ..] => {
+                name.push(b'%');
+                i += 3;
+            }
+            [b, ..] => {
+                name.push(*b);
+                i += 1;
+            }
+            [] => break,
+        }
+    }
+    name
+}
+
+/// The user's name of a primitive from one of its keys
+/// (`<prefix>{<escaped name>}<suffix>`); the key itself if it has no tag.
+pub(crate) fn name_of_key(key: &[u8]) -> Vec<u8> {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        rest.iter().position(|&b| b == b'}').map(|close| &rest[..close])
+    });
+    match tagged {
+        Some(escaped) => unescape_name(escaped),
+        None => key.to_vec(),
+    }
+}
+
 /// Braces inside the hash tag would end it early (or make it empty, which
 /// disables hash tags), so they and the escape byte itself are %-encoded.
 pub(crate) fn escape_name(name: &[u8]) -> Vec<u8> {

@@ -178,29 +178,5 @@ fn name_of(rest: &[u8]) -> Option<Vec<u8>> {
     if !matches!(suffix, b"" | b":rw:w" | b":rw:r" | b":sem") {
         return None;
     }
-    let escaped = &rest[..close];
-    let mut name = Vec::with_capacity(escaped.len());
-    let mut i = 0;
-    while i < escaped.len() {
-        match &escaped[i..] {
-            [b'%', b'7', b'B', ..] => {
-                name.push(b'{');
-                i += 3;
-            }
-            [b'%', b'7', b'D', ..] => {
-                name.push(b'}');
-                i += 3;
-            }
-            [b'%', b'2', b'5', ..] => {
-                name.push(b'%');
-                i += 3;
-            }
-            [b, ..] => {
-                name.push(*b);
-                i += 1;
-            }
-            [] => break,
-        }
-    }
-    Some(name)
+    Some(crate::client::unescape_name(&rest[..close]))
 }

@@ -295,7 +295,10 @@ impl Renewal {
     }
 
     fn name(&self) -> String {
-        String::from_utf8_lossy(self.script.keys.first().map_or(&[][..], |k| k)).into_owned()
+        // The name as the user gave it, not the key (`"job"`, not
+        // `"{job}"`): what the CLI and the errors say.
+        let key = self.script.keys.first().map_or(&[][..], |k| k);
+        String::from_utf8_lossy(&crate::client::name_of_key(key)).into_owned()
     }
 }
 

@@ -891,3 +891,45 @@ fn a_socket_urls_password_is_redacted_and_kept_from_the_command() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("WRONGpass"), "{err}");
 }
+
+/// `-v` says what `run` is doing: on whom it waits (holder, note, age),
+/// the fence it got and after how long, and the release; `status` shows a
+/// holder's age and start in UTC, a lapsed counter in words, and `list`
+/// says when nothing matches (on stderr: stdout stays rows only).
+/// Before, `-vvv run` printed nothing of the kind (a newcomer's trial).
+#[test]
+fn the_cli_says_what_it_is_doing() {
+    let server = Server::start();
+    let mut holder = redlease(&server)
+        .args(["run", "told", "--", "sleep", "2"])
+        .spawn()
+        .unwrap();
+    let c = client(&server);
+    assert!(eventually(Duration::from_secs(10), || c
+        .inspect("told")
+        .unwrap()
+        .note
+        .is_some()));
+    let o = run(redlease(&server).args(["status", "told"]));
+    let text = stdout(&o);
+    assert!(text.contains("held ") && text.contains(" UTC"), "{text}");
+    let o = run(redlease(&server).args(["-v", "run", "told", "--", "true"]));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("waiting for \"told\": locked by") && err.contains("pid="),
+        "{err}"
+    );
+    assert!(err.contains("acquired \"told\" with fence "), "{err}");
+    assert!(err.contains("released \"told\""), "{err}");
+    holder.wait().unwrap();
+    let text = stdout(&run(redlease(&server).args(["status", "told"])));
+    assert!(text.contains("free") && text.contains("none issued recently"), "{text}");
+    let o = run(redlease(&server).args(["list", "nothing-here*"]));
+    assert!(stdout(&o).is_empty());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("nothing held matches"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -68,8 +68,8 @@ struct Cli {
     /// The private key of --tls-cert (PEM).
     #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<std::path::PathBuf>,
-    /// Lease of locks without --lease, renewed every third of it; a lost
-    /// lease is noticed within about a third of it. E.g. 30s.
+    /// `run`: lease of locks without --lease, renewed every third of it; a
+    /// lost lease is noticed within about a third of it. E.g. 30s.
     #[arg(long, value_parser = parse_duration, default_value = "30s", global = true)]
     watchdog: Duration,
     /// Log more: -v info, -vv debug, -vvv trace (RUST_LOG=debug works too).
@@ -128,14 +128,18 @@ enum Cmd {
     },
     /// Who holds NAME, for how long, and the fencing counter.
     Status {
+        /// The name, as bytes (the form `list` prints).
         name: OsString,
+        /// One JSON object instead of a line.
         #[arg(long)]
         json: bool,
     },
     /// Names under the prefix that are held (SCAN, never KEYS).
     List {
+        /// A glob over names (`orders:*`).
         #[arg(default_value = "*")]
         pattern: OsString,
+        /// One JSON array instead of lines.
         #[arg(long)]
         json: bool,
     },
@@ -144,11 +148,13 @@ enum Cmd {
     /// ok / degraded / refused, and what to do. Writes only a scratch name
     /// under the prefix, and deletes it.
     Doctor {
+        /// One JSON document instead of lines.
         #[arg(long)]
         json: bool,
     },
     /// Remove a lock whoever holds it.
     Unlock {
+        /// The name, as bytes (the form `list` prints).
         name: OsString,
         /// Required: this breaks mutual exclusion for the current holder.
         #[arg(long)]
@@ -464,14 +470,21 @@ fn main() -> ExitCode {
                 .lines()
                 .take_while(|l| !l.starts_with("Usage:"))
                 .map(str::trim)
-                .filter(|l| !l.is_empty())
+                .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
                 .collect();
             let what = what.join(" ");
             let what = what.trim_start_matches("error: ");
+            // The form of the command, so that `run foo` (no `-- CMD`) shows
+            // what a whole one looks like.
+            let usage = text
+                .lines()
+                .find_map(|l| l.strip_prefix("Usage: "))
+                .map(|u| format!("; usage: {}", u.trim()))
+                .unwrap_or_default();
             return fail(
                 EXIT_USAGE,
                 format!(
-                    "{} (see --help)",
+                    "{}{usage} (see --help)",
                     if what.is_empty() {
                         "invalid arguments"
                     } else {
@@ -614,7 +627,10 @@ fn run(
     };
     // Wait in slices, so that SIGINT/SIGTERM while waiting ends the wait
     // within a slice (nothing run) instead of when the holder releases.
+    let started = Instant::now();
     let deadline = wait.and_then(|w| Instant::now().checked_add(w));
+    // `-v`: say once that we wait and on whom, then every 10 s.
+    let mut told_waiting: Option<Instant> = None;
     let held = loop {
         if let Some(sig) = pending() {
             return Ok(fail(
@@ -640,7 +656,37 @@ fn run(
         if let Some(h) = got {
             break h;
         }
+        if told_waiting.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+            if told_waiting.is_none() {
+                let whom = client
+                    .inspect(name)
+                    .map(|i| holder_text(&i))
+                    .unwrap_or_else(|e| format!("holder not known: {e}"));
+                log::info!("waiting for \"{}\": {whom}", shown(name));
+            } else {
+                log::info!(
+                    "still waiting for \"{}\" ({} s)",
+                    shown(name),
+                    started.elapsed().as_secs()
+                );
+            }
+            told_waiting = Some(Instant::now());
+        }
     };
+    match &held {
+        Held::Lock(g) => log::info!(
+            "acquired \"{}\" with fence {} after {} ms",
+            shown(name),
+            g.fencing_token(),
+            started.elapsed().as_millis()
+        ),
+        Held::Permit(p) => log::info!(
+            "acquired a permit of \"{}\" ({}) after {} ms",
+            shown(name),
+            p.id(),
+            started.elapsed().as_millis()
+        ),
+    }
     if let Some(sig) = pending() {
         held.release()?;
         return Ok(fail(
@@ -764,6 +810,9 @@ fn run(
         return Ok(ExitCode::FAILURE);
     };
     let released = held.release();
+    if released.is_ok() {
+        log::info!("released \"{}\"", shown(name));
+    }
     if lost_at.is_some() {
         return Ok(fail(
             EXIT_LOST,
@@ -942,19 +991,23 @@ fn printable(s: &str) -> String {
         .collect()
 }
 
-fn info_line(name: &[u8], i: &redlease::LockInfo) -> String {
-    let name = shown(name);
+/// Who holds it, for people: `locked by <holder> (<note>; held 12 s,
+/// since 2026-11-25 21:10:03 UTC; 18000 ms left)`, or `free`.
+fn holder_text(i: &redlease::LockInfo) -> String {
     let mut parts = Vec::new();
     if let Some(h) = &i.holder {
-        let note = i
-            .note
-            .as_deref()
-            .map_or(String::new(), |n| format!("{}, ", printable(n)));
-        parts.push(format!(
-            "locked by {} ({note}{} ms left)",
-            printable(h),
+        let mut about = Vec::new();
+        if let Some(n) = i.note.as_deref() {
+            about.push(printable(n));
+            if let Some(since) = note_since(n) {
+                about.push(age_text(since));
+            }
+        }
+        about.push(format!(
+            "{} ms left",
             i.remaining.map_or(-1, |d| d.as_millis() as i64)
         ));
+        parts.push(format!("locked by {} ({})", printable(h), about.join("; ")));
     }
     if let Some(w) = &i.writer {
         parts.push(format!("write-locked by {}", printable(w)));
@@ -968,12 +1021,57 @@ fn info_line(name: &[u8], i: &redlease::LockInfo) -> String {
     if parts.is_empty() {
         parts.push("free".into());
     }
+    parts.join(", ")
+}
+
+/// The `since=<epoch seconds>` of a holder note written by `run`.
+fn note_since(note: &str) -> Option<u64> {
+    note.split_whitespace()
+        .find_map(|w| w.strip_prefix("since="))?
+        .parse()
+        .ok()
+}
+
+/// `held 12 s, since 2026-11-25 21:10:03 UTC` for an epoch second.
+fn age_text(since: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!("held {} s, since {}", now.saturating_sub(since), utc(since))
+}
+
+/// An epoch second as `YYYY-MM-DD hh:mm:ss UTC` (civil from days, after
+/// Howard Hinnant's algorithm; no time zone database needed).
+fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
     format!(
-        "{name}\t{}\tfence {}\twaiters {}",
-        parts.join(", "),
-        i.fence,
-        i.waiters
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
     )
+}
+
+fn info_line(name: &[u8], i: &redlease::LockInfo) -> String {
+    let name = shown(name);
+    // A fence of 0: the counter lapsed (nobody held or waited for a
+    // while); the next one will be larger than any before.
+    let fence = if i.fence == 0 {
+        "fence 0 (none issued recently)".to_string()
+    } else {
+        format!("fence {}", i.fence)
+    };
+    format!("{name}\t{}\t{fence}\twaiters {}", holder_text(i), i.waiters)
 }
 
 fn status(client: &Client, name: &[u8], json: bool) -> redlease::Result<ExitCode> {
@@ -998,6 +1096,13 @@ fn list(client: &Client, pattern: &[u8], json: bool) -> redlease::Result<ExitCod
     } else {
         for (n, i) in &rows {
             println!("{}", info_line(n, i));
+        }
+        if rows.is_empty() {
+            // On stderr: a script reading stdout still sees no rows.
+            eprintln!(
+                "redlease: nothing held matches {:?}",
+                String::from_utf8_lossy(pattern)
+            );
         }
     }
     Ok(ExitCode::SUCCESS)
