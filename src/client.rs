@@ -290,7 +290,9 @@ pub(crate) fn unescape_name(escaped: &[u8]) -> Vec<u8> {
 pub(crate) fn name_of_key(key: &[u8]) -> Vec<u8> {
     let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
         let rest = &key[open + 1..];
-        rest.iter().position(|&b| b == b'}').map(|close| &rest[..close])
+        rest.iter()
+            .position(|&b| b == b'}')
+            .map(|close| &rest[..close])
     });
     match tagged {
         Some(escaped) => unescape_name(escaped),

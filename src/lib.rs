@@ -242,6 +242,7 @@
 mod backend;
 mod capabilities;
 mod client;
+mod connection;
 mod doctor;
 mod error;
 mod events;
@@ -288,6 +289,7 @@ struct ReadmeDoctests;
 
 pub use capabilities::{Capabilities, WakeChannel};
 pub use client::{Client, ClientBuilder, MAX_NAME_LEN};
+pub use connection::Connection;
 pub use doctor::{Check, CheckStatus, Diagnosis};
 pub use error::{Error, ErrorKind, RedisErrorText, Result};
 pub use events::HandleEvent;

@@ -924,7 +924,10 @@ fn the_cli_says_what_it_is_doing() {
     assert!(err.contains("released \"told\""), "{err}");
     holder.wait().unwrap();
     let text = stdout(&run(redlease(&server).args(["status", "told"])));
-    assert!(text.contains("free") && text.contains("none issued recently"), "{text}");
+    assert!(
+        text.contains("free") && text.contains("none issued recently"),
+        "{text}"
+    );
     let o = run(redlease(&server).args(["list", "nothing-here*"]));
     assert!(stdout(&o).is_empty());
     assert!(

@@ -665,7 +665,12 @@ fn building_a_client_is_bounded_by_its_timeouts() {
 fn a_server_that_went_away_is_reported_at_once() {
     let mut server = Server::start();
     let c = client(&server);
-    c.lock("gone").try_acquire().unwrap().unwrap().release().unwrap();
+    c.lock("gone")
+        .try_acquire()
+        .unwrap()
+        .unwrap()
+        .release()
+        .unwrap();
     server.stop();
     for _ in 0..3 {
         let t = Instant::now();

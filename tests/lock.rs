@@ -453,3 +453,62 @@ fn a_released_lock_leaves_no_note_behind() {
         .unwrap();
     assert!(keys.is_empty(), "left {keys:?}");
 }
+
+/// Redis work under a lock without plumbing: one error type through the
+/// closure (`E: From<redlease::Error>`), and a connection from the
+/// client's own pool with the hold's fence (a newcomer's trial opened a
+/// `redis` connection per task and unpicked `Result<Result<T, E>, Error>`).
+#[test]
+fn fallible_work_under_a_lock_with_the_clients_own_connection() {
+    use redis::Commands;
+    #[derive(Debug)]
+    enum JobError {
+        #[allow(dead_code)] // shown by Debug only
+        Lock(redlease::Error),
+        Bad(&'static str),
+    }
+    impl From<redlease::Error> for JobError {
+        fn from(e: redlease::Error) -> Self {
+            JobError::Lock(e)
+        }
+    }
+    let server = common::Server::start();
+    let c = common::client(&server);
+    // f's own error comes back as it was, and the lock is released.
+    let r: Result<(), JobError> = c.lock("job").with_result(|| Err(JobError::Bad("no")));
+    assert!(matches!(r, Err(JobError::Bad("no"))), "{r:?}");
+    assert!(!c.lock("job").is_locked().unwrap());
+    let r: Result<u32, JobError> = c.with_lock_result("job", || Ok(7));
+    assert!(matches!(r, Ok(7)));
+    // The connection and the fence of the hold.
+    let total: i64 = c
+        .lock("account")
+        .with_connection(|con, fence| {
+            assert!(fence > 0);
+            let _: () = con.set("account:fence", fence)?;
+            let total: i64 = con.incr("account:balance", 10)?;
+            Ok::<_, redlease::Error>(total)
+        })
+        .unwrap();
+    assert_eq!(total, 10);
+    let mut raw = server.con();
+    let fence: u64 = raw.get("account:fence").unwrap();
+    assert!(fence > 0);
+    assert!(!c.lock("account").is_locked().unwrap());
+    // A lent connection goes back to the pool: many more than the pool
+    // holds, one after the other.
+    for _ in 0..50 {
+        let mut con = c.connection().unwrap();
+        let _: String = redis::cmd("PING").query(&mut con).unwrap();
+    }
+    // Not on Redlock, where a command's server depends on its keys.
+    let other = common::Server::start();
+    let redlock = redlease::Client::builder()
+        .redlock([server.url(), other.url()])
+        .build()
+        .unwrap();
+    assert_eq!(
+        redlock.connection().unwrap_err().kind(),
+        redlease::ErrorKind::Unsupported
+    );
+}

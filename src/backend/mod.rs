@@ -16,7 +16,7 @@
 mod cluster;
 mod fan_out;
 mod redlock;
-mod single;
+pub(crate) mod single;
 mod slots;
 mod wire;
 
@@ -369,6 +369,19 @@ impl Backend {
     /// comes before the counter's `{` (a key prefix has none).
     pub(crate) fn fence_floor(&self, counter: &[u8]) -> Vec<u8> {
         fence_floor(counter, self.is_cluster())
+    }
+
+    /// A pooled connection to the one server (or the Sentinels' master),
+    /// for the application's own commands.
+    pub(crate) fn lend(&self) -> Result<r2d2::PooledConnection<single::Manager>> {
+        match &self.kind {
+            Kind::Single(node) => node.lend().map_err(|e| e.at(&self.place)),
+            _ => Err(Error::new(
+                ErrorKind::Unsupported,
+                "a pooled connection is lent on one server or Sentinel only: on Cluster and \
+                 Redlock a command's server depends on its keys (use a client of your own there)",
+            )),
+        }
     }
 
     /// The topology: `single server`, `Sentinel`, `Cluster` or `Redlock`.

@@ -652,6 +652,12 @@ impl Node {
         self.timeouts.connect
     }
 
+    /// A pooled connection for the application's own commands (see
+    /// `Client::connection`), waited for as any call's.
+    pub(crate) fn lend(&self) -> Result<r2d2::PooledConnection<Manager>> {
+        self.conn(None)
+    }
+
     /// Whether a connection of our own is refused (or fails) now; one that
     /// opens is kept as a spare.
     fn refuses(&self) -> bool {
