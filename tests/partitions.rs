@@ -637,7 +637,8 @@ fn a_cluster_failover_that_loses_the_lease_is_reported_and_fences_still_grow() {
 
 /// Cut off before it acquires: the request vanishes. The call returns by
 /// its deadline (5 s here, and one response timeout for a call in flight),
-/// holding nothing; after healing, nothing is held for it.
+/// holding nothing; after healing, anything TCP still delivers holds the
+/// name for one lease at most.
 #[test]
 #[serial]
 fn an_acquire_cut_off_returns_by_its_deadline_and_leaves_nothing() {
@@ -671,21 +672,30 @@ fn an_acquire_cut_off_returns_by_its_deadline_and_leaves_nothing() {
     assert!(at - cut_at <= 6_500_000, "{} ms", (at - cut_at) / 1000);
     net.heal();
     // TCP goes on retransmitting what was written while cut off, and the
-    // server may receive it after healing: the acquire, and the undo the
-    // library wrote behind it when its reply did not come. Watched for 8 s
-    // (past the retransmission backoff): nothing is held for the caller
-    // that gave up, beyond an instant.
+    // server may receive it after healing: the blocked acquire, and the
+    // undo written behind it when its reply did not come. Watched for 8 s
+    // (past the retransmission backoff). What GUARANTEES.md admits for an
+    // acquire whose outcome the caller never learned: a hold nobody renews,
+    // which ends by itself within one lease. Seen once on Redis 6.2 (a hold
+    // of one lease after healing); usually none.
     let end = std::time::Instant::now() + Duration::from_secs(8);
-    let mut seen = 0;
+    let (mut first, mut last) = (None, None);
     while std::time::Instant::now() < end {
         if net.cli(0, &["exists", "{acq}"]) == "1" {
-            seen += 1;
+            let now = std::time::Instant::now();
+            first.get_or_insert(now);
+            last = Some(now);
+            let ttl: i64 = net.cli(0, &["pttl", "{acq}"]).parse().unwrap_or(-2);
+            assert!(ttl <= LEASE_MS as i64, "an orphan with {ttl} ms to live");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    println!("FIGURES acquire cut off: the name seen held {seen} times in 8 s after healing");
-    assert!(
-        seen <= 1,
-        "held for the caller that gave up: seen {seen} times"
-    );
+    let held = first.zip(last).map(|(f, l)| l - f);
+    println!("FIGURES acquire cut off: after healing, held for the caller that gave up: {held:?}");
+    if let Some(held) = held {
+        assert!(
+            held <= Duration::from_millis(LEASE_MS + 500),
+            "held {held:?} for a caller that gave up, beyond one lease"
+        );
+    }
 }
