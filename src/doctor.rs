@@ -147,6 +147,21 @@ impl Client {
                 Some("check the URL, and that the cluster or Sentinels answer"),
             );
         }
+        if backend.is_cluster() {
+            let sharded = backend.sharded();
+            d.push(
+                "sharded pub/sub".into(),
+                CheckStatus::Ok,
+                if sharded {
+                    "wake-ups go to the name's shard alone (SPUBLISH / SSUBSCRIBE)".into()
+                } else {
+                    "not available (Redis before 7.0, or refused): wake-ups use classic \
+                     pub/sub, which every node of the cluster carries"
+                        .into()
+                },
+                None,
+            );
+        }
         if offsets.len() > 1 {
             let min = offsets.iter().map(|o| o.1).fold(f64::INFINITY, f64::min);
             let max = offsets
@@ -482,18 +497,51 @@ fn check_master(
     }
     // Replicas, for replica_ack: how many the master sees, and whether
     // WAIT answers.
-    let replicas = redis::cmd("INFO")
+    let replication = redis::cmd("INFO")
         .arg("replication")
         .query::<String>(con)
-        .ok()
-        .and_then(|info| {
-            info.lines().find_map(|l| {
-                l.trim()
-                    .strip_prefix("connected_slaves:")?
-                    .parse::<u32>()
-                    .ok()
-            })
-        });
+        .ok();
+    // Each replica as the master sees it (`slave0:ip=..,port=..,state=
+    // online,offset=..,lag=1`): a failover promotes one of these, and a
+    // lease it has not received yet is lost with the old master.
+    for line in replication.iter().flat_map(|i| i.lines()) {
+        let Some((_, fields)) = line
+            .trim()
+            .split_once(':')
+            .filter(|(k, _)| k.starts_with("slave") && k[5..].parse::<u32>().is_ok())
+        else {
+            continue;
+        };
+        let field = |name: &str| {
+            fields
+                .split(',')
+                .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+                .unwrap_or("?")
+        };
+        let (state, lag) = (field("state"), field("lag"));
+        let behind = state != "online" || lag.parse::<u64>().map_or(true, |l| l > 1);
+        d.push(
+            format!("replica {}:{} of {addr}", field("ip"), field("port")),
+            if behind {
+                CheckStatus::Degraded
+            } else {
+                CheckStatus::Ok
+            },
+            format!("{state}, {lag} s behind"),
+            behind.then_some(
+                "a replica that lags loses the leases it has not received if it is promoted: \
+                 check the link and the replica's load (replica_ack waits for replicas)",
+            ),
+        );
+    }
+    let replicas = replication.as_deref().and_then(|info| {
+        info.lines().find_map(|l| {
+            l.trim()
+                .strip_prefix("connected_slaves:")?
+                .parse::<u32>()
+                .ok()
+        })
+    });
     let waited = redis::cmd("WAIT")
         .arg(replicas.unwrap_or(0))
         .arg(100)

@@ -338,5 +338,10 @@ fn a_cluster_reports_every_master_and_its_sharded_channel() {
         3,
         "{t}"
     );
+    let l = line(&t, "sharded pub/sub");
+    assert!(
+        l.contains(if sharded { "shard alone" } else { "classic" }),
+        "{l}"
+    );
     cluster.stop();
 }

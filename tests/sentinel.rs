@@ -237,3 +237,34 @@ fn a_failover_that_loses_the_lease_is_reported_and_fences_still_grow() {
     assert_eq!(g.release().unwrap_err().kind(), ErrorKind::LockLost);
     assert!(g2.is_held());
 }
+
+/// `redlease doctor --sentinel`: the master the Sentinels name, and each of
+/// its replicas with its state and lag (a failover promotes one of them).
+#[test]
+#[serial]
+fn the_doctor_checks_the_master_and_its_replicas() {
+    let (_cluster, sentinels) = setup();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_redlease"))
+        .env_remove("REDIS_URL")
+        .env_remove("REDLEASE_PREFIX")
+        .args([
+            "--url",
+            &sentinels.join(","),
+            "--sentinel",
+            "master0",
+            "doctor",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("client: Sentinel"), "{text}");
+    let replica = text
+        .lines()
+        .find(|l| l.contains(" replica ") && l.contains(" of "))
+        .unwrap_or_else(|| panic!("no replica line:\n{text}"));
+    assert!(
+        replica.starts_with("ok ") && replica.contains("online"),
+        "{replica}"
+    );
+}
