@@ -14,10 +14,24 @@
 --     (a clock stepped back). Every fence drawn raises the floor to it, so
 --     fences on a name only ever grow, whatever the server's clock does.
 --     The counter then lives ttl_ms more.
---     Raises REDLEASE_FOREIGN when the counter or the floor is not a
---     positive integer.
+--     Raises REDLEASE_FOREIGN, before writing anything, when the counter
+--     or the floor is not a positive integer below 2^53.
 --   raise_floor(fence): the floor is at least fence afterwards.
 local fence_floor = KEYS[#KEYS]
+
+-- Fences are integers Lua's numbers hold exactly: below 2^53 (the clock
+-- reaches it in the year 2255).
+local FENCE_LIMIT = 9007199254740992
+
+-- `v` (a string read from a key) as a fence: a positive integer below
+-- FENCE_LIMIT; raises REDLEASE_FOREIGN naming `what` otherwise.
+local function as_fence(v, what)
+  local n = tonumber(v)
+  if not n or n < 1 or n ~= math.floor(n) or n >= FENCE_LIMIT then
+    error('REDLEASE_FOREIGN ' .. what .. ' is not a positive integer below 2^53')
+  end
+  return n
+end
 
 -- The floor's value (0 if unset).
 local function floor_value()
@@ -25,11 +39,7 @@ local function floor_value()
   if not low then
     return 0
   end
-  low = tonumber(low)
-  if not low then
-    error('REDLEASE_FOREIGN fence floor is not a number')
-  end
-  return low
+  return as_fence(low, 'fence floor')
 end
 
 local function raise_floor(f)
@@ -38,35 +48,31 @@ local function raise_floor(f)
   end
 end
 
+-- Everything is read and checked before anything is written: a foreign
+-- floor or counter leaves both as they were (an INCR first left a small
+-- counter behind, from which fences went backwards once the floor was
+-- repaired).
 local function next_fence(counter, ttl)
-  local f = redis.pcall('INCR', counter)
-  if type(f) == 'table' then
-    local e = f.err or ''
-    -- Only a counter that holds something else is foreign; any other
-    -- refusal (READONLY on a replica, OOM) is passed on as it came.
-    -- Strings, not error tables: Redis 6.2 cannot report a table raised
-    -- by error() (its handler fails on it, and the code is lost).
-    if string.find(e, 'WRONGTYPE', 1, true) or string.find(e, 'not an integer', 1, true) then
-      error('REDLEASE_FOREIGN fencing counter is not a positive integer')
-    end
-    error(e)
-  end
-  if f < 1 then
-    error('REDLEASE_FOREIGN fencing counter is not a positive integer')
-  end
   local low = floor_value()
-  if f == 1 then
-    -- INCR created it: no counter was alive. Start from the clock, but
-    -- above every fence this server (slot) has drawn.
+  local cur = redis.call('GET', counter)
+  local f
+  if cur then
+    f = as_fence(cur, 'fencing counter') + 1
+  else
+    -- No counter alive: start from the clock, but above every fence this
+    -- server (slot) has drawn.
     local t = redis.call('TIME')
     f = tonumber(t[1]) * 1000000 + tonumber(t[2])
     if f <= low then
       f = low + 1
     end
-    redis.call('SET', counter, string.format('%d', f), 'PX', ttl)
-  else
-    redis.call('PEXPIRE', counter, ttl)
   end
+  if f >= FENCE_LIMIT then
+    error('REDLEASE_FOREIGN fence would reach 2^53')
+  end
+  -- Plain writes: a refusal (READONLY on a replica, OOM) comes back as the
+  -- server gave it.
+  redis.call('SET', counter, string.format('%d', f), 'PX', ttl)
   if f > low then
     redis.call('SET', fence_floor, string.format('%d', f))
   end

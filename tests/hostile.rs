@@ -2,6 +2,8 @@
 //! loopback that answer the handshake like Redis and then misbehave. The
 //! client must fail the call, bounded in time and in memory, never abort.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 
 use serial_test::serial;
@@ -168,6 +170,48 @@ fn a_terabyte_message_cannot_fill_the_subscribers_memory() {
             .wait_timeout(Duration::from_secs(4))
     });
     println!("FIGURES a terabyte message to the subscriber: {r:?} after {took:?}, peak memory +{grew} MiB");
+    assert!(took < Duration::from_secs(7), "took {took:?}");
+    assert!(grew < 512, "peak memory grew {grew} MiB");
+}
+
+/// The Redlock subscriber (and the Cluster one before Redis 7) ran on
+/// redis-rs's connection, which times each read, not the message: the
+/// same flood as above, sent by the first Redlock master once it confirmed
+/// `SUBSCRIBE`. It runs on redlease's own connection now, on every
+/// topology (fails before: memory grew without bound).
+#[test]
+#[serial]
+fn a_terabyte_message_cannot_fill_a_redlock_subscribers_memory() {
+    const FLOOD: &[u8] = b"*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n\
+        *3\r\n$7\r\nmessage\r\n$1\r\nx\r\n$1099511627776\r\n";
+    // The hostile master says "wait" to every acquire, and floods the
+    // subscription; two real masters hold the name for someone else.
+    let (hostile, stop) = hostile_server(|cmd| match cmd {
+        "EVALSHA" | "EVAL" => Reply::Bytes(b"*2\r\n:0\r\n:5000\r\n".to_vec()),
+        "SUBSCRIBE" => Reply::Flood(FLOOD.to_vec()),
+        "SCRIPT" => Reply::Bytes(b"$40\r\n0000000000000000000000000000000000000000\r\n".to_vec()),
+        _ => Reply::Bytes(b":0\r\n".to_vec()),
+    });
+    let real: Vec<common::Server> = (0..2).map(|_| common::Server::start()).collect();
+    let holder = Client::builder()
+        .redlock(real.iter().map(common::Server::url))
+        .build()
+        .unwrap();
+    let _held = holder.lock("flood").acquire().unwrap();
+    let mut urls = vec![hostile.clone()];
+    urls.extend(real.iter().map(common::Server::url));
+    let c = Client::builder()
+        .redlock(&urls)
+        .response_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let before = peak_from_now();
+    let t = Instant::now();
+    let r = c.lock("flood").acquire_timeout(Duration::from_secs(4));
+    let took = t.elapsed();
+    let grew = peak_kib().saturating_sub(before) / 1024;
+    stop.store(true, Ordering::Relaxed);
+    println!("FIGURES a terabyte message to a Redlock subscriber: {:?} after {took:?}, peak memory +{grew} MiB", r.as_ref().map(|g| g.is_some()));
     assert!(took < Duration::from_secs(7), "took {took:?}");
     assert!(grew < 512, "peak memory grew {grew} MiB");
 }

@@ -512,3 +512,50 @@ fn fallible_work_under_a_lock_with_the_clients_own_connection() {
         redlease::ErrorKind::Unsupported
     );
 }
+
+/// The fence floor (lua/fence.lua) holding something redlease did not
+/// write: every acquisition is refused as `WrongType` and *nothing* is
+/// written — no counter left behind — so once the floor is repaired the
+/// name's fences go on growing. Before, the counter's INCR ran first and
+/// stayed (1, no expiry), and the fence after the repair was 3 where
+/// 1795642277938951 had been handed out (an adversarial review). Values
+/// that are not integers Lua holds exactly are foreign too (`inf` gave a
+/// fence of -2^63, 2^53 a duplicate fence).
+#[test]
+fn a_foreign_fence_floor_writes_nothing_and_fences_never_go_back() {
+    let server = Server::start();
+    let c = client(&server);
+    let mut con = server.con();
+    let first = {
+        let g = c.lock("ff").acquire().unwrap();
+        let f = g.fencing_token();
+        g.release().unwrap();
+        f
+    };
+    for bad in [
+        "garbage",
+        "inf",
+        "1e300",
+        "9223372036854775807",
+        "9007199254740992",
+        "nan",
+        "-5",
+        "1.5",
+    ] {
+        let _: () = con.set("redlease:fence-floor", bad).unwrap();
+        for _ in 0..2 {
+            let err = c.lock("ff").try_acquire().unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::WrongType, "floor {bad:?}: {err}");
+        }
+        let left: bool = con.exists("{ff}:fence").unwrap();
+        assert!(!left, "floor {bad:?}: a counter was left behind");
+        assert!(!c.lock("ff").is_locked().unwrap(), "floor {bad:?}");
+    }
+    let _: () = con.del("redlease:fence-floor").unwrap();
+    let g = c.lock("ff").acquire().unwrap();
+    assert!(
+        g.fencing_token() > first,
+        "fence {} after {first}",
+        g.fencing_token()
+    );
+}

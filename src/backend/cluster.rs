@@ -828,10 +828,12 @@ impl ClusterLeader {
             .stale = true;
     }
 
-    pub(crate) fn dedicated(&self, timeout: Duration) -> Result<redis::Connection> {
+    /// The classic subscriber's connection (ours, bounded in time and
+    /// size, see `Wire::open`) to the first seed that answers.
+    pub(crate) fn subscriber(&self, timeout: Duration) -> Result<Wire> {
         let mut last = None;
         for seed in &self.seeds {
-            match seed.get_connection_with_timeout(timeout) {
+            match Wire::open(seed, &self.masters.timeouts.tls, timeout, self.response) {
                 Ok(c) => return Ok(c),
                 Err(e) => last = Some(Error::from(e)),
             }

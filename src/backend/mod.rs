@@ -685,28 +685,20 @@ impl Backend {
         .map_err(|e| e.at(place))
     }
 
-    /// A dedicated connection outside the pools (for the wake-up subscriber).
-    pub(crate) fn dedicated(&self) -> Result<redis::Connection> {
-        let t = self.timeouts.connect;
-        let place = &self.place;
-        (match &self.kind {
-            Kind::Single(node) => node.dedicated(t),
-            #[cfg(feature = "cluster")]
-            Kind::Cluster(c) => c.dedicated(t),
-            Kind::Redlock(r) => r.dedicated(t),
-        })
-        .map_err(|e| e.at(place))
-    }
-
-    /// The wake-up subscriber's connection: on one server (and Sentinel)
-    /// redlease's own, whose every value is bounded in time and size; on
-    /// Cluster and Redlock redis-rs's, as [`Backend::dedicated`].
+    /// The wake-up subscriber's connection: redlease's own on every
+    /// topology (plain TCP and TLS), whose every value is bounded in time
+    /// and size; redis-rs's only for Unix sockets and RESP3 URLs. On
+    /// Redlock the first master that answers (releases publish on every
+    /// master); on Cluster the first seed (classic pub/sub reaches every
+    /// node).
     pub(crate) fn subscriber(&self) -> Result<Wire> {
         let t = self.timeouts.connect;
         let place = &self.place;
         (match &self.kind {
             Kind::Single(node) => node.subscriber(t),
-            _ => return self.dedicated().map(Wire::Redis),
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(c) => c.subscriber(t),
+            Kind::Redlock(r) => r.subscriber(t),
         })
         .map_err(|e| e.at(place))
     }

@@ -346,12 +346,12 @@ impl Redlock {
             .collect()
     }
 
-    /// A connection to the first master that answers (releases publish on
-    /// every master, so any one carries the wake-ups).
-    pub(crate) fn dedicated(&self, timeout: Duration) -> Result<redis::Connection> {
+    /// The subscriber's connection (ours, see `Node::subscriber`) to the
+    /// first master that answers.
+    pub(crate) fn subscriber(&self, timeout: Duration) -> Result<super::Wire> {
         let mut last = None;
         for n in &self.nodes {
-            match n.dedicated(timeout) {
+            match n.subscriber(timeout) {
                 Ok(c) => return Ok(c),
                 Err(e) => last = Some(e),
             }

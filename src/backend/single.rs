@@ -1099,10 +1099,6 @@ impl Node {
         Ok(())
     }
 
-    pub(crate) fn dedicated(&self, timeout: Duration) -> Result<redis::Connection> {
-        Ok(self.source.client()?.get_connection_with_timeout(timeout)?)
-    }
-
     /// A connection of its own for a subscriber, opened within `timeout`:
     /// ours (each value read capped and bounded, see `Wire::next_push`)
     /// for plain TCP and TLS, redis-rs's for the rest.
