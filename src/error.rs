@@ -398,8 +398,14 @@ impl RedisErrorText {
     fn of(err: redis::RedisError) -> RedisErrorText {
         RedisErrorText {
             kind: err.kind(),
-            code: err.code().map(str::to_owned),
-            text: without_script_hash(&err.to_string()),
+            // The scripts' own codes are how the library recognises them
+            // (see `From<RedisError>`); the message already says what they
+            // mean, so they are not shown again.
+            code: err
+                .code()
+                .filter(|c| !c.starts_with("REDLEASE_"))
+                .map(str::to_owned),
+            text: without_internal_codes(&without_script_hash(&err.to_string())),
         }
     }
 
@@ -424,6 +430,18 @@ impl std::error::Error for RedisErrorText {}
 
 /// Cuts `script: <40 hex digits>` (and any other run of 40 hex digits, the
 /// form of a SHA-1) out of a server error text.
+/// `text` without the scripts' internal error codes (`REDLEASE_FOREIGN`,
+/// `REDLEASE_MISMATCH`), however redis-rs quoted them.
+fn without_internal_codes(text: &str) -> String {
+    let mut out = text.to_owned();
+    for code in ["REDLEASE_FOREIGN", "REDLEASE_MISMATCH"] {
+        for form in [format!("\"{code}\": "), format!("{code}: "), format!("{code} ")] {
+            out = out.replace(&form, "");
+        }
+    }
+    out
+}
+
 pub(crate) fn without_script_hash(text: &str) -> String {
     let text = text.replace("script: ", "");
     let bytes = text.as_bytes();

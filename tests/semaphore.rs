@@ -441,3 +441,18 @@ fn a_small_request_is_not_held_behind_a_larger_one_of_the_same_client() {
     drop(held);
     assert_eq!(a.join().unwrap(), Some(true), "the 2-permit request then");
 }
+
+/// Handles that disagree on the permit count: the error says so in words,
+/// without the script's internal code (`REDLEASE_MISMATCH` showed in the
+/// message; a newcomer's trial).
+#[test]
+fn a_permit_count_mismatch_reads_as_words() {
+    let server = Server::start();
+    let c = client(&server);
+    let _p = c.semaphore("mm", 2).acquire().unwrap();
+    let err = c.semaphore("mm", 3).try_acquire().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    let text = format!("{err} {err:?}");
+    assert!(!text.contains("REDLEASE_"), "{text}");
+    assert!(text.contains("disagree"), "{text}");
+}
