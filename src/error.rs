@@ -435,7 +435,11 @@ impl std::error::Error for RedisErrorText {}
 fn without_internal_codes(text: &str) -> String {
     let mut out = text.to_owned();
     for code in ["REDLEASE_FOREIGN", "REDLEASE_MISMATCH"] {
-        for form in [format!("\"{code}\": "), format!("{code}: "), format!("{code} ")] {
+        for form in [
+            format!("\"{code}\": "),
+            format!("{code}: "),
+            format!("{code} "),
+        ] {
             out = out.replace(&form, "");
         }
     }

@@ -243,7 +243,20 @@ fn a_failover_that_loses_the_lease_is_reported_and_fences_still_grow() {
 #[test]
 #[serial]
 fn the_doctor_checks_the_master_and_its_replicas() {
-    let (_cluster, sentinels) = setup();
+    let (cluster, sentinels) = setup();
+    // The replica in sync first: one still loading (`wait_bgsave`) is
+    // rightly reported as degraded.
+    let mut master = redis::Client::open(url(&cluster.servers[0]))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    assert!(common::eventually(Duration::from_secs(20), || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut master)
+            .unwrap_or_default();
+        info.contains("state=online")
+    }));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_redlease"))
         .env_remove("REDIS_URL")
         .env_remove("REDLEASE_PREFIX")
