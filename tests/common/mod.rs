@@ -353,7 +353,10 @@ pub fn skip(test: &str, reason: &str) {
         .append(true)
         .open(path)
     {
-        let _ = writeln!(f, "{line}");
+        // One write per line: tests of several threads and processes
+        // append at once, and `writeln!` may write the line and its end
+        // apart (two skips ran together on one line).
+        let _ = f.write_all(format!("{line}\n").as_bytes());
     }
 }
 
