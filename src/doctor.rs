@@ -27,6 +27,15 @@ pub enum CheckStatus {
 }
 
 impl CheckStatus {
+    /// `Degraded` if `cond`, else `Ok`.
+    fn degraded_if(cond: bool) -> CheckStatus {
+        if cond {
+            CheckStatus::Degraded
+        } else {
+            CheckStatus::Ok
+        }
+    }
+
     /// `ok`, `degraded` or `refused`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -94,6 +103,10 @@ impl fmt::Display for Check {
         Ok(())
     }
 }
+
+/// What to do when the server refuses blocking pops.
+const BLOCKING_REFUSED: &str = "lock waiters fall back to release messages (slower hand-overs, \
+     a look every fallback_poll): allow +blpop +blmove +lpop +rpush as the README's ACL line does";
 
 /// The clock offset beyond which NTP is not keeping time here.
 const CLOCK_SLACK: Duration = Duration::from_secs(1);
@@ -172,11 +185,7 @@ impl Client {
             let ok = spread <= CLOCK_SLACK.as_secs_f64() * 1e3;
             d.push(
                 "clock spread".into(),
-                if ok {
-                    CheckStatus::Ok
-                } else {
-                    CheckStatus::Degraded
-                },
+                CheckStatus::degraded_if(!ok),
                 format!("the masters' clocks differ by up to {spread:.0} ms"),
                 (!ok).then_some(
                     "run NTP on every master: a master whose clock steps expires (or stretches) \
@@ -267,11 +276,7 @@ fn check_master(
             let old = version_below(&id, (6, 2));
             d.push(
                 format!("server {addr}"),
-                if old {
-                    CheckStatus::Degraded
-                } else {
-                    CheckStatus::Ok
-                },
+                CheckStatus::degraded_if(old),
                 id,
                 old.then_some(
                     "redlease is tested on Redis 6.2 and later and on Valkey; \
@@ -300,11 +305,7 @@ fn check_master(
         let slow = *median > SLOW_ROUND_TRIP;
         d.push(
             format!("round trip {addr}"),
-            if slow {
-                CheckStatus::Degraded
-            } else {
-                CheckStatus::Ok
-            },
+            CheckStatus::degraded_if(slow),
             format!(
                 "median {:.2} ms, worst {:.2} ms of {}",
                 median.as_secs_f64() * 1e3,
@@ -334,11 +335,7 @@ fn check_master(
             let far = offset.abs() > CLOCK_SLACK.as_secs_f64() * 1e3;
             d.push(
                 format!("clock {addr}"),
-                if far {
-                    CheckStatus::Degraded
-                } else {
-                    CheckStatus::Ok
-                },
+                CheckStatus::degraded_if(far),
                 format!("server clock {offset:+.0} ms from this machine's"),
                 far.then_some(
                     "leases are timed by the server's clock, so an offset alone is harmless, but \
@@ -382,11 +379,7 @@ fn check_master(
             let evicts = policy.starts_with("allkeys-") || policy.starts_with("volatile-");
             d.push(
                 format!("eviction {addr}"),
-                if evicts {
-                    CheckStatus::Degraded
-                } else {
-                    CheckStatus::Ok
-                },
+                CheckStatus::degraded_if(evicts),
                 format!("maxmemory-policy {policy}"),
                 evicts.then_some(
                     "under memory pressure Redis may evict lock keys, ending leases unseen until \
@@ -522,11 +515,7 @@ fn check_master(
         let behind = state != "online" || lag.parse::<u64>().map_or(true, |l| l > 1);
         d.push(
             format!("replica {}:{} of {addr}", field("ip"), field("port")),
-            if behind {
-                CheckStatus::Degraded
-            } else {
-                CheckStatus::Ok
-            },
+            CheckStatus::degraded_if(behind),
             format!("{state}, {lag} s behind"),
             behind.then_some(
                 "a replica that lags loses the leases it has not received if it is promoted: \
@@ -704,10 +693,7 @@ fn check_blocking(client: &Client, scratch: &str, d: &mut Diagnosis) {
             "blocking grants".into(),
             CheckStatus::Degraded,
             "off: the server refused a blocking pop earlier".into(),
-            Some(
-                "lock waiters fall back to release messages (slower hand-overs, a look every \
-                 fallback_poll): allow +blpop +blmove +lpop +rpush as the README's ACL line does",
-            ),
+            Some(BLOCKING_REFUSED),
         );
         return;
     }
@@ -747,10 +733,7 @@ fn check_blocking(client: &Client, scratch: &str, d: &mut Diagnosis) {
             "blocking grants".into(),
             CheckStatus::Degraded,
             "the server refused the blocking pop (BLMOVE or LPOP)".into(),
-            Some(
-                "lock waiters fall back to release messages (slower hand-overs, a look every \
-                 fallback_poll): allow +blpop +blmove +lpop +rpush as the README's ACL line does",
-            ),
+            Some(BLOCKING_REFUSED),
         ),
         (Ok(Err(e)), true) => d.push(
             "blocking grants".into(),

@@ -25,13 +25,7 @@ extern "C" fn stop_cluster() {
 
 fn urls() -> Vec<String> {
     let cluster = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
-    cluster
-        .iter_servers()
-        .map(|s| {
-            let (host, port) = s.host_and_port().unwrap();
-            format!("redis://{host}:{port}/")
-        })
-        .collect()
+    common::cluster_urls(&cluster)
 }
 
 fn client() -> Client {
@@ -188,13 +182,7 @@ fn latch_and_multi_lock_work_across_slots() {
 #[test]
 fn a_stalled_master_does_not_hold_up_renewal_on_the_others() {
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
-    let urls: Vec<String> = cluster
-        .iter_servers()
-        .map(|s| {
-            let (host, port) = s.host_and_port().unwrap();
-            format!("redis://{host}:{port}/")
-        })
-        .collect();
+    let urls = common::cluster_urls(&cluster);
     let make = || {
         Client::builder()
             .cluster(urls.clone())

@@ -310,13 +310,7 @@ fn capabilities_say_which_way_waiters_wait() {
 #[test]
 fn a_cluster_reports_every_master_and_its_sharded_channel() {
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
-    let urls: Vec<String> = cluster
-        .iter_servers()
-        .map(|s| {
-            let (host, port) = s.host_and_port().unwrap();
-            format!("redis://{host}:{port}/")
-        })
-        .collect();
+    let urls = common::cluster_urls(&cluster);
     let c = Client::builder().cluster(urls.clone()).build().unwrap();
     let caps = c.capabilities();
     assert_eq!(caps.topology, "Cluster");

@@ -87,6 +87,11 @@ fn hostile_server(other: fn(&str) -> Reply) -> (String, Arc<AtomicBool>) {
     (url, stop)
 }
 
+/// A subscription confirmed, then a message announced at a terabyte (the
+/// server then streams 1 MiB chunks, see `Reply::Flood`).
+const FLOOD: &[u8] = b"*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n\
+    *3\r\n$7\r\nmessage\r\n$1\r\nx\r\n$1099511627776\r\n";
+
 /// A field of `/proc/self/status`, in KiB.
 fn status_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -158,8 +163,6 @@ fn a_terabyte_reply_fails_the_call_without_filling_memory() {
 fn a_terabyte_message_cannot_fill_the_subscribers_memory() {
     // A latch with a count (lua/latch_look.lua's reply), so the waiter
     // subscribes and waits; the subscription is confirmed, then flooded.
-    const FLOOD: &[u8] = b"*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n\
-        *3\r\n$7\r\nmessage\r\n$1\r\nx\r\n$1099511627776\r\n";
     let server = hostile_server(|cmd| match cmd {
         "EVALSHA" | "EVAL" => Reply::Bytes(b"$4\r\n1:r1\r\n".to_vec()),
         "SUBSCRIBE" => Reply::Flood(FLOOD.to_vec()),
@@ -182,8 +185,6 @@ fn a_terabyte_message_cannot_fill_the_subscribers_memory() {
 #[test]
 #[serial]
 fn a_terabyte_message_cannot_fill_a_redlock_subscribers_memory() {
-    const FLOOD: &[u8] = b"*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n\
-        *3\r\n$7\r\nmessage\r\n$1\r\nx\r\n$1099511627776\r\n";
     // The hostile master says "wait" to every acquire, and floods the
     // subscription; two real masters hold the name for someone else.
     let (hostile, stop) = hostile_server(|cmd| match cmd {

@@ -224,39 +224,18 @@ fn a_holder_cut_off_learns_it_lost_before_anyone_else_gets_in() {
     std::thread::sleep(Duration::from_millis(100));
     holder.tell("deadline");
     let deadline = nums(&holder.next(Duration::from_secs(10)), "deadline ")[0];
-    let lost = nums(&holder.next(Duration::from_secs(10)), "lost ");
+    let lost = nums(&holder.next(Duration::from_secs(10)), "lost ")[0];
     let granted = nums(&taker.next(Duration::from_secs(10)), "granted ");
-    println!(
-        "FIGURES partition while held: the holder's lease ended for it {} ms after the cut, \
-         its LostSignal fired {} ms after that, the next holder got in {} ms after the cut \
-         (lease {LEASE_MS} ms)",
-        (deadline - cut_at) / 1000,
-        lost[0].saturating_sub(deadline) / 1000,
-        (granted[1] - cut_at) / 1000
-    );
-    // No overlap as the holder sees it: its lease had ended for it before
-    // anyone else was let in.
-    assert!(
-        deadline <= granted[1],
-        "the cut-off holder believed in its lease {} µs after the next holder was let in",
-        deadline - granted[1]
-    );
-    // And it was told promptly (a thread's wake-up on a loaded machine).
-    assert!(
-        lost[0].saturating_sub(deadline) <= 250_000,
-        "LostSignal fired {} ms after the lease ended",
-        (lost[0] - deadline) / 1000
+    check_holder_knew_first(
+        "partition while held",
+        cut_at,
+        (held[0], deadline, lost),
+        &granted,
     );
     assert!(
-        lost[0] - cut_at <= LEASE_MS * 1000,
+        lost - cut_at <= LEASE_MS * 1000,
         "learned {} ms after the cut, beyond one lease",
-        (lost[0] - cut_at) / 1000
-    );
-    assert!(
-        granted[0] > held[0],
-        "fences: {} then {}",
-        held[0],
-        granted[0]
+        (lost - cut_at) / 1000
     );
     net.heal();
     holder.tell("release");
@@ -390,6 +369,93 @@ fn redlock_worker(net: &Net, c: usize, name: &str) -> Worker {
     )
 }
 
+/// Tells the `cmd` worker `other` to acquire until it gets in (each try
+/// waits up to 5 s); `[fence, time]`. Fails past `limit` after `cut_at`.
+fn until_granted(other: &mut Worker, cut_at: u64, limit: Duration) -> Vec<u64> {
+    loop {
+        other.tell("acquire");
+        let line = other.next(Duration::from_secs(20));
+        if let Some(rest) = line.strip_prefix("held ") {
+            return rest.split(' ').filter_map(|w| w.parse().ok()).collect();
+        }
+        assert!(
+            now_us() - cut_at < limit.as_micros() as u64,
+            "never granted: {line}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The history check of a holder cut off at `cut_at` while another client
+/// got in (`granted`: `[fence, time]`): its own view of its lease
+/// (`deadline`) ended before the other was let in, its LostSignal (`lost`)
+/// fired promptly, the next fence is larger than its (`first`). Prints
+/// the figures under `what`.
+fn check_holder_knew_first(
+    what: &str,
+    cut_at: u64,
+    (first, deadline, lost): (u64, u64, u64),
+    granted: &[u64],
+) {
+    println!(
+        "FIGURES {what}: the holder's lease ended for it {} ms after the cut, its LostSignal \
+         fired {} ms after that, the next holder got in {} ms after the cut (lease {LEASE_MS} ms)",
+        (deadline - cut_at) / 1000,
+        lost.saturating_sub(deadline) / 1000,
+        (granted[1] - cut_at) / 1000
+    );
+    // No overlap as the holder sees it.
+    assert!(
+        deadline <= granted[1],
+        "the cut-off holder believed in its lease {} µs after the next holder was let in",
+        deadline - granted[1]
+    );
+    // And it was told promptly (a thread's wake-up on a loaded machine).
+    assert!(
+        lost.saturating_sub(deadline) <= 250_000,
+        "LostSignal fired {} ms after the lease ended",
+        (lost - deadline) / 1000
+    );
+    assert!(granted[0] > first, "fences {first} then {}", granted[0]);
+}
+
+/// Cuts (`cut`) while `holder` holds the name with fence `first`, then the
+/// history check against `other` (a `cmd` worker) getting in within
+/// `limit` (see [`check_holder_knew_first`]).
+fn cut_while_held(
+    what: &str,
+    (holder, other): (&mut Worker, &mut Worker),
+    first: u64,
+    limit: Duration,
+    cut: impl FnOnce(),
+) {
+    let cut_at = now_us();
+    cut();
+    // Once no reply can arrive any more, the holder's view of its lease is
+    // fixed: it ends at `deadline`.
+    std::thread::sleep(Duration::from_millis(100));
+    holder.tell("deadline");
+    let deadline = nums(&holder.next(Duration::from_secs(10)), "deadline ")[0];
+    let granted = until_granted(other, cut_at, limit);
+    let lost = nums(&holder.next(Duration::from_secs(10)), "lost ")[0];
+    check_holder_knew_first(what, cut_at, (first, deadline, lost), &granted);
+}
+
+/// A Cluster in namespaces (3 masters, node timeout 1 s), or a visible skip.
+fn cluster_net(test: &str) -> Option<ClusterNet> {
+    if !cfg!(feature = "cluster") {
+        common::skip(test, "needs the cluster feature");
+        return None;
+    }
+    match ClusterNet::start(3, 1000) {
+        Ok(n) => Some(n),
+        Err(why) => {
+            common::skip(test, &format!("no network namespaces here: {why}"));
+            None
+        }
+    }
+}
+
 /// Redlock, one master of three cut off from the client: the majority
 /// serves — the hold is released and taken again with a larger fence
 /// while the minority is unreachable — and the key the cut-off master
@@ -443,36 +509,16 @@ fn a_redlock_holder_cut_off_from_its_majority_learns_it_lost() {
     holder.tell("acquire");
     let first = nums(&holder.next(Duration::from_secs(10)), "held ")[0];
     std::thread::sleep(Duration::from_millis(700));
-    let cut_at = now_us();
-    net.cut(0, 0);
-    net.cut(0, 1);
-    std::thread::sleep(Duration::from_millis(100));
-    holder.tell("deadline");
-    let deadline = nums(&holder.next(Duration::from_secs(10)), "deadline ")[0];
-    // The other client tries until it gets in.
-    let granted = loop {
-        other.tell("acquire");
-        let line = other.next(Duration::from_secs(10));
-        if let Some(rest) = line.strip_prefix("held ") {
-            let v: Vec<u64> = rest.split(' ').filter_map(|w| w.parse().ok()).collect();
-            break v;
-        }
-        assert!(now_us() - cut_at < 20_000_000, "never granted: {line}");
-    };
-    let lost = nums(&holder.next(Duration::from_secs(10)), "lost ")[0];
-    println!(
-        "FIGURES Redlock holder cut off from 2 of 3 masters: its lease ended for it {} ms after the cut, LostSignal {} ms after that, the other client got in {} ms after the cut (lease {LEASE_MS} ms)",
-        (deadline - cut_at) / 1000,
-        lost.saturating_sub(deadline) / 1000,
-        (granted[1] - cut_at) / 1000
+    cut_while_held(
+        "Redlock holder cut off from 2 of 3 masters",
+        (&mut holder, &mut other),
+        first,
+        Duration::from_secs(20),
+        || {
+            net.cut(0, 0);
+            net.cut(0, 1);
+        },
     );
-    assert!(
-        deadline <= granted[1],
-        "the cut-off holder believed in its lease {} µs after the other was let in",
-        deadline - granted[1]
-    );
-    assert!(lost.saturating_sub(deadline) <= 250_000, "LostSignal late");
-    assert!(granted[0] > first, "fences {first} then {}", granted[0]);
 }
 
 /// Cluster: the master serving the name is cut off from everyone (the
@@ -484,66 +530,24 @@ fn a_redlock_holder_cut_off_from_its_majority_learns_it_lost() {
 #[test]
 #[serial]
 fn a_cluster_master_cut_off_fails_over_and_its_holder_learns_it_lost() {
-    let test = "a_cluster_master_cut_off_fails_over_and_its_holder_learns_it_lost";
-    if !cfg!(feature = "cluster") {
-        common::skip(test, "needs the cluster feature");
+    let Some(net) =
+        cluster_net("a_cluster_master_cut_off_fails_over_and_its_holder_learns_it_lost")
+    else {
         return;
-    }
-    let net = match ClusterNet::start(3, 1000) {
-        Ok(n) => n,
-        Err(why) => {
-            common::skip(test, &format!("no network namespaces here: {why}"));
-            return;
-        }
     };
-    let spawn = || {
-        Worker::spawn_in(
-            Some(net.client_ns()),
-            "net_worker",
-            &[
-                ("REDLEASE_NET_ROLE", "cmd".into()),
-                ("REDLEASE_NET_MODE", "cluster".into()),
-                ("REDLEASE_NET_URL", net.urls().join(",")),
-                ("REDLEASE_NET_NAME", "cl-cut".into()),
-            ],
-        )
-    };
-    let mut holder = spawn();
-    let mut other = spawn();
+    let mut holder = cluster_worker(&net, "cl-cut");
+    let mut other = cluster_worker(&net, "cl-cut");
     holder.tell("acquire");
     let first = nums(&holder.next(Duration::from_secs(20)), "held ")[0];
     let master = net.master_of(0, "{cl-cut}").expect("a master for the name");
     std::thread::sleep(Duration::from_millis(700));
-    let cut_at = now_us();
-    net.isolate(master);
-    std::thread::sleep(Duration::from_millis(100));
-    holder.tell("deadline");
-    let deadline = nums(&holder.next(Duration::from_secs(10)), "deadline ")[0];
-    let granted = loop {
-        other.tell("acquire");
-        let line = other.next(Duration::from_secs(20));
-        if let Some(rest) = line.strip_prefix("held ") {
-            let v: Vec<u64> = rest.split(' ').filter_map(|w| w.parse().ok()).collect();
-            break v;
-        }
-        assert!(
-            now_us() - cut_at < 40_000_000,
-            "never granted: {line}; the cluster as node {} sees it:\n{}",
-            (master + 1) % 6,
-            net.cli((master + 1) % 6, &["cluster", "nodes"])
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let lost = nums(&holder.next(Duration::from_secs(10)), "lost ")[0];
-    println!(
-        "FIGURES Cluster master cut off: the holder's lease ended for it {} ms after the cut, LostSignal {} ms after that, the other client got in on the promoted replica {} ms after the cut (lease {LEASE_MS} ms, node timeout 1 s)",
-        (deadline - cut_at) / 1000,
-        lost.saturating_sub(deadline) / 1000,
-        (granted[1] - cut_at) / 1000
+    cut_while_held(
+        "Cluster master cut off (its replica takes over)",
+        (&mut holder, &mut other),
+        first,
+        Duration::from_secs(40),
+        || net.isolate(master),
     );
-    assert!(deadline <= granted[1]);
-    assert!(lost.saturating_sub(deadline) <= 250_000, "LostSignal late");
-    assert!(granted[0] > first, "fences {first} then {}", granted[0]);
     net.rejoin(master);
 }
 
@@ -570,17 +574,10 @@ fn cluster_worker(net: &ClusterNet, name: &str) -> Worker {
 #[test]
 #[serial]
 fn a_cluster_failover_that_loses_the_lease_is_reported_and_fences_still_grow() {
-    let test = "a_cluster_failover_that_loses_the_lease_is_reported_and_fences_still_grow";
-    if !cfg!(feature = "cluster") {
-        common::skip(test, "needs the cluster feature");
+    let Some(net) =
+        cluster_net("a_cluster_failover_that_loses_the_lease_is_reported_and_fences_still_grow")
+    else {
         return;
-    }
-    let net = match ClusterNet::start(3, 1000) {
-        Ok(n) => n,
-        Err(why) => {
-            common::skip(test, &format!("no network namespaces here: {why}"));
-            return;
-        }
     };
     let master = net
         .master_of(0, "{cl-lost}")
@@ -605,33 +602,16 @@ fn a_cluster_failover_that_loses_the_lease_is_reported_and_fences_still_grow() {
         "1",
         "the master has the lease"
     );
-    let cut_at = now_us();
-    net.isolate(master);
-    net.resume(replica);
-    std::thread::sleep(Duration::from_millis(100));
-    holder.tell("deadline");
-    let deadline = nums(&holder.next(Duration::from_secs(10)), "deadline ")[0];
-    let granted = loop {
-        other.tell("acquire");
-        let line = other.next(Duration::from_secs(20));
-        if let Some(rest) = line.strip_prefix("held ") {
-            let v: Vec<u64> = rest.split(' ').filter_map(|w| w.parse().ok()).collect();
-            break v;
-        }
-        assert!(now_us() - cut_at < 40_000_000, "never granted: {line}");
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let lost = nums(&holder.next(Duration::from_secs(10)), "lost ")[0];
-    println!(
-        "FIGURES Cluster failover that lost the lease: the holder's lease ended for it {} ms after the cut, LostSignal {} ms after that, the other client got in on the promoted replica {} ms after the cut; fences {first} then {}",
-        (deadline - cut_at) / 1000,
-        lost.saturating_sub(deadline) / 1000,
-        (granted[1] - cut_at) / 1000,
-        granted[0]
+    cut_while_held(
+        "Cluster failover that lost the lease",
+        (&mut holder, &mut other),
+        first,
+        Duration::from_secs(40),
+        || {
+            net.isolate(master);
+            net.resume(replica);
+        },
     );
-    assert!(deadline <= granted[1]);
-    assert!(lost.saturating_sub(deadline) <= 250_000, "LostSignal late");
-    assert!(granted[0] > first, "fences {first} then {}", granted[0]);
     net.rejoin(master);
 }
 

@@ -80,21 +80,17 @@ impl RawLockScripts {
         let mut acquire = self.acquire.prepare_invoke();
         let mut release = self.release.prepare_invoke();
         acquire.key(&self.keys[..]).arg(&token).arg(30_000).arg(0);
-        acquire
-            .arg(&self.prefix)
-            .arg(500)
-            .arg("")
-            .arg("")
-            .arg("queued")
-            .arg("");
         release.key(&self.keys[..]).arg(&token).arg("").arg("");
-        release
-            .arg(&self.prefix)
-            .arg(500)
-            .arg("")
-            .arg("")
-            .arg("queued")
-            .arg("");
+        // The same tail for both: grant prefix, claim window, and no
+        // wake-up channel (lua/lock_acquire.lua, lua/lock_release.lua).
+        for call in [&mut acquire, &mut release] {
+            call.arg(&self.prefix)
+                .arg(500)
+                .arg("")
+                .arg("")
+                .arg("queued")
+                .arg("");
+        }
         let _: (i64, i64) = acquire.invoke(con).unwrap();
         let _: i64 = release.invoke(con).unwrap();
     }

@@ -224,18 +224,7 @@ impl Con {
     /// release script behind a late multi-lock grant did not fit: two
     /// locks stayed held until their leases ran out.
     fn send_undo(&mut self, calls: &[Call<'_>]) {
-        let mut pipe = redis::pipe();
-        let mut loaded: Vec<&str> = Vec::new();
-        for call in calls {
-            let hash = call.lua.script.get_hash();
-            if !loaded.contains(&hash) {
-                loaded.push(hash);
-                pipe.cmd("SCRIPT").arg("LOAD").arg(call.lua.code);
-            }
-        }
-        for call in calls {
-            pipe.add_command(call.command(false));
-        }
+        let (pipe, _) = batch(calls);
         let _ = self.inner.send_packed_command(&pipe.get_packed_pipeline());
     }
 }

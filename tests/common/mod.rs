@@ -421,3 +421,14 @@ pub fn busy_threshold_arg() -> &'static str {
 pub fn is_fence_floor(key: &str) -> bool {
     key.ends_with("redlease:fence-floor")
 }
+
+/// The nodes of a `redis-test` cluster as `redis://host:port/` URLs.
+pub fn cluster_urls(cluster: &redis_test::cluster::RedisCluster) -> Vec<String> {
+    cluster
+        .iter_servers()
+        .map(|s| {
+            let (host, port) = s.host_and_port().unwrap();
+            format!("redis://{host}:{port}/")
+        })
+        .collect()
+}
