@@ -6,7 +6,7 @@
 -- KEYS[3]  fair mode's queue, KEYS[4] waiters' deadlines (sem_acquire.lua)
 -- ARGV[1]  wake-up channel
 -- ARGV[2]  wake-up message
--- ARGV[3]  grant list prefix, ARGV[4] claim window in ms (sem_grant.lua)
+-- ARGV[3]  grant prefix, ARGV[4] claim window in ms (sem_grant.lua)
 -- ARGV[5]  the caller's permit count, used when no count is stored
 -- ARGV[6]  '1' fair mode, '0' otherwise
 -- Returns  how many holders (members) with an unexpired lease were removed
@@ -18,7 +18,7 @@ end
 local n = tonumber(redis.call('GET', KEYS[2])) or tonumber(ARGV[5])
 local removed = redis.call('DEL', KEYS[1], KEYS[2])
 if removed > 0 then
-  sem_hand_on({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, n, ARGV[6] == '1', ARGV[3],
+  sem_offer({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, n, ARGV[6] == '1', ARGV[3],
     tonumber(ARGV[4]), now, ARGV[1], ARGV[2])
 end
 return live

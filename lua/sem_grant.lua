@@ -1,90 +1,135 @@
 -- Prelude (prepended to the scripts that name it in their "Uses" line; needs
--- publish.lua before it): the direct grant of a semaphore's free permits to
+-- publish.lua before it): the hand-over of a semaphore's free permits to
 -- its waiters, as queue.lua does for a lock.
 -- KEYS     none of its own (callers pass the keys)
 -- ARGV     none of its own
 -- Returns  nothing; defines
 --   sem_now() -> the server's clock in milliseconds
---   sem_hand_on(keys, n, fair, prefix, claim, now, channel, message):
---     keys = {permits, count, queue, deadlines} as in sem_acquire.lua; n
---     the permit count. Walks the live waiters (fair: in arrival order,
---     stopping at the first that does not fit; otherwise in order of
---     their entries' deadlines, skipping those that do not fit) and,
---     while free permits suffice, grants each one its permits: its member
---     joins the permit set for claim_ms, its entry goes, and a wake-up is
---     pushed onto the list prefix..member, on which it blocks (BLPOP) with
---     its acquire script pipelined behind, which finds its member and sets
---     its lease. A waiter that is gone never runs that script: its claim
---     lapses and the permits are free again. A waiter that waits for
---     messages (its deadline marked by half a millisecond) is not granted
---     but told, with its permits kept free for it in this walk. At most
---     100 waiters are looked at; beyond them, a message tells the rest.
+--   sem_used(permits, now) -> permits in use; reclaims expired ones
+--   sem_join(keys, prefix, member, ttl_ms, fair, blocks, now): queues a
+--     waiter (keys = {permits, count, queue, deadlines} as in
+--     sem_acquire.lua): its deadline entry lives ttl_ms, and a fair one
+--     keeps its place in arrival order. One that does not block (it waits
+--     for messages) is listed in prefix..'told' too, so that an offer
+--     publishes for it.
+--   sem_leave(keys, prefix, member, fair): withdraws a waiter's entries
+--   sem_offer(keys, n, fair, prefix, claim_ms, now, channel, message)
+--     -> whether an offer was made. Offers the free permits to the
+--     waiters: pushes an offer onto the open list prefix..'open' (its
+--     value: how often waiters passed it on) and marks it in flight for
+--     claim_ms (prefix..'offer'). Blocking waiters are blocked in BLMOVE
+--     from the open list to their own list prefix..member, each with its
+--     acquire script pipelined behind; Redis serves the connection
+--     blocked longest first, and that script takes its permits if they
+--     fit, or passes the offer on (sem_acquire.lua). A waiter that died
+--     has no connection, so it is never served: however many died, they
+--     stall nobody. An offer still on the list after its claim window
+--     proves nobody was blocked for all of it: the next look purges the
+--     queue (sem_purge). Offers nothing when nobody waits, nothing is
+--     free, an offer is in flight, or (fair) the waiter at the head
+--     (prefix..'head', one that took an offer it could not use) does
+--     not fit yet. Publishes for waiters that wait for messages.
+--   sem_pass(prefix, claim_ms, passes): puts an offer back for the next
+--     blocked waiter
+--   sem_close(prefix): ends the offer in flight
+--   sem_purge(keys, prefix) -> whether the open list outlived its offer
+--     (and the queue was purged: its entries are of waiters that died or
+--     left; live ones queue again when they look)
 local function sem_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local function sem_hand_on(keys, n, fair, prefix, claim, now, channel, message)
-  local permits, count, q, qt = keys[1], keys[2], keys[3], keys[4]
-  local order = qt
-  if fair then
-    order = q
-  end
-  local waiters = redis.call('ZRANGE', order, 0, 99)
-  if #waiters == 0 then
-    return
-  end
+local function sem_used(permits, now)
   redis.call('ZREMRANGEBYSCORE', permits, '-inf', now)
   local used = 0
   for _, m in ipairs(redis.call('ZRANGE', permits, 0, -1)) do
     used = used + (tonumber(string.match(m, '^(%d+):')) or 1)
   end
-  local told, granted = #waiters == 100, false
-  for _, w in ipairs(waiters) do
-    local deadline = tonumber(redis.call('ZSCORE', qt, w) or '0')
-    local k = tonumber(string.match(w, '^(%d+):')) or 1
-    if deadline <= now then
-      -- Lapsed: it stopped renewing its entry (died, or was cut off).
-      redis.call('ZREM', qt, w)
-      if fair then
-        redis.call('ZREM', q, w)
-      end
-    elseif used + k > n then
-      if fair then
-        break
-      end
-    elseif deadline % 1 ~= 0 then
-      told = true
-      used = used + k
-      if fair then
-        break
-      end
-    else
-      redis.call('ZADD', permits, now + claim, w)
-      used = used + k
-      granted = true
-      redis.call('ZREM', qt, w)
-      if fair then
-        redis.call('ZREM', q, w)
-      end
-      local list = prefix .. w
-      -- A wake-up left by an earlier grant is harmless (see queue.lua).
-      local pushed = redis.pcall('RPUSH', list, '1')
-      if type(pushed) == 'table' then
-        told = true -- refused (an ACL without RPUSH): it looks again when told
-      else
-        redis.call('PEXPIRE', list, claim)
-      end
+  return used
+end
+
+-- Lengthens (never shortens) a key's life to at least ms: waiters renew at
+-- different paces, and a quick one must not cut it short under a slow one.
+local function sem_live_for(key, ms)
+  if redis.call('PTTL', key) < ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
+local function sem_join(keys, prefix, member, ttl, fair, blocks, now)
+  local q, qt = keys[3], keys[4]
+  if fair and not redis.call('ZSCORE', q, member) then
+    local last = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')
+    local order = 1
+    if last[2] then order = tonumber(last[2]) + 1 end
+    redis.call('ZADD', q, order, member)
+    sem_live_for(q, ttl * 2)
+  end
+  redis.call('ZADD', qt, string.format('%d', now + ttl), member)
+  sem_live_for(qt, ttl * 2)
+  if not blocks then
+    local told = prefix .. 'told'
+    redis.call('ZADD', told, string.format('%d', now + ttl), member)
+    sem_live_for(told, ttl * 2)
+  end
+end
+
+local function sem_leave(keys, prefix, member, fair)
+  redis.call('ZREM', keys[4], member)
+  redis.call('ZREM', prefix .. 'told', member)
+  if fair then
+    redis.call('ZREM', keys[3], member)
+  end
+end
+
+local function sem_pass(prefix, claim, passes)
+  local open = prefix .. 'open'
+  redis.call('RPUSH', open, string.format('%d', passes))
+  redis.call('PEXPIRE', open, claim * 2)
+  redis.call('SET', prefix .. 'offer', '1', 'PX', claim)
+end
+
+local function sem_close(prefix)
+  redis.call('DEL', prefix .. 'open', prefix .. 'offer')
+end
+
+local function sem_purge(keys, prefix)
+  if redis.call('EXISTS', prefix .. 'open') == 1 and redis.call('EXISTS', prefix .. 'offer') == 0 then
+    redis.call('DEL', prefix .. 'open', keys[3], keys[4], prefix .. 'told', prefix .. 'head')
+    return true
+  end
+  return false
+end
+
+local function sem_offer(keys, n, fair, prefix, claim, now, channel, message)
+  local permits, qt = keys[1], keys[4]
+  if redis.call('EXISTS', qt) == 0 or redis.call('EXISTS', prefix .. 'offer') == 1 then
+    return false
+  end
+  local free = n - sem_used(permits, now)
+  if free <= 0 then
+    return false
+  end
+  local head = fair and redis.call('GET', prefix .. 'head')
+  if head then
+    if not redis.call('ZSCORE', qt, head) then
+      redis.call('DEL', prefix .. 'head') -- it left, or its entry lapsed
+    elseif (tonumber(string.match(head, '^(%d+):')) or 1) > free then
+      return false -- first in line, and its permits are not free yet
     end
   end
-  if granted then
-    -- The set and the count live as long as the longest permit.
-    local last = redis.call('ZRANGE', permits, -1, -1, 'WITHSCORES')
-    local ttl = tonumber(last[2]) - now
-    redis.call('PEXPIRE', permits, ttl)
-    redis.call('SET', count, string.format('%d', n), 'PX', ttl)
+  -- Refused (an ACL without RPUSH): waiters look again when told.
+  local pushed = redis.pcall('RPUSH', prefix .. 'open', '0')
+  if type(pushed) == 'table' then
+    publish(channel, message)
+    return false
   end
-  if told then
+  -- Outlives the claim: found after it, it proves nobody took the offer.
+  redis.call('PEXPIRE', prefix .. 'open', claim * 2)
+  redis.call('SET', prefix .. 'offer', '1', 'PX', claim)
+  if redis.call('EXISTS', prefix .. 'told') == 1 then
     publish(channel, message)
   end
+  return true
 end

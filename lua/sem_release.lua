@@ -1,5 +1,5 @@
--- Return permits to a semaphore (only their holder's member can), and hand
--- what is free on to its waiters (sem_grant.lua).
+-- Return permits to a semaphore (only their holder's member can), and offer
+-- what is free to its waiters (sem_grant.lua sem_offer).
 -- Uses     publish.lua, sem_grant.lua
 -- KEYS[1]  permits (sorted set)
 -- KEYS[2]  permit count (deleted with the set when the last permit goes)
@@ -8,36 +8,50 @@
 -- ARGV[1]  member "<k>:<token>"
 -- ARGV[2]  wake-up channel
 -- ARGV[3]  wake-up message
--- ARGV[4]  grant list prefix (sem_grant.lua)
--- ARGV[5]  claim window of a grant, in milliseconds
+-- ARGV[4]  grant prefix (sem_grant.lua)
+-- ARGV[5]  claim window of an offer, in milliseconds
 -- ARGV[6]  the caller's permit count, used when no count is stored
 -- ARGV[7]  '1' fair mode, '0' otherwise
--- ARGV[8]  'leave': a waiter gives up. Its entry and an unpopped wake-up
---          go too, and permits granted to it just as it gave up are
---          returned like a release.
--- Returns  1 released, 0 the permits had expired or been removed (lost,
---          or, leaving, never granted)
+-- ARGV[8]  'leave': a waiter gives up. Its entries go, first in line or
+--          not, and an offer its pop took without its script running is
+--          put back for the next; permits it took just as it gave up are
+--          then returned like a release.
+-- Returns  1 released, 2 released and offered to the waiters (the caller
+--          looks at the name again after the claim: lua/sem_watch.lua), 0
+--          the permits had expired or been removed (lost, or, leaving,
+--          never granted)
 local keys = {KEYS[1], KEYS[2], KEYS[3], KEYS[4]}
+local me, prefix, claim = ARGV[1], ARGV[4], tonumber(ARGV[5])
 local fair = ARGV[7] == '1'
-if ARGV[8] == 'leave' then
-  redis.call('ZREM', KEYS[4], ARGV[1])
-  if fair then
-    redis.call('ZREM', KEYS[3], ARGV[1])
+local leaving = ARGV[8] == 'leave'
+if leaving then
+  sem_leave(keys, prefix, me, fair)
+  if redis.call('GET', prefix .. 'head') == me then
+    redis.call('DEL', prefix .. 'head')
   end
-  redis.call('DEL', ARGV[4] .. ARGV[1])
+  local took = redis.pcall('LPOP', prefix .. me)
+  if type(took) == 'string' then
+    sem_pass(prefix, claim, tonumber(took) or 0)
+  end
+  redis.call('DEL', prefix .. me)
 end
 local now = sem_now()
 local n = tonumber(redis.call('GET', KEYS[2])) or tonumber(ARGV[6])
-local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[1], ARGV[1])
+local expiry = redis.call('ZSCORE', KEYS[1], me)
+redis.call('ZREM', KEYS[1], me)
 if redis.call('ZCARD', KEYS[1]) == 0 then
-  redis.call('DEL', KEYS[2])
+  redis.call('DEL', KEYS[1], KEYS[2])
 end
--- A waiter that left may have been the head a fair queue waited behind.
-if expiry or (fair and ARGV[8] == 'leave') then
-  sem_hand_on(keys, n, fair, ARGV[4], tonumber(ARGV[5]), now, ARGV[2], ARGV[3])
+local offered = false
+-- A waiter that left may have been the one first in line.
+if expiry or leaving then
+  offered = sem_offer(keys, n, fair, prefix, claim, now, ARGV[2], ARGV[3])
+end
+if leaving and redis.call('EXISTS', KEYS[4]) == 0 then
+  -- The last waiter left: an offer or a place first in line is nobody's.
+  redis.call('DEL', prefix .. 'open', prefix .. 'offer', prefix .. 'head', KEYS[3], prefix .. 'told')
 end
 if expiry and tonumber(expiry) > now then
-  return 1
+  return offered and 2 or 1
 end
 return 0

@@ -1,7 +1,7 @@
 -- Change a semaphore's permit count while permits may be held. Holders keep
 -- their permits; new acquisitions see the new count, and handles that still
 -- use the old count get a mismatch error. Permits a larger count frees go
--- to waiters (sem_grant.lua).
+-- to waiters (sem_grant.lua sem_offer).
 -- Uses     publish.lua, sem_grant.lua
 -- KEYS[1]  permits (sorted set)
 -- KEYS[2]  permit count
@@ -9,12 +9,12 @@
 -- ARGV[1]  new count
 -- ARGV[2]  wake-up channel
 -- ARGV[3]  wake-up message
--- ARGV[4]  grant list prefix, ARGV[5] claim window in ms (sem_grant.lua)
+-- ARGV[4]  grant prefix, ARGV[5] claim window in ms (sem_grant.lua)
 -- ARGV[6]  '1' fair mode, '0' otherwise
 -- Returns  1
 if redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('SET', KEYS[2], ARGV[1], 'KEEPTTL')
 end
-sem_hand_on({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, tonumber(ARGV[1]), ARGV[6] == '1',
+sem_offer({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, tonumber(ARGV[1]), ARGV[6] == '1',
   ARGV[4], tonumber(ARGV[5]), sem_now(), ARGV[2], ARGV[3])
 return 1

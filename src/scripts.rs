@@ -108,6 +108,7 @@ script!(SEM_RELEASE, "sem_release.lua");
 script!(SEM_STATE, "sem_state.lua");
 script!(SEM_RESIZE, "sem_resize.lua");
 script!(SEM_FORCE_RELEASE, "sem_force_release.lua");
+script!(SEM_WATCH, "sem_watch.lua");
 script!(LATCH_SET, "latch_set.lua");
 script!(LOCK_NOTE, "lock_note.lua");
 script!(LATCH_COUNT_DOWN, "latch_count_down.lua");

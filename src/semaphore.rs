@@ -9,7 +9,7 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease::{self, lease_controls, Direct, Holding, Spec, ThreadBound};
 use crate::scripts::{
-    SEM_ACQUIRE, SEM_FORCE_RELEASE, SEM_RELEASE, SEM_RESIZE, SEM_STATE, ZSET_EXTEND,
+    SEM_ACQUIRE, SEM_FORCE_RELEASE, SEM_RELEASE, SEM_RESIZE, SEM_STATE, SEM_WATCH, ZSET_EXTEND,
 };
 use crate::wakeup::{deadline_after, waited, Turns};
 
@@ -225,7 +225,7 @@ impl Semaphore {
             })
             .map_err(|e| e.about("semaphore", &keys.name))?;
         wakeup.notify_local(&keys.permits);
-        Ok(released == 1)
+        Ok(released >= 1)
     }
 
     /// Removes every permit, whoever holds it, and wakes waiters; returns
@@ -309,12 +309,14 @@ impl Semaphore {
         // blocks on its own grant list where the backend allows it.
         let waits = deadline.is_none_or(|d| d > Instant::now());
         let blocks = waits && backend.grants_directly();
-        let by_message = self.client.wakeup().fallback() * 3 + Duration::from_secs(1);
+        let wakeup = self.client.wakeup();
+        let by_message = wakeup.fallback() * 3 + Duration::from_secs(1);
+        let claim = lease::GRANT_CLAIM.as_millis().to_string().into_bytes();
         let entry = |blocks: bool| -> Vec<u8> {
             let ttl = if !waits {
                 Duration::ZERO
             } else if blocks {
-                lease::blocking_entry(lease)
+                lease::ROOM_ENTRY
             } else {
                 by_message
             };
@@ -341,6 +343,9 @@ impl Semaphore {
                         Vec::new()
                     },
                     keys.grant_prefix.clone(),
+                    claim.clone(),
+                    wakeup.channel(&keys.permits).to_vec(),
+                    wakeup.message(&keys.permits),
                 ]
             };
             let leave = Script::new(
@@ -348,8 +353,28 @@ impl Semaphore {
                 keys.scripted(),
                 self.release_args(keys, member.clone(), true),
             );
-            let mut list = keys.grant_prefix.clone();
-            list.extend_from_slice(&member);
+            // The renewal thread's look at the semaphore (lua/sem_watch.lua):
+            // for this waiter while it is blocked, and (no member) for the
+            // name once a release offered its permits to the waiters.
+            let look = |member: &[u8]| {
+                let mut args = vec![
+                    member.to_vec(),
+                    lease::ROOM_ENTRY.as_millis().to_string().into_bytes(),
+                ];
+                let [prefix, claim, n, fair] = self.hand_on_args(keys);
+                args.extend([
+                    prefix,
+                    claim,
+                    wakeup.channel(&keys.permits).to_vec(),
+                    wakeup.message(&keys.permits),
+                    n,
+                    fair,
+                ]);
+                Script::new(&SEM_WATCH, keys.scripted(), args)
+            };
+            // Waiters block on the name's open list, moving what they pop
+            // into their own (lua/sem_grant.lua sem_offer).
+            let own = [keys.grant_prefix.as_slice(), &member].concat();
             Ok(Spec {
                 what: "semaphore",
                 name: keys.name.clone(),
@@ -380,12 +405,12 @@ impl Semaphore {
                 undo: waits.then(|| leave.clone()),
                 leave: Some(leave),
                 direct: blocks.then(|| Direct {
-                    into: None,
-                    watch: None,
-                    list,
+                    list: [keys.grant_prefix.as_slice(), b"open"].concat(),
+                    into: Some(own),
+                    watch: Some(look(&member)),
                     by_message: Script::new(&SEM_ACQUIRE, keys.scripted(), grant_args(false)),
                 }),
-                look: None,
+                look: backend.grants_directly().then(|| look(b"")),
             })
         })?;
         Ok(held.map(|held| Permit {

@@ -556,11 +556,10 @@ fn permits_are_handed_to_blocked_waiters_in_order_without_messages() {
     assert!(keys.is_empty(), "left behind: {keys:?}");
 }
 
-/// A semaphore waiter killed while queued is granted the permit once; the
-/// grant lapses within its claim and the next waiter takes the permit
-/// within its next slice. (Fair, so that the dead waiter is the one
-/// granted; a plain semaphore grants in the order of its waiters'
-/// deadlines.)
+/// A semaphore waiter killed while queued (first in a fair line) is passed
+/// over at once: a release offers the permit to the waiters blocked on the
+/// open list, and the dead one is not among them. (It used to be granted
+/// the permit, which lapsed after its 500 ms claim.)
 #[test]
 fn a_semaphore_waiter_killed_while_queued_stalls_it_under_a_second() {
     let server = Server::start();
@@ -591,13 +590,9 @@ fn a_semaphore_waiter_killed_while_queued_stalls_it_under_a_second() {
     p.release().unwrap();
     let (at, got) = s.join().unwrap();
     let took = at - released;
-    println!(
-        "FIGURES a permit granted to a dead waiter stalled it {took:?} (bound: 0.5 s + 0.25 s)"
-    );
+    println!("FIGURES a dead waiter first in line held the permit up {took:?} (was ≈ 0.53 s)");
     assert_eq!(got, Some(true));
-    // The dead waiter was granted first: the survivor waited for its claim.
-    assert!(took >= Duration::from_millis(400), "took {took:?}");
-    assert!(took < Duration::from_millis(1_600), "took {took:?}");
+    assert!(took < Duration::from_millis(150), "took {took:?}");
     let mut con = server.con();
     assert!(eventually(Duration::from_secs(5), || keys_of(
         &mut con,

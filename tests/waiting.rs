@@ -424,3 +424,243 @@ fn a_handed_over_lock_gets_its_full_lease_at_once() {
     assert!(pttl > 20_000, "the lease is still the first one: {pttl} ms");
     assert!(t.join().unwrap().unwrap(), "lost after the first second");
 }
+
+/// A semaphore of `permits` on `c`, fair or not.
+fn sem(c: &Client, name: &str, permits: u32, fair: bool) -> redlease::Semaphore {
+    if fair {
+        c.fair_semaphore(name, permits)
+    } else {
+        c.semaphore(name, permits)
+    }
+}
+
+/// Reproduction: a semaphore's waiter blocked a slice (≤ 250 ms) at a time
+/// and renewed its entry at every slice: 37 commands a second per idle
+/// waiter, 50 in a fair semaphore (benches/idle.rs). Now it blocks once
+/// until its deadline, like a lock's, and its process looks at the
+/// semaphore for it when the first permit's lease would end, at least
+/// every 5 s (a script, its clock and the permits).
+#[test]
+fn idle_semaphore_waiters_cost_the_server_nothing() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let mut con = server.con();
+    for fair in [false, true] {
+        let name = if fair { "idle:fsem" } else { "idle:sem" };
+        // A fixed lease: the holder's renewals are not the waiters' cost.
+        let p = sem(&holder, name, 1, fair)
+            .lease(Duration::from_secs(60))
+            .acquire()
+            .unwrap();
+        let waiters: Vec<_> = (0..5)
+            .map(|_| {
+                let s = sem(&no_poll(&server.url()), name, 1, fair);
+                std::thread::spawn(move || {
+                    let p = s.acquire_timeout(Duration::from_secs(30)).unwrap();
+                    p.map(|p| p.release().is_ok())
+                })
+            })
+            .collect();
+        let queue = format!("{{{name}}}:sem:queue:t");
+        assert!(eventually(Duration::from_secs(5), || con
+            .zcard::<_, usize>(&queue)
+            .unwrap()
+            == 5));
+        std::thread::sleep(Duration::from_millis(200)); // all blocked
+        let before = commandstats(&mut con);
+        let window = Duration::from_secs(5);
+        std::thread::sleep(window);
+        let after = commandstats(&mut con);
+        // Each new client loads the look's script once, at its first look
+        // (in this window): not a cost of waiting longer.
+        let mut between = commands_between(&before, &after);
+        between.remove("script|load");
+        let sent = sum(between.clone());
+        let per = sent as f64 / 5.0 / window.as_secs_f64();
+        println!("FIGURES 5 idle {name} waiters over 5 s: {sent} server commands, {per:.2}/s each");
+        // Before: 5 × 37 × 5 = 925 (fair: 1,250). Target: at most 1 a second each.
+        assert!(per <= 1.0, "{sent} commands: {between:?}");
+        // And every one of them still gets the permit, in turn.
+        p.release().unwrap();
+        for w in waiters {
+            assert_eq!(
+                w.join().unwrap(),
+                Some(true),
+                "every waiter gets the permit"
+            );
+        }
+    }
+}
+
+/// The child side: holds a permit of "orphaned" (fair with
+/// REDLEASE_WAITING_FAIR) with a 3 s watchdog until killed.
+#[test]
+fn permit_holder_entry() {
+    let Ok(url) = std::env::var("REDLEASE_WAITING_PERMIT_HOLDER") else {
+        return;
+    };
+    let c = Client::builder()
+        .url(&url)
+        .watchdog_timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let fair = std::env::var("REDLEASE_WAITING_FAIR").is_ok();
+    let _p = sem(&c, "orphaned", 1, fair).acquire().unwrap();
+    say("held");
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+/// A semaphore waiter already blocked when the holder died: nobody
+/// releases, so the waiter's renewal thread looks when the permit's lease
+/// would end and offers it to the blocked waiters. Within the lease and a
+/// second.
+#[test]
+fn a_blocked_waiter_gets_the_permit_of_a_holder_that_died() {
+    let server = Server::start();
+    for fair in [false, true] {
+        let mut env = vec![("REDLEASE_WAITING_PERMIT_HOLDER", server.url())];
+        if fair {
+            env.push(("REDLEASE_WAITING_FAIR", "1".into()));
+        }
+        let holder = Worker::spawn("permit_holder_entry", &env);
+        assert_eq!(holder.next(Duration::from_secs(10)), "held");
+        let s = sem(&no_poll(&server.url()), "orphaned", 1, fair);
+        let t = std::thread::spawn(move || {
+            let p = s.acquire_timeout(Duration::from_secs(30)).unwrap();
+            (Instant::now(), p.map(|p| p.release().is_ok()))
+        });
+        std::thread::sleep(Duration::from_millis(500)); // blocked
+        drop(holder); // SIGKILL: nobody will release
+        let killed = Instant::now();
+        let (at, got) = t.join().unwrap();
+        let took = at - killed;
+        println!("FIGURES fair {fair}: a blocked waiter got a dead holder's permit {took:?} after the kill (lease 3 s)");
+        assert_eq!(got, Some(true));
+        // As for the lock: the lease ends at most 3 s after the kill, one
+        // second more is the bound, the rest a loaded machine's margin.
+        assert!(took < Duration::from_millis(4_500), "took {took:?}");
+    }
+}
+
+/// The child side: waits for `REDLEASE_WAITING_K` permits of the fair
+/// semaphore "line" (3 permits), saying when it has them.
+#[test]
+fn permit_waiter_entry() {
+    let Ok(url) = std::env::var("REDLEASE_WAITING_PERMIT_WAITER") else {
+        return;
+    };
+    let k: u32 = std::env::var("REDLEASE_WAITING_K")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let c = no_poll(&url);
+    say("waiting");
+    let _p = c.fair_semaphore("line", 3).acquire_many(k).unwrap();
+    say("acquired");
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+/// Waiters of a fair semaphore that died while blocked stall nobody: they
+/// have no connection, so an offer never reaches them, whatever their
+/// entries say. One that died first in line (it took an offer too small
+/// for it) is passed over once the offer has gone round the others.
+#[test]
+fn dead_semaphore_waiters_stall_nobody() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let line = holder.fair_semaphore("line", 3);
+    let held = line.acquire_many(2).unwrap();
+    let mut con = server.con();
+    let queued = |con: &mut redis::Connection| con.zcard::<_, usize>("{line}:sem:queue:t").unwrap();
+    // First in line: wants 2 of the 1 free, and keeps its place.
+    let spawn = |k: &str| {
+        let w = Worker::spawn(
+            "permit_waiter_entry",
+            &[
+                ("REDLEASE_WAITING_PERMIT_WAITER", server.url()),
+                ("REDLEASE_WAITING_K", k.into()),
+            ],
+        );
+        assert_eq!(w.next(Duration::from_secs(10)), "waiting");
+        w
+    };
+    let first = spawn("2");
+    assert!(eventually(Duration::from_secs(5), || queued(&mut con) == 1));
+    // Three more behind it that will die, and a live one after them.
+    let dead: Vec<_> = (0..3)
+        .map(|i| {
+            let w = spawn("1");
+            assert!(eventually(Duration::from_secs(5), || queued(&mut con) == 2 + i));
+            w
+        })
+        .collect();
+    let live = no_poll(&server.url()).fair_semaphore("line", 3);
+    let t = std::thread::spawn(move || {
+        let p = live.acquire_timeout(Duration::from_secs(20)).unwrap();
+        (Instant::now(), p.is_some())
+    });
+    assert!(eventually(Duration::from_secs(5), || queued(&mut con) == 5));
+    std::thread::sleep(Duration::from_millis(300)); // blocked
+                                                    // The fair line holds: the 1 free permit goes to nobody behind the first.
+    assert_eq!(line.available().unwrap(), 1);
+    drop(first);
+    drop(dead); // all killed: their entries stay, 75 s
+    std::thread::sleep(Duration::from_millis(200));
+    let released = Instant::now();
+    held.release().unwrap();
+    let (at, got) = t.join().unwrap();
+    println!(
+        "FIGURES 4 dead waiters ahead (one first in line): the live one got its permit {:?} after the release",
+        at - released
+    );
+    assert!(got);
+    // An offer goes round the queue once (5 round trips here); before,
+    // each dead waiter's grant lapsed unclaimed (0.5 s each).
+    assert!(
+        at - released < Duration::from_millis(1_000),
+        "{:?}",
+        at - released
+    );
+}
+
+/// A fair semaphore serves a large request first in line before smaller
+/// ones behind it (it took an offer too small for it and keeps its place);
+/// a plain one lets a smaller request that fits pass.
+#[test]
+fn a_large_request_keeps_its_place_only_in_a_fair_semaphore() {
+    let server = Server::start();
+    for fair in [false, true] {
+        let name = if fair { "large:fair" } else { "large:plain" };
+        let holder = client_with(&server, |b| b);
+        let held = sem(&holder, name, 3, fair).acquire_many(2).unwrap();
+        let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let spawn = |k: u32, who: &'static str| {
+            let s = sem(&no_poll(&server.url()), name, 3, fair);
+            let order = order.clone();
+            std::thread::spawn(move || {
+                let p = s.acquire_many_timeout(k, Duration::from_secs(20)).unwrap();
+                order.lock().unwrap().push(who);
+                std::thread::sleep(Duration::from_millis(300));
+                drop(p);
+            })
+        };
+        // All three: nothing else fits beside it.
+        let big = spawn(3, "big");
+        std::thread::sleep(Duration::from_millis(300)); // blocked, first in line
+        let small = spawn(1, "small");
+        std::thread::sleep(Duration::from_millis(300));
+        let early = order.lock().unwrap().clone();
+        held.release().unwrap();
+        big.join().unwrap();
+        small.join().unwrap();
+        let all = order.lock().unwrap().clone();
+        println!("FIGURES fair {fair}: before the release {early:?}, in all {all:?}");
+        if fair {
+            assert!(early.is_empty(), "{early:?}");
+            assert_eq!(all, ["big", "small"]);
+        } else {
+            assert_eq!(early, ["small"]);
+            assert_eq!(all, ["small", "big"]);
+        }
+    }
+}
