@@ -1,42 +1,87 @@
 -- Prelude (prepended to the scripts that name it in their "Uses" line; needs
--- fence.lua and publish.lua before it): the direct grant of a read-write
--- lock's write hold to the writer waiting for it, as queue.lua does for a
--- lock.
+-- fence.lua, publish.lua and queue.lua before it): the hand-over of a
+-- read-write lock's write hold to its waiting writers, and what stops new
+-- readers while a live writer waits.
 -- KEYS     none of its own (callers pass the keys)
 -- ARGV     none of its own
 -- Returns  nothing; defines
---   rw_hand_to_writer(writer, readers, intent, counter, prefix, claim_ms,
---     channel, message) -> whether the write hold was handed on. Call it
---     when the write hold is free or the caller's. Unless a reader still
---     holds (a writer's own read hold, after a downgrade, counts), and if
---     the waiting writer's
---     intent says it blocks ("<token>#b"), makes it the writer for
---     claim_ms with a fresh fence, removes the intent and pushes a wake-up
---     onto the list prefix..token, on which it blocks with its acquire
---     script pipelined behind, which sets its lease. A writer that is
---     gone never runs it: the grant lapses after claim_ms. If the push is
---     refused (an ACL without RPUSH), publishes instead.
-local function rw_hand_to_writer(writer, readers, intent, counter, prefix, claim, channel, message)
-  local waiting = redis.call('GET', intent)
-  local token = waiting and string.match(waiting, '^([^#]*)#b$')
-  if not token then
+--   rw_readers(readers, now) -> readers whose lease has not ended (the
+--     others are reclaimed)
+--   rw_open(writer, readers, counter, q, qt, prefix, claim_ms, channel,
+--     message, now) -> whether the write hold was opened to the waiting
+--     writers. Call it when the write hold is free. Unless a reader still
+--     holds, and if a writer is queued (q, qt: queue.lua's queue of the
+--     writers), opens the write hold to them as queue.lua hand_on opens a
+--     lock: writers block in BLMOVE from prefix..'open' to their own list
+--     prefix..token, and Redis serves the one blocked longest, whose
+--     acquire script takes the hold. A writer that died has no connection
+--     and is never served; a hand-over nobody took proves the queue dead
+--     (rw_stale). Announces the hand-over (queue.lua announce) to writers
+--     that wait for messages.
+--   rw_writer_waits(writer, q, qt, prefix, claim_ms, now) -> true when a live writer
+--     waits (new readers wait for it, so a stream of readers cannot starve
+--     it), false when none does, or the milliseconds until that is known.
+--     A writer blocked in BLMOVE sends nothing, so its queue entry alone
+--     says nothing of its life: the first reader to ask pushes a probe onto
+--     the open list (prefix..'probe' lives claim_ms while it is in
+--     flight); a live blocked writer pops it and its script marks the
+--     writers alive for twice the claim (prefix..'alive'), and a probe
+--     still there after the claim proves the queue dead: it is purged. A
+--     writer that waits for messages (listed in prefix..'told' with its
+--     deadline) is alive while its entry lives.
+--   rw_stale(writer, q, qt, prefix) -> whether the open list outlived what was put
+--     on it (a hand-over or a probe nobody took); the queue is purged then
+local function rw_readers(readers, now)
+  redis.call('ZREMRANGEBYSCORE', readers, '-inf', now)
+  return redis.call('ZCARD', readers)
+end
+
+local function rw_stale(writer, q, qt, prefix)
+  local open = prefix .. 'open'
+  if redis.call('EXISTS', open) == 0 or redis.call('EXISTS', prefix .. 'probe') == 1 then
     return false
   end
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  if redis.call('ZCOUNT', readers, '(' .. now, '+inf') > 0 then
-    return false
+  local holder = redis.call('GET', writer)
+  if holder and string.match(holder, '^[^#]*') == 'rl:grant' then
+    return false -- a hand-over within its claim
   end
-  local fence = next_fence(counter, claim)
-  redis.call('SET', writer, holder_value(token, fence), 'PX', claim)
-  redis.call('DEL', intent)
-  local list = prefix .. token
-  -- A wake-up left by an earlier grant is harmless (see queue.lua).
-  local pushed = redis.pcall('RPUSH', list, '1')
-  if type(pushed) == 'table' then
-    publish(channel, message)
-  else
-    redis.call('PEXPIRE', list, claim)
-  end
+  redis.call('DEL', open, q, qt, prefix .. 'told', prefix .. 'alive')
   return true
+end
+
+local function rw_open(writer, readers, counter, q, qt, prefix, claim, channel, message, now)
+  if redis.call('EXISTS', q) == 0 or rw_readers(readers, now) > 0 then
+    return false
+  end
+  -- A probe left on the list is moot: the hand-over answers it.
+  redis.call('DEL', prefix .. 'open', prefix .. 'probe')
+  local told = hand_on(writer, counter, q, qt, prefix, claim)
+  announce(channel, message, 'queued', told)
+  return true
+end
+
+local function rw_writer_waits(writer, q, qt, prefix, claim, now)
+  if redis.call('EXISTS', q) == 0 then
+    return false
+  end
+  if redis.call('EXISTS', prefix .. 'alive') == 1 then
+    return true
+  end
+  local told = prefix .. 'told'
+  if redis.call('ZCOUNT', told, '(' .. now, '+inf') > 0 then
+    return true
+  end
+  if rw_stale(writer, q, qt, prefix) then
+    return false
+  end
+  if redis.call('EXISTS', prefix .. 'probe') == 0 then
+    local open = prefix .. 'open'
+    local pushed = redis.pcall('RPUSH', open, 'probe')
+    if type(pushed) == 'table' then
+      return true -- an ACL without RPUSH: writers wait for messages
+    end
+    redis.call('PEXPIRE', open, claim * 2)
+    redis.call('SET', prefix .. 'probe', '1', 'PX', claim)
+  end
+  return claim
 end

@@ -1,39 +1,45 @@
 -- Take a read hold of a read-write lock.
+-- Uses     fence.lua, publish.lua, queue.lua, rw_grant.lua
 -- KEYS[1]  writer key: a string "<writer token>#<fence>" while write-held
+--          (or "rl:grant#<fence>" while open to the queued writers)
 -- KEYS[2]  readers: sorted set, member = reader token, score = the reader's
 --          expiry in server time (ms); each reader expires on its own
--- KEYS[3]  writer intent: a waiting writer's token (short PX; see
---          rw_write_acquire.lua); while it exists new readers wait, so a
---          stream of readers cannot starve it
+-- KEYS[3]  waiting readers (sorted set: reader token -> deadline, server
+--          ms): a writer's release publishes only while one of them is
+--          live
+-- KEYS[4]  writer queue, KEYS[5] its deadlines (rw_write_acquire.lua):
+--          while a live writer waits, new readers wait, so a stream of
+--          readers cannot starve it (rw_grant.lua rw_writer_waits)
+-- KEYS[6]  fencing counter (fence.lua), for a hand-over made from here
+-- KEYS[7]  fence floor (fence.lua; always the last key)
 -- ARGV[1]  reader token
 -- ARGV[2]  lease in milliseconds
--- KEYS[4]  waiting readers (sorted set: reader token -> deadline, server
---          ms): a writer's release or hand-over publishes only while one
---          of them is live
 -- ARGV[3]  the caller's own write token if this thread holds the write lock
 --          (a downgrade), else ''
 -- ARGV[4]  waiting entry lifetime without a retry, ms; 0 = do not register
 --          (a try never does)
+-- ARGV[5]  grant prefix (queue.lua, rw_grant.lua)
+-- ARGV[6]  claim window of a hand-over or a probe, in milliseconds
+-- ARGV[7]  wake-up channel, ARGV[8] wake-up message: for a hand-over made
+--          from here
 -- Returns  {1, 0} acquired (again when the same token asks again: a retry
 --          after a lost reply re-grants, it never adds a second hold);
 --          {0, ms} wait (ms = what blocks us, -1 unknown)
 -- Errors   WRONGTYPE / REDLEASE_FOREIGN when the keys hold foreign data.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local writer = redis.call('GET', KEYS[1])
-if writer and string.sub(writer, 1, 3) ~= 'rl:' then
+local writer, readers, rq, q, qt = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local prefix, claim = ARGV[5], tonumber(ARGV[6])
+local now = now_ms()
+local holder = redis.call('GET', writer)
+if holder and string.sub(holder, 1, 3) ~= 'rl:' then
   return redis.error_reply('REDLEASE_FOREIGN writer key holds a value not written by redlease')
 end
--- redlease always writes a lease and an intent lifetime: a writer or an
--- intent that never expires would make every waiter wait forever.
-if writer and redis.call('PTTL', KEYS[1]) == -1 then
+-- redlease always writes a lease: a writer that never expires would make
+-- every waiter wait forever.
+if holder and redis.call('PTTL', writer) == -1 then
   return redis.error_reply('REDLEASE_FOREIGN writer key has no expiry (redlease always sets one)')
 end
-if redis.call('EXISTS', KEYS[3]) == 1 and redis.call('PTTL', KEYS[3]) == -1 then
-  return redis.error_reply('REDLEASE_FOREIGN writer intent has no expiry (redlease always sets one)')
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-local top = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+local held = rw_readers(readers, now)
+local top = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
 if top[2] and tonumber(top[2]) == math.huge then
   return redis.error_reply('REDLEASE_FOREIGN a reader never expires (score +inf; redlease always sets one)')
 end
@@ -42,30 +48,44 @@ local expiry = now + tonumber(ARGV[2])
 local function wait(ms)
   local ttl = tonumber(ARGV[4])
   if ttl > 0 then
-    redis.call('ZADD', KEYS[4], now + ttl, ARGV[1])
-    if redis.call('PTTL', KEYS[4]) < ttl * 2 then
-      redis.call('PEXPIRE', KEYS[4], ttl * 2)
+    redis.call('ZADD', rq, now + ttl, ARGV[1])
+    if redis.call('PTTL', rq) < ttl * 2 then
+      redis.call('PEXPIRE', rq, ttl * 2)
     end
   end
   return {0, ms}
 end
-if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
-  redis.call('ZADD', KEYS[2], expiry, ARGV[1])
-  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-  redis.call('PEXPIRE', KEYS[2], tonumber(last[2]) - now)
+local function enter()
+  redis.call('ZREM', rq, ARGV[1])
+  redis.call('ZADD', readers, expiry, ARGV[1])
+  local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
+  redis.call('PEXPIRE', readers, tonumber(last[2]) - now)
   return {1, 0}
 end
-if writer and string.match(writer, '^[^#]*') ~= ARGV[3] then
-  return wait(redis.call('PTTL', KEYS[1]))
+if redis.call('ZSCORE', readers, ARGV[1]) then
+  return enter()
 end
-if ARGV[3] == '' then
-  local intent = redis.call('GET', KEYS[3])
-  if intent then
-    return wait(redis.call('PTTL', KEYS[3]))
+if holder and string.match(holder, '^[^#]*') ~= ARGV[3] then
+  return wait(redis.call('PTTL', writer))
+end
+-- (ZCARD: a writer queue holding foreign data is an error, not a writer.)
+if ARGV[3] == '' and redis.call('ZCARD', q) > 0 then
+  if held == 0 then
+    -- Free, with writers queued: theirs first. A hand-over is its own
+    -- proof of life: nobody taking it proves the queue dead.
+    if not rw_stale(writer, q, qt, prefix)
+        and rw_open(writer, readers, KEYS[6], q, qt, prefix, claim, ARGV[7], ARGV[8], now) then
+      return wait(claim)
+    end
+  else
+    local waits = rw_writer_waits(writer, q, qt, prefix, claim, now)
+    if waits == true then
+      -- It takes the write hold when the readers leave; its release tells us.
+      local first = redis.call('ZRANGE', readers, 0, 0, 'WITHSCORES')
+      return wait(tonumber(first[2]) - now)
+    elseif waits then
+      return wait(waits)
+    end
   end
 end
-redis.call('ZREM', KEYS[4], ARGV[1])
-redis.call('ZADD', KEYS[2], expiry, ARGV[1])
-local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
-redis.call('PEXPIRE', KEYS[2], tonumber(last[2]) - now)
-return {1, 0}
+return enter()

@@ -1,69 +1,118 @@
--- Take the write hold of a read-write lock.
--- Uses     fence.lua
--- KEYS[1]  writer key (string "<owner token>#<fence>", PX lease)
+-- Take the write hold of a read-write lock. A writer queues (queue.lua);
+-- the last reader's release, or a writer's, opens the write hold to the
+-- queued writers (rw_grant.lua rw_open), and the one blocked longest takes
+-- it.
+-- Uses     fence.lua, publish.lua, queue.lua, rw_grant.lua
+-- KEYS[1]  writer key: "<owner token>#<fence>" (PX lease) while held,
+--          "rl:grant#<fence>" while open to the writers (queue.lua)
 -- KEYS[2]  readers (sorted set: reader token -> expiry, server ms)
--- KEYS[3]  writer intent (string, waiting writer's token, PX)
--- KEYS[4]  fencing counter (fence.lua)
--- KEYS[5]  fence floor (fence.lua; always the last key)
--- ARGV[1]  writer token
+-- KEYS[3]  fencing counter (fence.lua)
+-- KEYS[4]  writer queue, KEYS[5] its deadlines (queue.lua)
+-- KEYS[6]  fence floor (fence.lua; always the last key)
+-- ARGV[1]  writer token (starts with "rl:", contains no '#')
 -- ARGV[2]  lease in milliseconds
--- ARGV[3]  intent lifetime in milliseconds (renewed at every retry, so a dead
---          writer's intent lapses and readers go on); '0' for a try, which
---          never queues: it leaves no intent to hold readers back
--- ARGV[4]  grant list prefix (the writer's token follows): a release hands
---          the write lock to a waiting writer that blocks there
---          (rw_write_release.lua, rw_read_release.lua)
--- ARGV[5]  'block': this writer blocks on its grant list, and its intent
---          says so ("<token>#b"); otherwise the intent is the bare token
---          and the writer waits for release messages
--- Returns  {1, fence} acquired (again, with the same fence, when the same
---          token asks again); {0, ms} wait: ms until the writer's lease or
---          the first reader's lease ends (-1 unknown)
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local writer = redis.call('GET', KEYS[1])
-if writer and string.sub(writer, 1, 3) ~= 'rl:' then
+-- ARGV[3]  queue entry lifetime in milliseconds; 0 = do not queue (a try
+--          never does: it would hold readers back)
+-- ARGV[4]  grant prefix (queue.lua, rw_grant.lua)
+-- ARGV[5]  claim window of a hand-over, in milliseconds
+-- ARGV[6]  wake-up channel, ARGV[7] wake-up message: for a hand-over made
+--          from here, to writers that wait for messages
+-- ARGV[8]  'block': this writer blocks in BLMOVE from the open list to its
+--          own list. Otherwise it waits for release messages.
+-- ARGV[9]  'popped' (optional): this script runs right behind that pop: a
+--          fence found on the writer's own list is an open grant it took,
+--          'probe' a reader asking whether a writer is alive (rw_grant.lua)
+-- Returns  {1, fence} acquired (taken by a pop: for the lesser of ARGV[2]
+--          and twice the claim, which the client raises at once; again,
+--          with the same fence, when the same token asks again);
+--          {0, ms} wait: ms until the writer's lease or the first reader's
+--          lease ends, or the claim of a hand-over made here (-1 unknown)
+-- Errors   WRONGTYPE, REDLEASE_FOREIGN (a value not written by redlease,
+--          a holder or reader that never expires)
+local writer, readers, counter, q, qt = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local me, lease, ttl, prefix = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local claim = tonumber(ARGV[5])
+local blocks = ARGV[8] == 'block'
+local open = prefix .. 'open'
+local mine = prefix .. me
+local took = ARGV[9] == 'popped' and redis.pcall('LPOP', mine)
+if type(took) == 'table' then
+  -- An ACL without LPOP (see lua/lock_acquire.lua).
+  took = false
+  if redis.call('EXISTS', mine) == 1 then
+    redis.call('DEL', mine)
+    return redis.error_reply('NOPERM redlease needs LPOP with BLMOVE (see the README ACL line)')
+  end
+end
+if took == 'probe' then
+  -- A reader asked whether a writer waits: this one does.
+  redis.call('SET', prefix .. 'alive', '1', 'PX', claim * 2)
+  redis.call('DEL', prefix .. 'probe')
+  took = false
+end
+local holder = redis.call('GET', writer)
+if holder and string.sub(holder, 1, 3) ~= 'rl:' then
   return redis.error_reply('REDLEASE_FOREIGN writer key holds a value not written by redlease')
 end
--- redlease always writes a lease and an intent lifetime: a writer or an
--- intent that never expires would make every waiter wait forever.
-if writer and redis.call('PTTL', KEYS[1]) == -1 then
-  return redis.error_reply('REDLEASE_FOREIGN writer key has no expiry (redlease always sets one)')
+if holder then
+  local owner = string.match(holder, '^[^#]*')
+  if owner == me then
+    redis.call('PEXPIRE', writer, lease)
+    return {1, tonumber(string.match(holder, '#(%d+)$')) or 0}
+  end
+  -- Open to the writers: ours if our pop took it; or, while its fence is
+  -- still on the open list, any queued writer's that waits for messages.
+  if owner == 'rl:grant' and (took or (redis.call('EXISTS', open) == 1 and redis.call('ZSCORE', q, me))) then
+    local fence = tonumber(string.match(holder, '#(%d+)$')) or 0
+    local ms = lease
+    if took then
+      ms = math.min(tonumber(lease), claim * 2)
+    end
+    redis.call('SET', writer, holder_value(me, fence), 'PX', ms)
+    queue_leave(q, qt, prefix, me, blocks)
+    queue_taken(q, qt, ttl, blocks)
+    if not took then
+      redis.call('DEL', open)
+    end
+    return {1, fence}
+  end
+  local pttl = redis.call('PTTL', writer)
+  if pttl == -1 then
+    return redis.error_reply('REDLEASE_FOREIGN writer key has no expiry (redlease always sets one)')
+  end
+  if ttl > 0 then
+    queue_join(q, qt, prefix, me, ttl, blocks)
+  end
+  return {0, pttl}
 end
-if redis.call('EXISTS', KEYS[3]) == 1 and redis.call('PTTL', KEYS[3]) == -1 then
-  return redis.error_reply('REDLEASE_FOREIGN writer intent has no expiry (redlease always sets one)')
-end
-if writer and string.match(writer, '^[^#]*') == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  -- A grant made while we were not blocked leaves its wake-up behind.
-  redis.call('DEL', ARGV[4] .. ARGV[1])
-  return {1, tonumber(string.match(writer, '#(%d+)$')) or 0}
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-local top = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+local now = now_ms()
+local held = rw_readers(readers, now)
+local top = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
 if top[2] and tonumber(top[2]) == math.huge then
   return redis.error_reply('REDLEASE_FOREIGN a reader never expires (score +inf; redlease always sets one)')
 end
-local readers = redis.call('ZCARD', KEYS[2])
-if writer or readers > 0 then
-  local intent = ARGV[3] ~= '0' and redis.call('GET', KEYS[3])
-  if ARGV[3] ~= '0' and (not intent or string.match(intent, '^[^#]*') == ARGV[1]) then
-    local mark = ''
-    if ARGV[5] == 'block' then
-      mark = '#b'
-    end
-    redis.call('SET', KEYS[3], ARGV[1] .. mark, 'PX', ARGV[3])
+-- A hand-over or a probe nobody took: the queue's writers are gone.
+rw_stale(writer, q, qt, prefix)
+if held > 0 then
+  if ttl > 0 then
+    queue_join(q, qt, prefix, me, ttl, blocks)
   end
-  if writer then
-    return {0, redis.call('PTTL', KEYS[1])}
-  end
-  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGE', readers, 0, 0, 'WITHSCORES')
   return {0, tonumber(first[2]) - now}
 end
-local fence = next_fence(KEYS[4], ARGV[2])
-redis.call('SET', KEYS[1], holder_value(ARGV[1], fence), 'PX', ARGV[2])
-local intent = redis.call('GET', KEYS[3])
-if intent and string.match(intent, '^[^#]*') == ARGV[1] then
-  redis.call('DEL', KEYS[3])
+local head = queue_head(q, qt)
+if head == nil or head == me then
+  local fence = next_fence(counter, lease)
+  redis.call('SET', writer, holder_value(me, fence), 'PX', lease)
+  if head then
+    queue_leave(q, qt, prefix, me, blocks)
+  end
+  return {1, fence}
 end
-return {1, fence}
+-- Free, yet a live writer is ahead (the last holder's lease ran out with
+-- nobody to hand the lock on): open it to the writers now, then wait.
+if ttl > 0 then
+  queue_join(q, qt, prefix, me, ttl, blocks)
+end
+rw_open(writer, readers, counter, q, qt, prefix, claim, ARGV[6], ARGV[7], now)
+return {0, claim}

@@ -1,56 +1,70 @@
--- End a write hold if, and only if, the caller still owns it, and hand it
--- to the writer waiting for it if that one blocks (rw_grant.lua);
--- otherwise publish, for waiting readers and writers.
--- Uses     fence.lua, publish.lua, rw_grant.lua
+-- End a write hold if, and only if, the caller still owns it, and open it
+-- to the queued writers (rw_grant.lua rw_open); otherwise publish, for
+-- waiting readers.
+-- Uses     fence.lua, publish.lua, queue.lua, rw_grant.lua
 -- KEYS[1]  writer key ("<owner token>#<fence>")
--- KEYS[2]  writer intent (rw_write_acquire.lua)
--- KEYS[3]  fencing counter (fence.lua)
--- KEYS[4]  readers (sorted set): a writer that downgraded still reads
--- KEYS[5]  waiting readers (rw_read_acquire.lua): told while one is live
--- KEYS[6]  fence floor (fence.lua; always the last key)
+-- KEYS[2]  fencing counter (fence.lua)
+-- KEYS[3]  readers (sorted set): a writer that downgraded still reads
+-- KEYS[4]  waiting readers (rw_read_acquire.lua): told while one is live
+-- KEYS[5]  writer queue, KEYS[6] its deadlines (queue.lua)
+-- KEYS[7]  fence floor (fence.lua; always the last key)
 -- ARGV[1]  writer token
 -- ARGV[2]  wake-up channel
 -- ARGV[3]  wake-up message
--- ARGV[4]  grant list prefix (rw_grant.lua)
--- ARGV[5]  claim window of a grant, in milliseconds
--- ARGV[6]  'leave': a waiting writer gives up. Its intent (readers that
---          wait for it are told) and an unpopped wake-up go first; a write
---          hold granted to it meanwhile is then released like a holder's.
--- Returns  1 released (handed on, or waiters notified), 0 not held by
---          this token
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- ARGV[4]  grant prefix (queue.lua, rw_grant.lua)
+-- ARGV[5]  claim window of a hand-over, in milliseconds
+-- ARGV[6]  'leave': a waiting writer gives up. Its queue entry goes first
+--          (readers that waited for it are told once no writer is left),
+--          and what its pop took without its script running is put back;
+--          a write hold it took just as it gave up is then released like
+--          a holder's; a hand-over made as it gave up, with no writer left
+--          to take it, is withdrawn.
+-- Returns  1 released, 2 released and opened to the queued writers (the
+--          caller looks at the name again after the claim:
+--          lua/rw_watch.lua), 0 not held by this token
+local writer, counter, readers, rq, q, qt = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local me, prefix, claim = ARGV[1], ARGV[4], tonumber(ARGV[5])
+local open = prefix .. 'open'
+local now = now_ms()
 local function readers_wait()
-  return redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf') > 0
+  return redis.call('ZCOUNT', rq, '(' .. now, '+inf') > 0
 end
+local v = redis.call('GET', writer)
+local granted = v and string.match(v, '^[^#]*') == 'rl:grant'
 if ARGV[6] == 'leave' then
-  local intent = redis.call('GET', KEYS[2])
-  if intent and string.match(intent, '^[^#]*') == ARGV[1] then
-    redis.call('DEL', KEYS[2])
+  queue_leave(q, qt, prefix, me, false)
+  local took = redis.pcall('LPOP', prefix .. me)
+  redis.call('DEL', prefix .. me)
+  if type(took) == 'string' and (took == 'probe' or granted) then
+    -- Not ours to use any more: the next writer's (or, a probe, the
+    -- question is asked again).
+    redis.pcall('RPUSH', open, took)
+    redis.call('PEXPIRE', open, claim * 2)
+    return 0
+  end
+  if redis.call('EXISTS', q) == 0 then
+    if granted then
+      -- Opened as this writer gave up, and nobody is left to take it.
+      redis.call('DEL', writer, open)
+      v = nil
+    end
+    redis.call('DEL', prefix .. 'alive', prefix .. 'probe', open)
     if readers_wait() then
       publish(ARGV[2], ARGV[3])
     end
   end
-  redis.call('DEL', ARGV[4] .. ARGV[1])
 end
-local v = redis.call('GET', KEYS[1])
-if not v or string.match(v, '^[^#]*') ~= ARGV[1] then
+if not v or string.match(v, '^[^#]*') ~= me then
   return 0
 end
-local handed = rw_hand_to_writer(KEYS[1], KEYS[4], KEYS[2], KEYS[3], ARGV[4],
-  tonumber(ARGV[5]), ARGV[2], ARGV[3])
-local intent = false
-if not handed then
-  -- The counter goes with the hold: a fresh one starts above it
-  -- (fence.lua), and a name nobody holds leaves no key.
-  redis.call('DEL', KEYS[1], KEYS[3])
-  intent = redis.call('EXISTS', KEYS[2]) == 1
+redis.call('DEL', writer)
+if rw_open(writer, readers, counter, q, qt, prefix, claim, ARGV[2], ARGV[3], now) then
+  return 2
 end
--- Waiting readers are told either way: a writer handed the lock that
--- died never releases it, and they must learn when its claim lapses (the
--- message makes them look, and see how long it has left). A writer still
--- waiting here waits for messages (one that blocks was handed it).
-if intent or readers_wait() then
+-- The counter goes with the hold: a fresh one starts above it
+-- (fence.lua), and a name nobody holds leaves no key.
+redis.call('DEL', counter)
+if readers_wait() then
   publish(ARGV[2], ARGV[3])
 end
 return 1

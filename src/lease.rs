@@ -70,45 +70,33 @@ pub(crate) struct Spec {
     pub(crate) look: Option<Script>,
 }
 
-/// How a queued waiter learns of its grant without a message: it blocks on
-/// `list` with `grant` pipelined behind, so the script runs as soon as the
-/// pop does and takes what the release left. Its queue entry says so (the
-/// grant script's arguments), and a release then sends no message. Should
-/// the server refuse the blocking pop (an old ACL), the waiter falls back
-/// to messages, and its attempts use `by_message`: the same script, with an
-/// entry saying it needs a message when granted.
-///
-/// Two shapes. Exclusive locks block in `BLMOVE` from the name's shared
-/// open list `list` into the waiter's own list `into` until the deadline
-/// (see [`ROOM_CHUNK`]): a release opens the name, and Redis hands it to
-/// the connection blocked longest, so a dead waiter (no connection) is
-/// never chosen and an idle waiter sends nothing; `watch` is the look the
-/// renewal thread takes for it meanwhile (a holder whose lease ran out
-/// with nobody releasing). The other primitives block in `BLPOP` on their
-/// own grant list `list` for a slice, renewing their queue entry at each.
+/// How a queued waiter learns of its grant without a message: it blocks in
+/// `BLMOVE` from the name's shared open list `list` into its own list
+/// `into` until its deadline (see [`ROOM_CHUNK`]), with `grant` pipelined
+/// behind, so the script runs as soon as the pop does and finds on `into`
+/// what the pop took. A release (of a lock, a write hold, permits) puts
+/// what it hands on onto the open list, and Redis serves the connection
+/// blocked longest: a dead waiter (no connection) is never chosen, and an
+/// idle waiter sends nothing. `watch` is the look the renewal thread takes
+/// for it meanwhile (a holder whose lease ran out with nobody releasing).
+/// Should the server refuse the blocking pop (an old ACL), the waiter falls
+/// back to messages, and its attempts use `by_message`: the same script,
+/// with an entry saying it needs a message when granted.
 pub(crate) struct Direct {
     pub(crate) list: Vec<u8>,
-    pub(crate) into: Option<Vec<u8>>,
+    pub(crate) into: Vec<u8>,
     pub(crate) watch: Option<Script>,
     pub(crate) by_message: Script,
 }
 
-/// How long a waiter blocked on its direct grant stays blocked per round
-/// trip. Each round trip also renews its queue entry, and a grant's lease
-/// estimate counts from the start of the round trip that carried it, so a
-/// short lease gets short slices.
-pub(crate) fn grant_slice(lease: Duration) -> Duration {
-    (lease / 8).clamp(Duration::from_millis(20), GRANT_SLICE)
-}
-
-/// The longest slice (see [`grant_slice`]); also how long a waiter that
-/// finds no connection to block on waits before it looks without blocking.
+/// How long a waiter that finds no connection to block on waits before it
+/// looks without blocking.
 pub(crate) const GRANT_SLICE: Duration = Duration::from_millis(250);
 
-/// How long an exclusive lock's waiter stays blocked in one `BLMOVE` when
-/// its wait has no deadline sooner: it sends nothing in between (its
-/// queue entry lives [`ROOM_ENTRY`], renewed at each block), and it keeps
-/// its place among the blocked waiters all that time.
+/// How long a waiter stays blocked in one `BLMOVE` when its wait has no
+/// deadline sooner: it sends nothing in between (its queue entry lives
+/// [`ROOM_ENTRY`], renewed at each block), and it keeps its place among the
+/// blocked waiters all that time.
 pub(crate) const ROOM_CHUNK: Duration = Duration::from_secs(60);
 
 /// The queue entry life of a waiter blocked in the open list: a chunk and
@@ -118,25 +106,10 @@ pub(crate) const ROOM_CHUNK: Duration = Duration::from_secs(60);
 /// and a hand-over nobody took purges the queue.
 pub(crate) const ROOM_ENTRY: Duration = Duration::from_secs(75);
 
-/// How long a grant waits for its waiter to take it before it lapses (a
-/// waiter that died or was cut off between queueing and the grant). With
-/// the slice this bounds the stall such a waiter causes: the grant lapses
-/// after this, and the next waiter takes the name at the end of its
-/// current slice, under 0.75 s in all.
+/// How long a hand-over waits on the open list for a blocked waiter to
+/// take it before it lapses (nobody was blocked: every waiter died, or was
+/// between two round trips); the queue is then purged.
 pub(crate) const GRANT_CLAIM: Duration = Duration::from_millis(500);
-
-/// How long a blocking waiter's queue entry lives past its slice without
-/// being renewed: the time between one slice's end and the next round
-/// trip (a reply, and the next request), with room for a loaded machine.
-/// Slice plus this never exceeds [`GRANT_CLAIM`]: waiters that died
-/// together have all lapsed when the first one's grant does, so however
-/// many of them there were, they stall the name once, not once each.
-pub(crate) const ENTRY_SLACK: Duration = Duration::from_millis(250);
-
-/// The queue entry life of a waiter that blocks for its grant with `lease`.
-pub(crate) fn blocking_entry(lease: Duration) -> Duration {
-    grant_slice(lease) + ENTRY_SLACK
-}
 
 /// Checks a lease and returns it in whole milliseconds (at least 1).
 pub(crate) fn lease_millis(lease: Duration) -> Result<u64> {
@@ -231,10 +204,7 @@ fn attempt(
     let wake = spec.wake.clone();
     let (turns, jump) = (spec.turns, spec.jump);
     let direct = match &spec.direct {
-        Some(d) if backend.grants_directly() => Some(match d.into {
-            Some(_) => ROOM_CHUNK,
-            None => grant_slice(spec.lease),
-        }),
+        Some(_) if backend.grants_directly() => Some(ROOM_CHUNK),
         _ => None,
     };
     // The renewal thread's looks for this waiter while it is blocked (see
@@ -266,7 +236,7 @@ fn attempt(
             (Some(block), Some(d)) => backend
                 .grant_blocking(
                     &d.list,
-                    d.into.as_deref(),
+                    &d.into,
                     block,
                     &spec.grant.call(),
                     &spec.undo.as_ref().unwrap_or(&spec.release).call(),
@@ -277,7 +247,7 @@ fn attempt(
                         wakeup.delivered_directly();
                     }
                     // Taken from the open list: a short first lease.
-                    (reply, popped && d.into.is_some())
+                    (reply, popped)
                 }),
             (_, direct) => {
                 // A waiter that can no longer block (the server refused it)

@@ -315,7 +315,7 @@ impl Lock {
         let name_look = (!backend.is_redlock() && backend.grants_directly()).then(|| look(b""));
         let direct = blocks.then(|| Direct {
             list: open,
-            into: Some(own),
+            into: own,
             watch: Some(look(&t)),
             by_message: Script::new(
                 &LOCK_ACQUIRE,

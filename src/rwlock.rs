@@ -10,7 +10,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::lease::{self, lease_controls, Direct, Holding, Reentry, Spec, ThreadBound};
 use crate::reentrancy::{self, HoldKey, Mode};
 use crate::scripts::{
-    LOCK_EXTEND, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WRITE_ACQUIRE, RW_WRITE_RELEASE, ZSET_EXTEND,
+    LOCK_EXTEND, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WATCH, RW_WRITE_ACQUIRE, RW_WRITE_RELEASE,
+    ZSET_EXTEND,
 };
 use crate::wakeup::{deadline_after, waited, Turns};
 
@@ -20,7 +21,10 @@ struct Keys {
     name: Arc<[u8]>,
     writer: Arc<[u8]>,
     readers: Vec<u8>,
-    intent: Vec<u8>,
+    /// Waiting writers (lua/queue.lua): while a live one waits, new
+    /// readers wait too (lua/rw_grant.lua).
+    writer_queue: Vec<u8>,
+    writer_deadlines: Vec<u8>,
     fence: Vec<u8>,
     /// The fence floor of the counter's server or slot (lua/fence.lua).
     floor: Vec<u8>,
@@ -35,8 +39,8 @@ struct Keys {
 /// Made by [`Client::rw_lock`]. Every holder has its own lease (readers are
 /// members of a sorted set scored by their expiry in server time), so one
 /// reader's release or crash never ends another's hold. A waiting writer
-/// stops new readers from entering (through an intent that expires if the
-/// writer dies), so readers cannot starve writers.
+/// stops new readers from entering (while it lives: a writer that died
+/// stops nobody), so readers cannot starve writers.
 ///
 /// Reads and writes are reentrant per thread. A thread holding the write
 /// lock may also take the read lock (a downgrade: release the write guard
@@ -71,7 +75,8 @@ impl RwLock {
                     name: n.name().clone(),
                     writer: n.key(":rw:w").into(),
                     readers: n.key(":rw:r"),
-                    intent: n.key(":rw:i"),
+                    writer_queue: n.key(":rw:wq"),
+                    writer_deadlines: n.key(":rw:wq:t"),
                     fence: n.key(":fence"),
                     floor: client.backend().fence_floor(&n.key(":fence")),
                     grant_prefix: n.key(":rw:grant:"),
@@ -235,6 +240,20 @@ impl RwLock {
         ]
     }
 
+    /// What a script that may open the write hold to the queued writers
+    /// needs besides keys (lua/rw_grant.lua): the grant prefix, the claim
+    /// window, and the wake-up channel and message for writers that wait
+    /// for messages.
+    fn open_args(&self, keys: &Keys) -> Vec<Vec<u8>> {
+        let wakeup = self.client.wakeup();
+        vec![
+            keys.grant_prefix.clone(),
+            lease::GRANT_CLAIM.as_millis().to_string().into_bytes(),
+            wakeup.channel(&keys.writer).to_vec(),
+            wakeup.message(&keys.writer),
+        ]
+    }
+
     fn read_until(&self, deadline: Option<Instant>) -> Result<Option<ReadGuard>> {
         let keys = self.keys()?;
         let (lease, lease_arg) = self.lease_of()?;
@@ -270,10 +289,11 @@ impl RwLock {
                         &RW_READ_RELEASE,
                         vec![
                             keys.readers.clone(),
-                            keys.intent.clone(),
                             keys.writer.to_vec(),
                             keys.fence.clone(),
                             keys.waiting_readers.clone(),
+                            keys.writer_queue.clone(),
+                            keys.writer_deadlines.clone(),
                             keys.floor.clone(),
                         ],
                         args,
@@ -294,15 +314,22 @@ impl RwLock {
                         vec![
                             keys.writer.to_vec(),
                             keys.readers.clone(),
-                            keys.intent.clone(),
                             keys.waiting_readers.clone(),
+                            keys.writer_queue.clone(),
+                            keys.writer_deadlines.clone(),
+                            keys.fence.clone(),
+                            keys.floor.clone(),
                         ],
-                        vec![
-                            t.clone(),
-                            ms.clone(),
-                            own_write.as_bytes().to_vec(),
-                            waiting.as_bytes().to_vec(),
-                        ],
+                        [
+                            vec![
+                                t.clone(),
+                                ms.clone(),
+                                own_write.as_bytes().to_vec(),
+                                waiting.as_bytes().to_vec(),
+                            ],
+                            self.open_args(keys),
+                        ]
+                        .concat(),
                     ),
                     fence: None,
                     release: release(false),
@@ -336,21 +363,55 @@ impl RwLock {
                  itself (release the read guard first)",
             ));
         }
-        // A try never queues: it writes no intent (readers would wait for
-        // it, and a try whose reply is late could not take it back). A
-        // waiter blocks on its own grant list where the backend allows it.
+        // A try never queues (readers would wait for it, and a try whose
+        // reply is late could not take its entry back). A waiter blocks on
+        // the write hold's open list where the backend allows it.
         let waits = deadline.is_none_or(|d| d > Instant::now());
-        let blocks = waits && self.client.backend().grants_directly();
+        let backend = self.client.backend();
+        let blocks = waits && backend.grants_directly();
         let by_message = self.client.wakeup().fallback() * 3 + Duration::from_secs(1);
-        let intent_ttl = |blocks: bool| -> Vec<u8> {
+        let queue_ttl = |blocks: bool| -> Vec<u8> {
             let ttl = if !waits {
                 Duration::ZERO
             } else if blocks {
-                lease::blocking_entry(lease)
+                lease::ROOM_ENTRY
             } else {
                 by_message
             };
             ttl.as_millis().to_string().into_bytes()
+        };
+        // The keys of lua/rw_write_release.lua and lua/rw_watch.lua.
+        let released_keys = vec![
+            keys.writer.to_vec(),
+            keys.fence.clone(),
+            keys.readers.clone(),
+            keys.waiting_readers.clone(),
+            keys.writer_queue.clone(),
+            keys.writer_deadlines.clone(),
+            keys.floor.clone(),
+        ];
+        // The renewal thread's look at the write hold (lua/rw_watch.lua):
+        // for this writer while it is blocked, and (no token) for the name
+        // once a write hold of it is handed over or shortened.
+        let look = |token: &[u8]| {
+            let mut args = vec![
+                token.to_vec(),
+                lease::ROOM_ENTRY.as_millis().to_string().into_bytes(),
+            ];
+            args.extend(self.open_args(keys));
+            Script::new(
+                &RW_WATCH,
+                vec![
+                    keys.writer.to_vec(),
+                    keys.readers.clone(),
+                    keys.fence.clone(),
+                    keys.writer_queue.clone(),
+                    keys.writer_deadlines.clone(),
+                    keys.waiting_readers.clone(),
+                    keys.floor.clone(),
+                ],
+                args,
+            )
         };
         let held = lease::acquire(
             &self.client,
@@ -360,46 +421,31 @@ impl RwLock {
                 let t = token.as_bytes().to_vec();
                 let ms = lease_arg.as_bytes().to_vec();
                 let grant = |blocks: bool| {
+                    let mut args = vec![t.clone(), ms.clone(), queue_ttl(blocks)];
+                    args.extend(self.open_args(keys));
+                    args.push(if blocks {
+                        b"block".to_vec()
+                    } else {
+                        Vec::new()
+                    });
                     Script::new(
                         &RW_WRITE_ACQUIRE,
                         vec![
                             keys.writer.to_vec(),
                             keys.readers.clone(),
-                            keys.intent.clone(),
                             keys.fence.clone(),
-                            keys.floor.clone(),
-                        ],
-                        vec![
-                            t.clone(),
-                            ms.clone(),
-                            intent_ttl(blocks),
-                            keys.grant_prefix.clone(),
-                            if blocks {
-                                b"block".to_vec()
-                            } else {
-                                Vec::new()
-                            },
-                        ],
-                    )
-                };
-                let release = |leave: bool| {
-                    let mut args = self.wake_args(keys, token);
-                    args.push(if leave { b"leave".to_vec() } else { Vec::new() });
-                    Script::new(
-                        &RW_WRITE_RELEASE,
-                        vec![
-                            keys.writer.to_vec(),
-                            keys.intent.clone(),
-                            keys.fence.clone(),
-                            keys.readers.clone(),
-                            keys.waiting_readers.clone(),
+                            keys.writer_queue.clone(),
+                            keys.writer_deadlines.clone(),
                             keys.floor.clone(),
                         ],
                         args,
                     )
                 };
-                let mut list = keys.grant_prefix.clone();
-                list.extend_from_slice(&t);
+                let release = |leave: bool| {
+                    let mut args = self.wake_args(keys, token);
+                    args.push(if leave { b"leave".to_vec() } else { Vec::new() });
+                    Script::new(&RW_WRITE_RELEASE, released_keys.clone(), args)
+                };
                 Ok(Spec {
                     what: "write lock",
                     name: keys.name.clone(),
@@ -417,18 +463,20 @@ impl RwLock {
                         vec![keys.writer.to_vec()],
                         vec![t.clone(), ms.clone()],
                     ),
-                    // Withdraw our intent so readers need not wait for it
-                    // to lapse, and hand on a write hold granted meanwhile;
-                    // also behind a late grant. A try has neither.
+                    // Withdraw our queue entry so readers need not wait for
+                    // it, and hand on a write hold granted meanwhile; also
+                    // behind a late grant. A try has neither.
                     leave: waits.then(|| release(true)),
                     undo: waits.then(|| release(true)),
+                    // Writers block on the open list, moving what they pop
+                    // into their own (lua/rw_grant.lua rw_open).
                     direct: blocks.then(|| Direct {
-                        into: None,
-                        watch: None,
-                        list,
+                        list: [keys.grant_prefix.as_slice(), b"open"].concat(),
+                        into: [keys.grant_prefix.as_slice(), &t].concat(),
+                        watch: Some(look(&t)),
                         by_message: grant(false),
                     }),
-                    look: None,
+                    look: backend.grants_directly().then(|| look(b"")),
                 })
             },
         )?;

@@ -101,6 +101,7 @@ script!(RW_READ_ACQUIRE, "rw_read_acquire.lua");
 script!(RW_WRITE_ACQUIRE, "rw_write_acquire.lua");
 script!(RW_READ_RELEASE, "rw_read_release.lua");
 script!(RW_WRITE_RELEASE, "rw_write_release.lua");
+script!(RW_WATCH, "rw_watch.lua");
 script!(ZSET_EXTEND, "zset_extend.lua");
 script!(RW_STATE, "rw_state.lua");
 script!(SEM_ACQUIRE, "sem_acquire.lua");

@@ -406,7 +406,7 @@ impl Semaphore {
                 leave: Some(leave),
                 direct: blocks.then(|| Direct {
                     list: [keys.grant_prefix.as_slice(), b"open"].concat(),
-                    into: Some(own),
+                    into: own,
                     watch: Some(look(&member)),
                     by_message: Script::new(&SEM_ACQUIRE, keys.scripted(), grant_args(false)),
                 }),

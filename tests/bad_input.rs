@@ -444,7 +444,7 @@ fn keys_without_expiry_are_refused_not_waited_for_forever() {
         ErrorKind::WrongType
     );
     let _: () = redis::cmd("SET")
-        .arg("{rwi}:rw:i")
+        .arg("{rwi}:rw:wq")
         .arg("rl:someone:x")
         .query(&mut con)
         .unwrap();

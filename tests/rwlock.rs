@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{client, client_with, eventually, Server};
+use common::{client, client_with, eventually, no_poll, Server};
 use redlease::{Client, ErrorKind};
 
 #[test]
@@ -165,31 +165,85 @@ fn writer_is_not_starved_by_a_stream_of_readers() {
     assert!(reads > 0);
 }
 
+/// A writer that died while queued holds new readers back at most a claim
+/// window (0.5 s): its queue entry says nothing of its life (a blocked
+/// writer sends nothing), so the first reader to ask pushes a probe that
+/// only a live blocked writer pops; one nobody popped proves the queue
+/// dead. (It used to be an intent the writer renewed every slice.)
 #[test]
-fn dead_writers_intent_lapses() {
+fn a_dead_writers_queue_entry_holds_readers_back_briefly() {
     let server = Server::start();
     let c = client_with(&server, |b| b.fallback_poll(Duration::from_millis(100)));
     let reader = c.rw_lock("intent").read().unwrap();
-    // A writer that asks and "dies" (we plant its intent as it would).
+    // A writer that queued and "died" (we plant its entries as it would).
     let mut con = server.con();
-    let _: () = redis::cmd("SET")
-        .arg("{intent}:rw:i")
-        .arg("rl:dead:writer")
-        .arg("PX")
-        .arg(400)
-        .query(&mut con)
-        .unwrap();
+    let t: Vec<String> = redis::cmd("TIME").query(&mut con).unwrap();
+    let now_ms: u64 = t[0].parse::<u64>().unwrap() * 1000 + t[1].parse::<u64>().unwrap() / 1000;
+    for (key, score) in [
+        ("{intent}:rw:wq", now_ms * 1000),
+        ("{intent}:rw:wq:t", now_ms + 75_000),
+    ] {
+        let _: () = redis::cmd("ZADD")
+            .arg(key)
+            .arg(score)
+            .arg("rl:dead:writer")
+            .query(&mut con)
+            .unwrap();
+    }
     let other = client(&server);
     assert!(
         other.rw_lock("intent").try_read().unwrap().is_none(),
-        "intent blocks readers"
+        "a queued writer holds readers back until it is known dead"
     );
+    let start = Instant::now();
     let g = other
         .rw_lock("intent")
         .read_timeout(Duration::from_secs(3))
         .unwrap();
-    assert!(g.is_some(), "the intent of a dead writer must lapse");
+    println!(
+        "FIGURES a reader behind a dead queued writer got in after {:?}",
+        start.elapsed()
+    );
+    assert!(
+        g.is_some(),
+        "a dead writer's entry must not hold readers back"
+    );
+    assert!(
+        start.elapsed() < Duration::from_millis(1_500),
+        "{:?}",
+        start.elapsed()
+    );
     drop((g, reader));
+}
+
+/// A live writer queued behind readers holds new readers back, however long
+/// they come (its process answers the probes without waking its thread:
+/// the writer's script does).
+#[test]
+fn a_live_queued_writer_holds_new_readers_back() {
+    let server = Server::start();
+    let c = client(&server);
+    let reader = c.rw_lock("live-w").read().unwrap();
+    let w = no_poll(&server.url());
+    let t = std::thread::spawn(move || {
+        let g = w
+            .rw_lock("live-w")
+            .write_timeout(Duration::from_secs(20))
+            .unwrap();
+        g.map(|g| g.fencing_token())
+    });
+    std::thread::sleep(Duration::from_millis(300)); // queued and blocked
+    let other = client(&server);
+    for _ in 0..4 {
+        // Spread over more than the 1 s a probe's answer lasts.
+        let r = other
+            .rw_lock("live-w")
+            .read_timeout(Duration::from_millis(600))
+            .unwrap();
+        assert!(r.is_none(), "a reader passed a live queued writer");
+    }
+    drop(reader);
+    assert!(t.join().unwrap().is_some());
 }
 
 #[test]

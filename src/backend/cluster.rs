@@ -430,7 +430,7 @@ impl ClusterLeader {
     pub(crate) fn grant_blocking(
         &self,
         list: &[u8],
-        into: Option<&[u8]>,
+        into: &[u8],
         block: Duration,
         call: &Call<'_>,
         undo: &Call<'_>,

@@ -615,7 +615,7 @@ impl Backend {
     pub(crate) fn grant_blocking(
         &self,
         list: &[u8],
-        into: Option<&[u8]>,
+        into: &[u8],
         block: Duration,
         call: &Call<'_>,
         undo: &Call<'_>,

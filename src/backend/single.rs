@@ -721,42 +721,36 @@ impl Node {
         })
     }
 
-    /// Waits up to `block` for a grant pushed onto `list` (`BLPOP`), with the
-    /// granting script pipelined behind it: the server runs the script as
-    /// soon as the pop returns (or times out), so a granted waiter learns it
-    /// in the same reply, without another round trip and without any other
-    /// thread involved. Outcomes are those of [`Node::call`]: a late reply
+    /// Waits up to `block` for a grant on the name's open list `list`
+    /// (`BLMOVE` into the waiter's own list `into`), with the granting
+    /// script pipelined behind it: the server runs the script as soon as
+    /// the pop returns (or times out), and the script finds on `into` what
+    /// the pop took, so a granted waiter learns it in the same reply,
+    /// without another round trip and without any other thread involved. Outcomes are those of [`Node::call`]: a late reply
     /// gets `undo` written behind it, and the connection is retired. Also
     /// says whether a grant's wake-up was popped.
     pub(crate) fn grant_blocking(
         &self,
         list: &[u8],
-        into: Option<&[u8]>,
+        into: &[u8],
         block: Duration,
         call: &Call<'_>,
         undo: &Call<'_>,
         deadline: Option<Instant>,
     ) -> Result<((i64, i64), bool)> {
-        // Behind a pop from the open list, the script is told so
-        // (lock_acquire.lua ARGV[10]), and so is any repeat of it: what the
-        // pop took waits on our own list until a script reads it.
-        let popped_args: Vec<Vec<u8>>;
-        let behind = match into {
-            Some(_) => {
-                popped_args = call
-                    .args
-                    .iter()
-                    .cloned()
-                    .chain(std::iter::once(b"popped".to_vec()))
-                    .collect();
-                Call {
-                    args: &popped_args,
-                    ..*call
-                }
-            }
-            None => *call,
+        // Behind a pop from the open list, the script is told so (its last
+        // argument, 'popped'), and so is any repeat of it: what the pop
+        // took waits on our own list until a script reads it.
+        let popped_args: Vec<Vec<u8>> = call
+            .args
+            .iter()
+            .cloned()
+            .chain(std::iter::once(b"popped".to_vec()))
+            .collect();
+        let call = &Call {
+            args: &popped_args,
+            ..*call
         };
-        let call = &behind;
         // A waiter without a slot looks again within a slice, however long
         // it means to block (it polls: it cannot wait for its turn).
         let Some(_slot) = self.blocking_slot(block.min(crate::lease::GRANT_SLICE)) else {
@@ -768,18 +762,12 @@ impl Node {
         let mut con = self.spare(deadline)?;
         let mut pipe = redis::pipe();
         let timeout = format!("{:.3}", block.as_secs_f64().max(0.001));
-        match into {
-            // From the shared open list into our own: the script behind
-            // finds there what the pop took.
-            Some(into) => pipe
-                .cmd("BLMOVE")
-                .arg(list)
-                .arg(into)
-                .arg("LEFT")
-                .arg("RIGHT")
-                .arg(timeout),
-            None => pipe.cmd("BLPOP").arg(list).arg(timeout),
-        };
+        pipe.cmd("BLMOVE")
+            .arg(list)
+            .arg(into)
+            .arg("LEFT")
+            .arg("RIGHT")
+            .arg(timeout);
         pipe.add_command(call.command(false));
         // Error replies stay values: the pop and the script are judged apart.
         let until = Instant::now() + block + self.timeouts.response;
