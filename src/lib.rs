@@ -207,17 +207,15 @@
 //!
 //! ## Waiting
 //!
-//! Nobody polls. A lock's waiter queues in Redis and blocks on the server
-//! until its deadline, on the name's open list: a release opens the name
-//! inside its script and Redis hands it to the waiter blocked longest, who
-//! returns in its own round trip, first come, first served across
-//! clients. A waiter that died is never chosen, and an idle waiter costs
-//! the server almost nothing: its process's renewal thread looks at the
-//! lock for it when the holder's lease would end (and every 5 s), so a
-//! holder that dies without releasing is noticed then. A write-lock or
-//! semaphore waiter blocks on a list of its own, a slice at a time, and
-//! the release pushes its grant there; a grant whose waiter died lapses
-//! after 500 ms. Other waits (readers behind a writer, latches, a server
+//! Nobody polls. A waiter for a lock, the write hold or permits queues in
+//! Redis and blocks on the server until its deadline, on the name's open
+//! list: a release opens the name (or offers its free permits) inside its
+//! script and Redis hands it to the waiter blocked longest, who returns in
+//! its own round trip, first come, first served across clients. A waiter
+//! that died is never chosen, and an idle waiter costs the server almost
+//! nothing (under one command a second): its process's renewal thread
+//! looks at the name for it when the holder's lease would end (and every
+//! 5 s), so a holder that dies without releasing is noticed then. Other waits (readers behind a writer, latches, a server
 //! that refuses the blocking pops) are woken by a message
 //! published on release, through one subscriber connection per client,
 //! and only while somebody waits. On a Redis 7 Cluster that message goes

@@ -936,3 +936,62 @@ fn the_cli_says_what_it_is_doing() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// Reproduction (issue: waiting that costs nothing): `redlease run` waited
+/// in 250 ms slices of `acquire_timeout`, each one queueing, blocking and
+/// withdrawing again: 71 server commands a second per waiting process. It
+/// now waits in one blocking call (a second thread watches for signals),
+/// so a waiting `run` costs what any waiter does.
+#[test]
+fn a_waiting_run_costs_the_server_almost_nothing() {
+    let server = Server::start();
+    let c = client(&server);
+    let g = c
+        .lock("nightly")
+        .lease(Duration::from_secs(60))
+        .acquire()
+        .unwrap();
+    let mut runs: Vec<_> = (0..3)
+        .map(|_| {
+            redlease(&server)
+                .args(["run", "nightly", "--", "true"])
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut con = server.con();
+    assert!(eventually(Duration::from_secs(10), || redis::cmd("ZCARD")
+        .arg("{nightly}:queue")
+        .query::<usize>(&mut con)
+        .unwrap()
+        == 3));
+    std::thread::sleep(Duration::from_millis(300)); // all blocked
+    let before = common::commandstats(&mut con);
+    let window = Duration::from_secs(4);
+    std::thread::sleep(window);
+    let after = common::commandstats(&mut con);
+    let mut between = common::commands_between(&before, &after);
+    // Each process loads the look's script once, at its first look.
+    between.remove("script|load");
+    let sent: u64 = between.values().sum();
+    let per = sent as f64 / 3.0 / window.as_secs_f64();
+    println!("FIGURES 3 waiting `redlease run`s over 4 s: {sent} server commands, {per:.2}/s each");
+    // Before: 3 × 71 × 4 ≈ 850.
+    assert!(per <= 1.0, "{sent} commands: {between:?}");
+    g.release().unwrap();
+    for r in &mut runs {
+        let t = Instant::now();
+        let status = loop {
+            if let Some(s) = r.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "a run never got the lock"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.success());
+    }
+}

@@ -21,7 +21,7 @@ use std::io::{BufRead, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitCode};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
@@ -610,8 +610,115 @@ impl Held {
     }
 }
 
+/// How `run`'s waiting thread tells the thread that watches for signals
+/// how far it got.
+enum Phase {
+    /// Holding: from now on the waiting thread answers signals itself.
+    Acquired,
+    Done(redlease::Result<ExitCode>),
+}
+
+/// Set when a signal ended the wait: a hold granted at that moment is
+/// given back at once, and nothing is run.
+static ABANDONED: AtomicBool = AtomicBool::new(false);
+
+/// `run`, on two threads: one waits for the name in a single blocking call
+/// until the deadline (the server hands the name over; nothing polls), then
+/// holds it and runs the command (guards belong to the thread that took
+/// them); this one watches for SIGINT/SIGTERM/SIGHUP meanwhile, and ends
+/// the wait within [`WAIT_SLICE`] of one (nothing run). A waiter that goes
+/// away stalls nobody: the server hands the name to waiters blocked on it,
+/// and ours no longer is.
 #[allow(clippy::too_many_arguments)]
 fn run(
+    client: &Client,
+    name: &[u8],
+    wait: (Option<Duration>, u8),
+    lease: Option<Duration>,
+    semaphore: Option<u32>,
+    lost_signal: i32,
+    kill_after: Duration,
+    command: &[String],
+) -> redlease::Result<ExitCode> {
+    install_handlers();
+    let started = Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let done = hold_and_run(
+                client,
+                name,
+                wait,
+                lease,
+                semaphore,
+                lost_signal,
+                kill_after,
+                command,
+                &tx,
+            );
+            let _ = tx.send(Phase::Done(done));
+        });
+        // `-v`: say once that we wait and on whom, then every 10 s.
+        let mut told_waiting: Option<Instant> = None;
+        loop {
+            match rx.recv_timeout(WAIT_SLICE) {
+                Ok(Phase::Done(done)) => return done,
+                Ok(Phase::Acquired) => {
+                    return match rx.recv() {
+                        Ok(Phase::Done(done)) => done,
+                        _ => Ok(fail(
+                            EXIT_UNAVAILABLE,
+                            "internal: the command's thread ended without a result",
+                        )),
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Ok(fail(
+                        EXIT_UNAVAILABLE,
+                        "internal: the waiting thread ended without a result",
+                    ))
+                }
+            }
+            if let Some(sig) = pending() {
+                ABANDONED.store(true, Ordering::SeqCst);
+                // Granted right now? Its thread gives the hold back at once.
+                let _ = rx.recv_timeout(Duration::from_millis(200));
+                let _ = fail(
+                    128 + sig as u8,
+                    format!(
+                        "interrupted while waiting for \"{}\"; command not run",
+                        shown(name)
+                    ),
+                );
+                // The waiting thread is blocked in the server; leaving the
+                // process closes its connection.
+                std::process::exit(128 + sig);
+            }
+            if told_waiting.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                if told_waiting.is_none() {
+                    let whom = client
+                        .inspect(name)
+                        .map(|i| holder_text(&i))
+                        .unwrap_or_else(|e| format!("holder not known: {e}"));
+                    log::info!("waiting for \"{}\": {whom}", shown(name));
+                } else {
+                    log::info!(
+                        "still waiting for \"{}\" ({} s)",
+                        shown(name),
+                        started.elapsed().as_secs()
+                    );
+                }
+                told_waiting = Some(Instant::now());
+            }
+        }
+    })
+}
+
+/// [`run`]'s waiting thread: waits for the name until the deadline, then
+/// holds it while the command runs.
+#[allow(clippy::too_many_arguments)]
+fn hold_and_run(
     client: &Client,
     name: &[u8],
     (wait, conflict_exit_code): (Option<Duration>, u8),
@@ -620,8 +727,8 @@ fn run(
     lost_signal: i32,
     kill_after: Duration,
     command: &[String],
+    phase: &std::sync::mpsc::Sender<Phase>,
 ) -> redlease::Result<ExitCode> {
-    install_handlers();
     let sem = semaphore.map(|permits| {
         let s = client.semaphore(name, permits);
         match lease {
@@ -633,54 +740,24 @@ fn run(
         Some(l) => client.lock(name).lease(l),
         None => client.lock(name),
     };
-    // Wait in slices, so that SIGINT/SIGTERM while waiting ends the wait
-    // within a slice (nothing run) instead of when the holder releases.
     let started = Instant::now();
-    let deadline = wait.and_then(|w| Instant::now().checked_add(w));
-    // `-v`: say once that we wait and on whom, then every 10 s.
-    let mut told_waiting: Option<Instant> = None;
-    let held = loop {
-        if let Some(sig) = pending() {
-            return Ok(fail(
-                128 + sig as u8,
-                format!(
-                    "interrupted while waiting for \"{}\"; command not run",
-                    shown(name)
-                ),
-            ));
-        }
-        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        if left == Some(Duration::ZERO) {
-            return Ok(fail(
-                conflict_exit_code,
-                format!("timed out waiting for \"{}\"; command not run", shown(name)),
-            ));
-        }
-        let slice = left.map_or(WAIT_SLICE, |l| l.min(WAIT_SLICE));
-        let got = match &sem {
-            Some(s) => s.acquire_timeout(slice)?.map(Held::Permit),
-            None => lock.acquire_timeout(slice)?.map(Held::Lock),
-        };
-        if let Some(h) = got {
-            break h;
-        }
-        if told_waiting.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
-            if told_waiting.is_none() {
-                let whom = client
-                    .inspect(name)
-                    .map(|i| holder_text(&i))
-                    .unwrap_or_else(|e| format!("holder not known: {e}"));
-                log::info!("waiting for \"{}\": {whom}", shown(name));
-            } else {
-                log::info!(
-                    "still waiting for \"{}\" ({} s)",
-                    shown(name),
-                    started.elapsed().as_secs()
-                );
-            }
-            told_waiting = Some(Instant::now());
-        }
+    let got = match (&sem, wait) {
+        (Some(s), Some(w)) => s.acquire_timeout(w)?.map(Held::Permit),
+        (Some(s), None) => Some(Held::Permit(s.acquire()?)),
+        (None, Some(w)) => lock.acquire_timeout(w)?.map(Held::Lock),
+        (None, None) => Some(Held::Lock(lock.acquire()?)),
     };
+    let Some(held) = got else {
+        return Ok(fail(
+            conflict_exit_code,
+            format!("timed out waiting for \"{}\"; command not run", shown(name)),
+        ));
+    };
+    if ABANDONED.load(Ordering::SeqCst) {
+        held.release()?;
+        return Ok(ExitCode::from(EXIT_UNAVAILABLE));
+    }
+    let _ = phase.send(Phase::Acquired);
     match &held {
         Held::Lock(g) => log::info!(
             "acquired \"{}\" with fence {} after {} ms",
