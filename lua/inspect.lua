@@ -1,12 +1,14 @@
 -- Read-only snapshot of everything stored under one name.
 -- KEYS[1]  lock key            KEYS[2]  fencing counter
--- KEYS[3]  fair-lock queue     KEYS[4]  rwlock writer key
+-- KEYS[3]  lock waiters queue  KEYS[4]  rwlock writer key
 -- KEYS[5]  rwlock readers      KEYS[6]  semaphore permits
--- KEYS[7]  semaphore queue      KEYS[8]  the lock holder's note
+-- KEYS[7]  semaphore waiters   KEYS[8]  the lock holder's note
+-- KEYS[9]  semaphore count     KEYS[10] rwlock writers queue
 -- ARGV     none
--- Returns  {lock holder token or '', lock pttl, fence or 0, fair waiters,
+-- Returns  {lock holder token or '', lock pttl, fence or 0, lock waiters,
 --           writer token or '', writer pttl, live readers, live permits
---           in use, semaphore waiters, the holder's note or ''}
+--           in use, semaphore waiters, the holder's note or '', the
+--           semaphore's permit count or 0, waiting writers}
 -- Only string/zset values written by redlease are read; anything else is
 -- reported as absent rather than failing the whole snapshot.
 local t = redis.call('TIME')
@@ -47,5 +49,10 @@ if n and holder ~= '' then
   local tok, text = string.match(n, '^([^\n]*)\n(.*)$')
   if tok == holder then note = text end
 end
+local count = 0
+if used > 0 then
+  count = tonumber(str(KEYS[9]) or '0') or 0
+end
 return {holder, redis.call('PTTL', KEYS[1]), fence, zcard(KEYS[3]), writer,
-        redis.call('PTTL', KEYS[4]), zcount_live(KEYS[5]), used, zcard(KEYS[7]), note}
+        redis.call('PTTL', KEYS[4]), zcount_live(KEYS[5]), used, zcard(KEYS[7]), note,
+        count, zcard(KEYS[10])}

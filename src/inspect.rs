@@ -20,8 +20,9 @@ pub struct LockInfo {
     /// once nobody holds or waits for it: the counter lapses with the
     /// name, and fences restart above it from the server's clock).
     pub fence: u64,
-    /// Waiters known to the server (fair lock and fair semaphore queues);
-    /// non-fair waiters are not registered anywhere and are not counted.
+    /// Waiters queued on the server: the lock's (plain or fair), the
+    /// semaphore's and the read-write lock's writers. Readers waiting for
+    /// a writer are not counted.
     pub waiters: usize,
     /// Client id of the read-write lock's writer.
     pub writer: Option<String>,
@@ -31,6 +32,9 @@ pub struct LockInfo {
     pub readers: usize,
     /// Semaphore permits in use by holders whose lease has not ended.
     pub permits_in_use: u64,
+    /// The semaphore's permit count, while permits are in use (the count
+    /// its holders agreed on).
+    pub permits: Option<u64>,
     /// What the exclusive lock's holder said about itself with
     /// [`LockGuard::annotate`](crate::LockGuard::annotate) (the CLI writes
     /// host, pid and since when).
@@ -71,6 +75,8 @@ type Snapshot = (
     u64,
     usize,
     String,
+    u64,
+    usize,
 );
 
 impl Client {
@@ -84,23 +90,38 @@ impl Client {
             n.key(":rw:w"),
             n.key(":rw:r"),
             n.key(":sem"),
-            n.key(":sem:queue"),
+            n.key(":sem:queue:t"),
             n.key(":note"),
+            n.key(":sem:n"),
+            n.key(":rw:wq"),
         ];
         let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
-        let (holder, pttl, fence, fair_waiters, writer, wpttl, readers, used, sem_waiters, note): Snapshot =
-            self.backend().eval(&INSPECT, &refs, &[])?;
+        let (
+            holder,
+            pttl,
+            fence,
+            lock_waiters,
+            writer,
+            wpttl,
+            readers,
+            used,
+            sem_waiters,
+            note,
+            count,
+            writers_waiting,
+        ): Snapshot = self.backend().eval(&INSPECT, &refs, &[])?;
         let holder = client_of(&holder);
         let writer = client_of(&writer);
         Ok(LockInfo {
             remaining: holder.as_ref().and_then(|_| ms(pttl)),
             holder,
             fence,
-            waiters: fair_waiters + sem_waiters,
+            waiters: lock_waiters + sem_waiters + writers_waiting,
             writer_remaining: writer.as_ref().and_then(|_| ms(wpttl)),
             writer,
             readers,
             permits_in_use: used,
+            permits: (count > 0).then_some(count),
             note: (!note.is_empty()).then_some(note),
         })
     }

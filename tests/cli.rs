@@ -995,3 +995,44 @@ fn a_waiting_run_costs_the_server_almost_nothing() {
         assert!(status.success());
     }
 }
+
+/// Reproduction (issue: a newcomer never guesses): a semaphore's status
+/// read `1 permits in use`, showed a fence (permits have none) and no
+/// limit, and a plain semaphore's waiters were not counted.
+#[test]
+fn a_semaphores_status_says_how_many_of_how_many_and_who_waits() {
+    let server = Server::start();
+    let c = client(&server);
+    let sem = c.semaphore("pool", 3);
+    let p = sem.acquire().unwrap();
+    let out = run(redlease(&server).args(["status", "pool"]));
+    let text = stdout(&out);
+    println!("FIGURES {text}");
+    assert!(text.contains("1 permit in use of 3"), "{text}");
+    assert!(text.contains("no fence (permits only)"), "{text}");
+    let two = sem.acquire_many(2).unwrap();
+    let waiter = client(&server);
+    let t = std::thread::spawn(move || {
+        waiter
+            .semaphore("pool", 3)
+            .acquire_timeout(Duration::from_secs(10))
+            .unwrap()
+            .is_some()
+    });
+    let mut con = server.con();
+    assert!(eventually(Duration::from_secs(5), || redis::cmd("ZCARD")
+        .arg("{pool}:sem:queue:t")
+        .query::<usize>(&mut con)
+        .unwrap()
+        == 1));
+    let text = stdout(&run(redlease(&server).args(["status", "pool"])));
+    assert!(text.contains("3 permits in use of 3"), "{text}");
+    assert!(text.contains("waiters 1"), "{text}");
+    let json = stdout(&run(redlease(&server).args(["status", "pool", "--json"])));
+    assert!(
+        json.contains("\"permits_in_use\":3,\"permits\":3"),
+        "{json}"
+    );
+    drop((p, two));
+    assert!(t.join().unwrap());
+}

@@ -30,7 +30,7 @@ pub(crate) fn opt_ms(d: Option<Duration>) -> String {
 
 pub(crate) fn info_json(name: &[u8], i: &redlease::LockInfo) -> String {
     format!(
-        "{{\"name\":{},\"held\":{},\"holder\":{},\"note\":{},\"remaining_ms\":{},\"fence\":{},\"waiters\":{},\"writer\":{},\"writer_remaining_ms\":{},\"readers\":{},\"permits_in_use\":{}}}",
+        "{{\"name\":{},\"held\":{},\"holder\":{},\"note\":{},\"remaining_ms\":{},\"fence\":{},\"waiters\":{},\"writer\":{},\"writer_remaining_ms\":{},\"readers\":{},\"permits_in_use\":{},\"permits\":{}}}",
         json_str(&shown(name)),
         i.is_held(),
         opt_json(&i.holder),
@@ -41,7 +41,8 @@ pub(crate) fn info_json(name: &[u8], i: &redlease::LockInfo) -> String {
         opt_json(&i.writer),
         opt_ms(i.writer_remaining),
         i.readers,
-        i.permits_in_use
+        i.permits_in_use,
+        i.permits.map_or("null".into(), |n| n.to_string())
     )
 }
 
@@ -107,7 +108,13 @@ pub(crate) fn holder_text(i: &redlease::LockInfo) -> String {
         parts.push(format!("{} readers", i.readers));
     }
     if i.permits_in_use > 0 {
-        parts.push(format!("{} permits in use", i.permits_in_use));
+        let of = i.permits.map(|n| format!(" of {n}")).unwrap_or_default();
+        let permits = if i.permits_in_use == 1 {
+            "permit"
+        } else {
+            "permits"
+        };
+        parts.push(format!("{} {permits} in use{of}", i.permits_in_use));
     }
     if parts.is_empty() {
         parts.push("free".into());
@@ -157,10 +164,13 @@ pub(crate) fn info_line(name: &[u8], i: &redlease::LockInfo) -> String {
     let name = shown(name);
     // A fence of 0: the counter lapsed (nobody held or waited for a
     // while); the next one will be larger than any before.
-    let fence = if i.fence == 0 {
-        "fence 0 (none issued recently)".to_string()
-    } else {
+    let fence = if i.fence != 0 {
         format!("fence {}", i.fence)
+    } else if i.holder.is_none() && i.writer.is_none() && i.permits_in_use > 0 {
+        // Permits have no fence: only locks and write holds draw them.
+        "no fence (permits only)".to_string()
+    } else {
+        "fence 0 (none issued recently)".to_string()
     };
     format!("{name}\t{}\t{fence}\twaiters {}", holder_text(i), i.waiters)
 }
