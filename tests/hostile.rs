@@ -216,3 +216,35 @@ fn a_terabyte_message_cannot_fill_a_redlock_subscribers_memory() {
     assert!(took < Duration::from_secs(7), "took {took:?}");
     assert!(grew < 512, "peak memory grew {grew} MiB");
 }
+
+/// Reproduction (issue: hardening, second pass): Sentinel discovery ran on
+/// redis-rs's Sentinel client, which times each read, not the reply, and
+/// caps nothing: a Sentinel that answers `SENTINEL get-master-addr-by-name`
+/// with a terabyte reply and a stream grew the process without bound. It
+/// runs on redlease's own connections now: the reply is capped and
+/// bounded whole by the response timeout.
+#[cfg(feature = "sentinel")]
+#[test]
+fn a_hostile_sentinel_cannot_fill_memory_or_hold_up_the_build() {
+    let (url, stop) = hostile_server(|cmd| match cmd {
+        "SENTINEL" => Reply::Flood(b"*2\r\n$1099511627776\r\n".to_vec()),
+        _ => Reply::Bytes(b"-ERR no\r\n".to_vec()),
+    });
+    let before = peak_from_now();
+    let t = Instant::now();
+    let built = Client::builder()
+        .sentinel([url.as_str()], "mymaster")
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(2))
+        .build();
+    let took = t.elapsed();
+    let grew = peak_kib().saturating_sub(before) / 1024;
+    stop.store(true, Ordering::Relaxed);
+    println!(
+        "FIGURES a terabyte Sentinel reply: built {:?} after {took:?}, peak memory +{grew} MiB",
+        built.as_ref().map(|_| ())
+    );
+    assert!(built.is_err(), "a client built on a Sentinel that named no master");
+    assert!(took < Duration::from_secs(8), "took {took:?}");
+    assert!(grew < 512, "peak memory grew {grew} MiB");
+}

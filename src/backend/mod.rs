@@ -16,6 +16,8 @@
 mod cluster;
 mod fan_out;
 mod redlock;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 pub(crate) mod single;
 mod slots;
 mod wire;
@@ -219,7 +221,6 @@ impl Backend {
         pool_size: u32,
         timeouts: Timeouts,
     ) -> Result<Backend> {
-        use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
         if urls.is_empty() {
             return Err(Error::invalid("Sentinel needs at least one sentinel URL"));
         }
@@ -260,39 +261,16 @@ impl Backend {
                 "sentinel URLs must be all rediss:// or all redis://",
             ));
         }
-        let mut builder = SentinelClientBuilder::new(
-            infos.iter().map(|i| i.addr().clone()),
-            master,
-            SentinelServerType::Master,
-        )
-        .map_err(|e| Error::invalid("invalid Sentinel configuration").with_source(e))?;
-        if let Some(user) = user {
-            builder = builder.set_client_to_sentinel_username(user);
-        }
-        if let Some(pass) = pass {
-            builder = builder.set_client_to_sentinel_password(pass);
-        }
+        let mut settings = redis::RedisConnectionInfo::default();
         if let Some((user, pass)) = master_auth {
             if let Some(user) = user {
-                builder = builder.set_client_to_redis_username(user);
+                settings = settings.set_username(user);
             }
-            builder = builder.set_client_to_redis_password(pass);
+            settings = settings.set_password(pass);
         }
-        // Sentinels over TLS name masters that speak TLS: the master (and
-        // its password) is never reached in clear text.
-        if secure {
-            builder = builder.set_client_to_redis_tls_mode(redis::TlsMode::Secure);
-            #[cfg(feature = "tls-rustls")]
-            if let Some(certs) = timeouts.tls.certificates() {
-                builder = builder
-                    .set_client_to_sentinel_certificates(certs.clone())
-                    .set_client_to_redis_certificates(certs);
-            }
-        }
-        let client = builder
-            .build()
+        let sentinels = sentinel::Sentinels::new(infos, master, settings, secure, timeouts.clone())
             .map_err(|e| Error::invalid("invalid Sentinel configuration").with_source(e))?;
-        let source = single::Source::Sentinel(std::sync::Mutex::new(client));
+        let source = single::Source::Sentinel(sentinels);
         Ok(Backend {
             kind: Kind::Single(Box::new(Node::with_source(
                 source,

@@ -125,7 +125,7 @@ pub(crate) fn open_client(url: &str, timeouts: &Timeouts) -> redis::RedisResult<
 pub(crate) enum Source {
     Url(redis::Client),
     #[cfg(feature = "sentinel")]
-    Sentinel(std::sync::Mutex<redis::sentinel::SentinelClient>),
+    Sentinel(super::sentinel::Sentinels),
 }
 
 impl Source {
@@ -133,7 +133,7 @@ impl Source {
         match self {
             Source::Url(c) => Ok(c.clone()),
             #[cfg(feature = "sentinel")]
-            Source::Sentinel(s) => s.lock().unwrap_or_else(|p| p.into_inner()).get_client(),
+            Source::Sentinel(s) => s.master(),
         }
     }
 }
