@@ -44,7 +44,9 @@ local took = ARGV[12] == 'popped' and redis.pcall('LPOP', mine)
 if type(took) == 'table' then
   took = false
   if redis.call('EXISTS', mine) == 1 then
+    -- An offer it cannot read: the next waiter's.
     redis.call('DEL', mine)
+    sem_pass(prefix, claim, 0)
     return redis.error_reply('NOPERM redlease needs LPOP with BLMOVE (see the README ACL line)')
   end
 end
@@ -102,24 +104,49 @@ local function take(ms)
   redis.call('SET', count, ARGV[3], 'PX', lives(ms))
   sem_leave(keys, prefix, me, fair)
 end
-if took then
-  -- The blocked waiter Redis served first: the free permits are offered to
-  -- it before anyone else, unless (fair) another took an offer it could
-  -- not use and waits first in line; that one is blocked too, and gets
-  -- the offer passed on to it. Passed on as often as waiters are queued
-  -- without reaching it, it is not blocked any more: it died or left.
-  local head = fair and redis.call('GET', prefix .. 'head')
-  if head and head ~= me then
-    if redis.call('ZSCORE', qt, head) and passes + 1 < redis.call('ZCARD', qt) then
-      sem_pass(prefix, claim, passes + 1)
-      queue()
-      return {0, claim}
-    end
-    redis.call('DEL', prefix .. 'head')
+-- The first live waiter in arrival order (fair), dropping lapsed entries.
+local function first_in_line()
+  for _, w in ipairs(redis.call('ZRANGEBYSCORE', qt, '-inf', now)) do
+    sem_leave(keys, prefix, w, true)
   end
+  return redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+end
+if took then
+  -- The blocked waiter Redis served first: blocked longest. In a fair
+  -- semaphore the offer is first the earliest arrival's, which may be
+  -- blocked behind us (it blocked again after a 60 s wait, or took an
+  -- offer too small for it and keeps its place): it is passed on to it,
+  -- or, if it waits for messages, left to it. Passed on as often as
+  -- waiters are queued without reaching it, those ahead are not blocked
+  -- (they died, or look without blocking): they lose their place.
+  if fair then
+    local first = first_in_line()
+    if first and first ~= me then
+      if redis.call('ZSCORE', prefix .. 'told', first) then
+        sem_close(prefix)
+        publish(ARGV[10], ARGV[11])
+        queue()
+        return {0, claim}
+      end
+      if passes + 1 < redis.call('ZCARD', qt) then
+        sem_pass(prefix, claim, passes + 1)
+        queue()
+        return {0, claim}
+      end
+      -- (Not in the queue, e.g. purged: everyone queued is ahead.)
+      local rank = redis.call('ZRANK', KEYS[3], me)
+      local last = rank and rank - 1 or -1
+      for _, w in ipairs(redis.call('ZRANGE', KEYS[3], 0, last)) do
+        if not redis.call('ZSCORE', prefix .. 'told', w) then
+          sem_leave(keys, prefix, w, true)
+        end
+      end
+    end
+  end
+  local head = fair and redis.call('GET', prefix .. 'head')
   if used + k <= n then
     take(math.min(tonumber(ARGV[2]), claim * 2))
-    if head == me then
+    if head then
       redis.call('DEL', prefix .. 'head')
     end
     sem_close(prefix)
@@ -129,42 +156,46 @@ if took then
   end
   queue()
   if fair then
-    -- First in line now: nobody passes it, and the next offer comes when
-    -- its permits are free.
-    redis.call('SET', prefix .. 'head', me, 'PX', math.max(ttl, claim) * 2)
+    -- First in line: nobody passes it, and the next offer comes when its
+    -- permits are free. Its process keeps the place while it lives
+    -- (lua/sem_watch.lua).
+    redis.call('SET', prefix .. 'head', me, 'PX', claim * 3)
     sem_close(prefix)
   elseif passes + 1 < redis.call('ZCARD', qt) then
     sem_pass(prefix, claim, passes + 1) -- a smaller request may fit
   else
+    -- Nobody blocked can use them: no more offers until more are free.
     sem_close(prefix)
+    redis.call('SET', prefix .. 'spent', string.format('%d', n - used), 'PX', claim * 150)
   end
   return {0, wait_ms()}
 end
 sem_purge(keys, prefix)
--- An offer in flight is the blocked waiters' first; in a fair semaphore so
--- is every permit while others are queued. A waiter that waits for
--- messages cannot pop: it takes what fits when told.
+-- An offer in flight is the blocked waiters' first; in a fair semaphore
+-- every permit is the earliest arrival's. A waiter that cannot pop (it
+-- waits for messages, or has no connection to block on) takes what fits
+-- when it looks.
 local queued = redis.call('ZSCORE', qt, me)
 local offered = redis.call('EXISTS', prefix .. 'offer') == 1
 local ahead = offered and not (queued and not blocks)
-if fair and not ahead then
+if fair then
   local head = redis.call('GET', prefix .. 'head')
   if head and head ~= me then
     ahead = true
-  elseif queued and not blocks then
-    -- It cannot pop: its turn comes by arrival order among the waiters
-    -- whose entries live.
-    for _, w in ipairs(redis.call('ZRANGEBYSCORE', qt, '-inf', now)) do
-      sem_leave(keys, prefix, w, true)
-    end
-    local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  elseif queued then
+    local first = first_in_line()
     ahead = first ~= nil and first ~= me
   else
-    ahead = redis.call('ZCARD', qt) > (queued and 1 or 0)
+    ahead = redis.call('ZCARD', qt) > 0
   end
 end
 if not ahead and used + k <= n then
   take(tonumber(ARGV[2]))
+  if offered then
+    -- Taken beside the blocked: what is left is offered anew.
+    sem_close(prefix)
+    sem_offer(keys, n, fair, prefix, claim, now, ARGV[10], ARGV[11])
+  end
   return {1, 0}
 end
 queue()
@@ -173,5 +204,13 @@ queue()
 -- offer them now. If the waiters ahead are gone, this one takes the offer.
 if used < n and sem_offer(keys, n, fair, prefix, claim, now, ARGV[10], ARGV[11]) then
   return {0, claim}
+end
+if fair then
+  -- Behind one first in line whose request does not fit: look when its
+  -- place would lapse, should it die (lua/sem_watch.lua).
+  local held = redis.call('PTTL', prefix .. 'head')
+  if held > 0 and redis.call('GET', prefix .. 'head') ~= me then
+    return {0, held + 50}
+  end
 end
 return {0, wait_ms()}

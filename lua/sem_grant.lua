@@ -28,13 +28,16 @@
 --     queue (sem_purge). Offers nothing when nobody waits, nothing is
 --     free, an offer is in flight, or (fair) the waiter at the head
 --     (prefix..'head', one that took an offer it could not use) does
---     not fit yet. Publishes for waiters that wait for messages.
+--     not fit yet, or (plain) the last offer went round every blocked
+--     waiter unused and no more is free since (prefix..'spent'). Publishes
+--     for waiters that wait for messages.
 --   sem_pass(prefix, claim_ms, passes): puts an offer back for the next
 --     blocked waiter
 --   sem_close(prefix): ends the offer in flight
 --   sem_purge(keys, prefix) -> whether the open list outlived its offer
 --     (and the queue was purged: its entries are of waiters that died or
---     left; live ones queue again when they look)
+--     left, or that look without blocking, which queue again when they
+--     look; waiters that wait for messages keep their places)
 local function sem_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -96,7 +99,19 @@ end
 
 local function sem_purge(keys, prefix)
   if redis.call('EXISTS', prefix .. 'open') == 1 and redis.call('EXISTS', prefix .. 'offer') == 0 then
-    redis.call('DEL', prefix .. 'open', keys[3], keys[4], prefix .. 'told', prefix .. 'head')
+    -- Waiters that wait for messages never pop: they stay, in their order.
+    local told = redis.call('ZRANGE', prefix .. 'told', 0, -1, 'WITHSCORES')
+    local order = {}
+    for i = 1, #told, 2 do
+      order[i] = redis.call('ZSCORE', keys[3], told[i])
+    end
+    redis.call('DEL', prefix .. 'open', keys[3], keys[4], prefix .. 'head', prefix .. 'spent')
+    for i = 1, #told, 2 do
+      redis.call('ZADD', keys[4], told[i + 1], told[i])
+      if order[i] then
+        redis.call('ZADD', keys[3], order[i], told[i])
+      end
+    end
     return true
   end
   return false
@@ -111,6 +126,13 @@ local function sem_offer(keys, n, fair, prefix, claim, now, channel, message)
   if free <= 0 then
     return false
   end
+  -- The last offer went round every blocked waiter and none could use
+  -- it: offer again only once more is free.
+  local spent = tonumber(redis.call('GET', prefix .. 'spent'))
+  if spent and free <= spent then
+    return false
+  end
+  redis.call('DEL', prefix .. 'spent')
   local head = fair and redis.call('GET', prefix .. 'head')
   if head then
     if not redis.call('ZSCORE', qt, head) then

@@ -16,11 +16,14 @@
 -- ARGV[7]  the caller's permit count, used when no count is stored
 -- ARGV[8]  '1' fair mode, '0' otherwise
 -- Returns  milliseconds until the next look is useful (until the first
---          permit's lease ends, or the claim window of an offer made here),
---          or 0: no more looks (a look at the name alone that found nothing
+--          permit's lease ends, or the claim window of an offer made here;
+--          first in a fair line with a request that does not fit: half a
+--          claim, each look keeping its place 1.5 claims; next behind it:
+--          when that place would lapse), or 0: no more looks (a look at the name alone that found nothing
 --          to offer). Never errors: it runs in pipelined renewal batches.
 --          A look at a semaphore whose permits are all held is two calls
---          (its clock and its permits).
+--          (its clock and its permits), three when what is free fits no
+--          blocked waiter.
 local keys = {KEYS[1], KEYS[2], KEYS[3], KEYS[4]}
 local me, ttl, prefix, claim = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local fair = ARGV[8] == '1'
@@ -41,7 +44,20 @@ if soonest and used >= tonumber(ARGV[7]) then
   -- Every permit held: nothing to offer until the first lease ends.
   return math.max(1, soonest - now)
 end
+local spent = tonumber(redis.call('GET', prefix .. 'spent'))
+if soonest and me ~= '' and spent and tonumber(ARGV[7]) - used <= spent then
+  -- What is free went round every blocked waiter unused: nothing to offer
+  -- until more is free (lua/sem_grant.lua).
+  return math.max(1, soonest - now)
+end
 sem_purge(keys, prefix)
+local head = fair and redis.call('GET', prefix .. 'head')
+if me ~= '' and head == me then
+  -- First in a fair line with a request that does not fit yet: its place
+  -- lives while its process does (lua/sem_acquire.lua).
+  redis.call('PEXPIRE', prefix .. 'head', claim * 3)
+  return claim
+end
 local n = tonumber(redis.call('GET', KEYS[2])) or tonumber(ARGV[7])
 if me ~= '' then
   -- Still waiting (the queue may have lapsed, been purged or flushed).
@@ -59,6 +75,11 @@ if sem_offer(keys, n, fair, prefix, claim, now, ARGV[5], ARGV[6]) then
 end
 if me == '' then
   return 0
+end
+if head and redis.call('ZRANK', KEYS[3], me) == 1 then
+  -- Next in line behind one whose request does not fit: should that one
+  -- die, its place lapses, and this look offers what is free.
+  return math.max(1, redis.call('PTTL', prefix .. 'head')) + 50
 end
 if soonest then
   return math.max(1, soonest - now)

@@ -1,0 +1,632 @@
+//! How semaphore waiters are served (plain and fair): offers on the open
+//! list, the fair line and its first waiter, waiters that died, froze, or
+//! cannot block, and what idle waiting costs. Most of these began as the
+//! reproductions of a review of the open-list design; each failed on it
+//! before its fix.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::worker::{say, Worker};
+use common::{client_with, commands_between, commandstats, eventually, no_poll, Server};
+use redis::Commands;
+
+fn sum(d: &BTreeMap<String, u64>) -> u64 {
+    d.values().sum()
+}
+
+/// Plain semaphore, free permits that fit no waiter: each blocked waiter's
+/// look offers them every ~0.5 s, and the offer goes round all waiters.
+#[test]
+fn free_permits_that_fit_no_waiter_cost_nothing_while_idle() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let mut con = server.con();
+    let _p = holder
+        .semaphore("busy", 3)
+        .lease(Duration::from_secs(60))
+        .acquire_many(2)
+        .unwrap();
+    for waiters in [1usize, 4] {
+        let ts: Vec<_> = (0..waiters)
+            .map(|_| {
+                let s = no_poll(&server.url()).semaphore("busy", 3);
+                std::thread::spawn(move || {
+                    s.acquire_many_timeout(2, Duration::from_secs(8))
+                        .unwrap()
+                        .is_some()
+                })
+            })
+            .collect();
+        assert!(eventually(Duration::from_secs(5), || con
+            .zcard::<_, usize>("{busy}:sem:queue:t")
+            .unwrap()
+            == waiters));
+        std::thread::sleep(Duration::from_millis(1000));
+        let before = commandstats(&mut con);
+        std::thread::sleep(Duration::from_secs(5));
+        let after = commandstats(&mut con);
+        let mut between = commands_between(&before, &after);
+        between.remove("script|load");
+        let n = sum(&between);
+        println!(
+            "FIGURES {waiters} idle plain waiters (k=2, 1 of 3 free): {n} commands in 5 s = {:.1}/s each: {between:?}",
+            n as f64 / 5.0 / waiters as f64
+        );
+        // Was 60–78 a second each: every look offered them again.
+        assert!(n as f64 / 5.0 / waiters as f64 <= 1.0, "{n} commands");
+        for t in ts {
+            assert!(!t.join().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn waiter_entry() {
+    let Ok(url) = std::env::var("R_WAITER_URL") else {
+        return;
+    };
+    let k: u32 = std::env::var("R_WAITER_K").unwrap().parse().unwrap();
+    let name = std::env::var("R_WAITER_NAME").unwrap();
+    let n: u32 = std::env::var("R_WAITER_N")
+        .map(|v| v.parse().unwrap())
+        .unwrap_or(3);
+    let fair = std::env::var("R_WAITER_PLAIN").is_err();
+    let c = no_poll(&url);
+    say("waiting");
+    let s = if fair {
+        c.fair_semaphore(&name, n)
+    } else {
+        c.semaphore(&name, n)
+    };
+    let _p = s.acquire_many(k).unwrap();
+    say("acquired");
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+/// Fair semaphore: a waiter first in line (head) dies while its k does not
+/// fit; a live waiter behind it that needs 1 of the free permits waits
+/// until the dead head's k would fit (here: as long as the holder holds).
+#[test]
+fn a_dead_waiter_first_in_a_fair_line_is_passed_over() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let mut con = server.con();
+    let line = holder.fair_semaphore("dh", 3);
+    let held = line.acquire_many(2).unwrap(); // 1 of 3 free
+    let head = Worker::spawn(
+        "waiter_entry",
+        &[
+            ("R_WAITER_URL", server.url()),
+            ("R_WAITER_K", "2".into()),
+            ("R_WAITER_NAME", "dh".into()),
+        ],
+    );
+    assert_eq!(head.next(Duration::from_secs(10)), "waiting");
+    assert!(eventually(Duration::from_secs(5), || con
+        .exists::<_, bool>("{dh}:sem:grant:head")
+        .unwrap()));
+    drop(head); // SIGKILL the head
+    std::thread::sleep(Duration::from_millis(200));
+    let killed = Instant::now();
+    let live = no_poll(&server.url()).fair_semaphore("dh", 3);
+    let t = std::thread::spawn(move || {
+        let p = live.acquire_timeout(Duration::from_secs(12)).unwrap();
+        (Instant::now(), p.is_some())
+    });
+    let (at, got) = t.join().unwrap();
+    println!(
+        "FIGURES dead head (k=2), 1 permit free, live waiter k=1: got={got} after {:?}; head key pttl {}",
+        at - killed,
+        con.pttl::<_, i64>("{dh}:sem:grant:head").unwrap()
+    );
+    drop(held);
+    assert!(got && at - killed < Duration::from_secs(2), "stalled");
+}
+
+/// Fair semaphore: A arrives first, B second; both block with no deadline
+/// (60 s chunks). A's chunk ends first, it re-blocks behind B; a release
+/// after that goes to B.
+#[test]
+fn a_fair_line_keeps_its_order_across_a_60_s_block() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let mut con = server.con();
+    let held = holder
+        .fair_semaphore("chunk", 1)
+        .lease(Duration::from_secs(120))
+        .acquire()
+        .unwrap();
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let spawn = |who: &'static str| {
+        let s = no_poll(&server.url()).fair_semaphore("chunk", 1);
+        let order = order.clone();
+        std::thread::spawn(move || {
+            let p = s.acquire_timeout(Duration::from_secs(100)).unwrap();
+            order.lock().unwrap().push(who);
+            std::thread::sleep(Duration::from_millis(200));
+            drop(p);
+        })
+    };
+    let a = spawn("A");
+    assert!(eventually(Duration::from_secs(5), || con
+        .zcard::<_, usize>("{chunk}:sem:queue:t")
+        .unwrap()
+        == 1));
+    std::thread::sleep(Duration::from_secs(2));
+    let b = spawn("B");
+    assert!(eventually(Duration::from_secs(5), || con
+        .zcard::<_, usize>("{chunk}:sem:queue:t")
+        .unwrap()
+        == 2));
+    // A's 60 s chunk ends ~60 s after it blocked; B's 2 s later.
+    std::thread::sleep(Duration::from_millis(59_000));
+    held.release().unwrap();
+    a.join().unwrap();
+    b.join().unwrap();
+    let all = order.lock().unwrap().clone();
+    println!("FIGURES fair arrival A then B, release ~61 s later: served {all:?}");
+    assert_eq!(all, ["A", "B"]);
+}
+
+/// ACL fallback (no blocking commands): two waiters told by messages. The
+/// first takes the offer directly and leaves the open list behind; a try
+/// 0.8 s later purges the queue (and the `told` set); the next release
+/// offers to nobody and publishes nothing: the second waiter is stuck
+/// until its fallback poll.
+#[test]
+fn waiters_told_by_messages_keep_their_place_after_a_purge() {
+    let server = Server::start();
+    let mut admin = server.con();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "noblock",
+            "reset",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-@blocking",
+        ])
+        .query(&mut admin)
+        .unwrap();
+    let url = format!("redis://noblock:pw@127.0.0.1:{}/", server.port());
+    let holder = client_with(&server, |b| b);
+    let p = holder.semaphore("msg", 1).acquire().unwrap();
+    let spawn = || {
+        let c = redlease::Client::builder()
+            .url(&url)
+            .fallback_poll(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        std::thread::spawn(move || {
+            let p = c
+                .semaphore("msg", 1)
+                .acquire_timeout(Duration::from_secs(12))
+                .unwrap();
+            let got = Instant::now();
+            println!("FIGURES message waiter got a permit: {}", p.is_some());
+            if p.is_some() {
+                std::thread::sleep(Duration::from_secs(2));
+            }
+            drop(p);
+            (got, Instant::now())
+        })
+    };
+    let (a, b) = (spawn(), spawn());
+    assert!(eventually(Duration::from_secs(5), || admin
+        .zcard::<_, usize>("{msg}:sem:grant:told")
+        .unwrap()
+        == 2));
+    std::thread::sleep(Duration::from_millis(300));
+    p.release().unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let keys: Vec<String> = admin.keys("{msg}*").unwrap();
+    println!("FIGURES keys before the try: {keys:?}");
+    assert!(holder.semaphore("msg", 1).try_acquire().unwrap().is_none());
+    let keys: Vec<String> = admin.keys("{msg}*").unwrap();
+    println!("FIGURES keys after the try: {keys:?}");
+    let (ga, ra) = a.join().unwrap();
+    let (gb, rb) = b.join().unwrap();
+    let (first_release, second_got) = if ga < gb { (ra, gb) } else { (rb, ga) };
+    let gap = second_got.saturating_duration_since(first_release);
+    println!("FIGURES second message waiter got the permit {gap:?} after the first released");
+    assert!(gap < Duration::from_millis(500), "{gap:?}");
+}
+
+/// A blocked waiter process frozen (SIGSTOP) when the permit is offered:
+/// its pipelined script takes the permit with a 1 s lease; the next live
+/// waiter should have it about 1 s after the release.
+#[test]
+fn a_frozen_waiter_holds_an_offer_a_second_at_most() {
+    let server = Server::start();
+    for plain in [true, false] {
+        let name = if plain { "frz" } else { "ffrz" };
+        let holder = client_with(&server, |b| b);
+        let mut con = server.con();
+        let mk = |c: &redlease::Client| {
+            if plain {
+                c.semaphore(name, 1)
+            } else {
+                c.fair_semaphore(name, 1)
+            }
+        };
+        let p = mk(&holder).acquire().unwrap();
+        let mut env = vec![
+            ("R_WAITER_URL", server.url()),
+            ("R_WAITER_K", "1".into()),
+            ("R_WAITER_N", "1".into()),
+            ("R_WAITER_NAME", name.into()),
+        ];
+        if plain {
+            env.push(("R_WAITER_PLAIN", "1".into()));
+        }
+        let w = Worker::spawn("waiter_entry", &env);
+        assert_eq!(w.next(Duration::from_secs(10)), "waiting");
+        let qt = format!("{{{name}}}:sem:queue:t");
+        assert!(eventually(Duration::from_secs(5), || con
+            .zcard::<_, usize>(&qt)
+            .unwrap()
+            == 1));
+        std::thread::sleep(Duration::from_millis(300));
+        let live = mk(&no_poll(&server.url()));
+        let t = std::thread::spawn(move || {
+            let p = live.acquire_timeout(Duration::from_secs(10)).unwrap();
+            (Instant::now(), p.is_some())
+        });
+        assert!(eventually(Duration::from_secs(5), || con
+            .zcard::<_, usize>(&qt)
+            .unwrap()
+            == 2));
+        std::thread::sleep(Duration::from_millis(300));
+        w.signal(libc::SIGSTOP);
+        std::thread::sleep(Duration::from_millis(100));
+        let released = Instant::now();
+        p.release().unwrap();
+        let (at, got) = t.join().unwrap();
+        println!(
+            "FIGURES plain={plain}: frozen waiter first; live one got={got} {:?} after the release",
+            at - released
+        );
+        drop(w);
+        assert!(got && at - released < Duration::from_millis(1_600));
+    }
+}
+
+/// Fair semaphore, pool_size 1: T1 and T2 of one client wait (T2 cannot
+/// block: it polls), then T3 of another client. Arrival order T1, T2, T3.
+#[test]
+fn a_fair_waiter_without_a_blocking_connection_keeps_its_turn() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let mut con = server.con();
+    let p = holder.fair_semaphore("pool", 1).acquire().unwrap();
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let small = redlease::Client::builder()
+        .url(server.url())
+        .pool_size(1)
+        .fallback_poll(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let spawn = |c: redlease::Client, who: &'static str| {
+        let order = order.clone();
+        std::thread::spawn(move || {
+            let p = c
+                .fair_semaphore("pool", 1)
+                .acquire_timeout(Duration::from_secs(15))
+                .unwrap();
+            order.lock().unwrap().push(who);
+            std::thread::sleep(Duration::from_millis(300));
+            drop(p);
+        })
+    };
+    let mut ts = vec![spawn(small.clone(), "T1")];
+    for (i, (c, who)) in [(small.clone(), "T2"), (no_poll(&server.url()), "T3")]
+        .into_iter()
+        .enumerate()
+    {
+        assert!(eventually(Duration::from_secs(5), || con
+            .zcard::<_, usize>("{pool}:sem:queue:t")
+            .unwrap()
+            == i + 1));
+        std::thread::sleep(Duration::from_millis(300));
+        ts.push(spawn(c, who));
+    }
+    assert!(eventually(Duration::from_secs(5), || con
+        .zcard::<_, usize>("{pool}:sem:queue:t")
+        .unwrap()
+        == 3));
+    std::thread::sleep(Duration::from_millis(300));
+    p.release().unwrap();
+    for t in ts {
+        t.join().unwrap();
+    }
+    let all = order.lock().unwrap().clone();
+    println!("FIGURES fair, pool_size 1, arrival T1 T2 T3: served {all:?}");
+    assert_eq!(all, ["T1", "T2", "T3"]);
+}
+
+/// Fair semaphore: X (k=3) first in line (head) does not fit while 2 of 3
+/// permits are held; Y (k=1) behind it. The place (its key) lived 150 s
+/// and was never renewed: after that Y took the free permit ahead of X.
+/// Its process now renews it while it lives (here, long past the key's
+/// own 1.5 s).
+#[test]
+fn the_first_in_a_fair_line_keeps_its_place_while_it_lives() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let mut con = server.con();
+    let s = holder
+        .fair_semaphore("hl", 3)
+        .lease(Duration::from_secs(400));
+    let h1 = s.acquire().unwrap();
+    let _h2 = s.acquire_many(2).unwrap();
+    let start = Instant::now();
+    let spawn = |k: u32, wait: u64| {
+        let s = no_poll(&server.url()).fair_semaphore("hl", 3);
+        std::thread::spawn(move || {
+            let p = s
+                .acquire_many_timeout(k, Duration::from_secs(wait))
+                .unwrap();
+            (Instant::now(), p.is_some())
+        })
+    };
+    let x = spawn(3, 12);
+    assert!(eventually(Duration::from_secs(5), || con
+        .zcard::<_, usize>("{hl}:sem:queue:t")
+        .unwrap()
+        == 1));
+    std::thread::sleep(Duration::from_millis(300));
+    // Y gives up first: X, alive and first in line, is still waiting then.
+    let y = spawn(1, 6);
+    assert!(eventually(Duration::from_secs(5), || con
+        .zcard::<_, usize>("{hl}:sem:queue:t")
+        .unwrap()
+        == 2));
+    std::thread::sleep(Duration::from_millis(300));
+    h1.release().unwrap(); // 1 free: X takes the offer, does not fit, becomes head
+    std::thread::sleep(Duration::from_millis(300));
+    let head: Option<String> = con.get("{hl}:sem:grant:head").unwrap();
+    println!(
+        "FIGURES head {head:?}, pttl {}",
+        con.pttl::<_, i64>("{hl}:sem:grant:head").unwrap()
+    );
+    let (yat, ygot) = y.join().unwrap();
+    println!(
+        "FIGURES Y (k=1, behind X) got={ygot} {:?} after start; X still waiting: {}",
+        yat - start,
+        !x.is_finished()
+    );
+    assert!(!ygot, "Y served ahead of the head X");
+    let _ = x.join();
+}
+
+/// Fair semaphore, mixed modes: M (ACL without blocking commands, told by
+/// messages) arrives first, B (blocks) second. The release's offer is
+/// popped by B at once.
+#[test]
+fn a_fair_waiter_told_by_messages_is_not_passed_by_a_blocked_one() {
+    let server = Server::start();
+    let mut admin = server.con();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "noblock",
+            "reset",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-@blocking",
+        ])
+        .query(&mut admin)
+        .unwrap();
+    let url = format!("redis://noblock:pw@127.0.0.1:{}/", server.port());
+    let holder = client_with(&server, |b| b);
+    let p = holder.fair_semaphore("mix", 1).acquire().unwrap();
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let spawn = |c: redlease::Client, who: &'static str| {
+        let order = order.clone();
+        std::thread::spawn(move || {
+            let p = c
+                .fair_semaphore("mix", 1)
+                .acquire_timeout(Duration::from_secs(10))
+                .unwrap();
+            order.lock().unwrap().push(who);
+            std::thread::sleep(Duration::from_millis(200));
+            drop(p);
+        })
+    };
+    let m = redlease::Client::builder()
+        .url(&url)
+        .fallback_poll(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let a = spawn(m, "M");
+    assert!(eventually(Duration::from_secs(5), || admin
+        .zcard::<_, usize>("{mix}:sem:grant:told")
+        .unwrap()
+        == 1));
+    std::thread::sleep(Duration::from_millis(300));
+    let b = spawn(no_poll(&server.url()), "B");
+    assert!(eventually(Duration::from_secs(5), || admin
+        .zcard::<_, usize>("{mix}:sem:queue:t")
+        .unwrap()
+        == 2));
+    std::thread::sleep(Duration::from_millis(300));
+    p.release().unwrap();
+    a.join().unwrap();
+    b.join().unwrap();
+    let all = order.lock().unwrap().clone();
+    println!("FIGURES fair, message waiter M first, blocked B second: served {all:?}");
+    assert_eq!(all, ["M", "B"]);
+}
+
+/// After r2's dead head: a try_acquire of 1 of the 1 free permit, with
+/// nobody alive waiting, fails for as long as the head key lives.
+#[test]
+fn a_try_is_not_refused_for_a_dead_waiter_first_in_line() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let mut con = server.con();
+    let held = holder.fair_semaphore("dt", 3).acquire_many(2).unwrap();
+    let head = Worker::spawn(
+        "waiter_entry",
+        &[
+            ("R_WAITER_URL", server.url()),
+            ("R_WAITER_K", "2".into()),
+            ("R_WAITER_NAME", "dt".into()),
+        ],
+    );
+    assert_eq!(head.next(Duration::from_secs(10)), "waiting");
+    assert!(eventually(Duration::from_secs(5), || con
+        .exists::<_, bool>("{dt}:sem:grant:head")
+        .unwrap()));
+    drop(head);
+    let other = client_with(&server, |b| b).fair_semaphore("dt", 3);
+    let start = Instant::now();
+    let mut tries = 0;
+    let mut got = false;
+    while start.elapsed() < Duration::from_secs(5) && !got {
+        tries += 1;
+        got = other.try_acquire().unwrap().is_some();
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    println!("FIGURES dead head, 1 of 3 free, nobody alive waiting: try_acquire got={got} after {tries} tries over {:?}; available() = {}", start.elapsed(), other.available().unwrap());
+    drop(held);
+    assert!(got);
+}
+
+/// Stress: N=3, threads of separate clients take 1 or 2 permits (timeouts,
+/// tries), occupancy counted locally; afterwards no key without a TTL.
+#[test]
+fn mixed_requests_never_exceed_the_permits_and_leave_no_key() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    use std::sync::Arc;
+    let server = Server::start();
+    let mut con = server.con();
+    for fair in [false, true] {
+        let name = if fair { "st:f" } else { "st:p" };
+        let occ = Arc::new(AtomicI64::new(0));
+        let max = Arc::new(AtomicI64::new(0));
+        let counts = Arc::new(AtomicI64::new(0));
+        let ts: Vec<_> = (0..6u64)
+            .map(|i| {
+                let c = no_poll(&server.url());
+                let (occ, max, counts) = (occ.clone(), max.clone(), counts.clone());
+                std::thread::spawn(move || {
+                    let s = if fair {
+                        c.fair_semaphore(name, 3)
+                    } else {
+                        c.semaphore(name, 3)
+                    };
+                    let mut x = i * 7919 + 13;
+                    let start = Instant::now();
+                    for _ in 0..40 {
+                        if start.elapsed() > Duration::from_secs(40) {
+                            break;
+                        }
+                        x = x
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        let k = 1 + ((x >> 33) % 2) as u32;
+                        let p = if (x >> 40) % 5 == 0 {
+                            s.try_acquire_many(k).unwrap()
+                        } else {
+                            s.acquire_many_timeout(k, Duration::from_millis(50 + (x >> 45) % 400))
+                                .unwrap()
+                        };
+                        if let Some(p) = p {
+                            let now = occ.fetch_add(k as i64, Ordering::SeqCst) + k as i64;
+                            max.fetch_max(now, Ordering::SeqCst);
+                            counts.fetch_add(1, Ordering::SeqCst);
+                            std::thread::sleep(Duration::from_millis((x >> 50) % 30));
+                            occ.fetch_sub(k as i64, Ordering::SeqCst);
+                            p.release().unwrap();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let keys: Vec<String> = con.keys(format!("{{{name}}}*")).unwrap();
+        let ttls: Vec<(String, i64)> = keys
+            .iter()
+            .map(|k| (k.clone(), con.pttl(k).unwrap()))
+            .collect();
+        println!(
+            "FIGURES fair={fair}: {} acquisitions, max occupancy {}, keys 200 ms later {ttls:?}",
+            counts.load(Ordering::SeqCst),
+            max.load(Ordering::SeqCst)
+        );
+        assert!(max.load(Ordering::SeqCst) <= 3);
+        assert!(ttls.iter().all(|(_, t)| *t > 0), "{ttls:?}");
+        std::thread::sleep(Duration::from_millis(2000));
+        let keys: Vec<String> = con.keys(format!("{{{name}}}*")).unwrap();
+        println!("FIGURES fair={fair}: keys 2.2 s later {keys:?}");
+    }
+}
+
+/// ACL with BLMOVE but without LPOP: L (k=2) blocked first pops the offer
+/// of a 1-permit release; its script cannot read it and deletes it. B
+/// (k=1, blocked second, fits) is not offered the free permit until a look.
+#[test]
+fn an_acl_without_lpop_does_not_lose_an_offer() {
+    let server = Server::start();
+    let mut admin = server.con();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER", "nolpop", "reset", "on", ">pw", "~*", "&*", "+@all", "-lpop",
+        ])
+        .query(&mut admin)
+        .unwrap();
+    let url = format!("redis://nolpop:pw@127.0.0.1:{}/", server.port());
+    let holder = client_with(&server, |b| b);
+    let s = holder.semaphore("nl", 2).lease(Duration::from_secs(60));
+    let p1 = s.acquire().unwrap();
+    let _p2 = s.acquire().unwrap();
+    let l = redlease::Client::builder()
+        .url(&url)
+        .fallback_poll(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let lt = std::thread::spawn(move || {
+        l.semaphore("nl", 2)
+            .acquire_many_timeout(2, Duration::from_secs(10))
+            .unwrap()
+            .is_some()
+    });
+    assert!(eventually(Duration::from_secs(5), || admin
+        .zcard::<_, usize>("{nl}:sem:queue:t")
+        .unwrap()
+        == 1));
+    std::thread::sleep(Duration::from_millis(300));
+    let b = no_poll(&server.url()).semaphore("nl", 2);
+    let bt = std::thread::spawn(move || {
+        let p = b.acquire_timeout(Duration::from_secs(10)).unwrap();
+        (Instant::now(), p.is_some())
+    });
+    assert!(eventually(Duration::from_secs(5), || admin
+        .zcard::<_, usize>("{nl}:sem:queue:t")
+        .unwrap()
+        == 2));
+    std::thread::sleep(Duration::from_millis(300));
+    let released = Instant::now();
+    p1.release().unwrap();
+    let (at, got) = bt.join().unwrap();
+    println!(
+        "FIGURES no-LPOP waiter first (k=2), B (k=1) second: B got={got} {:?} after the release",
+        at - released
+    );
+    let _ = lt.join();
+    assert!(got && at - released < Duration::from_millis(500));
+}
