@@ -248,3 +248,33 @@ fn a_hostile_sentinel_cannot_fill_memory_or_hold_up_the_build() {
     assert!(took < Duration::from_secs(8), "took {took:?}");
     assert!(grew < 512, "peak memory grew {grew} MiB");
 }
+
+/// A Cluster seed that answers `CLUSTER SLOTS` with a terabyte reply and a
+/// stream: the slot map is read on redlease's own connections (ours, and
+/// redis-rs's cluster client's node connections, which are ours too), so
+/// the build fails at the cap, bounded in time and memory.
+#[cfg(feature = "cluster")]
+#[test]
+fn a_hostile_cluster_seed_cannot_fill_memory_or_hold_up_the_build() {
+    let (url, stop) = hostile_server(|cmd| match cmd {
+        "CLUSTER" => Reply::Flood(b"*1\r\n*3\r\n:0\r\n:16383\r\n$1099511627776\r\n".to_vec()),
+        _ => Reply::Bytes(b"-ERR no\r\n".to_vec()),
+    });
+    let before = peak_from_now();
+    let t = Instant::now();
+    let built = Client::builder()
+        .cluster([url.as_str()])
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(2))
+        .build();
+    let took = t.elapsed();
+    let grew = peak_kib().saturating_sub(before) / 1024;
+    stop.store(true, Ordering::Relaxed);
+    println!(
+        "FIGURES a terabyte slot map: built {:?} after {took:?}, peak memory +{grew} MiB",
+        built.as_ref().map(|_| ())
+    );
+    assert!(built.is_err(), "a client built on a seed that gave no slot map");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    assert!(grew < 512, "peak memory grew {grew} MiB");
+}
