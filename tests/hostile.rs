@@ -16,7 +16,7 @@ use redlease::Client;
 
 /// Reads one RESP command (an array of bulk strings) and returns its name,
 /// upper-cased; `None` when the client went away.
-fn command(r: &mut BufReader<TcpStream>) -> Option<String> {
+fn command(r: &mut impl BufRead) -> Option<String> {
     let mut line = String::new();
     r.read_line(&mut line).ok()?;
     let n: usize = line.trim().strip_prefix('*')?.parse().ok()?;
@@ -44,6 +44,14 @@ enum Reply {
 /// A server on a free loopback port that answers `PING`, turns down
 /// `CONFIG`, and answers every other command as `other` says.
 fn hostile_server(other: fn(&str) -> Reply) -> (String, Arc<AtomicBool>) {
+    hostile_server_answering_client(b"-ERR no\r\n", other)
+}
+
+/// [`hostile_server`], answering `CLIENT` (`SETINFO`) with `client`.
+fn hostile_server_answering_client(
+    client: &'static [u8],
+    other: fn(&str) -> Reply,
+) -> (String, Arc<AtomicBool>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("redis://{}/", listener.local_addr().unwrap());
     let stop = Arc::new(AtomicBool::new(false));
@@ -63,7 +71,8 @@ fn hostile_server(other: fn(&str) -> Reply) -> (String, Arc<AtomicBool>) {
                 while let Some(cmd) = command(&mut r) {
                     let reply = match cmd.as_str() {
                         "PING" => Reply::Bytes(b"+PONG\r\n".to_vec()),
-                        "CONFIG" | "CLIENT" | "HELLO" => Reply::Bytes(b"-ERR no\r\n".to_vec()),
+                        "CONFIG" | "HELLO" => Reply::Bytes(b"-ERR no\r\n".to_vec()),
+                        "CLIENT" => Reply::Bytes(client.to_vec()),
                         other_cmd => other(other_cmd),
                     };
                     match reply {
@@ -226,7 +235,10 @@ fn a_terabyte_message_cannot_fill_a_redlock_subscribers_memory() {
 #[cfg(feature = "sentinel")]
 #[test]
 fn a_hostile_sentinel_cannot_fill_memory_or_hold_up_the_build() {
-    let (url, stop) = hostile_server(|cmd| match cmd {
+    // A Sentinel that accepts the client's name and says it is one:
+    // redis-rs's client then asked it for the master.
+    let (url, stop) = hostile_server_answering_client(b"+OK\r\n", |cmd| match cmd {
+        "ROLE" => Reply::Bytes(b"*2\r\n$8\r\nsentinel\r\n*1\r\n$8\r\nmymaster\r\n".to_vec()),
         "SENTINEL" => Reply::Flood(b"*2\r\n$1099511627776\r\n".to_vec()),
         _ => Reply::Bytes(b"-ERR no\r\n".to_vec()),
     });
@@ -244,7 +256,10 @@ fn a_hostile_sentinel_cannot_fill_memory_or_hold_up_the_build() {
         "FIGURES a terabyte Sentinel reply: built {:?} after {took:?}, peak memory +{grew} MiB",
         built.as_ref().map(|_| ())
     );
-    assert!(built.is_err(), "a client built on a Sentinel that named no master");
+    assert!(
+        built.is_err(),
+        "a client built on a Sentinel that named no master"
+    );
     assert!(took < Duration::from_secs(8), "took {took:?}");
     assert!(grew < 512, "peak memory grew {grew} MiB");
 }
@@ -274,7 +289,69 @@ fn a_hostile_cluster_seed_cannot_fill_memory_or_hold_up_the_build() {
         "FIGURES a terabyte slot map: built {:?} after {took:?}, peak memory +{grew} MiB",
         built.as_ref().map(|_| ())
     );
-    assert!(built.is_err(), "a client built on a seed that gave no slot map");
+    assert!(
+        built.is_err(),
+        "a client built on a seed that gave no slot map"
+    );
     assert!(took < Duration::from_secs(10), "took {took:?}");
     assert!(grew < 512, "peak memory grew {grew} MiB");
+}
+
+/// Reproduction (issue: hardening, second pass): a Unix socket URL kept
+/// redis-rs's connection, which times each read, not the reply, and caps
+/// nothing: a server behind `redis+unix://` that answered a lock's script
+/// with a terabyte reply and a stream grew the process without bound. The
+/// connection is redlease's own now: the call fails at the cap.
+#[test]
+fn a_unix_socket_reply_is_capped_too() {
+    use std::os::unix::net::UnixListener;
+    let dir = std::env::temp_dir().join(format!("redlease-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("hostile.sock");
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    std::thread::spawn(move || {
+        let end = Instant::now() + Duration::from_secs(60);
+        while !s.load(Ordering::Relaxed) && Instant::now() < end {
+            let Ok((con, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            };
+            con.set_nonblocking(false).unwrap();
+            std::thread::spawn(move || {
+                let mut out = con.try_clone().unwrap();
+                let mut r = BufReader::new(con);
+                while let Some(cmd) = command(&mut r) {
+                    let reply: &[u8] = match cmd.as_str() {
+                        "PING" => b"+PONG\r\n",
+                        "EVALSHA" | "EVAL" => b"$1099511627776\r\n",
+                        _ => b"-ERR no\r\n",
+                    };
+                    if out.write_all(reply).is_err() {
+                        return;
+                    }
+                    if reply.starts_with(b"$1099") {
+                        let chunk = vec![b'x'; 1 << 20];
+                        let end = Instant::now() + Duration::from_secs(30);
+                        while Instant::now() < end && out.write_all(&chunk).is_ok() {}
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let url = format!("redis+unix://{}", path.display());
+    let r = against((url, stop), |c| c.lock("flood").try_acquire());
+    let (r, took, grew) = r;
+    println!(
+        "FIGURES a terabyte reply over a Unix socket: {:?} after {took:?}, peak memory +{grew} MiB",
+        r.as_ref().map(|g| g.is_some())
+    );
+    assert!(r.is_err());
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert!(grew < 512, "peak memory grew {grew} MiB");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -559,3 +559,35 @@ fn a_foreign_fence_floor_writes_nothing_and_fences_never_go_back() {
         g.fencing_token()
     );
 }
+
+/// Every primitive works over a Unix socket (`redis+unix://`), the
+/// connection redlease's own: a lock handed to a waiter blocked on the
+/// server, and a latch opened to one waiting for its message.
+#[test]
+fn a_unix_socket_url_works_with_waiters() {
+    let dir = std::env::temp_dir().join(format!("redlease-unix-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("r.sock");
+    let _server = Server::start_with(&["--unixsocket", sock.to_str().unwrap()]);
+    let url = format!("redis+unix://{}", sock.display());
+    let (a, b) = (Client::open(&url).unwrap(), Client::open(&url).unwrap());
+    let g = a.lock("u").acquire().unwrap();
+    let t = std::thread::spawn(move || {
+        let g = b
+            .lock("u")
+            .acquire_timeout(Duration::from_secs(10))
+            .unwrap();
+        let got = g.is_some();
+        drop(g);
+        let latch = b.count_down_latch("u:latch");
+        (got, latch.wait_timeout(Duration::from_secs(10)).unwrap())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let latch = a.count_down_latch("u:latch");
+    assert!(latch.try_set_count(1).unwrap());
+    g.release().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    latch.count_down().unwrap();
+    assert_eq!(t.join().unwrap(), (true, true));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -12,8 +12,8 @@
 //! Writes share the deadline. TLS connections are ours too (rustls over
 //! the same socket, verified against the configured roots or the
 //! system's), and so are the node connections of redis-rs's cluster
-//! connection. Unix-socket and RESP3 connections keep redis-rs's
-//! connection, and with it the per-read timeout (documented in
+//! connection, and Unix-socket connections. RESP3 connections keep
+//! redis-rs's connection, and with it the per-read timeout (documented in
 //! GUARANTEES.md).
 
 use std::cell::Cell;
@@ -267,7 +267,7 @@ pub(crate) struct Own {
 impl Own {
     /// Our connection for `info`, if it is of a kind we make: plain TCP,
     /// or TLS when `tls` gives our settings; opened within `connect`.
-    /// `None`: redis-rs's kind (Unix sockets, RESP3, TLS without ours).
+    /// `None`: redis-rs's kind (RESP3, TLS without ours).
     #[cfg_attr(not(feature = "tls-rustls"), allow(unused_variables))]
     fn for_info(
         info: &redis::ConnectionInfo,
@@ -285,6 +285,12 @@ impl Own {
                 Some(config) => (host, *port, Some(config?)),
                 None => return Ok(None),
             },
+            #[cfg(unix)]
+            redis::ConnectionAddr::Unix(path) => {
+                let until = Own::until(connect);
+                let sock = std::os::unix::net::UnixStream::connect(path)?;
+                return Own::over(Socket::Unix(sock), "", None, settings, until).map(Some);
+            }
             _ => return Ok(None),
         };
         Own::connect(host, port, config, settings, connect).map(Some)
@@ -314,12 +320,7 @@ impl Own {
                 "Cannot connect to a wildcard address (0.0.0.0 or ::)",
             )));
         }
-        // Within the thread's call deadline too (see `within`): redis-rs's
-        // cluster connection reconnects inside a call, up to 6 times.
-        let mut until = Instant::now() + connect;
-        if let Some(call) = CALL_DEADLINE.with(Cell::get) {
-            until = until.min(call);
-        }
+        let until = Own::until(connect);
         let mut last = None;
         let mut stream = None;
         for addr in (host, port).to_socket_addrs()? {
@@ -350,8 +351,31 @@ impl Own {
         // back a request written behind an unacknowledged one (an undo
         // behind a late script, a pipelined pop).
         stream.set_nodelay(true)?;
+        Own::over(Socket::Tcp(stream), host, tls, settings, until)
+    }
+
+    /// When a connection opened now must be set up: within `connect`, and
+    /// within the thread's call deadline too (see `within`): redis-rs's
+    /// cluster connection reconnects inside a call, up to 6 times.
+    fn until(connect: Duration) -> Instant {
+        let until = Instant::now() + connect;
+        match CALL_DEADLINE.with(Cell::get) {
+            Some(call) => until.min(call),
+            None => until,
+        }
+    }
+
+    /// A connection over `socket` (TLS to `host` with `tls`), set up by
+    /// `until`.
+    fn over(
+        socket: Socket,
+        host: &str,
+        tls: Option<TlsConfig>,
+        settings: &redis::RedisConnectionInfo,
+        until: Instant,
+    ) -> RedisResult<Own> {
         let sock = Deadlined {
-            stream,
+            stream: socket,
             budget: Cell::new(Some(
                 until.saturating_duration_since(Instant::now()).max(SLACK),
             )),
@@ -544,7 +568,7 @@ impl Stream {
     #[cfg(feature = "cluster")]
     fn plain(&self) -> Option<&TcpStream> {
         match self {
-            Stream::Plain(s) => Some(&s.stream),
+            Stream::Plain(s) => s.stream.tcp(),
             #[cfg(feature = "tls-rustls")]
             Stream::Tls(_) => None,
         }
@@ -587,9 +611,66 @@ impl Write for Stream {
     }
 }
 
+/// A connected socket: TCP, or a Unix socket (`redis+unix://`).
+enum Socket {
+    Tcp(TcpStream),
+    #[cfg(unix)]
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl Socket {
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    fn tcp(&self) -> Option<&TcpStream> {
+        match self {
+            Socket::Tcp(s) => Some(s),
+            #[cfg(unix)]
+            Socket::Unix(_) => None,
+        }
+    }
+
+    fn set_timeout(&self, which: usize, limit: Option<Duration>) -> io::Result<()> {
+        match (self, which) {
+            (Socket::Tcp(s), WRITE) => s.set_write_timeout(limit),
+            (Socket::Tcp(s), _) => s.set_read_timeout(limit),
+            #[cfg(unix)]
+            (Socket::Unix(s), WRITE) => s.set_write_timeout(limit),
+            #[cfg(unix)]
+            (Socket::Unix(s), _) => s.set_read_timeout(limit),
+        }
+    }
+}
+
+impl Read for Socket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.read(buf),
+            #[cfg(unix)]
+            Socket::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Socket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.write(buf),
+            #[cfg(unix)]
+            Socket::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.flush(),
+            #[cfg(unix)]
+            Socket::Unix(s) => s.flush(),
+        }
+    }
+}
+
 /// A socket whose reads and writes end at the current call's deadline.
 struct Deadlined {
-    stream: TcpStream,
+    stream: Socket,
     /// How long each call may take; `None`: no limit. A cell: redis-rs's
     /// cluster connection sets it through `&self`.
     budget: Cell<Option<Duration>>,
@@ -682,7 +763,7 @@ impl Deadlined {
     fn bounded<T>(
         &mut self,
         which: usize,
-        mut op: impl FnMut(&mut TcpStream) -> io::Result<T>,
+        mut op: impl FnMut(&mut Socket) -> io::Result<T>,
     ) -> io::Result<T> {
         let Some(until) = self.until else {
             if self.armed[which].is_some() {
@@ -713,11 +794,7 @@ impl Deadlined {
     }
 
     fn arm(&mut self, which: usize, limit: Option<Duration>) -> io::Result<()> {
-        if which == WRITE {
-            self.stream.set_write_timeout(limit)?;
-        } else {
-            self.stream.set_read_timeout(limit)?;
-        }
+        self.stream.set_timeout(which, limit)?;
         self.armed[which] = limit;
         Ok(())
     }
@@ -824,7 +901,7 @@ mod tests {
     fn own_over(addr: std::net::SocketAddr, budget: Option<Duration>) -> Own {
         Own {
             stream: Stream::Plain(Deadlined {
-                stream: TcpStream::connect(addr).unwrap(),
+                stream: Socket::Tcp(TcpStream::connect(addr).unwrap()),
                 budget: Cell::new(budget),
                 until: None,
                 armed: [None, None],
