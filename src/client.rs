@@ -620,8 +620,7 @@ impl ClientBuilder {
     /// Longest wait for any reply; after it the outcome is unknown and the
     /// call fails with [`ErrorKind::Connection`](crate::ErrorKind::Connection).
     /// It bounds the whole call, not each socket read, so a server that
-    /// dribbles its reply cannot stretch a call (except with a RESP3 URL,
-    /// whose connections redis-rs owns). Defaults to 2 s.
+    /// dribbles its reply cannot stretch a call. Defaults to 2 s.
     pub fn response_timeout(mut self, d: Duration) -> Self {
         self.response_timeout = d;
         self

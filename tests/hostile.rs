@@ -44,12 +44,14 @@ enum Reply {
 /// A server on a free loopback port that answers `PING`, turns down
 /// `CONFIG`, and answers every other command as `other` says.
 fn hostile_server(other: fn(&str) -> Reply) -> (String, Arc<AtomicBool>) {
-    hostile_server_answering_client(b"-ERR no\r\n", other)
+    hostile_server_answering(b"-ERR no\r\n", b"-ERR no\r\n", other)
 }
 
-/// [`hostile_server`], answering `CLIENT` (`SETINFO`) with `client`.
-fn hostile_server_answering_client(
+/// [`hostile_server`], answering `CLIENT` (`SETINFO`) with `client` and
+/// `HELLO` with `hello`.
+fn hostile_server_answering(
     client: &'static [u8],
+    hello: &'static [u8],
     other: fn(&str) -> Reply,
 ) -> (String, Arc<AtomicBool>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -71,7 +73,8 @@ fn hostile_server_answering_client(
                 while let Some(cmd) = command(&mut r) {
                     let reply = match cmd.as_str() {
                         "PING" => Reply::Bytes(b"+PONG\r\n".to_vec()),
-                        "CONFIG" | "HELLO" => Reply::Bytes(b"-ERR no\r\n".to_vec()),
+                        "CONFIG" => Reply::Bytes(b"-ERR no\r\n".to_vec()),
+                        "HELLO" => Reply::Bytes(hello.to_vec()),
                         "CLIENT" => Reply::Bytes(client.to_vec()),
                         other_cmd => other(other_cmd),
                     };
@@ -237,7 +240,7 @@ fn a_terabyte_message_cannot_fill_a_redlock_subscribers_memory() {
 fn a_hostile_sentinel_cannot_fill_memory_or_hold_up_the_build() {
     // A Sentinel that accepts the client's name and says it is one:
     // redis-rs's client then asked it for the master.
-    let (url, stop) = hostile_server_answering_client(b"+OK\r\n", |cmd| match cmd {
+    let (url, stop) = hostile_server_answering(b"+OK\r\n", b"-ERR no\r\n", |cmd| match cmd {
         "ROLE" => Reply::Bytes(b"*2\r\n$8\r\nsentinel\r\n*1\r\n$8\r\nmymaster\r\n".to_vec()),
         "SENTINEL" => Reply::Flood(b"*2\r\n$1099511627776\r\n".to_vec()),
         _ => Reply::Bytes(b"-ERR no\r\n".to_vec()),
@@ -354,4 +357,29 @@ fn a_unix_socket_reply_is_capped_too() {
     assert!(took < Duration::from_secs(5), "took {took:?}");
     assert!(grew < 512, "peak memory grew {grew} MiB");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Reproduction (issue: hardening, second pass): a RESP3 URL
+/// (`?protocol=resp3`) kept redis-rs's connection, which times each read
+/// and caps nothing: a terabyte reply grew the process without bound. Our
+/// connection speaks RESP3 now (`HELLO 3`), and caps it like any other.
+#[test]
+fn a_resp3_reply_is_capped_too() {
+    let (url, stop) =
+        hostile_server_answering(b"+OK\r\n", b"%1\r\n+proto\r\n:3\r\n", |cmd| match cmd {
+            "EVALSHA" | "EVAL" => Reply::Flood(b"$1099511627776\r\n".to_vec()),
+            "SCRIPT" => {
+                Reply::Bytes(b"$40\r\n0000000000000000000000000000000000000000\r\n".to_vec())
+            }
+            _ => Reply::Bytes(b":0\r\n".to_vec()),
+        });
+    let url = format!("{url}?protocol=resp3");
+    let (r, took, grew) = against((url, stop), |c| c.lock("flood").try_acquire());
+    println!(
+        "FIGURES a terabyte reply over RESP3: {:?} after {took:?}, peak memory +{grew} MiB",
+        r.as_ref().map(|g| g.is_some())
+    );
+    assert!(r.is_err());
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert!(grew < 512, "peak memory grew {grew} MiB");
 }

@@ -1166,12 +1166,13 @@ fn titled(product: &str) -> String {
 
 pub(crate) fn warn_if_evicting(con: &mut dyn redis::ConnectionLike) {
     // CONFIG may be forbidden (ACL, managed services): then we cannot tell.
+    // (Pairs in an array on RESP2, a map on RESP3: a map reads either.)
     if let Ok(v) = redis::cmd("CONFIG")
         .arg("GET")
         .arg("maxmemory-policy")
-        .query::<Vec<String>>(con)
+        .query::<std::collections::HashMap<String, String>>(con)
     {
-        if let Some(policy) = v.get(1) {
+        if let Some(policy) = v.get("maxmemory-policy") {
             if policy.starts_with("allkeys-") || policy.starts_with("volatile-") {
                 log::warn!(
                     "redlease: maxmemory-policy is {policy}: Redis may evict lock keys under \

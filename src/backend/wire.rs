@@ -12,9 +12,7 @@
 //! Writes share the deadline. TLS connections are ours too (rustls over
 //! the same socket, verified against the configured roots or the
 //! system's), and so are the node connections of redis-rs's cluster
-//! connection, and Unix-socket connections. RESP3 connections keep
-//! redis-rs's connection, and with it the per-read timeout (documented in
-//! GUARANTEES.md).
+//! connection, and Unix-socket and RESP3 connections (`HELLO 3`).
 
 use std::cell::Cell;
 use std::io::{self, Read, Write};
@@ -132,7 +130,7 @@ impl Wire {
         match own.parser.parse_value(&mut own.stream) {
             Ok(v) => {
                 own.stream.sock().taken = 0;
-                Ok(Some(v))
+                Ok(Some(as_resp2(v)))
             }
             Err(e) if e.is_timeout() => Ok(None),
             Err(e) => Err(e),
@@ -267,7 +265,7 @@ pub(crate) struct Own {
 impl Own {
     /// Our connection for `info`, if it is of a kind we make: plain TCP,
     /// or TLS when `tls` gives our settings; opened within `connect`.
-    /// `None`: redis-rs's kind (RESP3, TLS without ours).
+    /// `None`: redis-rs's kind (TLS without our settings).
     #[cfg_attr(not(feature = "tls-rustls"), allow(unused_variables))]
     fn for_info(
         info: &redis::ConnectionInfo,
@@ -275,9 +273,6 @@ impl Own {
         connect: Duration,
     ) -> RedisResult<Option<Own>> {
         let settings = info.redis_settings();
-        if settings.protocol().supports_resp3() {
-            return Ok(None);
-        }
         let (host, port, config) = match info.addr() {
             redis::ConnectionAddr::Tcp(host, port) => (host, *port, None),
             #[cfg(feature = "tls-rustls")]
@@ -398,21 +393,35 @@ impl Own {
         Ok(own)
     }
 
-    /// AUTH, SELECT and the client's name in one pipeline. False when the
-    /// server wants AUTH without a username (before Redis 6).
+    /// AUTH (or, for RESP3, `HELLO 3` with the credentials), SELECT and
+    /// the client's name in one pipeline. False when the server wants AUTH
+    /// without a username (before Redis 6).
     fn setup(
         &mut self,
         settings: &redis::RedisConnectionInfo,
         username: bool,
     ) -> RedisResult<bool> {
         let mut pipe = redis::pipe();
-        let auth = settings.password().map(|password| {
-            let cmd = pipe.cmd("AUTH");
-            if let Some(user) = settings.username().filter(|_| username) {
-                cmd.arg(user);
+        let resp3 = settings.protocol().supports_resp3();
+        let auth = if resp3 {
+            // RESP3 from the first reply on: `HELLO 3` says so (Redis 6+),
+            // authenticating in the same command.
+            let cmd = pipe.cmd("HELLO").arg(3);
+            if let Some(password) = settings.password() {
+                cmd.arg("AUTH")
+                    .arg(settings.username().unwrap_or("default"))
+                    .arg(password);
             }
-            cmd.arg(password);
-        });
+            Some(())
+        } else {
+            settings.password().map(|password| {
+                let cmd = pipe.cmd("AUTH");
+                if let Some(user) = settings.username().filter(|_| username) {
+                    cmd.arg(user);
+                }
+                cmd.arg(password);
+            })
+        };
         let select = (settings.db() != 0).then(|| {
             pipe.cmd("SELECT").arg(settings.db());
         });
@@ -433,6 +442,15 @@ impl Own {
         let mut replies = replies.into_iter();
         if auth.is_some() {
             match replies.next() {
+                Some(Value::ServerError(e))
+                    if resp3 && !matches!(e.code(), "WRONGPASS" | "NOAUTH" | "NOPERM") =>
+                {
+                    return Err(RedisError::from((
+                        redis::ErrorKind::InvalidClientConfig,
+                        "the server does not speak RESP3 (protocol=resp3 needs Redis 6 or later)",
+                        e.details().unwrap_or_default().to_owned(),
+                    )));
+                }
                 Some(Value::ServerError(e)) => {
                     let retry = username
                         && settings.username().is_some()
@@ -516,6 +534,41 @@ impl Own {
             }
         }
     }
+}
+
+/// A subscriber's value in the shape RESP2 gives it, whatever the
+/// connection speaks: a RESP3 push (`>3 message <channel> <payload>`) as
+/// the array RESP2 sends, and a `PING`'s plain `PONG` as RESP2's
+/// subscribed `["pong", ""]`.
+fn as_resp2(v: Value) -> Value {
+    let kind = match v {
+        Value::Push { kind, data } => {
+            let name = match kind {
+                redis::PushKind::Message => "message".to_owned(),
+                redis::PushKind::SMessage => "smessage".to_owned(),
+                redis::PushKind::Subscribe => "subscribe".to_owned(),
+                redis::PushKind::SSubscribe => "ssubscribe".to_owned(),
+                redis::PushKind::Unsubscribe => "unsubscribe".to_owned(),
+                redis::PushKind::SUnsubscribe => "sunsubscribe".to_owned(),
+                redis::PushKind::Other(name) => name,
+                other => format!("{other:?}").to_lowercase(),
+            };
+            return Value::Array(
+                std::iter::once(Value::BulkString(name.into_bytes()))
+                    .chain(data)
+                    .collect(),
+            );
+        }
+        Value::SimpleString(kind) => kind,
+        v => return v,
+    };
+    if kind.eq_ignore_ascii_case("pong") {
+        return Value::Array(vec![
+            Value::BulkString(b"pong".to_vec()),
+            Value::BulkString(Vec::new()),
+        ]);
+    }
+    Value::SimpleString(kind)
 }
 
 fn missing() -> RedisError {

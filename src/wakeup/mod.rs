@@ -728,8 +728,8 @@ fn listen_ours(shared: &Shared, mut con: Wire, response: Duration) -> redis::Red
     Ok(())
 }
 
-/// [`listen_ours`] on redis-rs's connection (RESP3 URLs), which times
-/// each read.
+/// [`listen_ours`] on redis-rs's connection (`Wire::open` falls back to
+/// it only for TLS without our settings), which times each read.
 fn listen_theirs(shared: &Shared, mut con: redis::Connection) -> redis::RedisResult<()> {
     con.set_read_timeout(Some(SUBSCRIBER_TICK))?;
     let mut pubsub = con.as_pubsub();

@@ -55,7 +55,8 @@ impl Server {
     fn wait_ready(&self) {
         let end = Instant::now() + Duration::from_secs(10);
         while Instant::now() < end {
-            if let Ok(mut c) = redis::Client::open(self.url()).and_then(|c| c.get_connection()) {
+            let plain = format!("redis://127.0.0.1:{}/", self.port);
+            if let Ok(mut c) = redis::Client::open(plain).and_then(|c| c.get_connection()) {
                 match redis::cmd("PING").query::<String>(&mut c) {
                     // A server error (NOAUTH) also proves the server is up.
                     Ok(_) => return,
@@ -72,8 +73,15 @@ impl Server {
         self.port
     }
 
+    /// The server's URL; RESP3 (`?protocol=resp3`) when
+    /// `REDLEASE_TEST_RESP3` is set, so the suite can run in either.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let resp3 = if std::env::var_os("REDLEASE_TEST_RESP3").is_some() {
+            "?protocol=resp3"
+        } else {
+            ""
+        };
+        format!("redis://127.0.0.1:{}/{resp3}", self.port)
     }
 
     pub fn pid(&self) -> i32 {
