@@ -155,7 +155,7 @@ pub(crate) fn acquire(
         (Ok(Some(held)), Some(_)) => {
             crate::metrics::acquired(held.what, started.elapsed());
             if let Some(events) = client.events() {
-                events.on_acquired(&held.name, started.elapsed());
+                events.handle_acquired(&held.acquire_event(started.elapsed()));
             }
         }
         (Err(_), Some((what, name))) => {
@@ -401,7 +401,9 @@ fn hold_with(
         at,
         valid,
     } = grant;
-    let hook = client.events().map(|h| (h.clone(), spec.name.clone()));
+    let hook = client
+        .events()
+        .map(|h| (h.clone(), spec.name.clone(), spec.what));
     let known = at + first.unwrap_or(valid);
     let state = LeaseState::new(known, hook);
     let extend = Arc::new(spec.extend);
@@ -592,7 +594,11 @@ impl Holding {
         if released.is_ok() {
             crate::metrics::released(held.what, held.acquired.elapsed());
             if let Some(events) = self.client.events() {
-                events.on_released(&held.name, held.acquired.elapsed());
+                events.handle_released(&crate::events::ReleaseEvent {
+                    name: &held.name,
+                    kind: held.what,
+                    held: held.acquired.elapsed(),
+                });
             }
         }
         released

@@ -290,7 +290,7 @@ pub use client::{Client, ClientBuilder, MAX_NAME_LEN};
 pub use connection::Connection;
 pub use doctor::{Check, CheckStatus, Diagnosis};
 pub use error::{Error, ErrorKind, RedisErrorText, Result};
-pub use events::HandleEvent;
+pub use events::{AcquireEvent, HandleEvent, LeaseLostEvent, ReleaseEvent};
 pub use inspect::LockInfo;
 pub use latch::CountDownLatch;
 pub use lock::{Lock, LockGuard};

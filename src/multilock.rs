@@ -191,7 +191,7 @@ impl MultiLock {
                 let held = crate::lease::hold(client, spec, grant, Some(&slot));
                 crate::metrics::acquired(what, at.elapsed());
                 if let Some(events) = client.events() {
-                    events.on_acquired(&held.name, at.elapsed());
+                    events.handle_acquired(&held.acquire_event(at.elapsed()));
                 }
                 guards.push(lock.guard(slot, held));
             }

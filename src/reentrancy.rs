@@ -53,6 +53,22 @@ pub(crate) struct Held {
     pub(crate) acquired: std::time::Instant,
 }
 
+impl Held {
+    /// The event of this hold's grant, `waited` after the call.
+    pub(crate) fn acquire_event(
+        &self,
+        waited: std::time::Duration,
+    ) -> crate::events::AcquireEvent<'_> {
+        crate::events::AcquireEvent {
+            name: &self.name,
+            kind: self.what,
+            waited,
+            // Permits and read holds draw no fence.
+            fence: (self.fence > 0).then_some(self.fence),
+        }
+    }
+}
+
 struct Entry {
     count: usize,
     held: Arc<Held>,

@@ -66,7 +66,7 @@ impl fmt::Debug for LeaseState {
 }
 
 /// Who to tell when a lease is lost: the event handler, the name.
-pub(crate) type LostHook = (Arc<dyn HandleEvent>, Arc<[u8]>);
+pub(crate) type LostHook = (Arc<dyn HandleEvent>, Arc<[u8]>, &'static str);
 
 static EPOCH: Lazy<Instant> = Lazy::new(Instant::now);
 
@@ -154,8 +154,8 @@ impl LeaseState {
             // end (released by id elsewhere) is expected.
             if !self.done.load(Ordering::Acquire) && !self.is_quiet() {
                 crate::metrics::lease_lost();
-                if let Some((handler, name)) = &self.on_lost {
-                    handler.on_lease_lost(name);
+                if let Some((handler, name, kind)) = &self.on_lost {
+                    handler.handle_lease_lost(&crate::events::LeaseLostEvent { name, kind });
                 }
             }
             announce();

@@ -473,3 +473,67 @@ fn a_latch_count_set_whose_reply_was_lost_is_never_repeated() {
     assert_eq!(other.count().unwrap(), 3);
     assert!(!other.try_set_count(3).unwrap());
 }
+
+/// The struct form of the events ([`redlease::AcquireEvent`] and the
+/// others), which can grow without breaking a handler: what kind of
+/// primitive, and a lock's fencing token, besides what the `on_*` methods
+/// are given.
+#[derive(Clone, Default)]
+struct Structs(Arc<Mutex<Vec<String>>>);
+
+impl HandleEvent for Structs {
+    fn handle_acquired(&self, e: &redlease::AcquireEvent<'_>) {
+        self.0.lock().unwrap().push(format!(
+            "acquired {} {} fence={}",
+            e.kind(),
+            String::from_utf8_lossy(e.name()),
+            e.fence().is_some()
+        ));
+    }
+    fn handle_released(&self, e: &redlease::ReleaseEvent<'_>) {
+        self.0.lock().unwrap().push(format!(
+            "released {} {}",
+            e.kind(),
+            String::from_utf8_lossy(e.name())
+        ));
+    }
+    fn handle_lease_lost(&self, e: &redlease::LeaseLostEvent<'_>) {
+        self.0.lock().unwrap().push(format!(
+            "lost {} {}",
+            e.kind(),
+            String::from_utf8_lossy(e.name())
+        ));
+    }
+}
+
+#[test]
+fn events_come_as_structs_too() {
+    let server = Server::start();
+    let rec = Structs::default();
+    let c = Client::builder()
+        .url(server.url())
+        .watchdog_timeout(Duration::from_millis(300))
+        .event_handler(rec.clone())
+        .build()
+        .unwrap();
+    let g = c.lock("ev").acquire().unwrap();
+    g.release().unwrap();
+    let p = c.semaphore("ev-sem", 1).acquire().unwrap();
+    p.release().unwrap();
+    let g = c.lock("ev").acquire().unwrap();
+    c.lock("ev").force_unlock().unwrap();
+    assert!(g.lost_signal().wait_timeout(Duration::from_secs(5)));
+    let _ = g.release();
+    let seen = rec.0.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        vec![
+            "acquired lock ev fence=true",
+            "released lock ev",
+            "acquired semaphore ev-sem fence=false",
+            "released semaphore ev-sem",
+            "acquired lock ev fence=true",
+            "lost lock ev",
+        ],
+    );
+}
