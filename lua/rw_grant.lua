@@ -18,17 +18,21 @@
 --     and is never served; a hand-over nobody took proves the queue dead
 --     (rw_stale). Announces the hand-over (queue.lua announce) to writers
 --     that wait for messages.
---   rw_writer_waits(writer, q, qt, prefix, claim_ms, now) -> true when a live writer
---     waits (new readers wait for it, so a stream of readers cannot starve
---     it), false when none does, or the milliseconds until that is known.
+--   rw_writer_waits(writer, q, qt, prefix, claim_ms, now) -> true and how
+--     long that is known when a live writer waits (new readers wait for
+--     it, so a stream of readers cannot starve it, and look again when
+--     that lapses), false when none does, or the milliseconds until that
+--     is known.
 --     A writer blocked in BLMOVE sends nothing, so its queue entry alone
 --     says nothing of its life: the first reader to ask pushes a probe onto
 --     the open list (prefix..'probe' lives claim_ms while it is in
 --     flight); a live blocked writer pops it and its script marks the
---     writers alive for twice the claim (prefix..'alive'), and a probe
+--     writers alive for six claims (prefix..'alive', rw_alive; so does
+--     every script a writer runs as it queues), and a probe
 --     still there after the claim proves the queue dead: it is purged. A
 --     writer that waits for messages (listed in prefix..'told' with its
 --     deadline) is alive while its entry lives.
+--   rw_alive(prefix, claim_ms): marks the queued writers alive (see above)
 --   rw_stale(writer, q, qt, prefix) -> whether the open list outlived what was put
 --     on it (a hand-over or a probe nobody took); the queue is purged then
 local function rw_readers(readers, now)
@@ -64,12 +68,13 @@ local function rw_writer_waits(writer, q, qt, prefix, claim, now)
   if redis.call('EXISTS', q) == 0 then
     return false
   end
-  if redis.call('EXISTS', prefix .. 'alive') == 1 then
-    return true
+  local alive = redis.call('PTTL', prefix .. 'alive')
+  if alive > 0 then
+    return true, alive
   end
-  local told = prefix .. 'told'
-  if redis.call('ZCOUNT', told, '(' .. now, '+inf') > 0 then
-    return true
+  local told = redis.call('ZRANGE', prefix .. 'told', -1, -1, 'WITHSCORES')
+  if told[2] and tonumber(told[2]) > now then
+    return true, tonumber(told[2]) - now
   end
   if rw_stale(writer, q, qt, prefix) then
     return false
@@ -78,10 +83,16 @@ local function rw_writer_waits(writer, q, qt, prefix, claim, now)
     local open = prefix .. 'open'
     local pushed = redis.pcall('RPUSH', open, 'probe')
     if type(pushed) == 'table' then
-      return true -- an ACL without RPUSH: writers wait for messages
+      return true, claim * 6 -- an ACL without RPUSH: writers wait for messages
     end
     redis.call('PEXPIRE', open, claim * 2)
     redis.call('SET', prefix .. 'probe', '1', 'PX', claim)
   end
   return claim
+end
+
+-- A writer shows it is alive (its script runs: it queues, looks without
+-- blocking, or pops a probe): new readers wait for it that long.
+local function rw_alive(prefix, claim)
+  redis.call('SET', prefix .. 'alive', '1', 'PX', claim * 6)
 end

@@ -56,7 +56,11 @@ local function wait(ms)
   return {0, ms}
 end
 local function enter()
-  redis.call('ZREM', rq, ARGV[1])
+  if redis.call('ZREM', rq, ARGV[1]) == 1 and redis.call('ZCOUNT', rq, '(' .. now, '+inf') > 0 then
+    -- It waited, and so do others: what held it back (a writer found
+    -- dead) held them back too.
+    publish(ARGV[7], ARGV[8])
+  end
   redis.call('ZADD', readers, expiry, ARGV[1])
   local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
   redis.call('PEXPIRE', readers, tonumber(last[2]) - now)
@@ -78,11 +82,19 @@ if ARGV[3] == '' and redis.call('ZCARD', q) > 0 then
       return wait(claim)
     end
   else
-    local waits = rw_writer_waits(writer, q, qt, prefix, claim, now)
+    local waits, known = rw_writer_waits(writer, q, qt, prefix, claim, now)
     if waits == true then
-      -- It takes the write hold when the readers leave; its release tells us.
+      -- It takes the write hold when the readers leave, and its release
+      -- tells us. Should it die first, the first of the waiting readers
+      -- learns when its proof of life lapses, and tells the others as it
+      -- goes in (below): one reader looks, not all.
       local first = redis.call('ZRANGE', readers, 0, 0, 'WITHSCORES')
-      return wait(tonumber(first[2]) - now)
+      local ms = tonumber(first[2]) - now
+      local lead = redis.call('ZRANGE', rq, 0, 0)[1]
+      if lead == nil or lead == ARGV[1] then
+        ms = math.min(ms, known + 50)
+      end
+      return wait(ms)
     elseif waits then
       return wait(waits)
     end

@@ -46,7 +46,7 @@ if type(took) == 'table' then
 end
 if took == 'probe' then
   -- A reader asked whether a writer waits: this one does.
-  redis.call('SET', prefix .. 'alive', '1', 'PX', claim * 2)
+  rw_alive(prefix, claim)
   redis.call('DEL', prefix .. 'probe')
   took = false
 end
@@ -71,6 +71,9 @@ if holder then
     redis.call('SET', writer, holder_value(me, fence), 'PX', ms)
     queue_leave(q, qt, prefix, me, blocks)
     queue_taken(q, qt, ttl, blocks)
+    if redis.call('EXISTS', q) == 0 then
+      redis.call('DEL', prefix .. 'alive') -- no writer waits now
+    end
     if not took then
       redis.call('DEL', open)
     end
@@ -82,6 +85,7 @@ if holder then
   end
   if ttl > 0 then
     queue_join(q, qt, prefix, me, ttl, blocks)
+    rw_alive(prefix, claim)
   end
   return {0, pttl}
 end
@@ -96,6 +100,7 @@ rw_stale(writer, q, qt, prefix)
 if held > 0 then
   if ttl > 0 then
     queue_join(q, qt, prefix, me, ttl, blocks)
+    rw_alive(prefix, claim)
   end
   local first = redis.call('ZRANGE', readers, 0, 0, 'WITHSCORES')
   return {0, tonumber(first[2]) - now}
@@ -106,6 +111,9 @@ if head == nil or head == me then
   redis.call('SET', writer, holder_value(me, fence), 'PX', lease)
   if head then
     queue_leave(q, qt, prefix, me, blocks)
+    if redis.call('EXISTS', q) == 0 then
+      redis.call('DEL', prefix .. 'alive') -- no writer waits now
+    end
   end
   return {1, fence}
 end

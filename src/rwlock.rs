@@ -133,12 +133,20 @@ impl RwLock {
     /// with `LockLost`). A writer's waiting intent is left alone.
     pub fn force_unlock(&self) -> Result<bool> {
         let keys = self.keys()?;
-        lease::force_remove(
+        let removed = lease::force_remove(
             &self.client,
             &[keys.writer.to_vec(), keys.readers.clone()],
             &keys.writer,
         )
-        .map_err(|e| e.about("read-write lock", &keys.name))
+        .map_err(|e| e.about("read-write lock", &keys.name))?;
+        // Blocked writers hear no message: a look now opens the write hold
+        // to them.
+        let backend = self.client.backend();
+        if backend.grants_directly() {
+            let look = std::sync::Arc::new(self.watch(keys, b""));
+            drop(crate::renewal::watch(backend, look, Instant::now()));
+        }
+        Ok(removed)
     }
 
     /// Runs `f` under a read hold (waiting as long as needed), then
@@ -254,6 +262,30 @@ impl RwLock {
         ]
     }
 
+    /// The renewal thread's look at the write hold (lua/rw_watch.lua): for
+    /// a writer blocked on it (`token`), and (no token) for the name once a
+    /// hold of it is handed over, shortened or forced open.
+    fn watch(&self, keys: &Keys, token: &[u8]) -> Script {
+        let mut args = vec![
+            token.to_vec(),
+            lease::ROOM_ENTRY.as_millis().to_string().into_bytes(),
+        ];
+        args.extend(self.open_args(keys));
+        Script::new(
+            &RW_WATCH,
+            vec![
+                keys.writer.to_vec(),
+                keys.readers.clone(),
+                keys.fence.clone(),
+                keys.writer_queue.clone(),
+                keys.writer_deadlines.clone(),
+                keys.waiting_readers.clone(),
+                keys.floor.clone(),
+            ],
+            args,
+        )
+    }
+
     fn read_until(&self, deadline: Option<Instant>) -> Result<Option<ReadGuard>> {
         let keys = self.keys()?;
         let (lease, lease_arg) = self.lease_of()?;
@@ -339,7 +371,15 @@ impl RwLock {
                     leave: waits.then(|| release(true)),
                     undo: waits.then(|| release(true)),
                     direct: None,
-                    look: None,
+                    // The last reader's release may hand the write hold to a
+                    // writer that then freezes, and a shortened read lease
+                    // may lapse: a look at the name then reaches the blocked
+                    // writers and the waiting readers.
+                    look: self
+                        .client
+                        .backend()
+                        .grants_directly()
+                        .then(|| self.watch(keys, b"")),
                 })
             },
         )?;
@@ -390,29 +430,6 @@ impl RwLock {
             keys.writer_deadlines.clone(),
             keys.floor.clone(),
         ];
-        // The renewal thread's look at the write hold (lua/rw_watch.lua):
-        // for this writer while it is blocked, and (no token) for the name
-        // once a write hold of it is handed over or shortened.
-        let look = |token: &[u8]| {
-            let mut args = vec![
-                token.to_vec(),
-                lease::ROOM_ENTRY.as_millis().to_string().into_bytes(),
-            ];
-            args.extend(self.open_args(keys));
-            Script::new(
-                &RW_WATCH,
-                vec![
-                    keys.writer.to_vec(),
-                    keys.readers.clone(),
-                    keys.fence.clone(),
-                    keys.writer_queue.clone(),
-                    keys.writer_deadlines.clone(),
-                    keys.waiting_readers.clone(),
-                    keys.floor.clone(),
-                ],
-                args,
-            )
-        };
         let held = lease::acquire(
             &self.client,
             Some((&slot, self.reentry())),
@@ -473,10 +490,10 @@ impl RwLock {
                     direct: blocks.then(|| Direct {
                         list: [keys.grant_prefix.as_slice(), b"open"].concat(),
                         into: [keys.grant_prefix.as_slice(), &t].concat(),
-                        watch: Some(look(&t)),
+                        watch: Some(self.watch(keys, &t)),
                         by_message: grant(false),
                     }),
-                    look: backend.grants_directly().then(|| look(b"")),
+                    look: backend.grants_directly().then(|| self.watch(keys, b"")),
                 })
             },
         )?;
