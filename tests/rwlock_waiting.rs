@@ -210,7 +210,7 @@ fn force_unlock_reaches_a_blocked_writer_promptly() {
             "FIGURES force_unlock (read held {read_held}): blocked writer got={got} after {took:?}"
         );
         assert!(got);
-        slow.extend((took >= Duration::from_millis(1_500)).then(|| (read_held, took)));
+        slow.extend((took >= Duration::from_millis(1_500)).then_some((read_held, took)));
         drop((w, r));
     }
     assert!(slow.is_empty(), "(read held, took): {slow:?}");
