@@ -1,0 +1,450 @@
+//! `redlease run NAME -- CMD...`: wait for the name in one blocking call
+//! while another thread watches for signals, then run the command under
+//! the hold as `flock(1)` would, supervising its whole process tree.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use redlease::{Client, ErrorKind};
+
+use crate::show::{holder_text, shown};
+use crate::signals::{install_handlers, pending, signals, RECEIVED};
+use crate::{fail, has_password, EXIT_LOST, EXIT_UNAVAILABLE};
+
+/// How long one slice of waiting lasts: the bound on noticing a signal.
+const WAIT_SLICE: Duration = Duration::from_millis(250);
+
+/// Runs the command as `flock(1)`-style supervisors do: in its own process
+/// group (signals and a lost lease reach every process of it), killed if
+/// redlease dies (Linux: `PR_SET_PDEATHSIG`; elsewhere it runs on), with
+/// redlease as the subreaper of everything it starts (Linux), so the lock
+/// is released only once all of them have exited. When the terminal is
+/// ours, the command's group becomes its foreground group, so Ctrl-C
+/// reaches the command once, from the terminal, and interactive commands
+/// can read it.
+fn supervise(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl on our own process.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setpgid(0, 0);
+            #[cfg(target_os = "linux")]
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            if libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgid(libc::getppid()) {
+                // Taking the foreground from a background group raises
+                // SIGTTOU; ignore it for the call, then restore.
+                let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                libc::tcsetpgrp(0, libc::getpid());
+                libc::signal(libc::SIGTTOU, old);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Takes the terminal's foreground back after the command (see
+/// `supervise`); only called when redlease had it before.
+fn restore_terminal() {
+    // SAFETY: plain terminal calls on our own stdin.
+    unsafe {
+        if libc::isatty(0) == 1 && libc::tcgetpgrp(0) != libc::getpgrp() {
+            let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            libc::tcsetpgrp(0, libc::getpgrp());
+            libc::signal(libc::SIGTTOU, old);
+        }
+    }
+}
+
+/// `host=<hostname> pid=<pid> since=<unix seconds>`.
+fn holder_note() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
+    let host = if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        "?".into()
+    };
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!("host={host} pid={} since={since}", std::process::id())
+}
+
+/// Our children now (Linux: `/proc/self/task/*/children`; elsewhere none
+/// are known, and only the group is signalled).
+fn children() -> Vec<libc::pid_t> {
+    let mut out = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for task in tasks.flatten() {
+            if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
+                out.extend(
+                    list.split_whitespace()
+                        .filter_map(|p| p.parse::<libc::pid_t>().ok()),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Reaps descendants that have exited; `true` while any is still running.
+fn reap_descendants() -> bool {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid on any child of ours, without blocking.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        match pid {
+            0 => return true,  // some are still running
+            p if p > 0 => {}   // reaped one; look again
+            _ => return false, // ECHILD: none left
+        }
+    }
+}
+
+/// What the command runs under: a lock guard or a permit.
+enum Held {
+    Lock(redlease::LockGuard),
+    Permit(redlease::Permit),
+}
+
+impl Held {
+    fn is_held(&self) -> bool {
+        match self {
+            Held::Lock(g) => g.is_held(),
+            Held::Permit(p) => p.is_held(),
+        }
+    }
+
+    fn release(self) -> redlease::Result<()> {
+        match self {
+            Held::Lock(g) => g.release(),
+            Held::Permit(p) => p.release(),
+        }
+    }
+}
+
+/// How `run`'s waiting thread tells the thread that watches for signals
+/// how far it got.
+enum Phase {
+    /// Holding: from now on the waiting thread answers signals itself.
+    Acquired,
+    Done(redlease::Result<ExitCode>),
+}
+
+/// Set when a signal ended the wait: a hold granted at that moment is
+/// given back at once, and nothing is run.
+static ABANDONED: AtomicBool = AtomicBool::new(false);
+
+/// `run`, on two threads: one waits for the name in a single blocking call
+/// until the deadline (the server hands the name over; nothing polls), then
+/// holds it and runs the command (guards belong to the thread that took
+/// them); this one watches for SIGINT/SIGTERM/SIGHUP meanwhile, and ends
+/// the wait within [`WAIT_SLICE`] of one (nothing run). A waiter that goes
+/// away stalls nobody: the server hands the name to waiters blocked on it,
+/// and ours no longer is.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run(
+    client: &Client,
+    name: &[u8],
+    wait: (Option<Duration>, u8),
+    lease: Option<Duration>,
+    semaphore: Option<u32>,
+    lost_signal: i32,
+    kill_after: Duration,
+    command: &[String],
+) -> redlease::Result<ExitCode> {
+    install_handlers();
+    let started = Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let done = hold_and_run(
+                client,
+                name,
+                wait,
+                lease,
+                semaphore,
+                lost_signal,
+                kill_after,
+                command,
+                &tx,
+            );
+            let _ = tx.send(Phase::Done(done));
+        });
+        // `-v`: say once that we wait and on whom, then every 10 s.
+        let mut told_waiting: Option<Instant> = None;
+        loop {
+            match rx.recv_timeout(WAIT_SLICE) {
+                Ok(Phase::Done(done)) => return done,
+                Ok(Phase::Acquired) => {
+                    return match rx.recv() {
+                        Ok(Phase::Done(done)) => done,
+                        _ => Ok(fail(
+                            EXIT_UNAVAILABLE,
+                            "internal: the command's thread ended without a result",
+                        )),
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Ok(fail(
+                        EXIT_UNAVAILABLE,
+                        "internal: the waiting thread ended without a result",
+                    ))
+                }
+            }
+            if let Some(sig) = pending() {
+                ABANDONED.store(true, Ordering::SeqCst);
+                // Granted right now? Its thread gives the hold back at once.
+                let _ = rx.recv_timeout(Duration::from_millis(200));
+                let _ = fail(
+                    128 + sig as u8,
+                    format!(
+                        "interrupted while waiting for \"{}\"; command not run",
+                        shown(name)
+                    ),
+                );
+                // The waiting thread is blocked in the server; leaving the
+                // process closes its connection.
+                std::process::exit(128 + sig);
+            }
+            if told_waiting.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                if told_waiting.is_none() {
+                    let whom = client
+                        .inspect(name)
+                        .map(|i| holder_text(&i))
+                        .unwrap_or_else(|e| format!("holder not known: {e}"));
+                    log::info!("waiting for \"{}\": {whom}", shown(name));
+                } else {
+                    log::info!(
+                        "still waiting for \"{}\" ({} s)",
+                        shown(name),
+                        started.elapsed().as_secs()
+                    );
+                }
+                told_waiting = Some(Instant::now());
+            }
+        }
+    })
+}
+
+/// [`run`]'s waiting thread: waits for the name until the deadline, then
+/// holds it while the command runs.
+#[allow(clippy::too_many_arguments)]
+fn hold_and_run(
+    client: &Client,
+    name: &[u8],
+    (wait, conflict_exit_code): (Option<Duration>, u8),
+    lease: Option<Duration>,
+    semaphore: Option<u32>,
+    lost_signal: i32,
+    kill_after: Duration,
+    command: &[String],
+    phase: &std::sync::mpsc::Sender<Phase>,
+) -> redlease::Result<ExitCode> {
+    let sem = semaphore.map(|permits| {
+        let s = client.semaphore(name, permits);
+        match lease {
+            Some(l) => s.lease(l),
+            None => s,
+        }
+    });
+    let lock = match lease {
+        Some(l) => client.lock(name).lease(l),
+        None => client.lock(name),
+    };
+    let started = Instant::now();
+    let got = match (&sem, wait) {
+        (Some(s), Some(w)) => s.acquire_timeout(w)?.map(Held::Permit),
+        (Some(s), None) => Some(Held::Permit(s.acquire()?)),
+        (None, Some(w)) => lock.acquire_timeout(w)?.map(Held::Lock),
+        (None, None) => Some(Held::Lock(lock.acquire()?)),
+    };
+    let Some(held) = got else {
+        return Ok(fail(
+            conflict_exit_code,
+            format!("timed out waiting for \"{}\"; command not run", shown(name)),
+        ));
+    };
+    if ABANDONED.load(Ordering::SeqCst) {
+        held.release()?;
+        return Ok(ExitCode::from(EXIT_UNAVAILABLE));
+    }
+    let _ = phase.send(Phase::Acquired);
+    match &held {
+        Held::Lock(g) => log::info!(
+            "acquired \"{}\" with fence {} after {} ms",
+            shown(name),
+            g.fencing_token(),
+            started.elapsed().as_millis()
+        ),
+        Held::Permit(p) => log::info!(
+            "acquired a permit of \"{}\" ({}) after {} ms",
+            shown(name),
+            p.id(),
+            started.elapsed().as_millis()
+        ),
+    }
+    if let Some(sig) = pending() {
+        held.release()?;
+        return Ok(fail(
+            128 + sig as u8,
+            "interrupted before the command started; nothing run",
+        ));
+    }
+    let mut cmd = Command::new(&command[0]);
+    cmd.args(&command[1..])
+        .env("REDLEASE_NAME", OsStr::from_bytes(name))
+        .env_remove("REDLEASE_FENCE")
+        .env_remove("REDLEASE_PERMIT_ID");
+    // The command gets no secret of ours: a `REDIS_URL` with a password
+    // stays with us (one without is passed on, for commands that use it).
+    if std::env::var("REDIS_URL").is_ok_and(|u| has_password(&u)) {
+        cmd.env_remove("REDIS_URL");
+    }
+    match &held {
+        Held::Lock(g) => {
+            cmd.env("REDLEASE_FENCE", g.fencing_token().to_string());
+        }
+        Held::Permit(p) => {
+            cmd.env("REDLEASE_PERMIT_ID", p.id().to_string());
+        }
+    }
+    // SIGCHLD ignored (inherited across exec) would let the kernel reap the
+    // command before we could: take the default back.
+    // SAFETY: resetting a signal disposition of our own process.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
+    // The terminal is handed to the command only if it was ours.
+    // SAFETY: plain terminal queries on our stdin.
+    let gave_terminal = unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() };
+    supervise(&mut cmd);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            held.release()?;
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            return Ok(fail(code, format!("cannot run {:?}: {e}", command[0])));
+        }
+    };
+    // Say who holds it (host, pid, since), for `status` and `list`; kept
+    // fresh every third of the lease while the command runs.
+    let note = holder_note();
+    let refresh = lease.unwrap_or(client.watchdog_timeout()) / 3;
+    let mut noted = Instant::now();
+    if let Held::Lock(g) = &held {
+        let _ = g.annotate(&note);
+    }
+    // The command's process group: its pid (it called setpgid(0, 0)).
+    let group = -(child.id() as libc::pid_t);
+    // Every process of the command: its group, and any descendant that left
+    // the group (setsid, a double fork) but is still ours (subreaper).
+    let signal_all = |sig: i32| {
+        // SAFETY: kill(2) on our command's group and on our own children.
+        unsafe { libc::kill(group, sig) };
+        // Only those outside the group: the group's members already got it
+        // (a second copy may be handled as a second signal).
+        for pid in children() {
+            if unsafe { libc::getpgid(pid) } != -group {
+                unsafe { libc::kill(pid, sig) };
+            }
+        }
+    };
+    let mut lost_at: Option<Instant> = None;
+    let mut status = None;
+    // Until the command *and every process it started* have exited: the
+    // direct child first, then (we are their subreaper) any descendant
+    // still running, e.g. a background job. Only then is the lock released.
+    loop {
+        if status.is_none() {
+            match child.try_wait() {
+                Ok(Some(s)) => status = Some(s),
+                Ok(None) => {}
+                Err(e) => {
+                    // ECHILD: someone reaped it (SIGCHLD ignored is reset
+                    // below, but be sure never to loop on it).
+                    eprintln!("redlease: waiting for the command failed: {e}");
+                    status = Some(std::process::ExitStatus::from_raw(1 << 8));
+                }
+            }
+        }
+        if status.is_some() && !reap_descendants() {
+            break;
+        }
+        if let Held::Lock(g) = &held {
+            if noted.elapsed() >= refresh && g.is_held() {
+                let _ = g.annotate(&note);
+                noted = Instant::now();
+            }
+        }
+        for sig in signals(RECEIVED.swap(0, Ordering::SeqCst)) {
+            signal_all(sig);
+        }
+        match lost_at {
+            None if !held.is_held() => {
+                eprintln!(
+                    "redlease: the lease on \"{}\" was lost; stopping the command",
+                    shown(name)
+                );
+                signal_all(lost_signal);
+                lost_at = Some(Instant::now());
+            }
+            Some(t) if t.elapsed() >= kill_after => {
+                // Again every second: a process may have been forked since.
+                signal_all(libc::SIGKILL);
+                lost_at = Some(Instant::now() - kill_after + Duration::from_secs(1));
+            }
+            _ => {}
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if gave_terminal {
+        restore_terminal();
+    }
+    let Some(status) = status else {
+        return Ok(ExitCode::FAILURE);
+    };
+    let released = held.release();
+    if released.is_ok() {
+        log::info!("released \"{}\"", shown(name));
+    }
+    if lost_at.is_some() {
+        return Ok(fail(
+            EXIT_LOST,
+            format!(
+                "the lease on \"{}\" was lost while the command ran",
+                shown(name)
+            ),
+        ));
+    }
+    if let Err(e) = released {
+        if e.kind() == ErrorKind::LockLost {
+            return Ok(fail(
+                EXIT_LOST,
+                format!(
+                    "the lease on \"{}\" was lost while the command ran",
+                    shown(name)
+                ),
+            ));
+        }
+        eprintln!("redlease: release failed: {e}");
+    }
+    Ok(match (status.code(), status.signal()) {
+        (Some(code), _) => ExitCode::from(code as u8),
+        (None, Some(sig)) => ExitCode::from(128 + sig as u8),
+        _ => ExitCode::FAILURE,
+    })
+}
