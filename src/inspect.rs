@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::client::{escape_name, Client};
 use crate::error::Result;
+use crate::keys;
 use crate::scripts::INSPECT;
 
 /// A snapshot of everything stored under one name (lock, read-write lock and
@@ -84,16 +85,16 @@ impl Client {
     pub fn inspect(&self, name: impl AsRef<[u8]>) -> Result<LockInfo> {
         let n = self.names(name.as_ref())?;
         let keys = [
-            n.key(""),
-            n.key(":fence"),
-            n.key(":queue"),
-            n.key(":rw:w"),
-            n.key(":rw:r"),
-            n.key(":sem"),
-            n.key(":sem:queue:t"),
-            n.key(":note"),
-            n.key(":sem:n"),
-            n.key(":rw:wq"),
+            n.key(keys::LOCK),
+            n.key(keys::FENCE),
+            n.key(keys::QUEUE),
+            n.key(keys::RW_WRITER),
+            n.key(keys::RW_READERS),
+            n.key(keys::SEM),
+            n.key(keys::SEM_QUEUE_DEADLINES),
+            n.key(keys::NOTE),
+            n.key(keys::SEM_COUNT),
+            n.key(keys::RW_WRITER_QUEUE),
         ];
         let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
         let (
@@ -196,7 +197,7 @@ fn name_of(rest: &[u8]) -> Option<Vec<u8>> {
     let rest = rest.strip_prefix(b"{")?;
     let close = rest.iter().position(|&b| b == b'}')?;
     let suffix = &rest[close + 1..];
-    if !matches!(suffix, b"" | b":rw:w" | b":rw:r" | b":sem") {
+    if !keys::IN_USE.iter().any(|k| suffix == k.as_bytes()) {
         return None;
     }
     Some(crate::client::unescape_name(&rest[..close]))

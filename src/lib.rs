@@ -245,6 +245,7 @@ mod doctor;
 mod error;
 mod events;
 mod inspect;
+mod keys;
 mod latch;
 mod lease;
 mod lock;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::backend::Script;
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::keys;
 use crate::lease::{self, lease_controls, Direct, Holding, Reentry, Spec, ThreadBound};
 use crate::reentrancy::{self, HoldKey, Mode};
 use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, LOCK_WATCH};
@@ -92,13 +93,13 @@ impl Lock {
             .map(|n| {
                 Arc::new(Keys {
                     name: n.name().clone(),
-                    lock: n.key("").into(),
-                    fence: n.key(":fence"),
-                    floor: client.backend().fence_floor(&n.key(":fence")),
-                    note: n.key(":note"),
-                    queue: n.key(":queue"),
-                    queue_deadlines: n.key(":queue:t"),
-                    grant_prefix: n.key(":grant:"),
+                    lock: n.key(keys::LOCK).into(),
+                    fence: n.key(keys::FENCE),
+                    floor: client.backend().fence_floor(&n.key(keys::FENCE)),
+                    note: n.key(keys::NOTE),
+                    queue: n.key(keys::QUEUE),
+                    queue_deadlines: n.key(keys::QUEUE_DEADLINES),
+                    grant_prefix: n.key(keys::GRANT),
                 })
             })
             .map_err(|e| Arc::from(e.message()));

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::backend::Script;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
+use crate::keys;
 use crate::lease::{self, lease_controls, Direct, Holding, Reentry, Spec, ThreadBound};
 use crate::reentrancy::{self, HoldKey, Mode};
 use crate::scripts::{
@@ -73,14 +74,14 @@ impl RwLock {
             .map(|n| {
                 Arc::new(Keys {
                     name: n.name().clone(),
-                    writer: n.key(":rw:w").into(),
-                    readers: n.key(":rw:r"),
-                    writer_queue: n.key(":rw:wq"),
-                    writer_deadlines: n.key(":rw:wq:t"),
-                    fence: n.key(":fence"),
-                    floor: client.backend().fence_floor(&n.key(":fence")),
-                    grant_prefix: n.key(":rw:grant:"),
-                    waiting_readers: n.key(":rw:rq"),
+                    writer: n.key(keys::RW_WRITER).into(),
+                    readers: n.key(keys::RW_READERS),
+                    writer_queue: n.key(keys::RW_WRITER_QUEUE),
+                    writer_deadlines: n.key(keys::RW_WRITER_DEADLINES),
+                    fence: n.key(keys::FENCE),
+                    floor: client.backend().fence_floor(&n.key(keys::FENCE)),
+                    grant_prefix: n.key(keys::RW_GRANT),
+                    waiting_readers: n.key(keys::RW_WAITING_READERS),
                 })
             })
             .map_err(|e| Arc::from(e.message()));

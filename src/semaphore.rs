@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{Call, Script};
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::keys;
 use crate::lease::{self, lease_controls, Direct, Holding, Spec, ThreadBound};
 use crate::scripts::{
     SEM_ACQUIRE, SEM_FORCE_RELEASE, SEM_RELEASE, SEM_RESIZE, SEM_STATE, SEM_WATCH, ZSET_EXTEND,
@@ -85,11 +86,11 @@ impl Semaphore {
             .map(|n| {
                 Arc::new(Keys {
                     name: n.name().clone(),
-                    permits: n.key(":sem").into(),
-                    count: n.key(":sem:n"),
-                    queue: n.key(":sem:queue"),
-                    queue_deadlines: n.key(":sem:queue:t"),
-                    grant_prefix: n.key(":sem:grant:"),
+                    permits: n.key(keys::SEM).into(),
+                    count: n.key(keys::SEM_COUNT),
+                    queue: n.key(keys::SEM_QUEUE),
+                    queue_deadlines: n.key(keys::SEM_QUEUE_DEADLINES),
+                    grant_prefix: n.key(keys::SEM_GRANT),
                 })
             })
             .map_err(|e| Arc::from(e.message()));
