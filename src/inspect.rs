@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::client::{escape_name, Client};
 use crate::error::Result;
-use crate::keys;
+use crate::keys as schema;
 use crate::scripts::INSPECT;
 
 /// A snapshot of everything stored under one name (lock, read-write lock and
@@ -85,16 +85,16 @@ impl Client {
     pub fn inspect(&self, name: impl AsRef<[u8]>) -> Result<LockInfo> {
         let n = self.names(name.as_ref())?;
         let keys = [
-            n.key(keys::LOCK),
-            n.key(keys::FENCE),
-            n.key(keys::QUEUE),
-            n.key(keys::RW_WRITER),
-            n.key(keys::RW_READERS),
-            n.key(keys::SEM),
-            n.key(keys::SEM_QUEUE_DEADLINES),
-            n.key(keys::NOTE),
-            n.key(keys::SEM_COUNT),
-            n.key(keys::RW_WRITER_QUEUE),
+            n.key(schema::LOCK),
+            n.key(schema::FENCE),
+            n.key(schema::QUEUE),
+            n.key(schema::RW_WRITER),
+            n.key(schema::RW_READERS),
+            n.key(schema::SEM),
+            n.key(schema::SEM_QUEUE_DEADLINES),
+            n.key(schema::NOTE),
+            n.key(schema::SEM_COUNT),
+            n.key(schema::RW_WRITER_QUEUE),
         ];
         let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
         let (
@@ -197,7 +197,7 @@ fn name_of(rest: &[u8]) -> Option<Vec<u8>> {
     let rest = rest.strip_prefix(b"{")?;
     let close = rest.iter().position(|&b| b == b'}')?;
     let suffix = &rest[close + 1..];
-    if !keys::IN_USE.iter().any(|k| suffix == k.as_bytes()) {
+    if !schema::IN_USE.iter().any(|k| suffix == k.as_bytes()) {
         return None;
     }
     Some(crate::client::unescape_name(&rest[..close]))

@@ -39,3 +39,9 @@ pub(crate) const LATCH: &str = ":latch";
 /// The keys by which `Client::list` knows a name is in use: a lock, a
 /// write hold, read holds, permits.
 pub(crate) const IN_USE: [&str; 4] = [LOCK, RW_WRITER, RW_READERS, SEM];
+
+/// The open list under a grant prefix: where a release puts what it hands
+/// on, and where waiters block (lua/queue.lua, sem_grant.lua, rw_grant.lua).
+pub(crate) fn open_list(grant_prefix: &[u8]) -> Vec<u8> {
+    [grant_prefix, b"open"].concat()
+}

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::backend::Call;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
-use crate::keys;
+use crate::keys as schema;
 use crate::scripts::{LATCH_COUNT_DOWN, LATCH_LOOK, LATCH_SET};
 use crate::wakeup::{deadline_after, waited, Attempt, Turns};
 
@@ -67,7 +67,7 @@ impl CountDownLatch {
     pub(crate) fn new(client: Client, name: &[u8]) -> CountDownLatch {
         let key = client
             .names(name)
-            .map(|n| (n.key(keys::LATCH).into(), n.name().clone()))
+            .map(|n| (n.key(schema::LATCH).into(), n.name().clone()))
             .map_err(|e| Arc::from(e.message()));
         CountDownLatch { client, key }
     }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::backend::Script;
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::keys;
+use crate::keys as schema;
 use crate::lease::{self, lease_controls, Direct, Holding, Reentry, Spec, ThreadBound};
 use crate::reentrancy::{self, HoldKey, Mode};
 use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, LOCK_WATCH};
@@ -93,13 +93,13 @@ impl Lock {
             .map(|n| {
                 Arc::new(Keys {
                     name: n.name().clone(),
-                    lock: n.key(keys::LOCK).into(),
-                    fence: n.key(keys::FENCE),
-                    floor: client.backend().fence_floor(&n.key(keys::FENCE)),
-                    note: n.key(keys::NOTE),
-                    queue: n.key(keys::QUEUE),
-                    queue_deadlines: n.key(keys::QUEUE_DEADLINES),
-                    grant_prefix: n.key(keys::GRANT),
+                    lock: n.key(schema::LOCK).into(),
+                    fence: n.key(schema::FENCE),
+                    floor: client.backend().fence_floor(&n.key(schema::FENCE)),
+                    note: n.key(schema::NOTE),
+                    queue: n.key(schema::QUEUE),
+                    queue_deadlines: n.key(schema::QUEUE_DEADLINES),
+                    grant_prefix: n.key(schema::GRANT),
                 })
             })
             .map_err(|e| Arc::from(e.message()));
@@ -276,7 +276,7 @@ impl Lock {
         });
         // Waiters block on the name's open list, moving what they pop into
         // their own (lua/queue.lua hand_on).
-        let open = [keys.grant_prefix.as_slice(), b"open"].concat();
+        let open = schema::open_list(&keys.grant_prefix);
         let own = [keys.grant_prefix.as_slice(), &t].concat();
         let grant_args = |ttl: Duration, blocks: bool| {
             let mut args = vec![

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::backend::Script;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
-use crate::keys;
+use crate::keys as schema;
 use crate::lease::{self, lease_controls, Direct, Holding, Reentry, Spec, ThreadBound};
 use crate::reentrancy::{self, HoldKey, Mode};
 use crate::scripts::{
@@ -74,14 +74,14 @@ impl RwLock {
             .map(|n| {
                 Arc::new(Keys {
                     name: n.name().clone(),
-                    writer: n.key(keys::RW_WRITER).into(),
-                    readers: n.key(keys::RW_READERS),
-                    writer_queue: n.key(keys::RW_WRITER_QUEUE),
-                    writer_deadlines: n.key(keys::RW_WRITER_DEADLINES),
-                    fence: n.key(keys::FENCE),
-                    floor: client.backend().fence_floor(&n.key(keys::FENCE)),
-                    grant_prefix: n.key(keys::RW_GRANT),
-                    waiting_readers: n.key(keys::RW_WAITING_READERS),
+                    writer: n.key(schema::RW_WRITER).into(),
+                    readers: n.key(schema::RW_READERS),
+                    writer_queue: n.key(schema::RW_WRITER_QUEUE),
+                    writer_deadlines: n.key(schema::RW_WRITER_DEADLINES),
+                    fence: n.key(schema::FENCE),
+                    floor: client.backend().fence_floor(&n.key(schema::FENCE)),
+                    grant_prefix: n.key(schema::RW_GRANT),
+                    waiting_readers: n.key(schema::RW_WAITING_READERS),
                 })
             })
             .map_err(|e| Arc::from(e.message()));
@@ -489,7 +489,7 @@ impl RwLock {
                     // Writers block on the open list, moving what they pop
                     // into their own (lua/rw_grant.lua rw_open).
                     direct: blocks.then(|| Direct {
-                        list: [keys.grant_prefix.as_slice(), b"open"].concat(),
+                        list: schema::open_list(&keys.grant_prefix),
                         into: [keys.grant_prefix.as_slice(), &t].concat(),
                         watch: Some(self.watch(keys, &t)),
                         by_message: grant(false),

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{Call, Script};
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::keys;
+use crate::keys as schema;
 use crate::lease::{self, lease_controls, Direct, Holding, Spec, ThreadBound};
 use crate::scripts::{
     SEM_ACQUIRE, SEM_FORCE_RELEASE, SEM_RELEASE, SEM_RESIZE, SEM_STATE, SEM_WATCH, ZSET_EXTEND,
@@ -86,11 +86,11 @@ impl Semaphore {
             .map(|n| {
                 Arc::new(Keys {
                     name: n.name().clone(),
-                    permits: n.key(keys::SEM).into(),
-                    count: n.key(keys::SEM_COUNT),
-                    queue: n.key(keys::SEM_QUEUE),
-                    queue_deadlines: n.key(keys::SEM_QUEUE_DEADLINES),
-                    grant_prefix: n.key(keys::SEM_GRANT),
+                    permits: n.key(schema::SEM).into(),
+                    count: n.key(schema::SEM_COUNT),
+                    queue: n.key(schema::SEM_QUEUE),
+                    queue_deadlines: n.key(schema::SEM_QUEUE_DEADLINES),
+                    grant_prefix: n.key(schema::SEM_GRANT),
                 })
             })
             .map_err(|e| Arc::from(e.message()));
@@ -406,7 +406,7 @@ impl Semaphore {
                 undo: waits.then(|| leave.clone()),
                 leave: Some(leave),
                 direct: blocks.then(|| Direct {
-                    list: [keys.grant_prefix.as_slice(), b"open"].concat(),
+                    list: schema::open_list(&keys.grant_prefix),
                     into: own,
                     watch: Some(look(&member)),
                     by_message: Script::new(&SEM_ACQUIRE, keys.scripted(), grant_args(false)),
