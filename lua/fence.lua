@@ -1,4 +1,5 @@
--- Prelude (prepended to the scripts that name it in their "Uses" line):
+-- Prelude (prepended to the scripts that name it in their "Uses" line; needs
+-- clock.lua before it):
 -- fencing tokens from a counter that does not outlive the name's activity,
 -- kept above a floor that does.
 -- KEYS     its own: the LAST key of every script that uses it is the fence
@@ -61,8 +62,7 @@ local function next_fence(counter, ttl)
   else
     -- No counter alive: start from the clock, but above every fence this
     -- server (slot) has drawn.
-    local t = redis.call('TIME')
-    f = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    f = now_us()
     if f <= low then
       f = low + 1
     end

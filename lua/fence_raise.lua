@@ -1,6 +1,6 @@
 -- Raise a fencing counter to at least a value (Redlock: masters count
 -- independently; after a grant the granting masters agree on the fence).
--- Uses     fence.lua
+-- Uses     clock.lua, fence.lua
 -- KEYS[1]  fencing counter (fence.lua)
 -- KEYS[2]  fence floor (fence.lua): raised too, or a lapsed counter could
 --          restart below this fence after the server's clock stepped back

@@ -1,4 +1,5 @@
 -- Read-only snapshot of everything stored under one name.
+-- Uses     clock.lua
 -- KEYS[1]  lock key            KEYS[2]  fencing counter
 -- KEYS[3]  lock waiters queue  KEYS[4]  rwlock writer key
 -- KEYS[5]  rwlock readers      KEYS[6]  semaphore permits
@@ -11,8 +12,7 @@
 --           semaphore's permit count or 0, waiting writers}
 -- Only string/zset values written by redlease are read; anything else is
 -- reported as absent rather than failing the whole snapshot.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local function str(k)
   if redis.call('TYPE', k).ok == 'string' then
     return redis.call('GET', k)

@@ -1,7 +1,7 @@
 -- Count a latch down by one; the last count-down removes it and announces
 -- the opening of its round. A latch without a count is left alone
 -- (counting down a finished or never-set latch does nothing).
--- Uses     publish.lua
+-- Uses     clock.lua, publish.lua
 -- KEYS[1]  the latch: "<count>:<round>"
 -- KEYS[2]  its waiters (latch_look.lua): the opening is published only
 --          while one of them is live, and removes them
@@ -20,8 +20,7 @@ if not n then
   return redis.error_reply('REDLEASE_FOREIGN the latch key holds a value redlease did not write')
 end
 if n <= 1 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = now_ms()
   local waiting = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf') > 0
   redis.call('DEL', KEYS[1], KEYS[2])
   if waiting then

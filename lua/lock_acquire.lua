@@ -1,7 +1,7 @@
 -- Acquire an exclusive lease (plain or fair lock) and draw a fencing token,
 -- atomically. A waiter queues; a release opens the name to its waiters
 -- (queue.lua hand_on), and the oldest live blocked one takes it.
--- Uses     fence.lua, publish.lua, queue.lua
+-- Uses     clock.lua, fence.lua, publish.lua, queue.lua
 -- KEYS[1]  lock key: a string "<owner token>#<fence>" while held, or
 --          "rl:grant#<fence>" while open to the waiters (queue.lua)
 -- KEYS[2]  fencing counter (fence.lua)

@@ -1,6 +1,6 @@
 -- End an exclusive lease if, and only if, the caller still owns it, and
 -- open the name to its live waiters, if any (queue.lua hand_on).
--- Uses     fence.lua, publish.lua, queue.lua
+-- Uses     clock.lua, fence.lua, publish.lua, queue.lua
 -- KEYS[1]  lock key ("<owner token>#<fence>")
 -- KEYS[2]  fencing counter (fence.lua)
 -- KEYS[3]  waiter queue, KEYS[4] its deadlines (queue.lua)

@@ -5,7 +5,7 @@
 -- cut off, a waiter was frozen right after it took the name, FLUSHALL,
 -- eviction) opens nothing by itself; the look sees it and opens the name
 -- to the blocked waiters.
--- Uses     fence.lua, publish.lua, queue.lua
+-- Uses     clock.lua, fence.lua, publish.lua, queue.lua
 -- KEYS[1]  lock key, KEYS[2] fencing counter, KEYS[3] waiter queue,
 --          KEYS[4] its deadlines (as lua/lock_acquire.lua)
 -- KEYS[5]  fence floor (fence.lua; always the last key)

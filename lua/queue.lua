@@ -1,11 +1,10 @@
 -- Prelude (prepended to the scripts that name it in their "Uses" line; needs
--- fence.lua and publish.lua before it): the waiter queue of an exclusive
+-- clock.lua, fence.lua and publish.lua before it): the waiter queue of an exclusive
 -- name, and the hand-over of the name to whichever waiter is alive to take
 -- it.
 -- KEYS     none of its own (callers pass the keys)
 -- ARGV     none of its own
 -- Returns  nothing; defines
---   now_ms() -> the server's clock in milliseconds
 --   queue_join(q, qt, prefix, token, ttl_ms, blocks): puts token in the
 --     queue once, in order of arrival (q: sorted set, score = server
 --     microseconds), and gives it ttl_ms more to live (qt: sorted set,
@@ -38,11 +37,6 @@
 --   announce(channel, message, mode, told): publishes a release message
 --     unless mode is 'queued' (every waiter of the name is in the queue)
 --     and nobody needs one (told).
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 -- Lengthens (never shortens) a key's life to at least ms: waiters renew at
 -- different paces, and a quick one must not cut it short under a slow one.
 local function live_for(key, ms)
@@ -53,8 +47,7 @@ end
 
 local function queue_join(q, qt, prefix, token, ttl, blocks)
   if not redis.call('ZSCORE', q, token) then
-    local t = redis.call('TIME')
-    redis.call('ZADD', q, string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2])), token)
+    redis.call('ZADD', q, string.format('%d', now_us()), token)
   end
   local deadline = now_ms() + ttl
   redis.call('ZADD', qt, string.format('%d', deadline), token)

@@ -1,5 +1,5 @@
 -- Take a read hold of a read-write lock.
--- Uses     fence.lua, publish.lua, queue.lua, rw_grant.lua
+-- Uses     clock.lua, fence.lua, publish.lua, queue.lua, rw_grant.lua
 -- KEYS[1]  writer key: a string "<writer token>#<fence>" while write-held
 --          (or "rl:grant#<fence>" while open to the queued writers)
 -- KEYS[2]  readers: sorted set, member = reader token, score = the reader's

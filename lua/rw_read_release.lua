@@ -1,6 +1,6 @@
 -- Release one reader's hold; other readers are untouched. The last reader
 -- out opens the write hold to the queued writers (rw_grant.lua rw_open).
--- Uses     fence.lua, publish.lua, queue.lua, rw_grant.lua
+-- Uses     clock.lua, fence.lua, publish.lua, queue.lua, rw_grant.lua
 -- KEYS[1]  readers (sorted set)
 -- KEYS[2]  writer key, KEYS[3] fencing counter (rw_write_acquire.lua)
 -- KEYS[4]  waiting readers (rw_read_acquire.lua)

@@ -6,7 +6,7 @@
 -- the hold, FLUSHALL, eviction) opens nothing by itself; the look sees it
 -- and opens the write hold to the blocked writers, or, if none is left,
 -- tells the waiting readers.
--- Uses     fence.lua, publish.lua, queue.lua, rw_grant.lua
+-- Uses     clock.lua, fence.lua, publish.lua, queue.lua, rw_grant.lua
 -- KEYS[1]  writer key, KEYS[2] readers, KEYS[3] fencing counter,
 --          KEYS[4] writer queue, KEYS[5] its deadlines, KEYS[6] waiting
 --          readers (as lua/rw_write_release.lua)

@@ -2,7 +2,7 @@
 -- the last reader's release, or a writer's, opens the write hold to the
 -- queued writers (rw_grant.lua rw_open), and the one blocked longest takes
 -- it.
--- Uses     fence.lua, publish.lua, queue.lua, rw_grant.lua
+-- Uses     clock.lua, fence.lua, publish.lua, queue.lua, rw_grant.lua
 -- KEYS[1]  writer key: "<owner token>#<fence>" (PX lease) while held,
 --          "rl:grant#<fence>" while open to the writers (queue.lua)
 -- KEYS[2]  readers (sorted set: reader token -> expiry, server ms)

@@ -1,7 +1,7 @@
 -- End a write hold if, and only if, the caller still owns it, and open it
 -- to the queued writers (rw_grant.lua rw_open); otherwise publish, for
 -- waiting readers.
--- Uses     fence.lua, publish.lua, queue.lua, rw_grant.lua
+-- Uses     clock.lua, fence.lua, publish.lua, queue.lua, rw_grant.lua
 -- KEYS[1]  writer key ("<owner token>#<fence>")
 -- KEYS[2]  fencing counter (fence.lua)
 -- KEYS[3]  readers (sorted set): a writer that downgraded still reads

@@ -2,7 +2,7 @@
 -- waiter queues; a release offers the free permits to the blocked waiters
 -- (sem_grant.lua sem_offer), and the one blocked longest takes them if they
 -- fit.
--- Uses     publish.lua, sem_grant.lua
+-- Uses     clock.lua, publish.lua, sem_grant.lua
 -- KEYS[1]  permits: sorted set, member = "<k>:<token>", score = the permit's
 --          expiry in server time (ms); expired permits are reclaimed here
 -- KEYS[2]  permit count N while any permit is held (lives as long as KEYS[1])
@@ -51,7 +51,7 @@ if type(took) == 'table' then
   end
 end
 local passes = took and (tonumber(took) or 0)
-local now = sem_now()
+local now = now_ms()
 local stored = redis.call('GET', count)
 local used = sem_used(permits, now)
 -- redlease scores every permit with a finite expiry; one that never

@@ -1,6 +1,6 @@
 -- Remove every permit of a semaphore, whoever holds it, and hand the
 -- permits on to its waiters (sem_grant.lua).
--- Uses     publish.lua, sem_grant.lua
+-- Uses     clock.lua, publish.lua, sem_grant.lua
 -- KEYS[1]  permits (sorted set: member "<k>:<token>", score = expiry ms)
 -- KEYS[2]  permit count (removed with the set)
 -- KEYS[3]  fair mode's queue, KEYS[4] waiters' deadlines (sem_acquire.lua)
@@ -10,7 +10,7 @@
 -- ARGV[5]  the caller's permit count, used when no count is stored
 -- ARGV[6]  '1' fair mode, '0' otherwise
 -- Returns  how many holders (members) with an unexpired lease were removed
-local now = sem_now()
+local now = now_ms()
 local live = 0
 if redis.call('TYPE', KEYS[1]).ok == 'zset' then
   live = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')

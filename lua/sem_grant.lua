@@ -1,10 +1,9 @@
 -- Prelude (prepended to the scripts that name it in their "Uses" line; needs
--- publish.lua before it): the hand-over of a semaphore's free permits to
+-- clock.lua and publish.lua before it): the hand-over of a semaphore's free permits to
 -- its waiters, as queue.lua does for a lock.
 -- KEYS     none of its own (callers pass the keys)
 -- ARGV     none of its own
 -- Returns  nothing; defines
---   sem_now() -> the server's clock in milliseconds
 --   sem_used(permits, now) -> permits in use; reclaims expired ones
 --   sem_join(keys, prefix, member, ttl_ms, fair, blocks, now): queues a
 --     waiter (keys = {permits, count, queue, deadlines} as in
@@ -38,11 +37,6 @@
 --     (and the queue was purged: its entries are of waiters that died or
 --     left, or that look without blocking, which queue again when they
 --     look; waiters that wait for messages keep their places)
-local function sem_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
 local function sem_used(permits, now)
   redis.call('ZREMRANGEBYSCORE', permits, '-inf', now)
   local used = 0

@@ -1,6 +1,6 @@
 -- Return permits to a semaphore (only their holder's member can), and offer
 -- what is free to its waiters (sem_grant.lua sem_offer).
--- Uses     publish.lua, sem_grant.lua
+-- Uses     clock.lua, publish.lua, sem_grant.lua
 -- KEYS[1]  permits (sorted set)
 -- KEYS[2]  permit count (deleted with the set when the last permit goes)
 -- KEYS[3]  fair mode's queue (sorted set, see sem_acquire.lua)
@@ -35,7 +35,7 @@ if leaving then
   end
   redis.call('DEL', prefix .. me)
 end
-local now = sem_now()
+local now = now_ms()
 local n = tonumber(redis.call('GET', KEYS[2])) or tonumber(ARGV[6])
 local expiry = redis.call('ZSCORE', KEYS[1], me)
 redis.call('ZREM', KEYS[1], me)

@@ -1,11 +1,11 @@
 -- Read-only: permits in use by holders whose lease has not ended, and the
 -- stored permit count.
+-- Uses     clock.lua
 -- KEYS[1]  permits (sorted set)
 -- KEYS[2]  permit count
 -- ARGV     none
 -- Returns  {used, stored count or -1}
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local used = 0
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')) do
   used = used + (tonumber(string.match(m, '^(%d+):')) or 1)

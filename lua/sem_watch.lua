@@ -5,7 +5,7 @@
 -- frozen right after it took an offer, FLUSHALL, eviction) offer nothing by
 -- themselves; the look sees them free and offers them to the blocked
 -- waiters (sem_grant.lua).
--- Uses     publish.lua, sem_grant.lua
+-- Uses     clock.lua, publish.lua, sem_grant.lua
 -- KEYS[1]  permits, KEYS[2] permit count, KEYS[3] fair mode's queue,
 --          KEYS[4] waiters' deadlines (as lua/sem_acquire.lua)
 -- ARGV[1]  the blocked waiter's member, or '' for a look at the name alone
@@ -27,7 +27,7 @@
 local keys = {KEYS[1], KEYS[2], KEYS[3], KEYS[4]}
 local me, ttl, prefix, claim = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local fair = ARGV[8] == '1'
-local now = sem_now()
+local now = now_ms()
 local held = redis.pcall('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 if held.err then
   return me == '' and 0 or 30000 -- foreign data: lua/sem_acquire.lua reports it

@@ -1,5 +1,6 @@
 -- Extend one member's lease in a sorted set of leases (RW readers,
 -- semaphore permits): score = expiry in server time (ms).
+-- Uses     clock.lua
 -- KEYS[1]  the sorted set
 -- KEYS[2]  optional companion key that lives exactly as long as the set
 --          (the semaphore's permit count)
@@ -15,8 +16,7 @@
 if redis.call('TYPE', KEYS[1]).ok ~= 'zset' then
   return 0
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not expiry or tonumber(expiry) <= now then
   return 0

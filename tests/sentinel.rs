@@ -100,7 +100,13 @@ fn clients_follow_the_master_across_failover() {
         .response_timeout(Duration::from_millis(500))
         .build()
         .unwrap();
-    let waiter = client(&sentinels);
+    // The failover takes 3-5 s here, and over 10 s (the default outage
+    // tolerance) on a loaded 2-core machine: the waiter rides out 30.
+    let waiter = Client::builder()
+        .sentinel(&sentinels, "master0")
+        .outage_tolerance(Duration::from_secs(30))
+        .build()
+        .unwrap();
     let g = holder.lock("fo").acquire().unwrap();
     let lost_one = holder.lock("fo-lost").acquire().unwrap();
     // Wait until the replica has both leases (replication is asynchronous;
