@@ -1,17 +1,14 @@
 -- Take a read hold of a read-write lock.
 -- Uses     clock.lua, fence.lua, publish.lua, queue.lua, rw_grant.lua
--- KEYS[1]  writer key: a string "<writer token>#<fence>" while write-held
---          (or "rl:grant#<fence>" while open to the queued writers)
--- KEYS[2]  readers: sorted set, member = reader token, score = the reader's
---          expiry in server time (ms); each reader expires on its own
--- KEYS[3]  waiting readers (sorted set: reader token -> deadline, server
---          ms): a writer's release publishes only while one of them is
---          live
--- KEYS[4]  writer queue, KEYS[5] its deadlines (rw_write_acquire.lua):
---          while a live writer waits, new readers wait, so a stream of
---          readers cannot starve it (rw_grant.lua rw_writer_waits)
--- KEYS[6]  fencing counter (fence.lua), for a hand-over made from here
--- KEYS[7]  fence floor (fence.lua; always the last key)
+-- KEYS     as every read-write lock script (src/rwlock.rs Keys::scripted):
+--          KEYS[1] writer key ("<owner token>#<fence>", or "rl:grant#<fence>"
+--          while open to the queued writers), KEYS[2] readers (sorted
+--          set: reader token -> expiry, server ms), KEYS[3] fencing counter
+--          (fence.lua), KEYS[4] writer queue and KEYS[5] its deadlines
+--          (queue.lua), KEYS[6] waiting readers (rw_read_acquire.lua),
+--          KEYS[7] fence floor (fence.lua; always the last key)
+--          (while a live writer waits, new readers wait, so a stream of
+--          readers cannot starve it: rw_grant.lua rw_writer_waits)
 -- ARGV[1]  reader token
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  the caller's own write token if this thread holds the write lock
@@ -26,7 +23,7 @@
 --          after a lost reply re-grants, it never adds a second hold);
 --          {0, ms} wait (ms = what blocks us, -1 unknown)
 -- Errors   WRONGTYPE / REDLEASE_FOREIGN when the keys hold foreign data.
-local writer, readers, rq, q, qt = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local writer, readers, counter, q, qt, rq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local prefix, claim = ARGV[5], tonumber(ARGV[6])
 local now = now_ms()
 local holder = redis.call('GET', writer)
@@ -78,7 +75,7 @@ if ARGV[3] == '' and redis.call('ZCARD', q) > 0 then
     -- Free, with writers queued: theirs first. A hand-over is its own
     -- proof of life: nobody taking it proves the queue dead.
     if not rw_stale(writer, q, qt, prefix)
-        and rw_open(writer, readers, KEYS[6], q, qt, prefix, claim, ARGV[7], ARGV[8], now) then
+        and rw_open(writer, readers, counter, q, qt, prefix, claim, ARGV[7], ARGV[8], now) then
       return wait(claim)
     end
   else

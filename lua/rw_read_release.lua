@@ -1,11 +1,13 @@
 -- Release one reader's hold; other readers are untouched. The last reader
 -- out opens the write hold to the queued writers (rw_grant.lua rw_open).
 -- Uses     clock.lua, fence.lua, publish.lua, queue.lua, rw_grant.lua
--- KEYS[1]  readers (sorted set)
--- KEYS[2]  writer key, KEYS[3] fencing counter (rw_write_acquire.lua)
--- KEYS[4]  waiting readers (rw_read_acquire.lua)
--- KEYS[5]  writer queue, KEYS[6] its deadlines (queue.lua)
--- KEYS[7]  fence floor (fence.lua; always the last key)
+-- KEYS     as every read-write lock script (src/rwlock.rs Keys::scripted):
+--          KEYS[1] writer key ("<owner token>#<fence>", or "rl:grant#<fence>"
+--          while open to the queued writers), KEYS[2] readers (sorted
+--          set: reader token -> expiry, server ms), KEYS[3] fencing counter
+--          (fence.lua), KEYS[4] writer queue and KEYS[5] its deadlines
+--          (queue.lua), KEYS[6] waiting readers (rw_read_acquire.lua),
+--          KEYS[7] fence floor (fence.lua; always the last key)
 -- ARGV[1]  reader token
 -- ARGV[2]  wake-up channel
 -- ARGV[3]  wake-up message
@@ -17,21 +19,21 @@
 --          lua/rw_watch.lua), 0 this reader held nothing (expired or
 --          removed)
 if ARGV[6] == 'leave' then
-  redis.call('ZREM', KEYS[4], ARGV[1])
+  redis.call('ZREM', KEYS[6], ARGV[1])
 end
-local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local expiry = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if not expiry then
   return 0
 end
 local now = now_ms()
-redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
 if tonumber(expiry) <= now then
   return 0
 end
 -- Nothing more unless a writer waits: every call here is on the path of
 -- the writer's hand-over.
-if redis.call('EXISTS', KEYS[5]) == 1 and redis.call('EXISTS', KEYS[2]) == 0
-    and rw_open(KEYS[2], KEYS[1], KEYS[3], KEYS[5], KEYS[6], ARGV[4], tonumber(ARGV[5]),
+if redis.call('EXISTS', KEYS[4]) == 1 and redis.call('EXISTS', KEYS[1]) == 0
+    and rw_open(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[4], tonumber(ARGV[5]),
       ARGV[2], ARGV[3], now) then
   return 2
 end

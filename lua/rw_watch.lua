@@ -7,10 +7,13 @@
 -- and opens the write hold to the blocked writers, or, if none is left,
 -- tells the waiting readers.
 -- Uses     clock.lua, fence.lua, publish.lua, queue.lua, rw_grant.lua
--- KEYS[1]  writer key, KEYS[2] readers, KEYS[3] fencing counter,
---          KEYS[4] writer queue, KEYS[5] its deadlines, KEYS[6] waiting
---          readers (as lua/rw_write_release.lua)
--- KEYS[7]  fence floor (fence.lua; always the last key)
+-- KEYS     as every read-write lock script (src/rwlock.rs Keys::scripted):
+--          KEYS[1] writer key ("<owner token>#<fence>", or "rl:grant#<fence>"
+--          while open to the queued writers), KEYS[2] readers (sorted
+--          set: reader token -> expiry, server ms), KEYS[3] fencing counter
+--          (fence.lua), KEYS[4] writer queue and KEYS[5] its deadlines
+--          (queue.lua), KEYS[6] waiting readers (rw_read_acquire.lua),
+--          KEYS[7] fence floor (fence.lua; always the last key)
 -- ARGV[1]  the blocked writer's token, or '' for a look at the name alone
 -- ARGV[2]  the writer's queue entry lifetime in milliseconds
 -- ARGV[3]  grant prefix (queue.lua, rw_grant.lua)

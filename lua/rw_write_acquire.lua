@@ -3,12 +3,13 @@
 -- queued writers (rw_grant.lua rw_open), and the one blocked longest takes
 -- it.
 -- Uses     clock.lua, fence.lua, publish.lua, queue.lua, rw_grant.lua
--- KEYS[1]  writer key: "<owner token>#<fence>" (PX lease) while held,
---          "rl:grant#<fence>" while open to the writers (queue.lua)
--- KEYS[2]  readers (sorted set: reader token -> expiry, server ms)
--- KEYS[3]  fencing counter (fence.lua)
--- KEYS[4]  writer queue, KEYS[5] its deadlines (queue.lua)
--- KEYS[6]  fence floor (fence.lua; always the last key)
+-- KEYS     as every read-write lock script (src/rwlock.rs Keys::scripted):
+--          KEYS[1] writer key ("<owner token>#<fence>", or "rl:grant#<fence>"
+--          while open to the queued writers), KEYS[2] readers (sorted
+--          set: reader token -> expiry, server ms), KEYS[3] fencing counter
+--          (fence.lua), KEYS[4] writer queue and KEYS[5] its deadlines
+--          (queue.lua), KEYS[6] waiting readers (rw_read_acquire.lua),
+--          KEYS[7] fence floor (fence.lua; always the last key)
 -- ARGV[1]  writer token (starts with "rl:", contains no '#')
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  queue entry lifetime in milliseconds; 0 = do not queue (a try

@@ -2,12 +2,13 @@
 -- to the queued writers (rw_grant.lua rw_open); otherwise publish, for
 -- waiting readers.
 -- Uses     clock.lua, fence.lua, publish.lua, queue.lua, rw_grant.lua
--- KEYS[1]  writer key ("<owner token>#<fence>")
--- KEYS[2]  fencing counter (fence.lua)
--- KEYS[3]  readers (sorted set): a writer that downgraded still reads
--- KEYS[4]  waiting readers (rw_read_acquire.lua): told while one is live
--- KEYS[5]  writer queue, KEYS[6] its deadlines (queue.lua)
--- KEYS[7]  fence floor (fence.lua; always the last key)
+-- KEYS     as every read-write lock script (src/rwlock.rs Keys::scripted):
+--          KEYS[1] writer key ("<owner token>#<fence>", or "rl:grant#<fence>"
+--          while open to the queued writers), KEYS[2] readers (sorted
+--          set: reader token -> expiry, server ms), KEYS[3] fencing counter
+--          (fence.lua), KEYS[4] writer queue and KEYS[5] its deadlines
+--          (queue.lua), KEYS[6] waiting readers (rw_read_acquire.lua),
+--          KEYS[7] fence floor (fence.lua; always the last key)
 -- ARGV[1]  writer token
 -- ARGV[2]  wake-up channel
 -- ARGV[3]  wake-up message
@@ -22,7 +23,7 @@
 -- Returns  1 released, 2 released and opened to the queued writers (the
 --          caller looks at the name again after the claim:
 --          lua/rw_watch.lua), 0 not held by this token
-local writer, counter, readers, rq, q, qt = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local writer, readers, counter, q, qt, rq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local me, prefix, claim = ARGV[1], ARGV[4], tonumber(ARGV[5])
 local open = prefix .. 'open'
 local now = now_ms()

@@ -35,6 +35,22 @@ struct Keys {
     waiting_readers: Vec<u8>,
 }
 
+impl Keys {
+    /// The keys of every read-write lock script that reads or changes the
+    /// holds (lua/rw_*.lua), in their one order.
+    fn scripted(&self) -> Vec<Vec<u8>> {
+        vec![
+            self.writer.to_vec(),
+            self.readers.clone(),
+            self.fence.clone(),
+            self.writer_queue.clone(),
+            self.writer_deadlines.clone(),
+            self.waiting_readers.clone(),
+            self.floor.clone(),
+        ]
+    }
+}
+
 /// A named distributed read-write lock: many readers or one writer.
 ///
 /// Made by [`Client::rw_lock`]. Every holder has its own lease (readers are
@@ -272,19 +288,7 @@ impl RwLock {
             lease::ROOM_ENTRY.as_millis().to_string().into_bytes(),
         ];
         args.extend(self.open_args(keys));
-        Script::new(
-            &RW_WATCH,
-            vec![
-                keys.writer.to_vec(),
-                keys.readers.clone(),
-                keys.fence.clone(),
-                keys.writer_queue.clone(),
-                keys.writer_deadlines.clone(),
-                keys.waiting_readers.clone(),
-                keys.floor.clone(),
-            ],
-            args,
-        )
+        Script::new(&RW_WATCH, keys.scripted(), args)
     }
 
     fn read_until(&self, deadline: Option<Instant>) -> Result<Option<ReadGuard>> {
@@ -318,19 +322,7 @@ impl RwLock {
                 let release = |leave: bool| {
                     let mut args = self.wake_args(keys, token);
                     args.push(if leave { b"leave".to_vec() } else { Vec::new() });
-                    Script::new(
-                        &RW_READ_RELEASE,
-                        vec![
-                            keys.readers.clone(),
-                            keys.writer.to_vec(),
-                            keys.fence.clone(),
-                            keys.waiting_readers.clone(),
-                            keys.writer_queue.clone(),
-                            keys.writer_deadlines.clone(),
-                            keys.floor.clone(),
-                        ],
-                        args,
-                    )
+                    Script::new(&RW_READ_RELEASE, keys.scripted(), args)
                 };
                 Ok(Spec {
                     what: "read lock",
@@ -344,15 +336,7 @@ impl RwLock {
                     watchdog: self.lease.is_none(),
                     grant: Script::new(
                         &RW_READ_ACQUIRE,
-                        vec![
-                            keys.writer.to_vec(),
-                            keys.readers.clone(),
-                            keys.waiting_readers.clone(),
-                            keys.writer_queue.clone(),
-                            keys.writer_deadlines.clone(),
-                            keys.fence.clone(),
-                            keys.floor.clone(),
-                        ],
+                        keys.scripted(),
                         [
                             vec![
                                 t.clone(),
@@ -421,16 +405,6 @@ impl RwLock {
             };
             ttl.as_millis().to_string().into_bytes()
         };
-        // The keys of lua/rw_write_release.lua and lua/rw_watch.lua.
-        let released_keys = vec![
-            keys.writer.to_vec(),
-            keys.fence.clone(),
-            keys.readers.clone(),
-            keys.waiting_readers.clone(),
-            keys.writer_queue.clone(),
-            keys.writer_deadlines.clone(),
-            keys.floor.clone(),
-        ];
         let held = lease::acquire(
             &self.client,
             Some((&slot, self.reentry())),
@@ -446,23 +420,12 @@ impl RwLock {
                     } else {
                         Vec::new()
                     });
-                    Script::new(
-                        &RW_WRITE_ACQUIRE,
-                        vec![
-                            keys.writer.to_vec(),
-                            keys.readers.clone(),
-                            keys.fence.clone(),
-                            keys.writer_queue.clone(),
-                            keys.writer_deadlines.clone(),
-                            keys.floor.clone(),
-                        ],
-                        args,
-                    )
+                    Script::new(&RW_WRITE_ACQUIRE, keys.scripted(), args)
                 };
                 let release = |leave: bool| {
                     let mut args = self.wake_args(keys, token);
                     args.push(if leave { b"leave".to_vec() } else { Vec::new() });
-                    Script::new(&RW_WRITE_RELEASE, released_keys.clone(), args)
+                    Script::new(&RW_WRITE_RELEASE, keys.scripted(), args)
                 };
                 Ok(Spec {
                     what: "write lock",
