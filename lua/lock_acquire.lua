@@ -60,25 +60,9 @@ if holder then
     redis.call('PEXPIRE', lock, lease)
     return {1, tonumber(string.match(holder, '#(%d+)$')) or 0}
   end
-  -- Open to the waiters: ours if our pop took it; or, while its fence is
-  -- still on the open list (no blocked waiter was there to take it), any
-  -- queued waiter's that waits for messages. This runs between the
-  -- release and the new holder's reply: as few calls as can be.
-  if owner == 'rl:grant' and (took or (redis.call('EXISTS', open) == 1 and redis.call('ZSCORE', q, me))) then
-    local fence = tonumber(string.match(holder, '#(%d+)$')) or 0
-    -- Taken by a pop: for twice the claim, which its client raises to its
-    -- lease as soon as the reply reaches it. A process frozen while it was
-    -- blocked (its script was sent) holds the name no longer than that.
-    local ms = lease
-    if took then
-      ms = math.min(tonumber(lease), tonumber(ARGV[5]) * 2)
-    end
-    redis.call('SET', lock, holder_value(me, fence), 'PX', ms)
-    queue_leave(q, qt, prefix, me, blocks)
-    queue_taken(q, qt, ttl, blocks)
-    if not took then
-      redis.call('DEL', open)
-    end
+  -- Open to the waiters: ours if our pop took it (queue.lua).
+  local fence = queue_take_open(lock, holder, q, qt, prefix, me, lease, ttl, tonumber(ARGV[5]), took, blocks)
+  if fence then
     return {1, fence}
   end
   if string.sub(holder, 1, 3) ~= 'rl:' then

@@ -34,6 +34,16 @@
 --     was not refused by an ACL without RPUSH).
 --   queue_taken(q, qt, ttl_ms, blocks): a waiter whose entries live ttl_ms
 --     took a hand-over; the queue lives on for the others
+--   queue_take_open(lock, holder, q, qt, prefix, me, lease_ms, ttl_ms,
+--     claim_ms, took, blocks) -> the fence, or nil: the name is open
+--     ("rl:grant#<fence>" in holder) and it is me's to take, because my pop
+--     took its fence (took), or, while the fence is still on the open list
+--     (no blocked waiter was there to take it), because me is queued and
+--     waits for messages. Taken by a pop, the lease is twice the claim,
+--     which its client raises as soon as the reply reaches it: a process
+--     frozen while it was blocked (its script was sent) holds the name no
+--     longer than that. This runs between the release and the new holder's
+--     reply: as few calls as can be.
 --   announce(channel, message, mode, told): publishes a release message
 --     unless mode is 'queued' (every waiter of the name is in the queue)
 --     and nobody needs one (told).
@@ -121,6 +131,28 @@ local function queue_taken(q, qt, ttl, blocks)
     live_for(q, ttl * 2)
     live_for(qt, ttl * 2)
   end
+end
+
+local function queue_take_open(lock, holder, q, qt, prefix, me, lease, ttl, claim, took, blocks)
+  if string.match(holder, '^[^#]*') ~= 'rl:grant' then
+    return nil
+  end
+  local open = prefix .. 'open'
+  if not (took or (redis.call('EXISTS', open) == 1 and redis.call('ZSCORE', q, me))) then
+    return nil
+  end
+  local fence = tonumber(string.match(holder, '#(%d+)$')) or 0
+  local ms = lease
+  if took then
+    ms = math.min(tonumber(lease), claim * 2)
+  end
+  redis.call('SET', lock, holder_value(me, fence), 'PX', ms)
+  queue_leave(q, qt, prefix, me, blocks)
+  queue_taken(q, qt, ttl, blocks)
+  if not took then
+    redis.call('DEL', open)
+  end
+  return fence
 end
 
 local function announce(channel, message, mode, told)

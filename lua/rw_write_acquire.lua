@@ -61,22 +61,11 @@ if holder then
     redis.call('PEXPIRE', writer, lease)
     return {1, tonumber(string.match(holder, '#(%d+)$')) or 0}
   end
-  -- Open to the writers: ours if our pop took it; or, while its fence is
-  -- still on the open list, any queued writer's that waits for messages.
-  if owner == 'rl:grant' and (took or (redis.call('EXISTS', open) == 1 and redis.call('ZSCORE', q, me))) then
-    local fence = tonumber(string.match(holder, '#(%d+)$')) or 0
-    local ms = lease
-    if took then
-      ms = math.min(tonumber(lease), claim * 2)
-    end
-    redis.call('SET', writer, holder_value(me, fence), 'PX', ms)
-    queue_leave(q, qt, prefix, me, blocks)
-    queue_taken(q, qt, ttl, blocks)
+  -- Open to the writers: ours if our pop took it (queue.lua).
+  local fence = queue_take_open(writer, holder, q, qt, prefix, me, lease, ttl, claim, took, blocks)
+  if fence then
     if redis.call('EXISTS', q) == 0 then
       redis.call('DEL', prefix .. 'alive') -- no writer waits now
-    end
-    if not took then
-      redis.call('DEL', open)
     end
     return {1, fence}
   end

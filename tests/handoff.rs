@@ -231,21 +231,7 @@ fn waiters_killed_together_stall_the_name_once() {
 fn a_waiter_that_cannot_block_is_told_of_its_grant() {
     let server = Server::start();
     let mut admin = server.con();
-    let _: () = redis::cmd("ACL")
-        .arg(&[
-            "SETUSER",
-            "noblock",
-            "reset",
-            "on",
-            ">pw",
-            "~*",
-            "&*",
-            "+@all",
-            "-@blocking",
-        ])
-        .query(&mut admin)
-        .unwrap();
-    let url = format!("redis://noblock:pw@127.0.0.1:{}/", server.port());
+    let url = common::user_without_blocking(&mut admin, &server);
     // The holder grants directly: it never blocked, so it never learnt the
     // server refuses it.
     let holder = client_with(&server, |b| b);
@@ -607,21 +593,7 @@ fn a_semaphore_waiter_killed_while_queued_stalls_it_under_a_second() {
 fn a_semaphore_waiter_that_cannot_block_is_told() {
     let server = Server::start();
     let mut admin = server.con();
-    let _: () = redis::cmd("ACL")
-        .arg(&[
-            "SETUSER",
-            "noblock",
-            "reset",
-            "on",
-            ">pw",
-            "~*",
-            "&*",
-            "+@all",
-            "-@blocking",
-        ])
-        .query(&mut admin)
-        .unwrap();
-    let url = format!("redis://noblock:pw@127.0.0.1:{}/", server.port());
+    let url = common::user_without_blocking(&mut admin, &server);
     let holder = client_with(&server, |b| b);
     let waiter = Client::builder()
         .url(&url)

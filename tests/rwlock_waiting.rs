@@ -22,6 +22,18 @@ fn keys_of(con: &mut redis::Connection, n: &str) -> Vec<String> {
     k
 }
 
+/// Waits (at most 5 s) until `n` waiters of `name` are queued on the server.
+fn queued(con: &mut redis::Connection, name: &str, n: usize) {
+    let key = format!("{{{name}}}:rw:wq");
+    assert!(
+        eventually(Duration::from_secs(5), || con
+            .zcard::<_, usize>(&key)
+            .unwrap()
+            == n),
+        "{n} waiters of {name} never queued"
+    );
+}
+
 /// The child side: one writer waiting (blocked) for `REVIEW_RW_NAME`.
 #[test]
 fn review_writer_entry() {
@@ -66,10 +78,7 @@ fn a_reader_behind_a_writer_that_died_after_a_probe_gets_in_within_4s() {
     let r1 = holder.rw_lock("probed").read().unwrap();
     let w = writer_worker(server.url(), "probed", "");
     let mut con = server.con();
-    assert!(eventually(Duration::from_secs(5), || con
-        .zcard::<_, usize>("{probed}:rw:wq")
-        .unwrap()
-        == 1));
+    queued(&mut con, "probed", 1);
     std::thread::sleep(Duration::from_millis(200)); // blocked
     let reader = client_with(&server, |b| b);
     let t = std::thread::spawn(move || {
@@ -413,10 +422,7 @@ fn a_frozen_writer_holds_a_hand_over_about_a_second() {
     let h = holder.rw_lock("frozen-w").write().unwrap();
     let w1 = writer_worker(server.url(), "frozen-w", "");
     let mut con = server.con();
-    assert!(eventually(Duration::from_secs(5), || con
-        .zcard::<_, usize>("{frozen-w}:rw:wq")
-        .unwrap()
-        == 1));
+    queued(&mut con, "frozen-w", 1);
     std::thread::sleep(Duration::from_millis(200));
     let waiter = client_with(&server, |b| b);
     let t = std::thread::spawn(move || {
@@ -426,10 +432,7 @@ fn a_frozen_writer_holds_a_hand_over_about_a_second() {
             .unwrap();
         (Instant::now(), g.is_some())
     });
-    assert!(eventually(Duration::from_secs(5), || con
-        .zcard::<_, usize>("{frozen-w}:rw:wq")
-        .unwrap()
-        == 2));
+    queued(&mut con, "frozen-w", 2);
     std::thread::sleep(Duration::from_millis(200));
     w1.signal(libc::SIGSTOP);
     std::thread::sleep(Duration::from_millis(100));
@@ -664,10 +667,7 @@ fn a_reader_behind_a_frozen_writer_handed_the_lock_by_the_last_reader() {
     let r1 = holder.rw_lock("frozen-r").read().unwrap();
     let w = writer_worker(server.url(), "frozen-r", "");
     let mut con = server.con();
-    assert!(eventually(Duration::from_secs(5), || con
-        .zcard::<_, usize>("{frozen-r}:rw:wq")
-        .unwrap()
-        == 1));
+    queued(&mut con, "frozen-r", 1);
     std::thread::sleep(Duration::from_millis(200));
     let reader = client_with(&server, |b| b);
     let t = std::thread::spawn(move || {

@@ -17,6 +17,18 @@ fn sum(d: &BTreeMap<String, u64>) -> u64 {
     d.values().sum()
 }
 
+/// Waits (at most 5 s) until `n` waiters of `name` are queued on the server.
+fn queued(con: &mut redis::Connection, name: &str, n: usize) {
+    let key = format!("{{{name}}}:sem:queue:t");
+    assert!(
+        eventually(Duration::from_secs(5), || con
+            .zcard::<_, usize>(&key)
+            .unwrap()
+            == n),
+        "{n} waiters of {name} never queued"
+    );
+}
+
 /// Plain semaphore, free permits that fit no waiter: each blocked waiter's
 /// look offers them every ~0.5 s, and the offer goes round all waiters.
 #[test]
@@ -40,10 +52,7 @@ fn free_permits_that_fit_no_waiter_cost_nothing_while_idle() {
                 })
             })
             .collect();
-        assert!(eventually(Duration::from_secs(5), || con
-            .zcard::<_, usize>("{busy}:sem:queue:t")
-            .unwrap()
-            == waiters));
+        queued(&mut con, "busy", waiters);
         std::thread::sleep(Duration::from_millis(1000));
         let before = commandstats(&mut con);
         std::thread::sleep(Duration::from_secs(5));
@@ -152,16 +161,10 @@ fn a_fair_line_keeps_its_order_across_a_60_s_block() {
         })
     };
     let a = spawn("A");
-    assert!(eventually(Duration::from_secs(5), || con
-        .zcard::<_, usize>("{chunk}:sem:queue:t")
-        .unwrap()
-        == 1));
+    queued(&mut con, "chunk", 1);
     std::thread::sleep(Duration::from_secs(2));
     let b = spawn("B");
-    assert!(eventually(Duration::from_secs(5), || con
-        .zcard::<_, usize>("{chunk}:sem:queue:t")
-        .unwrap()
-        == 2));
+    queued(&mut con, "chunk", 2);
     // A's 60 s chunk ends ~60 s after it blocked; B's 2 s later.
     std::thread::sleep(Duration::from_millis(59_000));
     held.release().unwrap();
@@ -181,21 +184,7 @@ fn a_fair_line_keeps_its_order_across_a_60_s_block() {
 fn waiters_told_by_messages_keep_their_place_after_a_purge() {
     let server = Server::start();
     let mut admin = server.con();
-    let _: () = redis::cmd("ACL")
-        .arg(&[
-            "SETUSER",
-            "noblock",
-            "reset",
-            "on",
-            ">pw",
-            "~*",
-            "&*",
-            "+@all",
-            "-@blocking",
-        ])
-        .query(&mut admin)
-        .unwrap();
-    let url = format!("redis://noblock:pw@127.0.0.1:{}/", server.port());
+    let url = common::user_without_blocking(&mut admin, &server);
     let holder = client_with(&server, |b| b);
     let p = holder.semaphore("msg", 1).acquire().unwrap();
     let spawn = || {
@@ -330,17 +319,11 @@ fn a_fair_waiter_without_a_blocking_connection_keeps_its_turn() {
         .into_iter()
         .enumerate()
     {
-        assert!(eventually(Duration::from_secs(5), || con
-            .zcard::<_, usize>("{pool}:sem:queue:t")
-            .unwrap()
-            == i + 1));
+        queued(&mut con, "pool", i + 1);
         std::thread::sleep(Duration::from_millis(300));
         ts.push(spawn(c, who));
     }
-    assert!(eventually(Duration::from_secs(5), || con
-        .zcard::<_, usize>("{pool}:sem:queue:t")
-        .unwrap()
-        == 3));
+    queued(&mut con, "pool", 3);
     std::thread::sleep(Duration::from_millis(300));
     p.release().unwrap();
     for t in ts {
@@ -377,17 +360,11 @@ fn the_first_in_a_fair_line_keeps_its_place_while_it_lives() {
         })
     };
     let x = spawn(3, 12);
-    assert!(eventually(Duration::from_secs(5), || con
-        .zcard::<_, usize>("{hl}:sem:queue:t")
-        .unwrap()
-        == 1));
+    queued(&mut con, "hl", 1);
     std::thread::sleep(Duration::from_millis(300));
     // Y gives up first: X, alive and first in line, is still waiting then.
     let y = spawn(1, 6);
-    assert!(eventually(Duration::from_secs(5), || con
-        .zcard::<_, usize>("{hl}:sem:queue:t")
-        .unwrap()
-        == 2));
+    queued(&mut con, "hl", 2);
     std::thread::sleep(Duration::from_millis(300));
     h1.release().unwrap(); // 1 free: X takes the offer, does not fit, becomes head
     std::thread::sleep(Duration::from_millis(300));
@@ -413,21 +390,7 @@ fn the_first_in_a_fair_line_keeps_its_place_while_it_lives() {
 fn a_fair_waiter_told_by_messages_is_not_passed_by_a_blocked_one() {
     let server = Server::start();
     let mut admin = server.con();
-    let _: () = redis::cmd("ACL")
-        .arg(&[
-            "SETUSER",
-            "noblock",
-            "reset",
-            "on",
-            ">pw",
-            "~*",
-            "&*",
-            "+@all",
-            "-@blocking",
-        ])
-        .query(&mut admin)
-        .unwrap();
-    let url = format!("redis://noblock:pw@127.0.0.1:{}/", server.port());
+    let url = common::user_without_blocking(&mut admin, &server);
     let holder = client_with(&server, |b| b);
     let p = holder.fair_semaphore("mix", 1).acquire().unwrap();
     let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -455,10 +418,7 @@ fn a_fair_waiter_told_by_messages_is_not_passed_by_a_blocked_one() {
         == 1));
     std::thread::sleep(Duration::from_millis(300));
     let b = spawn(no_poll(&server.url()), "B");
-    assert!(eventually(Duration::from_secs(5), || admin
-        .zcard::<_, usize>("{mix}:sem:queue:t")
-        .unwrap()
-        == 2));
+    queued(&mut admin, "mix", 2);
     std::thread::sleep(Duration::from_millis(300));
     p.release().unwrap();
     a.join().unwrap();
@@ -605,20 +565,14 @@ fn an_acl_without_lpop_does_not_lose_an_offer() {
             .unwrap()
             .is_some()
     });
-    assert!(eventually(Duration::from_secs(5), || admin
-        .zcard::<_, usize>("{nl}:sem:queue:t")
-        .unwrap()
-        == 1));
+    queued(&mut admin, "nl", 1);
     std::thread::sleep(Duration::from_millis(300));
     let b = no_poll(&server.url()).semaphore("nl", 2);
     let bt = std::thread::spawn(move || {
         let p = b.acquire_timeout(Duration::from_secs(10)).unwrap();
         (Instant::now(), p.is_some())
     });
-    assert!(eventually(Duration::from_secs(5), || admin
-        .zcard::<_, usize>("{nl}:sem:queue:t")
-        .unwrap()
-        == 2));
+    queued(&mut admin, "nl", 2);
     std::thread::sleep(Duration::from_millis(300));
     let released = Instant::now();
     p1.release().unwrap();

@@ -440,3 +440,25 @@ pub fn cluster_urls(cluster: &redis_test::cluster::RedisCluster) -> Vec<String> 
         })
         .collect()
 }
+
+/// A user on `server` that may run everything but the blocking commands
+/// (`-@blocking`: no BLPOP, no BLMOVE), and the URL that logs in as it:
+/// its waiters wait for messages.
+#[allow(dead_code)]
+pub fn user_without_blocking(admin: &mut redis::Connection, server: &Server) -> String {
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "noblock",
+            "reset",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-@blocking",
+        ])
+        .query(admin)
+        .unwrap();
+    format!("redis://noblock:pw@127.0.0.1:{}/", server.port())
+}
