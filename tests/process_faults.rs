@@ -1,6 +1,6 @@
 //! Fault injection: separate processes, paused and killed holders, server
 //! faults, ambiguous replies. Every test bounds its own time. Figures are
-//! printed (`cargo test --test faults -- --nocapture`) and quoted in
+//! printed (`cargo test --test process_faults -- --nocapture`) and quoted in
 //! GUARANTEES.md.
 //!
 //! Child processes are this test binary itself, re-run with
