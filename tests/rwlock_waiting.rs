@@ -263,8 +263,9 @@ fn a_reader_behind_a_dead_message_mode_writer_waits_at_most_its_entry() {
         got.is_some()
     );
     assert!(got.is_some());
-    // 7 s entry + 1.5 s, and a loaded machine's margin.
-    assert!(took < Duration::from_millis(9_500), "took {took:?}");
+    // The 7 s entry and a 0.5 s probe; 9.6 s was seen under the whole
+    // suite on a loaded 2-core machine (CI), hence the margin.
+    assert!(took < Duration::from_secs(12), "took {took:?}");
     drop(r1);
 }
 
