@@ -72,7 +72,7 @@ fn writer_worker(url: String, name: &str, prefix: &str) -> Worker {
 /// (31.5 s): nothing looked again. It now looks when the writer's proof
 /// of life lapses (at most 3 s), and its probe then proves it dead.
 #[test]
-fn a_reader_behind_a_writer_that_died_after_a_probe_gets_in_within_4s() {
+fn a_reader_behind_a_writer_that_died_after_a_probe_gets_in_within_5s() {
     let server = Server::start();
     let holder = client_with(&server, |b| b);
     let r1 = holder.rw_lock("probed").read().unwrap();
@@ -98,7 +98,7 @@ fn a_reader_behind_a_writer_that_died_after_a_probe_gets_in_within_4s() {
     println!("FIGURES reader behind a dead (probed) writer: got={got} after {took:?}");
     assert!(got, "the reader never got in (12 s)");
     // 3 s of proof, a 0.5 s probe, margin for a loaded machine.
-    assert!(took < Duration::from_secs(4), "took {took:?}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
     drop(r1);
 }
 
@@ -409,7 +409,7 @@ fn a_shortened_read_lease_that_lapses_reaches_a_blocked_writer() {
     let took = at.saturating_duration_since(shortened);
     println!("FIGURES shortened read lease (300 ms): blocked writer got={got} after {took:?}");
     assert!(got);
-    assert!(took < Duration::from_millis(1_500), "took {took:?}");
+    assert!(took < Duration::from_millis(2_500), "took {took:?}");
     drop(r);
 }
 
@@ -443,7 +443,7 @@ fn a_frozen_writer_holds_a_hand_over_about_a_second() {
     let took = at.saturating_duration_since(released);
     println!("FIGURES frozen writer: next writer got={got} after {took:?}");
     assert!(got);
-    assert!(took < Duration::from_millis(1_600), "took {took:?}");
+    assert!(took < Duration::from_millis(2_500), "took {took:?}");
     drop(w1);
 }
 
@@ -477,7 +477,7 @@ fn a_writer_past_its_60s_chunk_still_waits_and_gets_the_lock() {
     let took = at.saturating_duration_since(released);
     println!("FIGURES writer past its chunk: got={got:?} after {took:?}");
     assert!(got.is_some());
-    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
 }
 
 /// A writer whose deadline passes just as the lock is handed to it: the
@@ -693,6 +693,6 @@ fn a_reader_behind_a_frozen_writer_handed_the_lock_by_the_last_reader() {
         "FIGURES reader behind a frozen writer (last reader's hand-over): got={got} after {took:?}"
     );
     assert!(got, "the reader never got in (12 s)");
-    assert!(took < Duration::from_millis(2_000), "took {took:?}");
+    assert!(took < Duration::from_millis(3_000), "took {took:?}");
     drop(w);
 }

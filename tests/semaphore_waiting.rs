@@ -133,7 +133,9 @@ fn a_dead_waiter_first_in_a_fair_line_is_passed_over() {
         con.pttl::<_, i64>("{dh}:sem:grant:head").unwrap()
     );
     drop(held);
-    assert!(got && at - killed < Duration::from_secs(2), "stalled");
+    // About 1.5 s (its place lapses, then the offer goes round); margin
+    // for a loaded 2-core machine. It stalled past 12 s before.
+    assert!(got && at - killed < Duration::from_secs(3), "stalled");
 }
 
 /// Fair semaphore: A arrives first, B second; both block with no deadline
@@ -225,7 +227,8 @@ fn waiters_told_by_messages_keep_their_place_after_a_purge() {
     let (first_release, second_got) = if ga < gb { (ra, gb) } else { (rb, ga) };
     let gap = second_got.saturating_duration_since(first_release);
     println!("FIGURES second message waiter got the permit {gap:?} after the first released");
-    assert!(gap < Duration::from_millis(500), "{gap:?}");
+    // A message, a few ms; it waited its fallback poll (9.7 s) before.
+    assert!(gap < Duration::from_millis(1_500), "{gap:?}");
 }
 
 /// A blocked waiter process frozen (SIGSTOP) when the permit is offered:
@@ -283,7 +286,8 @@ fn a_frozen_waiter_holds_an_offer_a_second_at_most() {
             at - released
         );
         drop(w);
-        assert!(got && at - released < Duration::from_millis(1_600));
+        // 1 s first lease and a look after it; a loaded machine's margin.
+        assert!(got && at - released < Duration::from_millis(2_500));
     }
 }
 
@@ -582,5 +586,6 @@ fn an_acl_without_lpop_does_not_lose_an_offer() {
         at - released
     );
     let _ = lt.join();
-    assert!(got && at - released < Duration::from_millis(500));
+    // At once; before, only the releaser's look a second later saved it.
+    assert!(got && at - released < Duration::from_millis(900));
 }
