@@ -371,17 +371,26 @@ fn redlock_worker(net: &Net, c: usize, name: &str) -> Worker {
 
 /// Tells the `cmd` worker `other` to acquire until it gets in (each try
 /// waits up to 5 s); `[fence, time]`. Fails past `limit` after `cut_at`.
-fn until_granted(other: &mut Worker, cut_at: u64, limit: Duration) -> Vec<u64> {
+fn until_granted(
+    other: &mut Worker,
+    cut_at: u64,
+    limit: Duration,
+    premise: Premise,
+) -> Option<Vec<u64>> {
     loop {
         other.tell("acquire");
         let line = other.next(Duration::from_secs(20));
         if let Some(rest) = line.strip_prefix("held ") {
-            return rest.split(' ').filter_map(|w| w.parse().ok()).collect();
+            return Some(rest.split(' ').filter_map(|w| w.parse().ok()).collect());
         }
-        assert!(
-            now_us() - cut_at < limit.as_micros() as u64,
-            "never granted: {line}"
-        );
+        if now_us() - cut_at >= limit.as_micros() as u64 {
+            // Nobody could get in because the fault never became what the
+            // test is about (the cluster did not fail over): not a verdict.
+            if premise.and_then(|p| p()).is_some() {
+                return None;
+            }
+            panic!("never granted: {line}");
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -419,6 +428,10 @@ fn check_holder_knew_first(
     assert!(granted[0] > first, "fences {first} then {}", granted[0]);
 }
 
+/// What must have happened for a test's verdict to mean anything, asked
+/// when nobody got in: `Some(why)` if it did not.
+type Premise<'a> = Option<&'a dyn Fn() -> Option<String>>;
+
 /// Cuts (`cut`) while `holder` holds the name with fence `first`, then the
 /// history check against `other` (a `cmd` worker) getting in within
 /// `limit` (see [`check_holder_knew_first`]).
@@ -428,7 +441,8 @@ fn cut_while_held(
     first: u64,
     limit: Duration,
     cut: impl FnOnce(),
-) {
+    premise: Premise,
+) -> Result<(), String> {
     let cut_at = now_us();
     cut();
     // Once no reply can arrive any more, the holder's view of its lease is
@@ -436,9 +450,12 @@ fn cut_while_held(
     std::thread::sleep(Duration::from_millis(100));
     holder.tell("deadline");
     let deadline = nums(&holder.next(Duration::from_secs(10)), "deadline ")[0];
-    let granted = until_granted(other, cut_at, limit);
+    let Some(granted) = until_granted(other, cut_at, limit, premise) else {
+        return Err(premise.and_then(|p| p()).unwrap_or_default());
+    };
     let lost = nums(&holder.next(Duration::from_secs(10)), "lost ")[0];
     check_holder_knew_first(what, cut_at, (first, deadline, lost), &granted);
+    Ok(())
 }
 
 /// A Cluster in namespaces (3 masters, node timeout 1 s), or a visible skip.
@@ -518,7 +535,9 @@ fn a_redlock_holder_cut_off_from_its_majority_learns_it_lost() {
             net.cut(0, 0);
             net.cut(0, 1);
         },
-    );
+        None,
+    )
+    .expect("no premise to fail");
 }
 
 /// Cluster: the master serving the name is cut off from everyone (the
@@ -547,7 +566,9 @@ fn a_cluster_master_cut_off_fails_over_and_its_holder_learns_it_lost() {
         first,
         Duration::from_secs(40),
         || net.isolate(master),
-    );
+        None,
+    )
+    .expect("no premise to fail");
     net.rejoin(master);
 }
 
@@ -602,7 +623,7 @@ fn a_cluster_failover_that_loses_the_lease_is_reported_and_fences_still_grow() {
         "1",
         "the master has the lease"
     );
-    cut_while_held(
+    let checked = cut_while_held(
         "Cluster failover that lost the lease",
         (&mut holder, &mut other),
         first,
@@ -611,8 +632,22 @@ fn a_cluster_failover_that_loses_the_lease_is_reported_and_fences_still_grow() {
             net.isolate(master);
             net.resume(replica);
         },
+        // The replica, stopped a while, does not always win its election
+        // in time (seen 1 time in 4 on Valkey 9.1): then nothing was lost
+        // yet, and there is no verdict to give.
+        Some(&|| {
+            let role = net.cli(replica, &["role"]);
+            role.contains("slave")
+                .then(|| format!("the replica was not promoted within 40 s (role: {role:?})"))
+        }),
     );
     net.rejoin(master);
+    if let Err(why) = checked {
+        common::skip(
+            "a_cluster_failover_that_loses_the_lease_is_reported_and_fences_still_grow",
+            &why,
+        );
+    }
 }
 
 /// Cut off before it acquires: the request vanishes. The call returns by
