@@ -194,6 +194,15 @@ fn bad_input() {
     );
 }
 
+/// Clients blocked on the server now (`INFO clients`).
+fn blocked_clients(con: &mut redis::Connection) -> usize {
+    let info: String = redis::cmd("INFO").arg("clients").query(con).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// Waiters must be served in the order they arrived. `queue` is the key of
 /// the server-side queue, watched to know that each waiter has arrived
 /// before the next one starts.
@@ -218,7 +227,8 @@ fn fifo_order(
             std::thread::sleep(Duration::from_millis(20));
             drop(g);
         }));
-        // Let each waiter register before the next arrives.
+        // Let each waiter register, and block on the server (the order of
+        // blocking is the order of service), before the next arrives.
         let mut con = server.con();
         assert!(eventually(Duration::from_secs(10), || {
             redis::cmd("ZCARD")
@@ -226,6 +236,7 @@ fn fifo_order(
                 .query::<usize>(&mut con)
                 .unwrap()
                 == i + 1
+                && blocked_clients(&mut con) == i + 1
         }));
     }
     drop(first);
