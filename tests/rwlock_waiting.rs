@@ -22,18 +22,6 @@ fn keys_of(con: &mut redis::Connection, n: &str) -> Vec<String> {
     k
 }
 
-/// Waits (at most 5 s) until `n` waiters of `name` are queued on the server.
-fn queued(con: &mut redis::Connection, name: &str, n: usize) {
-    let key = format!("{{{name}}}:rw:wq");
-    assert!(
-        eventually(Duration::from_secs(5), || con
-            .zcard::<_, usize>(&key)
-            .unwrap()
-            == n),
-        "{n} waiters of {name} never queued"
-    );
-}
-
 /// The child side: one writer waiting (blocked) for `REVIEW_RW_NAME`.
 #[test]
 fn review_writer_entry() {
@@ -78,7 +66,7 @@ fn a_reader_behind_a_writer_that_died_after_a_probe_gets_in_within_5s() {
     let r1 = holder.rw_lock("probed").read().unwrap();
     let w = writer_worker(server.url(), "probed", "");
     let mut con = server.con();
-    queued(&mut con, "probed", 1);
+    common::queued(&mut con, "{probed}:rw:wq", 1);
     std::thread::sleep(Duration::from_millis(200)); // blocked
     let reader = client_with(&server, |b| b);
     let t = std::thread::spawn(move || {
@@ -423,7 +411,7 @@ fn a_frozen_writer_holds_a_hand_over_about_a_second() {
     let h = holder.rw_lock("frozen-w").write().unwrap();
     let w1 = writer_worker(server.url(), "frozen-w", "");
     let mut con = server.con();
-    queued(&mut con, "frozen-w", 1);
+    common::queued(&mut con, "{frozen-w}:rw:wq", 1);
     std::thread::sleep(Duration::from_millis(200));
     let waiter = client_with(&server, |b| b);
     let t = std::thread::spawn(move || {
@@ -433,7 +421,7 @@ fn a_frozen_writer_holds_a_hand_over_about_a_second() {
             .unwrap();
         (Instant::now(), g.is_some())
     });
-    queued(&mut con, "frozen-w", 2);
+    common::queued(&mut con, "{frozen-w}:rw:wq", 2);
     std::thread::sleep(Duration::from_millis(200));
     w1.signal(libc::SIGSTOP);
     std::thread::sleep(Duration::from_millis(100));
@@ -668,7 +656,7 @@ fn a_reader_behind_a_frozen_writer_handed_the_lock_by_the_last_reader() {
     let r1 = holder.rw_lock("frozen-r").read().unwrap();
     let w = writer_worker(server.url(), "frozen-r", "");
     let mut con = server.con();
-    queued(&mut con, "frozen-r", 1);
+    common::queued(&mut con, "{frozen-r}:rw:wq", 1);
     std::thread::sleep(Duration::from_millis(200));
     let reader = client_with(&server, |b| b);
     let t = std::thread::spawn(move || {

@@ -17,18 +17,6 @@ fn sum(d: &BTreeMap<String, u64>) -> u64 {
     d.values().sum()
 }
 
-/// Waits (at most 5 s) until `n` waiters of `name` are queued on the server.
-fn queued(con: &mut redis::Connection, name: &str, n: usize) {
-    let key = format!("{{{name}}}:sem:queue:t");
-    assert!(
-        eventually(Duration::from_secs(5), || con
-            .zcard::<_, usize>(&key)
-            .unwrap()
-            == n),
-        "{n} waiters of {name} never queued"
-    );
-}
-
 /// Plain semaphore, free permits that fit no waiter: each blocked waiter's
 /// look offers them every ~0.5 s, and the offer goes round all waiters.
 #[test]
@@ -52,7 +40,7 @@ fn free_permits_that_fit_no_waiter_cost_nothing_while_idle() {
                 })
             })
             .collect();
-        queued(&mut con, "busy", waiters);
+        common::queued(&mut con, "{busy}:sem:queue:t", waiters);
         std::thread::sleep(Duration::from_millis(1000));
         let before = commandstats(&mut con);
         std::thread::sleep(Duration::from_secs(5));
@@ -163,10 +151,10 @@ fn a_fair_line_keeps_its_order_across_a_60_s_block() {
         })
     };
     let a = spawn("A");
-    queued(&mut con, "chunk", 1);
+    common::queued(&mut con, "{chunk}:sem:queue:t", 1);
     std::thread::sleep(Duration::from_secs(2));
     let b = spawn("B");
-    queued(&mut con, "chunk", 2);
+    common::queued(&mut con, "{chunk}:sem:queue:t", 2);
     // A's 60 s chunk ends ~60 s after it blocked; B's 2 s later.
     std::thread::sleep(Duration::from_millis(59_000));
     held.release().unwrap();
@@ -323,11 +311,11 @@ fn a_fair_waiter_without_a_blocking_connection_keeps_its_turn() {
         .into_iter()
         .enumerate()
     {
-        queued(&mut con, "pool", i + 1);
+        common::queued(&mut con, "{pool}:sem:queue:t", i + 1);
         std::thread::sleep(Duration::from_millis(300));
         ts.push(spawn(c, who));
     }
-    queued(&mut con, "pool", 3);
+    common::queued(&mut con, "{pool}:sem:queue:t", 3);
     std::thread::sleep(Duration::from_millis(300));
     p.release().unwrap();
     for t in ts {
@@ -364,11 +352,11 @@ fn the_first_in_a_fair_line_keeps_its_place_while_it_lives() {
         })
     };
     let x = spawn(3, 12);
-    queued(&mut con, "hl", 1);
+    common::queued(&mut con, "{hl}:sem:queue:t", 1);
     std::thread::sleep(Duration::from_millis(300));
     // Y gives up first: X, alive and first in line, is still waiting then.
     let y = spawn(1, 6);
-    queued(&mut con, "hl", 2);
+    common::queued(&mut con, "{hl}:sem:queue:t", 2);
     std::thread::sleep(Duration::from_millis(300));
     h1.release().unwrap(); // 1 free: X takes the offer, does not fit, becomes head
     std::thread::sleep(Duration::from_millis(300));
@@ -422,7 +410,7 @@ fn a_fair_waiter_told_by_messages_is_not_passed_by_a_blocked_one() {
         == 1));
     std::thread::sleep(Duration::from_millis(300));
     let b = spawn(no_poll(&server.url()), "B");
-    queued(&mut admin, "mix", 2);
+    common::queued(&mut admin, "{mix}:sem:queue:t", 2);
     std::thread::sleep(Duration::from_millis(300));
     p.release().unwrap();
     a.join().unwrap();
@@ -569,14 +557,14 @@ fn an_acl_without_lpop_does_not_lose_an_offer() {
             .unwrap()
             .is_some()
     });
-    queued(&mut admin, "nl", 1);
+    common::queued(&mut admin, "{nl}:sem:queue:t", 1);
     std::thread::sleep(Duration::from_millis(300));
     let b = no_poll(&server.url()).semaphore("nl", 2);
     let bt = std::thread::spawn(move || {
         let p = b.acquire_timeout(Duration::from_secs(10)).unwrap();
         (Instant::now(), p.is_some())
     });
-    queued(&mut admin, "nl", 2);
+    common::queued(&mut admin, "{nl}:sem:queue:t", 2);
     std::thread::sleep(Duration::from_millis(300));
     let released = Instant::now();
     p1.release().unwrap();

@@ -462,3 +462,17 @@ pub fn user_without_blocking(admin: &mut redis::Connection, server: &Server) -> 
         .unwrap();
     format!("redis://noblock:pw@127.0.0.1:{}/", server.port())
 }
+
+/// Waits (at most 5 s) until the sorted set `queue` (a name's waiters on
+/// the server) holds `n` entries.
+#[allow(dead_code)]
+pub fn queued(con: &mut redis::Connection, queue: &str, n: usize) {
+    assert!(
+        eventually(Duration::from_secs(5), || redis::cmd("ZCARD")
+            .arg(queue)
+            .query::<usize>(con)
+            .unwrap()
+            == n),
+        "{n} waiters never queued in {queue}"
+    );
+}
