@@ -947,10 +947,10 @@ enum Long {
 /// them, in a pipeline that starts with `SCRIPT LOAD`.
 fn renewal_shas() -> [String; 2] {
     [
-        redis::Script::new(include_str!("../lua/lock_extend.lua"))
+        redis::Script::new(&common::lua_source("lock_extend.lua"))
             .get_hash()
             .to_string(),
-        redis::Script::new(include_str!("../lua/zset_extend.lua"))
+        redis::Script::new(&common::lua_source("zset_extend.lua"))
             .get_hash()
             .to_string(),
     ]

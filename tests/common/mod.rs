@@ -214,7 +214,8 @@ pub fn set_acl_user(con: &mut redis::Connection, user: &str, rules: &str) {
 }
 
 /// A script of `lua/` as the library sends it: the preludes named in its
-/// `-- Uses` header line, then the file itself (see src/scripts.rs).
+/// `-- Uses` header line, then the file itself, without comment lines,
+/// indentation or blank lines (see src/scripts.rs).
 #[allow(dead_code)]
 pub fn lua_source(file: &str) -> String {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
@@ -231,7 +232,11 @@ pub fn lua_source(file: &str) -> String {
         code.push('\n');
     }
     code.push_str(&body);
-    code
+    code.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("--"))
+        .map(|l| format!("{l}\n"))
+        .collect()
 }
 
 /// A client that never polls: only a grant (or a message) can wake its
