@@ -173,7 +173,6 @@ fn attempt(
     make: &dyn Fn(&Arc<str>) -> Result<Spec>,
     about: &mut Option<(&'static str, Arc<[u8]>)>,
 ) -> Result<Option<Arc<Held>>> {
-    let backend = client.backend();
     let (slot, reentry) = match slot {
         Some((s, r)) => (Some(s), r),
         None => (None, Reentry::Allow),
@@ -193,62 +192,120 @@ fn attempt(
         // (renewal gave up during an outage): remove it, token-checked, or
         // this thread would wait for its own key.
         if let Some(stale) = reentrancy::peek(slot) {
-            let _ = backend.confirm(&stale.release.call());
+            let _ = client.backend().confirm(&stale.release.call());
         }
     }
-    let mut token = client.new_token();
-    let mut spec = make(&token)?;
-    *about = Some((spec.what, spec.name.clone()));
-    let valid = valid_for(client, spec.lease)?;
-    let wakeup = client.wakeup();
+    let mut acquisition = Acquisition::new(client, make, deadline)?;
+    *about = Some((acquisition.spec.what, acquisition.spec.name.clone()));
+    let valid = valid_for(client, acquisition.spec.lease)?;
+    let spec = &acquisition.spec;
     let wake = spec.wake.clone();
-    let (turns, jump) = (spec.turns, spec.jump);
-    let direct = match &spec.direct {
-        Some(_) if backend.grants_directly() => Some(ROOM_CHUNK),
-        _ => None,
-    };
-    // The renewal thread's looks for this waiter while it is blocked (see
-    // `Direct::watch`), for the current token.
-    let mut watching: Option<Arc<LeaseState>> = None;
-
-    // What the attempts left behind, for the clean-up if we give up.
-    // The current token may hold a grant nobody confirmed: an attempt's
-    // outcome was unknown, and no reply has decided since (a repeat that
-    // could not even be sent does not).
-    let mut ambiguous = false;
-    let mut late = false; // the last attempt's reply was late (server stalled)
-    let mut sent: Vec<Spec> = Vec::new(); // specs whose grant reached the server
-    let mut reached = false; // the current spec's grant reached the server
-
     let wait = crate::wakeup::Wait {
         key: &wake,
-        turns,
+        turns: spec.turns,
         deadline,
-        jump,
-        direct,
+        jump: spec.jump,
+        direct: match &spec.direct {
+            Some(_) if client.backend().grants_directly() => Some(ROOM_CHUNK),
+            _ => None,
+        },
         signalled: None,
         patient: spec.patient,
     };
-    let acquired = wakeup.acquire(wait, |block| {
+    let outcome = client
+        .wakeup()
+        .acquire(wait, |block| acquisition.step(block));
+    acquisition.finish(outcome, valid, slot)
+}
+
+/// What a granting round trip returned: the fence, the instant before it
+/// was sent (the lease started after it), and whether the grant was taken
+/// from the open list (a short first lease, see [`taken_by_pop`]).
+type Granted = (i64, Instant, bool);
+
+/// One acquisition past re-entry, as a state machine the waiting loop
+/// drives: each round trip is [`step`](Self::step) (send, then
+/// [`on_busy`](Self::on_busy) or [`on_error`](Self::on_error)), and
+/// [`finish`](Self::finish) turns the loop's outcome into a hold, or
+/// cleans up what the attempts left on the server.
+struct Acquisition<'a> {
+    client: &'a Client,
+    make: &'a dyn Fn(&Arc<str>) -> Result<Spec>,
+    deadline: Option<Instant>,
+    /// The current token and the spec built for it. A late reply retires
+    /// both (see [`on_error`](Self::on_error)).
+    token: Arc<str>,
+    spec: Spec,
+    /// The renewal thread's looks for this waiter while it is blocked (see
+    /// `Direct::watch`), for the current token.
+    watching: Option<Arc<LeaseState>>,
+    /// The current token may hold a grant nobody confirmed: an attempt's
+    /// outcome was unknown, and no reply has decided since (a repeat that
+    /// could not even be sent does not).
+    ambiguous: bool,
+    /// The last attempt's reply was late (the server stalled), or the
+    /// server was unreachable with nothing of ours possibly granted.
+    late: bool,
+    /// The current spec's grant reached the server.
+    reached: bool,
+    /// Retired specs whose grants reached the server: their queue entries
+    /// are withdrawn at the end.
+    sent: Vec<Spec>,
+}
+
+impl<'a> Acquisition<'a> {
+    fn new(
+        client: &'a Client,
+        make: &'a dyn Fn(&Arc<str>) -> Result<Spec>,
+        deadline: Option<Instant>,
+    ) -> Result<Acquisition<'a>> {
+        let token = client.new_token();
+        let spec = make(&token)?;
+        Ok(Acquisition {
+            client,
+            make,
+            deadline,
+            token,
+            spec,
+            watching: None,
+            ambiguous: false,
+            late: false,
+            reached: false,
+            sent: Vec::new(),
+        })
+    }
+
+    /// One round trip: blocking on the open list for `block` where the
+    /// waiting loop says so, else one grant.
+    fn step(&mut self, block: Option<Duration>) -> Result<Attempt<Granted>> {
         // A lease granted in this round trip started after this instant.
         let at = Instant::now();
-        let reply = match (block, &spec.direct) {
-            (Some(block), Some(d)) => backend
-                .grant_blocking(
+        match self.send(block) {
+            Ok(((1, fence), short)) => Ok(Attempt::Acquired((fence, at, short))),
+            Ok(((_, wait), _)) => Ok(self.on_busy(at, wait)),
+            Err(e) => Err(self.on_error(e)?),
+        }
+    }
+
+    fn send(&self, block: Option<Duration>) -> Result<((i64, i64), bool)> {
+        let backend = self.client.backend();
+        let spec = &self.spec;
+        let undo = spec.undo.as_ref().unwrap_or(&spec.release).call();
+        match (block, &spec.direct) {
+            (Some(block), Some(d)) => {
+                let (reply, popped) = backend.grant_blocking(
                     &d.list,
                     &d.into,
                     block,
                     &spec.grant.call(),
-                    &spec.undo.as_ref().unwrap_or(&spec.release).call(),
-                    deadline,
-                )
-                .map(|(reply, popped)| {
-                    if popped {
-                        wakeup.delivered_directly();
-                    }
-                    // Taken from the open list: a short first lease.
-                    (reply, popped)
-                }),
+                    &undo,
+                    self.deadline,
+                )?;
+                if popped {
+                    self.client.wakeup().delivered_directly();
+                }
+                Ok((reply, popped))
+            }
             (_, direct) => {
                 // A waiter that can no longer block (the server refused it)
                 // says so in its queue entry: its grant then comes with a
@@ -257,86 +314,98 @@ fn attempt(
                     Some(d) if !backend.grants_directly() => &d.by_message,
                     _ => &spec.grant,
                 };
-                backend
-                    .grant(
-                        &grant.call(),
-                        &spec.undo.as_ref().unwrap_or(&spec.release).call(),
-                        spec.lease,
-                        spec.fence.as_deref(),
-                        deadline,
-                    )
-                    .map(|reply| (reply, false))
-            }
-        };
-        match reply {
-            Ok(((1, fence), short)) => Ok(Attempt::Acquired((fence, at, short))),
-            Ok(((_, wait), _)) => {
-                (ambiguous, late, reached) = (false, false, true);
-                if let (None, Some(look), true) = (
-                    &watching,
-                    spec.direct.as_ref().and_then(|d| d.watch.as_ref()),
-                    backend.grants_directly(),
-                ) {
-                    let first = at + Duration::from_millis(wait.max(0) as u64);
-                    watching = Some(renewal::watch(backend, Arc::new(look.clone()), first));
-                }
-                Ok(Attempt::busy_ms(wait))
-            }
-            Err(e) => {
-                ambiguous |= e.is_ambiguous();
-                // Stalled (its undo is queued), or unreachable with nothing
-                // of ours possibly granted: clean-up calls would only wait
-                // out timeouts of their own.
-                late = e.is_undone() || (e.is_unsent() && !ambiguous);
-                reached |= !e.is_unsent();
-                if e.is_undone() {
-                    // Its undo is queued behind it: never grant this token
-                    // again, or the undo could remove the new hold.
-                    let fresh = client.new_token();
-                    let next = make(&fresh)?;
-                    sent.push(std::mem::replace(&mut spec, next));
-                    token = fresh;
-                    if let Some(w) = watching.take() {
-                        w.finish();
-                    }
-                    (ambiguous, reached) = (false, false);
-                }
-                Err(e)
+                let reply = backend.grant(
+                    &grant.call(),
+                    &undo,
+                    spec.lease,
+                    spec.fence.as_deref(),
+                    self.deadline,
+                )?;
+                Ok((reply, false))
             }
         }
-    });
-    if let Some(w) = watching.take() {
-        w.finish();
     }
-    match acquired {
-        Ok(Some((fence, at, short))) => {
-            // Earlier tokens (replaced after a late reply) may have left
-            // queue entries or intents.
-            clean_up(client, &sent, false, false);
-            let grant = Grant {
-                token,
-                fence,
-                at,
-                valid,
-            };
-            Ok(Some(if short {
-                taken_by_pop(client, spec, grant, slot)
-            } else {
-                hold(client, spec, grant, slot)
-            }))
+
+    /// Busy for `wait` ms: the grant was decided, and a waiter that blocks
+    /// on the server is looked after by the renewal thread from when the
+    /// holder's lease would end.
+    fn on_busy(&mut self, at: Instant, wait: i64) -> Attempt<Granted> {
+        (self.ambiguous, self.late, self.reached) = (false, false, true);
+        let backend = self.client.backend();
+        let look = self.spec.direct.as_ref().and_then(|d| d.watch.as_ref());
+        if let (None, Some(look), true) = (&self.watching, look, backend.grants_directly()) {
+            let first = at + Duration::from_millis(wait.max(0) as u64);
+            self.watching = Some(renewal::watch(backend, Arc::new(look.clone()), first));
         }
-        other => {
-            if reached {
-                sent.push(spec);
+        Attempt::busy_ms(wait)
+    }
+
+    /// Notes what a failed round trip may have left, and returns the error
+    /// for the waiting loop to judge. A late reply retires the token: its
+    /// undo is queued behind it, and could remove a new hold made with it.
+    fn on_error(&mut self, e: Error) -> Result<Error> {
+        self.ambiguous |= e.is_ambiguous();
+        // Stalled (its undo is queued), or unreachable with nothing of ours
+        // possibly granted: clean-up calls would only wait out timeouts of
+        // their own.
+        self.late = e.is_undone() || (e.is_unsent() && !self.ambiguous);
+        self.reached |= !e.is_unsent();
+        if e.is_undone() {
+            let fresh = self.client.new_token();
+            let next = (self.make)(&fresh)?;
+            self.sent.push(std::mem::replace(&mut self.spec, next));
+            self.token = fresh;
+            if let Some(w) = self.watching.take() {
+                w.finish();
             }
-            clean_up(client, &sent, ambiguous, late);
-            // An attempt may have granted: the caller must not read "not
-            // sent" in the last repeat's error (it is released, token-
-            // checked, if the server could be reached, else it ends with
-            // its lease).
-            other
-                .map(|_| None)
-                .map_err(|e| if ambiguous { e.maybe_ran() } else { e })
+            (self.ambiguous, self.reached) = (false, false);
+        }
+        Ok(e)
+    }
+
+    /// The hold, if granted; otherwise the clean-up of what the attempts
+    /// left, and the outcome with "maybe ran" where a grant may stand.
+    fn finish(
+        mut self,
+        outcome: Result<Option<Granted>>,
+        valid: Duration,
+        slot: Option<&HoldKey>,
+    ) -> Result<Option<Arc<Held>>> {
+        if let Some(w) = self.watching.take() {
+            w.finish();
+        }
+        let client = self.client;
+        match outcome {
+            Ok(Some((fence, at, short))) => {
+                // Earlier tokens (replaced after a late reply) may have left
+                // queue entries.
+                clean_up(client, &self.sent, false, false);
+                let grant = Grant {
+                    token: self.token,
+                    fence,
+                    at,
+                    valid,
+                };
+                Ok(Some(if short {
+                    taken_by_pop(client, self.spec, grant, slot)
+                } else {
+                    hold(client, self.spec, grant, slot)
+                }))
+            }
+            other => {
+                if self.reached {
+                    self.sent.push(self.spec);
+                }
+                clean_up(client, &self.sent, self.ambiguous, self.late);
+                // An attempt may have granted: the caller must not read "not
+                // sent" in the last repeat's error (it is released, token-
+                // checked, if the server could be reached, else it ends with
+                // its lease).
+                let ambiguous = self.ambiguous;
+                other
+                    .map(|_| None)
+                    .map_err(|e| if ambiguous { e.maybe_ran() } else { e })
+            }
         }
     }
 }
