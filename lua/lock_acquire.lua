@@ -1,7 +1,7 @@
 -- Acquire an exclusive lease (plain or fair lock) and draw a fencing token,
 -- atomically. A waiter queues; a release opens the name to its waiters
 -- (queue.lua hand_on), and the oldest live blocked one takes it.
--- Uses     clock.lua, fence.lua, publish.lua, queue.lua
+-- Uses     clock.lua, took.lua, fence.lua, publish.lua, queue.lua
 -- KEYS[1]  lock key: a string "<owner token>#<fence>" while held, or
 --          "rl:grant#<fence>" while open to the waiters (queue.lua)
 -- KEYS[2]  fencing counter (fence.lua)
@@ -39,19 +39,10 @@ local me, lease, ttl, prefix = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local blocks = ARGV[9] == 'block'
 local open = prefix .. 'open'
 local mine = prefix .. me
--- What this waiter's pop (right before this script) took from the open
--- list. (An ACL without LPOP refused the pop too: nothing was taken.)
-local took = ARGV[10] == 'popped' and redis.pcall('LPOP', mine)
-if type(took) == 'table' then
-  -- An ACL without LPOP. Nothing taken (the pop was refused too, or this
-  -- is a first look): carry on. Something taken (BLMOVE allowed): it
-  -- cannot be read; drop it (the hand-over lapses) and say so, and the
-  -- client waits for messages instead.
-  took = false
-  if redis.call('EXISTS', mine) == 1 then
-    redis.call('DEL', mine)
-    return redis.error_reply('NOPERM redlease needs LPOP with BLMOVE (see the README ACL line)')
-  end
+-- What this waiter's pop (right before this script) took (took.lua).
+local took = took_from_open(mine, ARGV[10] == 'popped')
+if took == nil then
+  return redis.error_reply(NOPERM_POP)
 end
 local holder = redis.call('GET', lock)
 if holder then

@@ -2,7 +2,7 @@
 -- the last reader's release, or a writer's, opens the write hold to the
 -- queued writers (rw_grant.lua rw_open), and the one blocked longest takes
 -- it.
--- Uses     clock.lua, fence.lua, publish.lua, queue.lua, rw_grant.lua
+-- Uses     clock.lua, took.lua, fence.lua, publish.lua, queue.lua, rw_grant.lua
 -- KEYS     as every read-write lock script (src/rwlock.rs Keys::scripted):
 --          KEYS[1] writer key ("<owner token>#<fence>", or "rl:grant#<fence>"
 --          while open to the queued writers), KEYS[2] readers (sorted
@@ -36,14 +36,10 @@ local claim = tonumber(ARGV[5])
 local blocks = ARGV[8] == 'block'
 local open = prefix .. 'open'
 local mine = prefix .. me
-local took = ARGV[9] == 'popped' and redis.pcall('LPOP', mine)
-if type(took) == 'table' then
-  -- An ACL without LPOP (see lua/lock_acquire.lua).
-  took = false
-  if redis.call('EXISTS', mine) == 1 then
-    redis.call('DEL', mine)
-    return redis.error_reply('NOPERM redlease needs LPOP with BLMOVE (see the README ACL line)')
-  end
+-- What this writer's pop (right before this script) took (took.lua).
+local took = took_from_open(mine, ARGV[9] == 'popped')
+if took == nil then
+  return redis.error_reply(NOPERM_POP)
 end
 if took == 'probe' then
   -- A reader asked whether a writer waits: this one does.

@@ -2,7 +2,7 @@
 -- waiter queues; a release offers the free permits to the blocked waiters
 -- (sem_grant.lua sem_offer), and the one blocked longest takes them if they
 -- fit.
--- Uses     clock.lua, publish.lua, sem_grant.lua
+-- Uses     clock.lua, took.lua, publish.lua, sem_grant.lua
 -- KEYS[1]  permits: sorted set, member = "<k>:<token>", score = the permit's
 --          expiry in server time (ms); expired permits are reclaimed here
 -- KEYS[2]  permit count N while any permit is held (lives as long as KEYS[1])
@@ -38,17 +38,12 @@ local me, n, k = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4])
 local fair, ttl, blocks = ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7] == 'block'
 local prefix, claim = ARGV[8], tonumber(ARGV[9])
 local mine = prefix .. me
--- What this waiter's pop (right before this script) took from the open
--- list. (An ACL without LPOP refused the pop too: nothing was taken.)
-local took = ARGV[12] == 'popped' and redis.pcall('LPOP', mine)
-if type(took) == 'table' then
-  took = false
-  if redis.call('EXISTS', mine) == 1 then
-    -- An offer it cannot read: the next waiter's.
-    redis.call('DEL', mine)
-    sem_pass(prefix, claim, 0)
-    return redis.error_reply('NOPERM redlease needs LPOP with BLMOVE (see the README ACL line)')
-  end
+-- What this waiter's pop (right before this script) took (took.lua).
+local took = took_from_open(mine, ARGV[12] == 'popped')
+if took == nil then
+  -- An offer it cannot read: the next waiter's.
+  sem_pass(prefix, claim, 0)
+  return redis.error_reply(NOPERM_POP)
 end
 local passes = took and (tonumber(took) or 0)
 local now = now_ms()

@@ -29,6 +29,7 @@ pub(crate) struct Lua {
 /// The preludes a script may name in its `-- Uses` line.
 const PRELUDES: &[(&str, &str)] = &[
     ("clock.lua", include_str!("../lua/clock.lua")),
+    ("took.lua", include_str!("../lua/took.lua")),
     ("fence.lua", include_str!("../lua/fence.lua")),
     ("publish.lua", include_str!("../lua/publish.lua")),
     ("queue.lua", include_str!("../lua/queue.lua")),
