@@ -27,7 +27,9 @@
 --          and twice the claim, which the client raises at once; again,
 --          with the same fence, when the same token asks again);
 --          {0, ms} wait: ms until the writer's lease or the first reader's
---          lease ends, or the claim of a hand-over made here (-1 unknown)
+--          lease ends (at most five claims for a queued writer: when its
+--          process's first look is due), or the claim of a hand-over made
+--          here (-1 unknown)
 -- Errors   WRONGTYPE, REDLEASE_FOREIGN (a value not written by redlease,
 --          a holder or reader that never expires)
 local writer, readers, counter, q, qt = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -89,7 +91,13 @@ if held > 0 then
     rw_alive(prefix, claim)
   end
   local first = redis.call('ZRANGE', readers, 0, 0, 'WITHSCORES')
-  return {0, tonumber(first[2]) - now}
+  local wait = tonumber(first[2]) - now
+  if ttl > 0 then
+    -- Its process's first look (lua/rw_watch.lua) comes before the mark
+    -- lapses, to keep it up while readers wait behind this writer.
+    wait = math.min(wait, claim * 5)
+  end
+  return {0, wait}
 end
 local head = queue_head(q, qt)
 if head == nil or head == me then
