@@ -46,7 +46,7 @@ fn free_permits_that_fit_no_waiter_cost_nothing_while_idle() {
         std::thread::sleep(Duration::from_secs(5));
         let after = commandstats(&mut con);
         let mut between = commands_between(&before, &after);
-        between.remove("script|load");
+        common::without_script_loads(&mut between);
         let n = sum(&between);
         println!(
             "FIGURES {waiters} idle plain waiters (k=2, 1 of 3 free): {n} commands in 5 s = {:.1}/s each: {between:?}",

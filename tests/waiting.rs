@@ -474,7 +474,7 @@ fn idle_semaphore_waiters_cost_the_server_nothing() {
         // Each new client loads the look's script once, at its first look
         // (in this window): not a cost of waiting longer.
         let mut between = commands_between(&before, &after);
-        between.remove("script|load");
+        common::without_script_loads(&mut between);
         let sent = sum(between.clone());
         let per = sent as f64 / 5.0 / window.as_secs_f64();
         println!("FIGURES 5 idle {name} waiters over 5 s: {sent} server commands, {per:.2}/s each");
@@ -620,7 +620,7 @@ fn idle_writers_cost_the_server_nothing() {
     let after = commandstats(&mut con);
     // Each new client loads the look's script once (see above).
     let mut between = commands_between(&before, &after);
-    between.remove("script|load");
+    common::without_script_loads(&mut between);
     let sent = sum(between.clone());
     let per = sent as f64 / 5.0 / window.as_secs_f64();
     println!("FIGURES 5 idle writers over 5 s: {sent} server commands, {per:.2}/s each");
