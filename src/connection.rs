@@ -2,7 +2,7 @@
 //! commands ([`Client::connection`]), and the closures that do Redis work
 //! under a lock with it ([`Lock::with_connection`]).
 
-use crate::backend::single::Manager;
+use crate::backend::Manager;
 use crate::{Client, Error, Lock, Result};
 
 /// A connection from the client's pool (same server, TLS, user and

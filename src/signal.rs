@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::renewal::{self, LeaseState};
+use crate::lease_state::{self, LeaseState};
 
 /// Tells whether the lease a guard holds is still held, from any thread.
 ///
@@ -58,7 +58,7 @@ impl LostSignal {
     /// `timeout` passes. Woken by the renewal thread's finding, by a
     /// release, and by the local expiry itself; no polling.
     pub fn wait_timeout(&self, timeout: Duration) -> bool {
-        renewal::wait_lost(&self.states, timeout)
+        lease_state::wait_lost(&self.states, timeout)
     }
 }
 

@@ -16,7 +16,9 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConnection};
 use redis::{FromRedisValue, Value};
 
 use super::fan_out::{fan_out, Request};
-use super::single::{client_for, pool, warn_if_evicting, Source};
+use super::node::warn_if_evicting;
+use super::pool::pool;
+use super::source::{client_for, Source};
 use super::wire::{with_tls, within, Wire};
 use super::{Call, Node, Timeouts};
 use crate::error::{Error, ErrorKind, Result};
@@ -606,7 +608,7 @@ impl ClusterLeader {
 
     pub(crate) fn check(&self) -> Result<()> {
         self.routed(|con| redis::cmd("PING").query::<()>(con))?;
-        if let Ok(Some(id)) = self.routed(|con| Ok(super::single::identify(con))) {
+        if let Ok(Some(id)) = self.routed(|con| Ok(super::node::identify(con))) {
             let _ = self.identity.set(id);
         }
         for seed in &self.seeds {

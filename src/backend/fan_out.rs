@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::single::{Con, Sent};
+use super::node::Sent;
+use super::pool::Con;
 use super::{Call, Node};
 use crate::error::{Error, ErrorKind, Result};
 

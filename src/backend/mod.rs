@@ -15,11 +15,13 @@
 #[cfg(feature = "cluster")]
 mod cluster;
 mod fan_out;
+mod node;
+mod pool;
 mod redlock;
 #[cfg(feature = "sentinel")]
 mod sentinel;
-pub(crate) mod single;
 mod slots;
+mod source;
 mod wire;
 
 use std::time::{Duration, Instant};
@@ -31,8 +33,9 @@ use std::sync::Arc;
 use crate::error::{redact_url, Error, ErrorKind, Result};
 use crate::scripts::Lua;
 
+pub(crate) use node::{identify, Node};
+pub(crate) use pool::Manager;
 use redlock::Redlock;
-pub(crate) use single::{identify, Node};
 pub(crate) use wire::Wire;
 
 /// Connection settings shared by pooled and dedicated connections.
@@ -226,7 +229,7 @@ impl Backend {
         }
         let mut infos = Vec::with_capacity(urls.len());
         for u in urls {
-            single::refuse_insecure(u)?;
+            source::refuse_insecure(u)?;
             let info =
                 redis::IntoConnectionInfo::into_connection_info(u.as_str()).map_err(|e| {
                     let why =
@@ -270,7 +273,7 @@ impl Backend {
         }
         let sentinels = sentinel::Sentinels::new(infos, master, settings, secure, timeouts.clone())
             .map_err(|e| Error::invalid("invalid Sentinel configuration").with_source(e))?;
-        let source = single::Source::Sentinel(sentinels);
+        let source = source::Source::Sentinel(sentinels);
         Ok(Backend {
             kind: Kind::Single(Box::new(Node::with_source(
                 source,
@@ -351,7 +354,7 @@ impl Backend {
 
     /// A pooled connection to the one server (or the Sentinels' master),
     /// for the application's own commands.
-    pub(crate) fn lend(&self) -> Result<r2d2::PooledConnection<single::Manager>> {
+    pub(crate) fn lend(&self) -> Result<r2d2::PooledConnection<Manager>> {
         match &self.kind {
             Kind::Single(node) => node.lend().map_err(|e| e.at(&self.place)),
             _ => Err(Error::new(

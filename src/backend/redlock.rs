@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use redis::{FromRedisValue, Value};
 
-use super::single::batch;
+use super::pool::batch;
 use super::{fan_out, Call, Node};
 use crate::error::{Error, ErrorKind, Result};
 use crate::scripts::FENCE_RAISE;

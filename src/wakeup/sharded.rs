@@ -30,14 +30,11 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use super::{Shared, SUBSCRIBER_TICK};
+use super::{Shared, REFUSED_RETRY, SUBSCRIBER_TICK};
 use crate::backend::{Backend, Wire};
 
-/// How long a channel is not asked for again (its waiters poll meanwhile)
-/// after an ACL refused it: that will not change soon.
-const REFUSED_RETRY: Duration = Duration::from_secs(10);
-
-/// ... and after its master could not be reached: the slot map is read
+/// How long a channel is not asked for again after its master could not
+/// be reached (after an ACL refused it: `REFUSED_RETRY`); the slot map is read
 /// again meanwhile (at most once a second).
 const MOVED_RETRY: Duration = Duration::from_secs(1);
 

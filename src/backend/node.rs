@@ -1,4 +1,6 @@
-//! One Redis server (fixed, or the master the Sentinels name) and its pool.
+//! One Redis server (fixed, or the master the Sentinels name): its pool,
+//! spare connections for blocking calls, a circuit breaker, `WAIT` acks.
+//! Every topology is made of nodes.
 //!
 //! This is where a call's outcome is classified (see the fault model in
 //! GUARANTEES.md): a call that never got a connection is *not sent*
@@ -10,251 +12,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use once_cell::sync::Lazy;
 use redis::{FromRedisValue, Value};
 
+use super::pool::{pool, Con, Manager};
+use super::source::{client_for, Source};
 use super::wire::Wire;
 use super::{Call, Timeouts};
 use crate::error::{Error, ErrorKind, Result};
-
-/// A lazily filled pool: connections open on demand. No test on checkout:
-/// a PING per checkout would double the round trips of every acquire;
-/// broken connections are noticed by `has_broken` and replaced.
-pub(crate) fn pool<M: r2d2::ManageConnection>(
-    manager: M,
-    pool_size: u32,
-    timeouts: &Timeouts,
-) -> r2d2::Pool<M> {
-    r2d2::Pool::builder()
-        .max_size(pool_size)
-        .min_idle(Some(0))
-        .test_on_check_out(false)
-        .connection_timeout(timeouts.pool)
-        .error_handler(Box::new(ThrottledErrors::default()))
-        .build_unchecked(manager)
-}
-
-/// r2d2 logs every failed connection attempt at ERROR (hundreds in one
-/// outage); callers already get each failure as an `Error`. This logs one
-/// warning per minute at most, with how many were folded into it.
-#[derive(Debug, Default)]
-struct ThrottledErrors {
-    last: std::sync::Mutex<Option<Instant>>,
-    folded: AtomicU64,
-}
-
-impl<E: std::fmt::Display> r2d2::HandleError<E> for ThrottledErrors {
-    fn handle_error(&self, error: E) {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if last.is_some_and(|t| t.elapsed() < Duration::from_secs(60)) {
-            self.folded.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        *last = Some(Instant::now());
-        let folded = self.folded.swap(0, Ordering::Relaxed);
-        let text = crate::error::without_script_hash(&error.to_string());
-        if folded > 0 {
-            log::warn!("redlease: cannot open a connection: {text} ({folded} more failures in the last minute)");
-        } else {
-            log::warn!("redlease: cannot open a connection: {text}");
-        }
-    }
-}
-
-/// Refuses a URL that turns certificate checks off (`#insecure`): redis-rs
-/// honours it when any crate of the build enables its insecure TLS feature,
-/// and redlease promises verified TLS.
-///
-/// Decided on the URL as redis-rs parses it (which drops whitespace
-/// around it and tabs or newlines inside, `#insecure ` included), and on
-/// the text as well (any spelling of the fragment), never on the text
-/// alone.
-pub(crate) fn refuse_insecure(url: &str) -> Result<()> {
-    use redis::IntoConnectionInfo;
-    let parsed = url.into_connection_info().is_ok_and(|info| {
-        matches!(
-            info.addr(),
-            redis::ConnectionAddr::TcpTls { insecure: true, .. }
-        )
-    });
-    let written = url.rsplit_once('#').is_some_and(|(_, fragment)| {
-        let f: String = fragment.chars().filter(|c| !c.is_whitespace()).collect();
-        f.eq_ignore_ascii_case("insecure")
-    });
-    if parsed || written {
-        return Err(Error::invalid(format!(
-            "redis URL {:?} asks for TLS without certificate checks (#insecure), which redlease refuses; give the CA with tls_root_cert instead",
-            crate::error::redact_url(url)
-        )));
-    }
-    Ok(())
-}
-
-/// [`open_client`], with a bad URL reported as an invalid argument.
-pub(crate) fn client_for(url: &str, timeouts: &Timeouts) -> Result<redis::Client> {
-    refuse_insecure(url)?;
-    open_client(url, timeouts).map_err(|e| {
-        let why = crate::error::url_trouble(url).map_or(String::new(), |t| format!(": {t}"));
-        Error::invalid(format!(
-            "cannot use redis URL {:?}{why}",
-            crate::error::redact_url(url)
-        ))
-        .with_source(e)
-    })
-}
-
-/// A client for one URL; with TLS, verifying the server's certificate
-/// against the configured roots or the system's.
-pub(crate) fn open_client(url: &str, timeouts: &Timeouts) -> redis::RedisResult<redis::Client> {
-    #[cfg(feature = "tls-rustls")]
-    if let Some(certs) = timeouts.tls.certificates() {
-        // rustls needs a process-wide crypto provider; installing one twice
-        // is harmless (the second call just reports the first).
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        return redis::Client::build_with_tls(url, certs);
-    }
-    #[cfg(feature = "tls-rustls")]
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let _ = timeouts;
-    redis::Client::open(url)
-}
-
-/// Where a node's connections go: a fixed address, or whichever server the
-/// Sentinels currently name as master (asked again for every new
-/// connection, so the pool follows the master across a failover).
-pub(crate) enum Source {
-    Url(redis::Client),
-    #[cfg(feature = "sentinel")]
-    Sentinel(super::sentinel::Sentinels),
-}
-
-impl Source {
-    fn client(&self) -> redis::RedisResult<redis::Client> {
-        match self {
-            Source::Url(c) => Ok(c.clone()),
-            #[cfg(feature = "sentinel")]
-            Source::Sentinel(s) => s.master(),
-        }
-    }
-}
-
-/// A pooled connection that can be retired by us, not only by the socket:
-/// after a failover the old master may still accept connections but answer
-/// writes with `READONLY`, and a connection whose reply is late must not
-/// serve the next caller (it would wait behind the stalled command).
-pub(crate) struct Con {
-    inner: Wire,
-    broken: bool,
-    /// The node's generation when this connection was opened (see
-    /// `Node::generation`).
-    generation: u64,
-}
-
-impl Con {
-    /// A new connection with read and write timeouts set to `response`:
-    /// how the pool and the spares both open theirs.
-    fn open(
-        source: &Source,
-        timeouts: &Timeouts,
-        connect: Duration,
-        generation: u64,
-    ) -> redis::RedisResult<Con> {
-        let inner = Wire::open(&source.client()?, &timeouts.tls, connect, timeouts.response)?;
-        Ok(Con {
-            inner,
-            broken: false,
-            generation,
-        })
-    }
-
-    /// Writes `packed` (`count` commands) and reads their replies (see
-    /// [`Con::replies`]).
-    fn exchange(
-        &mut self,
-        packed: &[u8],
-        count: usize,
-        until: Instant,
-        response: Duration,
-    ) -> redis::RedisResult<Vec<Value>> {
-        self.inner.send_packed_command(packed)?;
-        self.replies(count, until, response)
-    }
-
-    /// Reads `count` replies, all due by `until`; error replies are values.
-    /// Stops at the first failure: redis-rs's own pipeline reading goes on
-    /// after a timeout, waiting a whole timeout for each remaining reply —
-    /// minutes for a renewal batch on a stalled server, during which every
-    /// other lease of that batch's backend goes unrenewed. The read timeout
-    /// is back to `response` afterwards.
-    fn replies(
-        &mut self,
-        count: usize,
-        until: Instant,
-        response: Duration,
-    ) -> redis::RedisResult<Vec<Value>> {
-        let mut out = Vec::with_capacity(count);
-        let mut result = Ok(());
-        while out.len() < count {
-            let left = until.saturating_duration_since(Instant::now());
-            let _ = self
-                .inner
-                .set_read_timeout(Some(left.max(Duration::from_millis(1))));
-            match self.inner.recv_response() {
-                // RESP3 pushes are not replies.
-                Ok(Value::Push { .. }) => {}
-                Ok(v) => out.push(v),
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
-        }
-        let _ = self.inner.set_read_timeout(Some(response));
-        result.map(|()| out)
-    }
-
-    /// Writes `calls` (undos) without waiting for their replies, in one
-    /// write: each distinct script loaded once (`SCRIPT LOAD`), then an
-    /// `EVALSHA` per call. The server runs them after everything sent
-    /// before on this connection, even once we have closed it, provided it
-    /// reads them before its replies to the earlier requests reach our
-    /// closed socket (whose reset discards what it has not read yet):
-    /// hence as few bytes as possible, not a self-contained `EVAL` per
-    /// call. Redis 6.2 reads 16 KiB at a time, and three `EVAL`s of the
-    /// release script behind a late multi-lock grant did not fit: two
-    /// locks stayed held until their leases ran out.
-    fn send_undo(&mut self, calls: &[Call<'_>]) {
-        let (pipe, _) = batch(calls);
-        let _ = self.inner.send_packed_command(&pipe.get_packed_pipeline());
-    }
-}
-
-impl redis::ConnectionLike for Con {
-    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<Value> {
-        self.inner.req_packed_command(cmd)
-    }
-
-    fn req_packed_commands(
-        &mut self,
-        cmd: &[u8],
-        offset: usize,
-        count: usize,
-    ) -> redis::RedisResult<Vec<Value>> {
-        self.inner.req_packed_commands(cmd, offset, count)
-    }
-
-    fn get_db(&self) -> i64 {
-        self.inner.get_db()
-    }
-
-    fn check_connection(&mut self) -> bool {
-        self.inner.check_connection()
-    }
-
-    fn is_open(&self) -> bool {
-        !self.broken && self.inner.is_open()
-    }
-}
+use crate::monotonic::now_nanos;
 
 /// A request written to a node whose replies are still to be read (see
 /// [`Node::send`]).
@@ -296,36 +61,6 @@ impl Sent<'_> {
     }
 }
 
-/// Opens connections with timeouts, so that no command can hang forever.
-pub(crate) struct Manager {
-    source: Arc<Source>,
-    timeouts: Timeouts,
-    generation: Arc<AtomicU64>,
-}
-
-impl r2d2::ManageConnection for Manager {
-    type Connection = Con;
-    type Error = redis::RedisError;
-
-    fn connect(&self) -> Result<Con, redis::RedisError> {
-        let generation = self.generation.load(Ordering::Acquire);
-        Con::open(
-            &self.source,
-            &self.timeouts,
-            self.timeouts.connect,
-            generation,
-        )
-    }
-
-    fn is_valid(&self, con: &mut Con) -> Result<(), redis::RedisError> {
-        redis::cmd("PING").query::<()>(con)
-    }
-
-    fn has_broken(&self, con: &mut Con) -> bool {
-        !redis::ConnectionLike::is_open(con)
-    }
-}
-
 /// One server and its pool.
 pub(crate) struct Node {
     pool: r2d2::Pool<Manager>,
@@ -336,8 +71,9 @@ pub(crate) struct Node {
     /// Connections opened before the bump are discarded at checkout.
     generation: Arc<AtomicU64>,
     /// Redlock only: after a failed connection attempt the master is skipped
-    /// (an immediate missing vote) until this instant, in ns since `EPOCH`,
-    /// so that a dead master costs one timeout per window, not per call.
+    /// (an immediate missing vote) until this instant, in ns since the
+    /// epoch (`monotonic`), so that a dead master costs one timeout per
+    /// window, not per call.
     down_until: Option<AtomicU64>,
     /// Idle connections outside the pool ("spares"), for two uses the pool
     /// serves badly: waiters blocked on their grant (see
@@ -386,12 +122,6 @@ const QUICK_CHECKOUT: Duration = Duration::from_millis(50);
 
 /// How long a Redlock master that could not be reached is skipped.
 const DOWN_FOR: Duration = Duration::from_millis(500);
-
-static EPOCH: Lazy<Instant> = Lazy::new(Instant::now);
-
-fn now_nanos() -> u64 {
-    EPOCH.elapsed().as_nanos() as u64
-}
 
 /// Whether a failed call leaves its connection unusable (it is then
 /// retired rather than returned to the pool).
@@ -1088,25 +818,6 @@ impl Node {
             self.timeouts.response,
         )?)
     }
-}
-
-/// Many calls as one pipeline, each script loaded in front (a renewal
-/// batch must not fail on `NOSCRIPT` after a restart); also how many of its
-/// replies are those loads, which come first.
-pub(crate) fn batch(calls: &[Call<'_>]) -> (redis::Pipeline, usize) {
-    let mut pipe = redis::pipe();
-    let mut loaded: Vec<&str> = Vec::new();
-    for call in calls {
-        let hash = call.lua.script.get_hash();
-        if !loaded.contains(&hash) {
-            loaded.push(hash);
-            pipe.cmd("SCRIPT").arg("LOAD").arg(call.lua.code);
-        }
-    }
-    for call in calls {
-        pipe.add_command(call.command(false));
-    }
-    (pipe, loaded.len())
 }
 
 /// Logs a warning when the server's `maxmemory-policy` may evict keys:

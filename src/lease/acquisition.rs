@@ -1,0 +1,303 @@
+//! One acquisition past re-entry: `attempt` checks re-entry, then drives
+//! an [`Acquisition`] through the waiting loop (`Wakeup::acquire`), and
+//! cleans up what its attempts left on the server when it gives up.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{hold, taken_by_pop, valid_for, Grant, Reentry, Spec, ROOM_CHUNK};
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::lease_state::LeaseState;
+use crate::reentrancy::{self, Held, HoldKey};
+use crate::renewal;
+use crate::wakeup::Attempt;
+
+pub(super) fn attempt(
+    client: &Client,
+    slot: Option<(&HoldKey, Reentry)>,
+    deadline: Option<Instant>,
+    make: &dyn Fn(&Arc<str>) -> Result<Spec>,
+    about: &mut Option<(&'static str, Arc<[u8]>)>,
+) -> Result<Option<Arc<Held>>> {
+    let (slot, reentry) = match slot {
+        Some((s, r)) => (Some(s), r),
+        None => (None, Reentry::Allow),
+    };
+    if let Some(slot) = slot {
+        if reentry == Reentry::Refuse && reentrancy::depth(slot) > 0 {
+            return Err(Error::new(
+                crate::error::ErrorKind::WouldDeadlock,
+                "this thread already holds this name and the handle is not reentrant \
+                 (in a work-stealing pool another task may be running on this thread)",
+            ));
+        }
+        if let Some(held) = reentrancy::reenter(slot) {
+            return Ok(Some(held));
+        }
+        // A hold of ours known lost may still sit in Redis, unrenewed
+        // (renewal gave up during an outage): remove it, token-checked, or
+        // this thread would wait for its own key.
+        if let Some(stale) = reentrancy::peek(slot) {
+            let _ = client.backend().confirm(&stale.release.call());
+        }
+    }
+    let mut acquisition = Acquisition::new(client, make, deadline)?;
+    *about = Some((acquisition.spec.what, acquisition.spec.name.clone()));
+    let valid = valid_for(client, acquisition.spec.lease)?;
+    let spec = &acquisition.spec;
+    let wake = spec.wake.clone();
+    let wait = crate::wakeup::Wait {
+        key: &wake,
+        turns: spec.turns,
+        deadline,
+        jump: spec.jump,
+        direct: match &spec.direct {
+            Some(_) if client.backend().grants_directly() => Some(ROOM_CHUNK),
+            _ => None,
+        },
+        signalled: None,
+        patient: spec.patient,
+    };
+    let outcome = client
+        .wakeup()
+        .acquire(wait, |block| acquisition.step(block));
+    acquisition.finish(outcome, valid, slot)
+}
+
+/// What a granting round trip returned: the fence, the instant before it
+/// was sent (the lease started after it), and whether the grant was taken
+/// from the open list (a short first lease, see [`taken_by_pop`]).
+type Granted = (i64, Instant, bool);
+
+/// One acquisition past re-entry, as a state machine the waiting loop
+/// drives: each round trip is [`step`](Self::step) (send, then
+/// [`on_busy`](Self::on_busy) or [`on_error`](Self::on_error)), and
+/// [`finish`](Self::finish) turns the loop's outcome into a hold, or
+/// cleans up what the attempts left on the server.
+struct Acquisition<'a> {
+    client: &'a Client,
+    make: &'a dyn Fn(&Arc<str>) -> Result<Spec>,
+    deadline: Option<Instant>,
+    /// The current token and the spec built for it. A late reply retires
+    /// both (see [`on_error`](Self::on_error)).
+    token: Arc<str>,
+    spec: Spec,
+    /// The renewal thread's looks for this waiter while it is blocked (see
+    /// `Direct::watch`), for the current token.
+    watching: Option<Arc<LeaseState>>,
+    /// The current token may hold a grant nobody confirmed: an attempt's
+    /// outcome was unknown, and no reply has decided since (a repeat that
+    /// could not even be sent does not).
+    ambiguous: bool,
+    /// The last attempt's reply was late (the server stalled), or the
+    /// server was unreachable with nothing of ours possibly granted.
+    late: bool,
+    /// The current spec's grant reached the server.
+    reached: bool,
+    /// Retired specs whose grants reached the server: their queue entries
+    /// are withdrawn at the end.
+    sent: Vec<Spec>,
+}
+
+impl<'a> Acquisition<'a> {
+    fn new(
+        client: &'a Client,
+        make: &'a dyn Fn(&Arc<str>) -> Result<Spec>,
+        deadline: Option<Instant>,
+    ) -> Result<Acquisition<'a>> {
+        let token = client.new_token();
+        let spec = make(&token)?;
+        Ok(Acquisition {
+            client,
+            make,
+            deadline,
+            token,
+            spec,
+            watching: None,
+            ambiguous: false,
+            late: false,
+            reached: false,
+            sent: Vec::new(),
+        })
+    }
+
+    /// One round trip: blocking on the open list for `block` where the
+    /// waiting loop says so, else one grant.
+    fn step(&mut self, block: Option<Duration>) -> Result<Attempt<Granted>> {
+        // A lease granted in this round trip started after this instant.
+        let at = Instant::now();
+        match self.send(block) {
+            Ok(((1, fence), short)) => Ok(Attempt::Acquired((fence, at, short))),
+            Ok(((_, wait), _)) => Ok(self.on_busy(at, wait)),
+            Err(e) => Err(self.on_error(e)?),
+        }
+    }
+
+    fn send(&self, block: Option<Duration>) -> Result<((i64, i64), bool)> {
+        let backend = self.client.backend();
+        let spec = &self.spec;
+        let undo = spec.undo.as_ref().unwrap_or(&spec.release).call();
+        match (block, &spec.direct) {
+            (Some(block), Some(d)) => {
+                let (reply, popped) = backend.grant_blocking(
+                    &d.list,
+                    &d.into,
+                    block,
+                    &spec.grant.call(),
+                    &undo,
+                    self.deadline,
+                )?;
+                if popped {
+                    self.client.wakeup().delivered_directly();
+                }
+                Ok((reply, popped))
+            }
+            (_, direct) => {
+                // A waiter that can no longer block (the server refused it)
+                // says so in its queue entry: its grant then comes with a
+                // message.
+                let grant = match direct {
+                    Some(d) if !backend.grants_directly() => &d.by_message,
+                    _ => &spec.grant,
+                };
+                let reply = backend.grant(
+                    &grant.call(),
+                    &undo,
+                    spec.lease,
+                    spec.fence.as_deref(),
+                    self.deadline,
+                )?;
+                Ok((reply, false))
+            }
+        }
+    }
+
+    /// Busy for `wait` ms: the grant was decided, and a waiter that blocks
+    /// on the server is looked after by the renewal thread from when the
+    /// holder's lease would end.
+    fn on_busy(&mut self, at: Instant, wait: i64) -> Attempt<Granted> {
+        (self.ambiguous, self.late, self.reached) = (false, false, true);
+        let backend = self.client.backend();
+        let look = self.spec.direct.as_ref().and_then(|d| d.watch.as_ref());
+        if let (None, Some(look), true) = (&self.watching, look, backend.grants_directly()) {
+            let first = at + Duration::from_millis(wait.max(0) as u64);
+            self.watching = Some(renewal::watch(backend, Arc::new(look.clone()), first));
+        }
+        Attempt::busy_ms(wait)
+    }
+
+    /// Notes what a failed round trip may have left, and returns the error
+    /// for the waiting loop to judge. A late reply retires the token: its
+    /// undo is queued behind it, and could remove a new hold made with it.
+    fn on_error(&mut self, e: Error) -> Result<Error> {
+        self.ambiguous |= e.is_ambiguous();
+        // Stalled (its undo is queued), or unreachable with nothing of ours
+        // possibly granted: clean-up calls would only wait out timeouts of
+        // their own.
+        self.late = e.is_undone() || (e.is_unsent() && !self.ambiguous);
+        self.reached |= !e.is_unsent();
+        if e.is_undone() {
+            let fresh = self.client.new_token();
+            let next = (self.make)(&fresh)?;
+            self.sent.push(std::mem::replace(&mut self.spec, next));
+            self.token = fresh;
+            if let Some(w) = self.watching.take() {
+                w.finish();
+            }
+            (self.ambiguous, self.reached) = (false, false);
+        }
+        Ok(e)
+    }
+
+    /// The hold, if granted; otherwise the clean-up of what the attempts
+    /// left, and the outcome with "maybe ran" where a grant may stand.
+    fn finish(
+        mut self,
+        outcome: Result<Option<Granted>>,
+        valid: Duration,
+        slot: Option<&HoldKey>,
+    ) -> Result<Option<Arc<Held>>> {
+        if let Some(w) = self.watching.take() {
+            w.finish();
+        }
+        let client = self.client;
+        match outcome {
+            Ok(Some((fence, at, short))) => {
+                // Earlier tokens (replaced after a late reply) may have left
+                // queue entries.
+                clean_up(client, &self.sent, false, false);
+                let grant = Grant {
+                    token: self.token,
+                    fence,
+                    at,
+                    valid,
+                };
+                Ok(Some(if short {
+                    taken_by_pop(client, self.spec, grant, slot)
+                } else {
+                    hold(client, self.spec, grant, slot)
+                }))
+            }
+            other => {
+                if self.reached {
+                    self.sent.push(self.spec);
+                }
+                clean_up(client, &self.sent, self.ambiguous, self.late);
+                // An attempt may have granted: the caller must not read "not
+                // sent" in the last repeat's error (it is released, token-
+                // checked, if the server could be reached, else it ends with
+                // its lease).
+                let ambiguous = self.ambiguous;
+                other
+                    .map(|_| None)
+                    .map_err(|e| if ambiguous { e.maybe_ran() } else { e })
+            }
+        }
+    }
+}
+
+/// After giving up (or after a grant made with a later token): withdraws
+/// queue entries and intents of every token that reached the server,
+/// releases a hold the last attempt may have made (`ambiguous`), and wakes
+/// this client's other waiters. Skipped when the server is stalled or
+/// unreachable (`late`), and given up at the first call that cannot reach
+/// it: each call would wait another timeout, the undo of a late grant is
+/// already queued behind it, and queue entries and intents lapse by
+/// themselves.
+fn clean_up(client: &Client, sent: &[Spec], ambiguous: bool, late: bool) {
+    if sent.is_empty() {
+        return;
+    }
+    if !late {
+        withdraw(client, sent, ambiguous);
+    }
+    if let Some(spec) = sent.last() {
+        client.wakeup().notify_local(&spec.wake);
+    }
+}
+
+/// [`clean_up`]'s calls, until one cannot reach the server.
+fn withdraw(client: &Client, sent: &[Spec], ambiguous: bool) {
+    let backend = client.backend();
+    let unreachable = |e: &Error| e.kind() == crate::error::ErrorKind::Connection;
+    if let (true, Some(last)) = (ambiguous, sent.last()) {
+        if backend
+            .confirm(&last.release.call())
+            .is_err_and(|e| unreachable(&e))
+        {
+            return;
+        }
+    }
+    for spec in sent {
+        if let Some(leave) = &spec.leave {
+            let c = leave.call();
+            let keys: Vec<&[u8]> = c.keys.iter().map(|k| k.as_slice()).collect();
+            let args: Vec<&[u8]> = c.args.iter().map(|a| a.as_slice()).collect();
+            let left: Result<redis::Value> = backend.eval(c.lua, &keys, &args);
+            if left.is_err_and(|e| unreachable(&e)) {
+                return;
+            }
+        }
+    }
+}
