@@ -225,7 +225,7 @@ impl Scheduler {
             let next = self.heap.peek().map(|Reverse((due, _))| *due);
             // Publish the plan before the last look at the channels, so a
             // registration or result sent meanwhile is seen or unparks us.
-            let planned = next.map_or(u64::MAX, |d| nanos(d));
+            let planned = next.map_or(u64::MAX, nanos);
             shared.planned.store(planned, Ordering::SeqCst);
             std::sync::atomic::fence(Ordering::SeqCst);
             if !self.rx.is_empty() || !self.done_rx.is_empty() {
