@@ -244,6 +244,7 @@ mod connection;
 mod doctor;
 mod error;
 mod events;
+mod handle;
 mod inspect;
 mod keys;
 mod latch;

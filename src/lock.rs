@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 use crate::backend::Script;
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::handle::Core;
 use crate::keys as schema;
-use crate::lease::{self, lease_controls, Direct, Holding, Reentry, Spec, ThreadBound};
+use crate::lease::{self, lease_controls, Direct, Holding, Spec, ThreadBound};
 use crate::reentrancy::{self, HoldKey, Mode};
-use crate::scripts::{LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, LOCK_WATCH};
+use crate::scripts::{millis, word, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, LOCK_WATCH};
 use crate::wakeup::{deadline_after, waited, Turns};
 
 #[derive(Debug)]
@@ -43,16 +44,116 @@ impl Keys {
     }
 }
 
-/// Who runs lua/lock_release.lua.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Release {
-    /// The holder, by its token.
-    Holder,
-    /// A waiter giving up: withdraws its queue entry and an unpopped
-    /// wake-up, then releases a grant made to it meanwhile.
-    Waiter,
-    /// Anyone: whoever holds it (`force_unlock`).
-    Force,
+/// Where and how a hand-over is announced (lua/queue.lua `announce`): the
+/// wake-up channel and message, and whether every waiter of the name
+/// queues (`queued`: then only waiters that wait for messages are told).
+struct Announce {
+    channel: Vec<u8>,
+    message: Vec<u8>,
+    queued: bool,
+}
+
+impl Announce {
+    fn argv(&self) -> [Vec<u8>; 3] {
+        [
+            self.channel.clone(),
+            self.message.clone(),
+            word(self.queued, "queued"),
+        ]
+    }
+}
+
+/// lua/lock_acquire.lua's arguments, by name (its header says what each
+/// does); `argv` puts them in the script's order.
+struct AcquireArgs<'a> {
+    token: &'a [u8],
+    lease_ms: &'a [u8],
+    /// How long the queue entry lives without a renewal; zero: no entry (a
+    /// try).
+    queue_ttl: Duration,
+    grant_prefix: &'a [u8],
+    claim: Duration,
+    announce: &'a Announce,
+    /// The waiter blocks in `BLMOVE` from the open list (else it waits for
+    /// messages).
+    blocks: bool,
+}
+
+impl AcquireArgs<'_> {
+    fn argv(&self) -> Vec<Vec<u8>> {
+        let [channel, message, queued] = self.announce.argv();
+        vec![
+            self.token.to_vec(),
+            self.lease_ms.to_vec(),
+            millis(self.queue_ttl),
+            self.grant_prefix.to_vec(),
+            millis(self.claim),
+            channel,
+            message,
+            queued,
+            word(self.blocks, "block"),
+        ]
+    }
+}
+
+/// lua/lock_release.lua's arguments, by name.
+struct ReleaseArgs<'a> {
+    /// The holder's token (a waiter's, with `leave`; none with `force`).
+    token: &'a [u8],
+    announce: &'a Announce,
+    grant_prefix: &'a [u8],
+    claim: Duration,
+    /// End the lease whoever holds it (`force_unlock`).
+    force: bool,
+    /// Leave the fencing counter to lapse by itself (Redlock: the masters
+    /// keep agreeing on it).
+    keep: bool,
+    /// A waiter gives up: its queue entry is withdrawn, and a grant it
+    /// took meanwhile handed on.
+    leave: bool,
+}
+
+impl ReleaseArgs<'_> {
+    fn argv(&self) -> Vec<Vec<u8>> {
+        let [channel, message, queued] = self.announce.argv();
+        vec![
+            self.token.to_vec(),
+            channel,
+            message,
+            self.grant_prefix.to_vec(),
+            millis(self.claim),
+            word(self.force, "force"),
+            word(self.keep, "keep"),
+            queued,
+            word(self.leave, "leave"),
+        ]
+    }
+}
+
+/// lua/lock_watch.lua's arguments, by name.
+struct WatchArgs<'a> {
+    /// The blocked waiter's token, or empty for a look at the name alone.
+    waiter: &'a [u8],
+    /// The waiter's queue entry lifetime.
+    entry: Duration,
+    grant_prefix: &'a [u8],
+    claim: Duration,
+    announce: &'a Announce,
+}
+
+impl WatchArgs<'_> {
+    fn argv(&self) -> Vec<Vec<u8>> {
+        let [channel, message, queued] = self.announce.argv();
+        vec![
+            self.waiter.to_vec(),
+            millis(self.entry),
+            self.grant_prefix.to_vec(),
+            millis(self.claim),
+            channel,
+            message,
+            queued,
+        ]
+    }
 }
 
 /// A named, reentrant, distributed mutual-exclusion lock.
@@ -66,50 +167,31 @@ enum Release {
 /// thread, or another client, waits.
 #[derive(Clone)]
 pub struct Lock {
-    client: Client,
-    keys: std::result::Result<Arc<Keys>, Arc<str>>,
-    lease: Option<Duration>,
+    core: Core<Keys>,
     fair: bool,
-    reentrant: Option<bool>,
 }
 
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Lock");
-        match &self.keys {
-            Ok(k) => d.field("key", &String::from_utf8_lossy(&k.lock)),
-            Err(e) => d.field("invalid", e),
-        };
-        d.field("lease", &self.lease)
-            .field("fair", &self.fair)
-            .finish()
+        self.core.debug(&mut d, |k| &k.lock);
+        d.field("fair", &self.fair).finish()
     }
 }
 
 impl Lock {
     pub(crate) fn new(client: Client, name: &[u8], fair: bool) -> Lock {
-        let keys = client
-            .names(name)
-            .map(|n| {
-                Arc::new(Keys {
-                    name: n.name().clone(),
-                    lock: n.key(schema::LOCK).into(),
-                    fence: n.key(schema::FENCE),
-                    floor: client.backend().fence_floor(&n.key(schema::FENCE)),
-                    note: n.key(schema::NOTE),
-                    queue: n.key(schema::QUEUE),
-                    queue_deadlines: n.key(schema::QUEUE_DEADLINES),
-                    grant_prefix: n.key(schema::GRANT),
-                })
-            })
-            .map_err(|e| Arc::from(e.message()));
-        Lock {
-            client,
-            keys,
-            lease: None,
-            fair,
-            reentrant: None,
-        }
+        let core = Core::new(client, name, |client, n| Keys {
+            name: n.name().clone(),
+            lock: n.key(schema::LOCK).into(),
+            fence: n.key(schema::FENCE),
+            floor: client.backend().fence_floor(&n.key(schema::FENCE)),
+            note: n.key(schema::NOTE),
+            queue: n.key(schema::QUEUE),
+            queue_deadlines: n.key(schema::QUEUE_DEADLINES),
+            grant_prefix: n.key(schema::GRANT),
+        });
+        Lock { core, fair }
     }
 
     /// Gives acquisitions through this handle a fixed lease of `lease` and no
@@ -117,7 +199,7 @@ impl Lock {
     /// still alive (then [`LockGuard::is_held`] turns false). Defaults to
     /// the client's watchdog timeout, renewed while the guard lives.
     pub fn lease(mut self, lease: Duration) -> Lock {
-        self.lease = Some(lease);
+        self.core.lease = Some(lease);
         self
     }
 
@@ -128,23 +210,13 @@ impl Lock {
     /// that waits inside a critical section. Defaults to the client's
     /// [`ClientBuilder::reentrant`](crate::ClientBuilder::reentrant) (reentrant).
     pub fn non_reentrant(mut self) -> Lock {
-        self.reentrant = Some(false);
+        self.core.reentrant = Some(false);
         self
-    }
-
-    fn reentry(&self) -> Reentry {
-        Reentry::of(self.reentrant, &self.client)
-    }
-
-    fn keys(&self) -> Result<&Arc<Keys>> {
-        self.keys
-            .as_ref()
-            .map_err(|e| Error::invalid(e.to_string()))
     }
 
     fn hold_key(&self, keys: &Keys) -> HoldKey {
         HoldKey {
-            client: self.client.id_u128(),
+            client: self.core.client.id_u128(),
             mode: Mode::Exclusive,
             key: keys.lock.clone(),
         }
@@ -170,12 +242,12 @@ impl Lock {
     /// never queues, the lease, and the thread's slot; `None` when this
     /// thread holds the name already (re-entry goes the usual way).
     pub(crate) fn try_spec(&self, token: &str) -> Result<Option<(Spec, HoldKey)>> {
-        let keys = self.keys()?;
+        let keys = self.core.keys()?;
         let slot = self.hold_key(keys);
         if reentrancy::depth(&slot) > 0 {
             return Ok(None);
         }
-        let lease = self.lease.unwrap_or(self.client.watchdog_timeout());
+        let lease = self.core.lease_or_watchdog();
         let lease_arg = lease::lease_millis(lease)?.to_string();
         Ok(Some((
             self.spec(keys, token, lease, &lease_arg, false),
@@ -187,29 +259,29 @@ impl Lock {
     pub(crate) fn guard(&self, slot: HoldKey, held: Arc<reentrancy::Held>) -> LockGuard {
         LockGuard {
             lock: self.clone(),
-            inner: Holding::new(self.client.clone(), Some(slot), held),
+            inner: Holding::new(self.core.client.clone(), Some(slot), held),
             _not_send: ThreadBound::default(),
         }
     }
 
     pub(crate) fn client(&self) -> &Client {
-        &self.client
+        &self.core.client
     }
 
     /// What multi-locks order names by: the key (an invalid name sorts
     /// first and reports its error when acquired).
     pub(crate) fn sort_key(&self) -> Vec<u8> {
-        match &self.keys {
+        match self.core.keys_or_invalid() {
             Ok(k) => k.lock.to_vec(),
             Err(e) => e.as_bytes().to_vec(),
         }
     }
 
     pub(crate) fn acquire_until(&self, deadline: Option<Instant>) -> Result<Option<LockGuard>> {
-        let keys = self.keys()?;
-        let lease = self.lease.unwrap_or(self.client.watchdog_timeout());
+        let keys = self.core.keys()?;
+        let lease = self.core.lease_or_watchdog();
         let lease_arg = lease::lease_millis(lease)?.to_string();
-        if self.fair && self.client.backend().is_redlock() {
+        if self.fair && self.core.client.backend().is_redlock() {
             return Err(Error::new(
                 crate::ErrorKind::Unsupported,
                 "the fair lock needs a single leader; on Redlock use the plain lock",
@@ -219,14 +291,14 @@ impl Lock {
         // A try never queues; a waiter queues from its first attempt.
         let waits = deadline.is_none_or(|d| d > Instant::now());
         let held = lease::acquire(
-            &self.client,
-            Some((&slot, self.reentry())),
+            &self.core.client,
+            Some((&slot, self.core.reentry())),
             deadline,
             |token| Ok(self.spec(keys, token, lease, &lease_arg, waits)),
         )?;
         Ok(held.map(|held| LockGuard {
             lock: self.clone(),
-            inner: Holding::new(self.client.clone(), Some(slot), held),
+            inner: Holding::new(self.core.client.clone(), Some(slot), held),
             _not_send: ThreadBound::default(),
         }))
     }
@@ -244,7 +316,7 @@ impl Lock {
         lease_arg: &str,
         waits: bool,
     ) -> Spec {
-        let backend = self.client.backend();
+        let backend = self.core.client.backend();
         let t = token.as_bytes().to_vec();
         let ms = lease_arg.as_bytes().to_vec();
         // On Redlock each master would keep its own queue, and their heads
@@ -253,7 +325,7 @@ impl Lock {
         let blocks = queues && backend.grants_directly();
         // Waiters that wait for messages renew their entry only when they
         // retry (on a message, or after the fallback wait).
-        let by_message = self.client.wakeup().fallback() * 3 + Duration::from_secs(1);
+        let by_message = self.core.client.wakeup().fallback() * 3 + Duration::from_secs(1);
         let queue_ttl = if !queues {
             Duration::ZERO
         } else if blocks {
@@ -261,68 +333,56 @@ impl Lock {
         } else {
             by_message
         };
-        let claim = lease::GRANT_CLAIM.as_millis().to_string().into_bytes();
-        let release = Script::new(
-            &LOCK_RELEASE,
-            keys.scripted(),
-            self.release_args(keys, t.clone(), claim.clone(), Release::Holder),
-        );
-        let leave = queues.then(|| {
-            Script::new(
-                &LOCK_RELEASE,
-                keys.scripted(),
-                self.release_args(keys, t.clone(), claim.clone(), Release::Waiter),
-            )
-        });
+        let announce = self.announce(keys);
+        let release = |leave: bool| {
+            let args = ReleaseArgs {
+                token: &t,
+                announce: &announce,
+                grant_prefix: &keys.grant_prefix,
+                claim: lease::GRANT_CLAIM,
+                force: false,
+                keep: backend.is_redlock(),
+                leave,
+            };
+            Script::new(&LOCK_RELEASE, keys.scripted(), args.argv())
+        };
+        let leave = queues.then(|| release(true));
         // Waiters block on the name's open list, moving what they pop into
         // their own (lua/queue.lua hand_on).
         let open = schema::open_list(&keys.grant_prefix);
         let own = [keys.grant_prefix.as_slice(), &t].concat();
-        let grant_args = |ttl: Duration, blocks: bool| {
-            let mut args = vec![
-                t.clone(),
-                ms.clone(),
-                ttl.as_millis().to_string().into_bytes(),
-                keys.grant_prefix.clone(),
-                claim.clone(),
-            ];
-            args.extend(self.announce_args(keys));
-            args.push(if blocks {
-                b"block".to_vec()
-            } else {
-                Vec::new()
-            });
-            args
+        let grant = |queue_ttl: Duration, blocks: bool| {
+            let args = AcquireArgs {
+                token: &t,
+                lease_ms: &ms,
+                queue_ttl,
+                grant_prefix: &keys.grant_prefix,
+                claim: lease::GRANT_CLAIM,
+                announce: &announce,
+                blocks,
+            };
+            Script::new(&LOCK_ACQUIRE, keys.scripted(), args.argv())
         };
-        let grant = Script::new(
-            &LOCK_ACQUIRE,
-            keys.scripted(),
-            grant_args(queue_ttl, blocks),
-        );
         // The renewal thread's look at the lock (lua/lock_watch.lua): for
         // this waiter while it is blocked, and (no token) for the name once
         // a hold of it is released to waiters or shortened, however it was
         // taken. Where waiters block at all.
-        let look = |token: &[u8]| {
-            let mut args = vec![
-                token.to_vec(),
-                lease::ROOM_ENTRY.as_millis().to_string().into_bytes(),
-                keys.grant_prefix.clone(),
-                claim.clone(),
-            ];
-            args.extend(self.announce_args(keys));
-            Script::new(&LOCK_WATCH, keys.scripted(), args)
+        let look = |waiter: &[u8]| {
+            let args = WatchArgs {
+                waiter,
+                entry: lease::ROOM_ENTRY,
+                grant_prefix: &keys.grant_prefix,
+                claim: lease::GRANT_CLAIM,
+                announce: &announce,
+            };
+            Script::new(&LOCK_WATCH, keys.scripted(), args.argv())
         };
         let name_look = (!backend.is_redlock() && backend.grants_directly()).then(|| look(b""));
         let direct = blocks.then(|| Direct {
             list: open,
             into: own,
             watch: Some(look(&t)),
-            by_message: Script::new(
-                &LOCK_ACQUIRE,
-                keys.scripted(),
-                grant_args(by_message, false),
-            ),
+            by_message: grant(by_message, false),
         });
         Spec {
             what: if self.fair { "fair lock" } else { "lock" },
@@ -332,71 +392,41 @@ impl Lock {
             jump: false,
             patient: false,
             lease,
-            watchdog: self.lease.is_none(),
-            grant,
+            watchdog: self.core.lease.is_none(),
+            grant: grant(queue_ttl, blocks),
             fence: Some(keys.fence.clone()),
             // Giving up, and undoing a late grant, withdraw the queue
             // entry too, and hand on a grant that came meanwhile.
             undo: leave.clone(),
             leave,
-            release,
-            extend: Script::new(&LOCK_EXTEND, vec![keys.lock.to_vec()], vec![t, ms]),
+            release: release(false),
+            extend: Script::new(&LOCK_EXTEND, vec![keys.lock.to_vec()], vec![t.clone(), ms]),
             direct,
             look: name_look,
         }
     }
 
-    /// The release script's arguments (lua/lock_release.lua) for `token`
-    /// as `who`.
-    fn release_args(
-        &self,
-        keys: &Keys,
-        token: Vec<u8>,
-        claim: Vec<u8>,
-        who: Release,
-    ) -> Vec<Vec<u8>> {
-        let [channel, message, mode] = self.announce_args(keys);
-        let keep = self.client.backend().is_redlock();
-        let flag = |on: bool, word: &[u8]| if on { word.to_vec() } else { Vec::new() };
-        vec![
-            token,
-            channel,
-            message,
-            keys.grant_prefix.clone(),
-            claim,
-            flag(who == Release::Force, b"force"),
-            flag(keep, b"keep"),
-            mode,
-            flag(who == Release::Waiter, b"leave"),
-        ]
-    }
-
-    /// Channel, message and mode for a hand-over (lua/queue.lua
-    /// `announce`): where every waiter queues (all but Redlock), a release
-    /// publishes only for a granted waiter that waits for messages.
-    fn announce_args(&self, keys: &Keys) -> [Vec<u8>; 3] {
-        let wakeup = self.client.wakeup();
-        let queued = !self.client.backend().is_redlock();
-        [
-            wakeup.channel(&keys.lock).to_vec(),
-            wakeup.message(&keys.lock),
-            if queued {
-                b"queued".to_vec()
-            } else {
-                Vec::new()
-            },
-        ]
+    /// Where and how a hand-over of this lock is announced: every waiter
+    /// queues (all but Redlock), so a release publishes only for a granted
+    /// waiter that waits for messages.
+    fn announce(&self, keys: &Keys) -> Announce {
+        let wakeup = self.core.client.wakeup();
+        Announce {
+            channel: wakeup.channel(&keys.lock).to_vec(),
+            message: wakeup.message(&keys.lock),
+            queued: !self.core.client.backend().is_redlock(),
+        }
     }
 
     /// Whether anyone holds the lock now (one round trip).
     pub fn is_locked(&self) -> Result<bool> {
-        let keys = self.keys()?;
-        self.client.backend().exists(&keys.lock)
+        let keys = self.core.keys()?;
+        self.core.client.backend().exists(&keys.lock)
     }
 
     /// How many times the current thread holds this lock (0 if not at all).
     pub fn hold_count(&self) -> usize {
-        match &self.keys {
+        match self.core.keys_or_invalid() {
             Ok(keys) => reentrancy::depth(&self.hold_key(keys)),
             Err(_) => 0,
         }
@@ -406,19 +436,29 @@ impl Lock {
     /// a holder was removed. The holder learns it at its next renewal
     /// (`is_held()` turns false, `release()` fails with `LockLost`).
     pub fn force_unlock(&self) -> Result<bool> {
-        let keys = self.keys()?;
-        let claim = lease::GRANT_CLAIM.as_millis().to_string().into_bytes();
+        let keys = self.core.keys()?;
         // The release script, whoever holds it: the next waiter is granted.
+        let announce = self.announce(keys);
+        let args = ReleaseArgs {
+            token: b"",
+            announce: &announce,
+            grant_prefix: &keys.grant_prefix,
+            claim: lease::GRANT_CLAIM,
+            force: true,
+            keep: self.core.client.backend().is_redlock(),
+            leave: false,
+        };
         let removed = self
+            .core
             .client
             .backend()
             .confirm(&crate::backend::Call {
                 lua: &LOCK_RELEASE,
                 keys: &keys.scripted(),
-                args: &self.release_args(keys, Vec::new(), claim, Release::Force),
+                args: &args.argv(),
             })
             .map_err(|e| e.about("lock", &keys.name))?;
-        self.client.wakeup().notify_local(&keys.lock);
+        self.core.client.wakeup().notify_local(&keys.lock);
         Ok(removed >= 1)
     }
 
@@ -447,7 +487,7 @@ impl Lock {
     /// Whether the current thread holds this lock through this client, with
     /// its lease still believed held (no round trip).
     pub fn is_held_by_current_thread(&self) -> bool {
-        match &self.keys {
+        match self.core.keys_or_invalid() {
             Ok(keys) => reentrancy::peek(&self.hold_key(keys)).is_some_and(|h| h.state.is_held()),
             Err(_) => false,
         }
@@ -525,7 +565,7 @@ impl LockGuard {
     /// Returns whether it was stored (`false`: no longer held). At most
     /// 1 KiB.
     pub fn annotate(&self, note: &str) -> Result<bool> {
-        let keys = self.lock.keys()?;
+        let keys = self.lock.core.keys()?;
         if note.len() > 1024 {
             return Err(
                 Error::invalid("a holder note must be at most 1 KiB").about("lock", &keys.name)
@@ -533,6 +573,7 @@ impl LockGuard {
         }
         let stored = self
             .lock
+            .core
             .client
             .backend()
             .confirm(&crate::backend::Call {
@@ -556,7 +597,7 @@ impl LockGuard {
     }
 
     pub(crate) fn client(&self) -> &Client {
-        &self.lock.client
+        &self.lock.core.client
     }
 
     lease_controls!();

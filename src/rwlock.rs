@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use crate::backend::Script;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
+use crate::handle::Core;
 use crate::keys as schema;
-use crate::lease::{self, lease_controls, Direct, Holding, Reentry, Spec, ThreadBound};
+use crate::lease::{self, lease_controls, Direct, Holding, Spec, ThreadBound};
 use crate::reentrancy::{self, HoldKey, Mode};
 use crate::scripts::{
     LOCK_EXTEND, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WATCH, RW_WRITE_ACQUIRE, RW_WRITE_RELEASE,
@@ -66,53 +67,37 @@ impl Keys {
 /// forever.
 #[derive(Clone)]
 pub struct RwLock {
-    client: Client,
-    keys: std::result::Result<Arc<Keys>, Arc<str>>,
-    lease: Option<Duration>,
-    reentrant: Option<bool>,
+    core: Core<Keys>,
 }
 
 impl fmt::Debug for RwLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("RwLock");
-        match &self.keys {
-            Ok(k) => d.field("key", &String::from_utf8_lossy(&k.writer)),
-            Err(e) => d.field("invalid", e),
-        };
-        d.field("lease", &self.lease).finish()
+        self.core.debug(&mut d, |k| &k.writer);
+        d.finish()
     }
 }
 
 impl RwLock {
     pub(crate) fn new(client: Client, name: &[u8]) -> RwLock {
-        let keys = client
-            .names(name)
-            .map(|n| {
-                Arc::new(Keys {
-                    name: n.name().clone(),
-                    writer: n.key(schema::RW_WRITER).into(),
-                    readers: n.key(schema::RW_READERS),
-                    writer_queue: n.key(schema::RW_WRITER_QUEUE),
-                    writer_deadlines: n.key(schema::RW_WRITER_DEADLINES),
-                    fence: n.key(schema::FENCE),
-                    floor: client.backend().fence_floor(&n.key(schema::FENCE)),
-                    grant_prefix: n.key(schema::RW_GRANT),
-                    waiting_readers: n.key(schema::RW_WAITING_READERS),
-                })
-            })
-            .map_err(|e| Arc::from(e.message()));
-        RwLock {
-            client,
-            keys,
-            lease: None,
-            reentrant: None,
-        }
+        let core = Core::new(client, name, |client, n| Keys {
+            name: n.name().clone(),
+            writer: n.key(schema::RW_WRITER).into(),
+            readers: n.key(schema::RW_READERS),
+            writer_queue: n.key(schema::RW_WRITER_QUEUE),
+            writer_deadlines: n.key(schema::RW_WRITER_DEADLINES),
+            fence: n.key(schema::FENCE),
+            floor: client.backend().fence_floor(&n.key(schema::FENCE)),
+            grant_prefix: n.key(schema::RW_GRANT),
+            waiting_readers: n.key(schema::RW_WAITING_READERS),
+        });
+        RwLock { core }
     }
 
     /// Gives holds taken through this handle a fixed lease and no watchdog.
     /// Defaults to the client's watchdog timeout, renewed while a guard lives.
     pub fn lease(mut self, lease: Duration) -> RwLock {
-        self.lease = Some(lease);
+        self.core.lease = Some(lease);
         self
     }
 
@@ -122,23 +107,13 @@ impl RwLock {
     /// hold untouched. A writer may still take the read hold (a downgrade).
     /// Defaults to the client's [`ClientBuilder::reentrant`](crate::ClientBuilder::reentrant).
     pub fn non_reentrant(mut self) -> RwLock {
-        self.reentrant = Some(false);
+        self.core.reentrant = Some(false);
         self
-    }
-
-    fn reentry(&self) -> Reentry {
-        Reentry::of(self.reentrant, &self.client)
-    }
-
-    fn keys(&self) -> Result<&Arc<Keys>> {
-        self.keys
-            .as_ref()
-            .map_err(|e| Error::invalid(e.to_string()))
     }
 
     fn hold_key(&self, keys: &Keys, mode: Mode) -> HoldKey {
         HoldKey {
-            client: self.client.id_u128(),
+            client: self.core.client.id_u128(),
             mode,
             key: keys.writer.clone(),
         }
@@ -149,16 +124,16 @@ impl RwLock {
     /// at their next renewal (`is_held()` turns false, `release()` fails
     /// with `LockLost`). A writer's waiting intent is left alone.
     pub fn force_unlock(&self) -> Result<bool> {
-        let keys = self.keys()?;
+        let keys = self.core.keys()?;
         let removed = lease::force_remove(
-            &self.client,
+            &self.core.client,
             &[keys.writer.to_vec(), keys.readers.clone()],
             &keys.writer,
         )
         .map_err(|e| e.about("read-write lock", &keys.name))?;
         // Blocked writers hear no message: a look now opens the write hold
         // to them.
-        let backend = self.client.backend();
+        let backend = self.core.client.backend();
         if backend.grants_directly() {
             let look = std::sync::Arc::new(self.watch(keys, b""));
             drop(crate::renewal::watch(backend, look, Instant::now()));
@@ -217,7 +192,7 @@ impl RwLock {
 
     /// This thread's read depth and write depth.
     pub fn hold_counts(&self) -> (usize, usize) {
-        match &self.keys {
+        match self.core.keys_or_invalid() {
             Ok(k) => (
                 reentrancy::depth(&self.hold_key(k, Mode::Read)),
                 reentrancy::depth(&self.hold_key(k, Mode::Write)),
@@ -229,8 +204,8 @@ impl RwLock {
     /// Whether anyone holds the write lock, and how many readers there are
     /// (readers whose lease ended are not counted). One round trip.
     pub fn state(&self) -> Result<(bool, usize)> {
-        let keys = self.keys()?;
-        let (writer, readers): (bool, usize) = self.client.backend().eval(
+        let keys = self.core.keys()?;
+        let (writer, readers): (bool, usize) = self.core.client.backend().eval(
             &crate::scripts::RW_STATE,
             &[&keys.writer, &keys.readers],
             &[],
@@ -239,13 +214,13 @@ impl RwLock {
     }
 
     fn lease_of(&self) -> Result<(Duration, String)> {
-        if self.client.backend().is_redlock() {
+        if self.core.client.backend().is_redlock() {
             return Err(Error::new(
                 ErrorKind::Unsupported,
                 "read-write locks need a single leader (one server, Sentinel or Cluster)",
             ));
         }
-        let lease = self.lease.unwrap_or(self.client.watchdog_timeout());
+        let lease = self.core.lease_or_watchdog();
         let ms = lease::lease_millis(lease)?;
         Ok((lease, ms.to_string()))
     }
@@ -255,7 +230,7 @@ impl RwLock {
     /// and message, and what a hand-over to a waiting writer needs
     /// (lua/rw_grant.lua).
     fn wake_args(&self, keys: &Keys, token: &str) -> Vec<Vec<u8>> {
-        let wakeup = self.client.wakeup();
+        let wakeup = self.core.client.wakeup();
         vec![
             token.as_bytes().to_vec(),
             wakeup.channel(&keys.writer).to_vec(),
@@ -270,7 +245,7 @@ impl RwLock {
     /// window, and the wake-up channel and message for writers that wait
     /// for messages.
     fn open_args(&self, keys: &Keys) -> Vec<Vec<u8>> {
-        let wakeup = self.client.wakeup();
+        let wakeup = self.core.client.wakeup();
         vec![
             keys.grant_prefix.clone(),
             lease::GRANT_CLAIM.as_millis().to_string().into_bytes(),
@@ -292,7 +267,7 @@ impl RwLock {
     }
 
     fn read_until(&self, deadline: Option<Instant>) -> Result<Option<ReadGuard>> {
-        let keys = self.keys()?;
+        let keys = self.core.keys()?;
         let (lease, lease_arg) = self.lease_of()?;
         let slot = self.hold_key(keys, Mode::Read);
         // A downgrade: this thread's live write hold lets the read in, and
@@ -306,15 +281,15 @@ impl RwLock {
         // a try never does.
         let waits = deadline.is_none_or(|d| d > Instant::now());
         let waiting = if waits {
-            (self.client.wakeup().fallback_for(true) * 3 + Duration::from_secs(1))
+            (self.core.client.wakeup().fallback_for(true) * 3 + Duration::from_secs(1))
                 .as_millis()
                 .to_string()
         } else {
             "0".to_string()
         };
         let held = lease::acquire(
-            &self.client,
-            Some((&slot, self.reentry())),
+            &self.core.client,
+            Some((&slot, self.core.reentry())),
             deadline,
             |token| {
                 let t = token.as_bytes().to_vec();
@@ -333,7 +308,7 @@ impl RwLock {
                     // Readers are told by a writer's release.
                     patient: true,
                     lease,
-                    watchdog: self.lease.is_none(),
+                    watchdog: self.core.lease.is_none(),
                     grant: Script::new(
                         &RW_READ_ACQUIRE,
                         keys.scripted(),
@@ -361,6 +336,7 @@ impl RwLock {
                     // may lapse: a look at the name then reaches the blocked
                     // writers and the waiting readers.
                     look: self
+                        .core
                         .client
                         .backend()
                         .grants_directly()
@@ -371,13 +347,13 @@ impl RwLock {
         Ok(held.map(|held| {
             ReadGuard::new(
                 self.clone(),
-                Holding::new(self.client.clone(), Some(slot), held),
+                Holding::new(self.core.client.clone(), Some(slot), held),
             )
         }))
     }
 
     fn write_until(&self, deadline: Option<Instant>) -> Result<Option<WriteGuard>> {
-        let keys = self.keys()?;
+        let keys = self.core.keys()?;
         let (lease, lease_arg) = self.lease_of()?;
         let slot = self.hold_key(keys, Mode::Write);
         if reentrancy::depth(&slot) == 0 && reentrancy::depth(&self.hold_key(keys, Mode::Read)) > 0
@@ -392,9 +368,9 @@ impl RwLock {
         // reply is late could not take its entry back). A waiter blocks on
         // the write hold's open list where the backend allows it.
         let waits = deadline.is_none_or(|d| d > Instant::now());
-        let backend = self.client.backend();
+        let backend = self.core.client.backend();
         let blocks = waits && backend.grants_directly();
-        let by_message = self.client.wakeup().fallback() * 3 + Duration::from_secs(1);
+        let by_message = self.core.client.wakeup().fallback() * 3 + Duration::from_secs(1);
         let queue_ttl = |blocks: bool| -> Vec<u8> {
             let ttl = if !waits {
                 Duration::ZERO
@@ -406,8 +382,8 @@ impl RwLock {
             ttl.as_millis().to_string().into_bytes()
         };
         let held = lease::acquire(
-            &self.client,
-            Some((&slot, self.reentry())),
+            &self.core.client,
+            Some((&slot, self.core.reentry())),
             deadline,
             |token| {
                 let t = token.as_bytes().to_vec();
@@ -435,7 +411,7 @@ impl RwLock {
                     jump: false,
                     patient: false,
                     lease,
-                    watchdog: self.lease.is_none(),
+                    watchdog: self.core.lease.is_none(),
                     grant: grant(blocks),
                     fence: Some(keys.fence.clone()),
                     release: release(false),
@@ -464,7 +440,7 @@ impl RwLock {
         Ok(held.map(|held| {
             WriteGuard::new(
                 self.clone(),
-                Holding::new(self.client.clone(), Some(slot), held),
+                Holding::new(self.core.client.clone(), Some(slot), held),
             )
         }))
     }

@@ -104,6 +104,20 @@ impl Lua {
     }
 }
 
+/// A script's yes/no argument: the word the script tests for, or empty.
+pub(crate) fn word(on: bool, word: &str) -> Vec<u8> {
+    if on {
+        word.as_bytes().to_vec()
+    } else {
+        Vec::new()
+    }
+}
+
+/// A script's duration argument, in whole milliseconds.
+pub(crate) fn millis(d: std::time::Duration) -> Vec<u8> {
+    d.as_millis().to_string().into_bytes()
+}
+
 macro_rules! script {
     ($name:ident, $file:literal) => {
         pub(crate) static $name: Lazy<Lua> =

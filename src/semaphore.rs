@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{Call, Script};
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::handle::Core;
 use crate::keys as schema;
 use crate::lease::{self, lease_controls, Direct, Holding, Spec, ThreadBound};
 use crate::scripts::{
@@ -58,67 +59,48 @@ impl Keys {
 /// Use [`Semaphore::resize`] to change it.
 #[derive(Clone)]
 pub struct Semaphore {
-    client: Client,
-    keys: std::result::Result<Arc<Keys>, Arc<str>>,
+    core: Core<Keys>,
     permits: u32,
     fair: bool,
-    lease: Option<Duration>,
 }
 
 impl fmt::Debug for Semaphore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("Semaphore");
-        match &self.keys {
-            Ok(k) => d.field("key", &String::from_utf8_lossy(&k.permits)),
-            Err(e) => d.field("invalid", e),
-        };
+        self.core.debug(&mut d, |k| &k.permits);
         d.field("permits", &self.permits)
             .field("fair", &self.fair)
-            .field("lease", &self.lease)
             .finish()
     }
 }
 
 impl Semaphore {
     pub(crate) fn new(client: Client, name: &[u8], permits: u32, fair: bool) -> Semaphore {
-        let keys = client
-            .names(name)
-            .map(|n| {
-                Arc::new(Keys {
-                    name: n.name().clone(),
-                    permits: n.key(schema::SEM).into(),
-                    count: n.key(schema::SEM_COUNT),
-                    queue: n.key(schema::SEM_QUEUE),
-                    queue_deadlines: n.key(schema::SEM_QUEUE_DEADLINES),
-                    grant_prefix: n.key(schema::SEM_GRANT),
-                })
-            })
-            .map_err(|e| Arc::from(e.message()));
+        let core = Core::new(client, name, |_, n| Keys {
+            name: n.name().clone(),
+            permits: n.key(schema::SEM).into(),
+            count: n.key(schema::SEM_COUNT),
+            queue: n.key(schema::SEM_QUEUE),
+            queue_deadlines: n.key(schema::SEM_QUEUE_DEADLINES),
+            grant_prefix: n.key(schema::SEM_GRANT),
+        });
         Semaphore {
-            client,
-            keys,
+            core,
             permits,
             fair,
-            lease: None,
         }
     }
 
     /// Gives permits taken through this handle a fixed lease and no watchdog.
     /// Defaults to the client's watchdog timeout, renewed while the permit lives.
     pub fn lease(mut self, lease: Duration) -> Semaphore {
-        self.lease = Some(lease);
+        self.core.lease = Some(lease);
         self
     }
 
     /// The permit count this handle uses.
     pub fn permits(&self) -> u32 {
         self.permits
-    }
-
-    fn keys(&self) -> Result<&Arc<Keys>> {
-        self.keys
-            .as_ref()
-            .map_err(|e| Error::invalid(e.to_string()))
     }
 
     /// Runs `f` holding one permit (waiting as long as needed), then
@@ -173,8 +155,9 @@ impl Semaphore {
     }
 
     fn state(&self) -> Result<(u64, i64)> {
-        let keys = self.keys()?;
-        self.client
+        let keys = self.core.keys()?;
+        self.core
+            .client
             .backend()
             .eval(&SEM_STATE, &[&keys.permits, &keys.count], &[])
     }
@@ -187,11 +170,11 @@ impl Semaphore {
         if permits == 0 {
             return Err(Error::invalid("a semaphore needs at least one permit"));
         }
-        let keys = self.keys()?;
-        let wakeup = self.client.wakeup();
+        let keys = self.core.keys()?;
+        let wakeup = self.core.client.wakeup();
         let scripted = keys.scripted();
         let [prefix, claim, _, fair] = self.hand_on_args(keys);
-        let _: i64 = self.client.backend().eval(
+        let _: i64 = self.core.client.backend().eval(
             &SEM_RESIZE,
             &scripted.iter().map(Vec::as_slice).collect::<Vec<_>>(),
             &[
@@ -214,9 +197,10 @@ impl Semaphore {
     /// `false` if it was not held (already released, expired, removed, or
     /// never taken from this semaphore). Waiters are woken.
     pub fn release_id(&self, id: &PermitId) -> Result<bool> {
-        let keys = self.keys()?;
-        let wakeup = self.client.wakeup();
+        let keys = self.core.keys()?;
+        let wakeup = self.core.client.wakeup();
         let released = self
+            .core
             .client
             .backend()
             .confirm(&Call {
@@ -234,9 +218,10 @@ impl Semaphore {
     /// count) were removed. Holders learn it at their next renewal
     /// (`is_held()` turns false, `release()` fails with `LockLost`).
     pub fn force_release_all(&self) -> Result<u32> {
-        let keys = self.keys()?;
-        let wakeup = self.client.wakeup();
+        let keys = self.core.keys()?;
+        let wakeup = self.core.client.wakeup();
         let removed = self
+            .core
             .client
             .backend()
             .confirm(&Call {
@@ -275,7 +260,7 @@ impl Semaphore {
     /// lua/sem_release.lua's arguments for `member`, returned by its
     /// holder or withdrawn by a waiter that gives up (`leave`).
     fn release_args(&self, keys: &Keys, member: Vec<u8>, leave: bool) -> Vec<Vec<u8>> {
-        let wakeup = self.client.wakeup();
+        let wakeup = self.core.client.wakeup();
         let mut args = vec![
             member,
             wakeup.channel(&keys.permits).to_vec(),
@@ -287,7 +272,7 @@ impl Semaphore {
     }
 
     fn acquire_until(&self, k: u32, deadline: Option<Instant>) -> Result<Option<Permit>> {
-        let keys = self.keys()?;
+        let keys = self.core.keys()?;
         if self.permits == 0 {
             return Err(Error::invalid("a semaphore needs at least one permit"));
         }
@@ -297,20 +282,20 @@ impl Semaphore {
                 self.permits
             )));
         }
-        if self.client.backend().is_redlock() {
+        if self.core.client.backend().is_redlock() {
             return Err(Error::new(
                 crate::ErrorKind::Unsupported,
                 "semaphores need a single leader (one server, Sentinel or Cluster)",
             ));
         }
-        let lease = self.lease.unwrap_or(self.client.watchdog_timeout());
+        let lease = self.core.lease_or_watchdog();
         let lease_arg = lease::lease_millis(lease)?.to_string();
-        let backend = self.client.backend();
+        let backend = self.core.client.backend();
         // A try never queues; a waiter queues from its first attempt, and
         // blocks on its own grant list where the backend allows it.
         let waits = deadline.is_none_or(|d| d > Instant::now());
         let blocks = waits && backend.grants_directly();
-        let wakeup = self.client.wakeup();
+        let wakeup = self.core.client.wakeup();
         let by_message = wakeup.fallback() * 3 + Duration::from_secs(1);
         let claim = lease::GRANT_CLAIM.as_millis().to_string().into_bytes();
         let entry = |blocks: bool| -> Vec<u8> {
@@ -323,7 +308,7 @@ impl Semaphore {
             };
             ttl.as_millis().to_string().into_bytes()
         };
-        let held = lease::acquire(&self.client, None, deadline, |token| {
+        let held = lease::acquire(&self.core.client, None, deadline, |token| {
             let member = format!("{k}:{token}").into_bytes();
             let ms = lease_arg.as_bytes().to_vec();
             let grant_args = |blocks: bool| {
@@ -388,7 +373,7 @@ impl Semaphore {
                 jump: false,
                 patient: false,
                 lease,
-                watchdog: self.lease.is_none(),
+                watchdog: self.core.lease.is_none(),
                 grant: Script::new(&SEM_ACQUIRE, keys.scripted(), grant_args(blocks)),
                 fence: None,
                 release: Script::new(
@@ -417,7 +402,7 @@ impl Semaphore {
         Ok(held.map(|held| Permit {
             semaphore: self.clone(),
             count: k,
-            inner: Holding::new(self.client.clone(), None, held),
+            inner: Holding::new(self.core.client.clone(), None, held),
             _not_send: ThreadBound::default(),
         }))
     }

@@ -1,0 +1,87 @@
+//! What every primitive's handle is made of: its client, its keys (or why
+//! its name is invalid, reported at first use rather than at `Client::lock`
+//! and its siblings, which cannot fail), and the per-handle settings
+//! (fixed lease, re-entry). `Lock`, `RwLock` and `Semaphore` each hold a
+//! `Core` of their own keys and add only what is theirs.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::{Client, Names};
+use crate::error::{Error, Result};
+use crate::lease::Reentry;
+
+pub(crate) struct Core<K> {
+    pub(crate) client: Client,
+    keys: std::result::Result<Arc<K>, Arc<str>>,
+    /// A fixed lease (no watchdog); `None`: the client's watchdog timeout.
+    pub(crate) lease: Option<Duration>,
+    /// `Some(false)`: this handle refuses re-entry; `None`: the client's.
+    pub(crate) reentrant: Option<bool>,
+}
+
+// Not derived: that would ask `K: Clone`, and the keys are shared.
+impl<K> Clone for Core<K> {
+    fn clone(&self) -> Self {
+        Core {
+            client: self.client.clone(),
+            keys: self.keys.clone(),
+            lease: self.lease,
+            reentrant: self.reentrant,
+        }
+    }
+}
+
+impl<K> Core<K> {
+    /// The handle of `name`, its keys made by `keys` from the name's key
+    /// schema (see `keys.rs`).
+    pub(crate) fn new(
+        client: Client,
+        name: &[u8],
+        keys: impl FnOnce(&Client, Names) -> K,
+    ) -> Core<K> {
+        let keys = client
+            .names(name)
+            .map(|n| Arc::new(keys(&client, n)))
+            .map_err(|e| Arc::from(e.message()));
+        Core {
+            client,
+            keys,
+            lease: None,
+            reentrant: None,
+        }
+    }
+
+    /// The keys, or the invalid name's error.
+    pub(crate) fn keys(&self) -> Result<&Arc<K>> {
+        self.keys
+            .as_ref()
+            .map_err(|e| Error::invalid(e.to_string()))
+    }
+
+    /// The keys, or why the name is invalid (for what cannot fail).
+    pub(crate) fn keys_or_invalid(&self) -> std::result::Result<&Arc<K>, &Arc<str>> {
+        self.keys.as_ref()
+    }
+
+    /// How a thread that holds the name already is treated.
+    pub(crate) fn reentry(&self) -> Reentry {
+        Reentry::of(self.reentrant, &self.client)
+    }
+
+    /// The lease of an acquisition: the fixed one, or the watchdog's.
+    pub(crate) fn lease_or_watchdog(&self) -> Duration {
+        self.lease.unwrap_or(self.client.watchdog_timeout())
+    }
+
+    /// The `key` field of a handle's `Debug` (or `invalid` and why), and
+    /// its lease.
+    pub(crate) fn debug(&self, d: &mut fmt::DebugStruct<'_, '_>, key: impl Fn(&K) -> &[u8]) {
+        match &self.keys {
+            Ok(k) => d.field("key", &String::from_utf8_lossy(key(k))),
+            Err(e) => d.field("invalid", e),
+        };
+        d.field("lease", &self.lease);
+    }
+}
