@@ -12,8 +12,8 @@ use crate::keys as schema;
 use crate::lease::{self, lease_controls, Direct, Holding, Spec, ThreadBound};
 use crate::reentrancy::{self, HoldKey, Mode};
 use crate::scripts::{
-    LOCK_EXTEND, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WATCH, RW_WRITE_ACQUIRE, RW_WRITE_RELEASE,
-    ZSET_EXTEND,
+    millis, word, LOCK_EXTEND, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WATCH, RW_WRITE_ACQUIRE,
+    RW_WRITE_RELEASE, ZSET_EXTEND,
 };
 use crate::wakeup::{deadline_after, waited, Turns};
 
@@ -48,6 +48,116 @@ impl Keys {
             self.writer_deadlines.clone(),
             self.waiting_readers.clone(),
             self.floor.clone(),
+        ]
+    }
+}
+
+/// Where a hand-over of the write hold goes (lua/rw_grant.lua `rw_open`):
+/// the writers' grant prefix and claim window, and the wake-up channel and
+/// message for those that wait for messages (and for waiting readers).
+struct Open<'a> {
+    grant_prefix: &'a [u8],
+    claim: Duration,
+    channel: Vec<u8>,
+    message: Vec<u8>,
+}
+
+/// lua/rw_read_acquire.lua's arguments, by name (its header says what each
+/// does); `argv` puts them in the script's order.
+struct ReadAcquireArgs<'a> {
+    token: &'a [u8],
+    lease_ms: &'a [u8],
+    /// This thread's own write token (a downgrade), or empty.
+    own_write: &'a [u8],
+    /// How long the waiting entry lives without a retry; zero: none (a try).
+    waiting: Duration,
+    open: &'a Open<'a>,
+}
+
+impl ReadAcquireArgs<'_> {
+    fn argv(&self) -> Vec<Vec<u8>> {
+        vec![
+            self.token.to_vec(),
+            self.lease_ms.to_vec(),
+            self.own_write.to_vec(),
+            millis(self.waiting),
+            self.open.grant_prefix.to_vec(),
+            millis(self.open.claim),
+            self.open.channel.clone(),
+            self.open.message.clone(),
+        ]
+    }
+}
+
+/// lua/rw_write_acquire.lua's arguments, by name.
+struct WriteAcquireArgs<'a> {
+    token: &'a [u8],
+    lease_ms: &'a [u8],
+    /// How long the queue entry lives without a renewal; zero: no entry (a
+    /// try).
+    queue_ttl: Duration,
+    open: &'a Open<'a>,
+    /// The writer blocks in `BLMOVE` from the open list (else it waits for
+    /// messages).
+    blocks: bool,
+}
+
+impl WriteAcquireArgs<'_> {
+    fn argv(&self) -> Vec<Vec<u8>> {
+        vec![
+            self.token.to_vec(),
+            self.lease_ms.to_vec(),
+            millis(self.queue_ttl),
+            self.open.grant_prefix.to_vec(),
+            millis(self.open.claim),
+            self.open.channel.clone(),
+            self.open.message.clone(),
+            word(self.blocks, "block"),
+        ]
+    }
+}
+
+/// lua/rw_read_release.lua's and lua/rw_write_release.lua's arguments, by
+/// name.
+struct ReleaseArgs<'a> {
+    token: &'a [u8],
+    open: &'a Open<'a>,
+    /// A waiter gives up: its entry is withdrawn (and a writer's grant
+    /// taken meanwhile handed on).
+    leave: bool,
+}
+
+impl ReleaseArgs<'_> {
+    fn argv(&self) -> Vec<Vec<u8>> {
+        vec![
+            self.token.to_vec(),
+            self.open.channel.clone(),
+            self.open.message.clone(),
+            self.open.grant_prefix.to_vec(),
+            millis(self.open.claim),
+            word(self.leave, "leave"),
+        ]
+    }
+}
+
+/// lua/rw_watch.lua's arguments, by name.
+struct WatchArgs<'a> {
+    /// The blocked writer's token, or empty for a look at the name alone.
+    writer: &'a [u8],
+    /// The writer's queue entry lifetime.
+    entry: Duration,
+    open: &'a Open<'a>,
+}
+
+impl WatchArgs<'_> {
+    fn argv(&self) -> Vec<Vec<u8>> {
+        vec![
+            self.writer.to_vec(),
+            millis(self.entry),
+            self.open.grant_prefix.to_vec(),
+            millis(self.open.claim),
+            self.open.channel.clone(),
+            self.open.message.clone(),
         ]
     }
 }
@@ -225,45 +335,27 @@ impl RwLock {
         Ok((lease, ms.to_string()))
     }
 
-    /// The release arguments every hold of this lock publishes with.
-    /// A release's arguments for `token`: the token, the wake-up channel
-    /// and message, and what a hand-over to a waiting writer needs
-    /// (lua/rw_grant.lua).
-    fn wake_args(&self, keys: &Keys, token: &str) -> Vec<Vec<u8>> {
+    /// Where a hand-over of the write hold goes (lua/rw_grant.lua).
+    fn open<'a>(&self, keys: &'a Keys) -> Open<'a> {
         let wakeup = self.core.client.wakeup();
-        vec![
-            token.as_bytes().to_vec(),
-            wakeup.channel(&keys.writer).to_vec(),
-            wakeup.message(&keys.writer),
-            keys.grant_prefix.clone(),
-            lease::GRANT_CLAIM.as_millis().to_string().into_bytes(),
-        ]
-    }
-
-    /// What a script that may open the write hold to the queued writers
-    /// needs besides keys (lua/rw_grant.lua): the grant prefix, the claim
-    /// window, and the wake-up channel and message for writers that wait
-    /// for messages.
-    fn open_args(&self, keys: &Keys) -> Vec<Vec<u8>> {
-        let wakeup = self.core.client.wakeup();
-        vec![
-            keys.grant_prefix.clone(),
-            lease::GRANT_CLAIM.as_millis().to_string().into_bytes(),
-            wakeup.channel(&keys.writer).to_vec(),
-            wakeup.message(&keys.writer),
-        ]
+        Open {
+            grant_prefix: &keys.grant_prefix,
+            claim: lease::GRANT_CLAIM,
+            channel: wakeup.channel(&keys.writer).to_vec(),
+            message: wakeup.message(&keys.writer),
+        }
     }
 
     /// The renewal thread's look at the write hold (lua/rw_watch.lua): for
-    /// a writer blocked on it (`token`), and (no token) for the name once a
+    /// a writer blocked on it (`writer`), and (none) for the name once a
     /// hold of it is handed over, shortened or forced open.
-    fn watch(&self, keys: &Keys, token: &[u8]) -> Script {
-        let mut args = vec![
-            token.to_vec(),
-            lease::ROOM_ENTRY.as_millis().to_string().into_bytes(),
-        ];
-        args.extend(self.open_args(keys));
-        Script::new(&RW_WATCH, keys.scripted(), args)
+    fn watch(&self, keys: &Keys, writer: &[u8]) -> Script {
+        let args = WatchArgs {
+            writer,
+            entry: lease::ROOM_ENTRY,
+            open: &self.open(keys),
+        };
+        Script::new(&RW_WATCH, keys.scripted(), args.argv())
     }
 
     fn read_until(&self, deadline: Option<Instant>) -> Result<Option<ReadGuard>> {
@@ -281,11 +373,9 @@ impl RwLock {
         // a try never does.
         let waits = deadline.is_none_or(|d| d > Instant::now());
         let waiting = if waits {
-            (self.core.client.wakeup().fallback_for(true) * 3 + Duration::from_secs(1))
-                .as_millis()
-                .to_string()
+            self.core.client.wakeup().fallback_for(true) * 3 + Duration::from_secs(1)
         } else {
-            "0".to_string()
+            Duration::ZERO
         };
         let held = lease::acquire(
             &self.core.client,
@@ -294,10 +384,21 @@ impl RwLock {
             |token| {
                 let t = token.as_bytes().to_vec();
                 let ms = lease_arg.as_bytes().to_vec();
+                let open = self.open(keys);
                 let release = |leave: bool| {
-                    let mut args = self.wake_args(keys, token);
-                    args.push(if leave { b"leave".to_vec() } else { Vec::new() });
-                    Script::new(&RW_READ_RELEASE, keys.scripted(), args)
+                    let args = ReleaseArgs {
+                        token: &t,
+                        open: &open,
+                        leave,
+                    };
+                    Script::new(&RW_READ_RELEASE, keys.scripted(), args.argv())
+                };
+                let grant = ReadAcquireArgs {
+                    token: &t,
+                    lease_ms: &ms,
+                    own_write: own_write.as_bytes(),
+                    waiting,
+                    open: &open,
                 };
                 Ok(Spec {
                     what: "read lock",
@@ -309,23 +410,14 @@ impl RwLock {
                     patient: true,
                     lease,
                     watchdog: self.core.lease.is_none(),
-                    grant: Script::new(
-                        &RW_READ_ACQUIRE,
-                        keys.scripted(),
-                        [
-                            vec![
-                                t.clone(),
-                                ms.clone(),
-                                own_write.as_bytes().to_vec(),
-                                waiting.as_bytes().to_vec(),
-                            ],
-                            self.open_args(keys),
-                        ]
-                        .concat(),
-                    ),
+                    grant: Script::new(&RW_READ_ACQUIRE, keys.scripted(), grant.argv()),
                     fence: None,
                     release: release(false),
-                    extend: Script::new(&ZSET_EXTEND, vec![keys.readers.clone()], vec![t, ms]),
+                    extend: Script::new(
+                        &ZSET_EXTEND,
+                        vec![keys.readers.clone()],
+                        vec![t.clone(), ms.clone()],
+                    ),
                     // A waiting reader's entry goes when it gives up, and
                     // behind a late grant.
                     leave: waits.then(|| release(true)),
@@ -371,15 +463,14 @@ impl RwLock {
         let backend = self.core.client.backend();
         let blocks = waits && backend.grants_directly();
         let by_message = self.core.client.wakeup().fallback() * 3 + Duration::from_secs(1);
-        let queue_ttl = |blocks: bool| -> Vec<u8> {
-            let ttl = if !waits {
+        let queue_ttl = |blocks: bool| {
+            if !waits {
                 Duration::ZERO
             } else if blocks {
                 lease::ROOM_ENTRY
             } else {
                 by_message
-            };
-            ttl.as_millis().to_string().into_bytes()
+            }
         };
         let held = lease::acquire(
             &self.core.client,
@@ -388,20 +479,24 @@ impl RwLock {
             |token| {
                 let t = token.as_bytes().to_vec();
                 let ms = lease_arg.as_bytes().to_vec();
+                let open = self.open(keys);
                 let grant = |blocks: bool| {
-                    let mut args = vec![t.clone(), ms.clone(), queue_ttl(blocks)];
-                    args.extend(self.open_args(keys));
-                    args.push(if blocks {
-                        b"block".to_vec()
-                    } else {
-                        Vec::new()
-                    });
-                    Script::new(&RW_WRITE_ACQUIRE, keys.scripted(), args)
+                    let args = WriteAcquireArgs {
+                        token: &t,
+                        lease_ms: &ms,
+                        queue_ttl: queue_ttl(blocks),
+                        open: &open,
+                        blocks,
+                    };
+                    Script::new(&RW_WRITE_ACQUIRE, keys.scripted(), args.argv())
                 };
                 let release = |leave: bool| {
-                    let mut args = self.wake_args(keys, token);
-                    args.push(if leave { b"leave".to_vec() } else { Vec::new() });
-                    Script::new(&RW_WRITE_RELEASE, keys.scripted(), args)
+                    let args = ReleaseArgs {
+                        token: &t,
+                        open: &open,
+                        leave,
+                    };
+                    Script::new(&RW_WRITE_RELEASE, keys.scripted(), args.argv())
                 };
                 Ok(Spec {
                     what: "write lock",

@@ -11,7 +11,8 @@ use crate::handle::Core;
 use crate::keys as schema;
 use crate::lease::{self, lease_controls, Direct, Holding, Spec, ThreadBound};
 use crate::scripts::{
-    SEM_ACQUIRE, SEM_FORCE_RELEASE, SEM_RELEASE, SEM_RESIZE, SEM_STATE, SEM_WATCH, ZSET_EXTEND,
+    millis, word, SEM_ACQUIRE, SEM_FORCE_RELEASE, SEM_RELEASE, SEM_RESIZE, SEM_STATE, SEM_WATCH,
+    ZSET_EXTEND,
 };
 use crate::wakeup::{deadline_after, waited, Turns};
 
@@ -173,17 +174,17 @@ impl Semaphore {
         let keys = self.core.keys()?;
         let wakeup = self.core.client.wakeup();
         let scripted = keys.scripted();
-        let [prefix, claim, _, fair] = self.hand_on_args(keys);
+        let offer = self.offer(keys);
         let _: i64 = self.core.client.backend().eval(
             &SEM_RESIZE,
             &scripted.iter().map(Vec::as_slice).collect::<Vec<_>>(),
             &[
                 permits.to_string().as_bytes(),
-                &wakeup.channel(&keys.permits),
-                &wakeup.message(&keys.permits),
-                &prefix,
-                &claim,
-                &fair,
+                &offer.channel,
+                &offer.message,
+                offer.grant_prefix,
+                &millis(offer.claim),
+                &mode(offer.fair),
             ],
         )?;
         wakeup.notify_local(&keys.permits);
@@ -206,7 +207,12 @@ impl Semaphore {
             .confirm(&Call {
                 lua: &SEM_RELEASE,
                 keys: &keys.scripted(),
-                args: &self.release_args(keys, id.member.as_bytes().to_vec(), false),
+                args: &ReleaseArgs {
+                    member: id.member.as_bytes(),
+                    offer: &self.offer(keys),
+                    leave: false,
+                }
+                .argv(),
             })
             .map_err(|e| e.about("semaphore", &keys.name))?;
         wakeup.notify_local(&keys.permits);
@@ -227,48 +233,24 @@ impl Semaphore {
             .confirm(&Call {
                 lua: &SEM_FORCE_RELEASE,
                 keys: &keys.scripted(),
-                args: &[
-                    vec![
-                        wakeup.channel(&keys.permits).to_vec(),
-                        wakeup.message(&keys.permits),
-                    ],
-                    self.hand_on_args(keys).to_vec(),
-                ]
-                .concat(),
+                args: &self.offer(keys).force_release_argv(),
             })
             .map_err(|e| e.about("semaphore", &keys.name))?;
         wakeup.notify_local(&keys.permits);
         Ok(removed.clamp(0, u32::MAX as i64) as u32)
     }
 
-    /// What the scripts that hand permits on need besides keys, wake-up
-    /// channel and message (lua/sem_grant.lua): the grant list prefix,
-    /// the claim window, this handle's permit count and mode.
-    fn hand_on_args(&self, keys: &Keys) -> [Vec<u8>; 4] {
-        [
-            keys.grant_prefix.clone(),
-            lease::GRANT_CLAIM.as_millis().to_string().into_bytes(),
-            self.permits.to_string().into_bytes(),
-            if self.fair {
-                b"1".to_vec()
-            } else {
-                b"0".to_vec()
-            },
-        ]
-    }
-
-    /// lua/sem_release.lua's arguments for `member`, returned by its
-    /// holder or withdrawn by a waiter that gives up (`leave`).
-    fn release_args(&self, keys: &Keys, member: Vec<u8>, leave: bool) -> Vec<Vec<u8>> {
+    /// Where an offer of this semaphore's permits goes (lua/sem_grant.lua).
+    fn offer<'a>(&self, keys: &'a Keys) -> Offer<'a> {
         let wakeup = self.core.client.wakeup();
-        let mut args = vec![
-            member,
-            wakeup.channel(&keys.permits).to_vec(),
-            wakeup.message(&keys.permits),
-        ];
-        args.extend(self.hand_on_args(keys));
-        args.push(if leave { b"leave".to_vec() } else { Vec::new() });
-        args
+        Offer {
+            grant_prefix: &keys.grant_prefix,
+            claim: lease::GRANT_CLAIM,
+            channel: wakeup.channel(&keys.permits).to_vec(),
+            message: wakeup.message(&keys.permits),
+            permits: self.permits,
+            fair: self.fair,
+        }
     }
 
     fn acquire_until(&self, k: u32, deadline: Option<Instant>) -> Result<Option<Permit>> {
@@ -295,68 +277,50 @@ impl Semaphore {
         // blocks on its own grant list where the backend allows it.
         let waits = deadline.is_none_or(|d| d > Instant::now());
         let blocks = waits && backend.grants_directly();
-        let wakeup = self.core.client.wakeup();
-        let by_message = wakeup.fallback() * 3 + Duration::from_secs(1);
-        let claim = lease::GRANT_CLAIM.as_millis().to_string().into_bytes();
-        let entry = |blocks: bool| -> Vec<u8> {
-            let ttl = if !waits {
+        let by_message = self.core.client.wakeup().fallback() * 3 + Duration::from_secs(1);
+        let entry = |blocks: bool| {
+            if !waits {
                 Duration::ZERO
             } else if blocks {
                 lease::ROOM_ENTRY
             } else {
                 by_message
-            };
-            ttl.as_millis().to_string().into_bytes()
+            }
         };
+        let offer = self.offer(keys);
         let held = lease::acquire(&self.core.client, None, deadline, |token| {
             let member = format!("{k}:{token}").into_bytes();
             let ms = lease_arg.as_bytes().to_vec();
-            let grant_args = |blocks: bool| {
-                vec![
-                    member.clone(),
-                    ms.clone(),
-                    self.permits.to_string().into_bytes(),
-                    k.to_string().into_bytes(),
-                    if self.fair {
-                        b"1".to_vec()
-                    } else {
-                        b"0".to_vec()
-                    },
-                    entry(blocks),
-                    if blocks {
-                        b"block".to_vec()
-                    } else {
-                        Vec::new()
-                    },
-                    keys.grant_prefix.clone(),
-                    claim.clone(),
-                    wakeup.channel(&keys.permits).to_vec(),
-                    wakeup.message(&keys.permits),
-                ]
+            let grant = |blocks: bool| {
+                let args = AcquireArgs {
+                    member: &member,
+                    lease_ms: &ms,
+                    k,
+                    entry: entry(blocks),
+                    blocks,
+                    offer: &offer,
+                };
+                Script::new(&SEM_ACQUIRE, keys.scripted(), args.argv())
             };
-            let leave = Script::new(
-                &SEM_RELEASE,
-                keys.scripted(),
-                self.release_args(keys, member.clone(), true),
-            );
+            let release = |leave: bool| {
+                let args = ReleaseArgs {
+                    member: &member,
+                    offer: &offer,
+                    leave,
+                };
+                Script::new(&SEM_RELEASE, keys.scripted(), args.argv())
+            };
+            let leave = release(true);
             // The renewal thread's look at the semaphore (lua/sem_watch.lua):
             // for this waiter while it is blocked, and (no member) for the
             // name once a release offered its permits to the waiters.
-            let look = |member: &[u8]| {
-                let mut args = vec![
-                    member.to_vec(),
-                    lease::ROOM_ENTRY.as_millis().to_string().into_bytes(),
-                ];
-                let [prefix, claim, n, fair] = self.hand_on_args(keys);
-                args.extend([
-                    prefix,
-                    claim,
-                    wakeup.channel(&keys.permits).to_vec(),
-                    wakeup.message(&keys.permits),
-                    n,
-                    fair,
-                ]);
-                Script::new(&SEM_WATCH, keys.scripted(), args)
+            let look = |waiter: &[u8]| {
+                let args = WatchArgs {
+                    waiter,
+                    entry: lease::ROOM_ENTRY,
+                    offer: &offer,
+                };
+                Script::new(&SEM_WATCH, keys.scripted(), args.argv())
             };
             // Waiters block on the name's open list, moving what they pop
             // into their own (lua/sem_grant.lua sem_offer).
@@ -374,13 +338,9 @@ impl Semaphore {
                 patient: false,
                 lease,
                 watchdog: self.core.lease.is_none(),
-                grant: Script::new(&SEM_ACQUIRE, keys.scripted(), grant_args(blocks)),
+                grant: grant(blocks),
                 fence: None,
-                release: Script::new(
-                    &SEM_RELEASE,
-                    keys.scripted(),
-                    self.release_args(keys, member.clone(), false),
-                ),
+                release: release(false),
                 extend: Script::new(
                     &ZSET_EXTEND,
                     vec![keys.permits.to_vec(), keys.count.clone()],
@@ -394,7 +354,7 @@ impl Semaphore {
                     list: schema::open_list(&keys.grant_prefix),
                     into: own,
                     watch: Some(look(&member)),
-                    by_message: Script::new(&SEM_ACQUIRE, keys.scripted(), grant_args(false)),
+                    by_message: grant(false),
                 }),
                 look: backend.grants_directly().then(|| look(b"")),
             })
@@ -405,6 +365,121 @@ impl Semaphore {
             inner: Holding::new(self.core.client.clone(), None, held),
             _not_send: ThreadBound::default(),
         }))
+    }
+}
+
+/// Where an offer of permits goes (lua/sem_grant.lua `sem_offer`): the
+/// grant prefix and claim window, the wake-up channel and message for
+/// waiters that wait for messages, and the handle's permit count (used
+/// when none is stored) and mode.
+struct Offer<'a> {
+    grant_prefix: &'a [u8],
+    claim: Duration,
+    channel: Vec<u8>,
+    message: Vec<u8>,
+    permits: u32,
+    fair: bool,
+}
+
+impl Offer<'_> {
+    /// lua/sem_force_release.lua's arguments.
+    fn force_release_argv(&self) -> Vec<Vec<u8>> {
+        vec![
+            self.channel.clone(),
+            self.message.clone(),
+            self.grant_prefix.to_vec(),
+            millis(self.claim),
+            self.permits.to_string().into_bytes(),
+            mode(self.fair),
+        ]
+    }
+}
+
+/// A fair semaphore's mode argument: '1' fair, '0' not.
+fn mode(fair: bool) -> Vec<u8> {
+    if fair { b"1" } else { b"0" }.to_vec()
+}
+
+/// lua/sem_acquire.lua's arguments, by name (its header says what each
+/// does); `argv` puts them in the script's order.
+struct AcquireArgs<'a> {
+    /// `<k>:<token>`.
+    member: &'a [u8],
+    lease_ms: &'a [u8],
+    /// Permits wanted.
+    k: u32,
+    /// How long the waiter's entry lives without a renewal; zero: none (a
+    /// try).
+    entry: Duration,
+    /// The waiter blocks in `BLMOVE` from the open list (else it waits for
+    /// messages).
+    blocks: bool,
+    offer: &'a Offer<'a>,
+}
+
+impl AcquireArgs<'_> {
+    fn argv(&self) -> Vec<Vec<u8>> {
+        vec![
+            self.member.to_vec(),
+            self.lease_ms.to_vec(),
+            self.offer.permits.to_string().into_bytes(),
+            self.k.to_string().into_bytes(),
+            mode(self.offer.fair),
+            millis(self.entry),
+            word(self.blocks, "block"),
+            self.offer.grant_prefix.to_vec(),
+            millis(self.offer.claim),
+            self.offer.channel.clone(),
+            self.offer.message.clone(),
+        ]
+    }
+}
+
+/// lua/sem_release.lua's arguments, by name.
+struct ReleaseArgs<'a> {
+    member: &'a [u8],
+    offer: &'a Offer<'a>,
+    /// A waiter gives up: its entries go, and permits offered to it
+    /// meanwhile are offered on.
+    leave: bool,
+}
+
+impl ReleaseArgs<'_> {
+    fn argv(&self) -> Vec<Vec<u8>> {
+        vec![
+            self.member.to_vec(),
+            self.offer.channel.clone(),
+            self.offer.message.clone(),
+            self.offer.grant_prefix.to_vec(),
+            millis(self.offer.claim),
+            self.offer.permits.to_string().into_bytes(),
+            mode(self.offer.fair),
+            word(self.leave, "leave"),
+        ]
+    }
+}
+
+/// lua/sem_watch.lua's arguments, by name.
+struct WatchArgs<'a> {
+    /// The blocked waiter's member, or empty for a look at the name alone.
+    waiter: &'a [u8],
+    /// The waiter's entry lifetime.
+    entry: Duration,
+    offer: &'a Offer<'a>,
+}
+
+impl WatchArgs<'_> {
+    fn argv(&self) -> Vec<Vec<u8>> {
+        vec![
+            self.waiter.to_vec(),
+            millis(self.entry),
+            self.offer.grant_prefix.to_vec(),
+            millis(self.offer.claim),
+            self.offer.channel.clone(),
+            self.offer.message.clone(),
+            self.offer.permits.to_string().into_bytes(),
+            mode(self.offer.fair),
+        ]
     }
 }
 
