@@ -9,7 +9,7 @@
 //!
 //! Every failed call is classified (see [`Error::is_unsent`] and
 //! [`Error::is_ambiguous`]); deciding whether to repeat it is the lease
-//! lifecycle's job (`lease.rs`), which knows that every granting script
+//! lifecycle's job (`lease/`), which knows that every granting script
 //! re-grants the same hold to the same token.
 
 #[cfg(feature = "cluster")]

@@ -6,6 +6,8 @@
 use std::time::{Duration, Instant};
 
 use redis_test::server::RedisServer;
+#[cfg(feature = "cluster")]
+pub mod cluster;
 pub mod netns;
 pub mod proxy;
 pub mod worker;

@@ -1,0 +1,270 @@
+//! A local 3-master Redis Cluster for the cluster test files: one shared
+//! per test binary (`CLUSTER`, started on first use), or one of a test's
+//! own (`proxied_cluster`), and what those tests ask of its nodes.
+#![allow(dead_code)]
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use once_cell::sync::Lazy;
+use redis_test::cluster::{RedisCluster, RedisClusterConfiguration};
+use redlease::Client;
+
+pub static CLUSTER: Lazy<Mutex<RedisCluster>> = Lazy::new(|| {
+    // Statics are never dropped: stop the servers when the process exits.
+    unsafe { libc::atexit(stop_cluster) };
+    Mutex::new(RedisCluster::new(RedisClusterConfiguration::default()))
+});
+
+extern "C" fn stop_cluster() {
+    if let Ok(mut c) = CLUSTER.lock() {
+        c.stop();
+    }
+}
+
+pub fn urls() -> Vec<String> {
+    let cluster = CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    super::cluster_urls(&cluster)
+}
+
+pub fn client() -> Client {
+    Client::builder()
+        .cluster(urls())
+        .watchdog_timeout(Duration::from_millis(900))
+        .build()
+        .unwrap()
+}
+
+/// The score of `token`'s entry in the queue deadlines of lock `name`, on
+/// whichever master serves it (message waiters are marked by half a ms).
+pub fn entry_score(urls: &[String], name: &str) -> Option<f64> {
+    for url in urls {
+        let mut con = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        // Another master's key is a MOVED error.
+        if let Ok(scores) = redis::cmd("ZRANGE")
+            .arg(format!("{{{name}}}:queue:t"))
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query::<Vec<(String, f64)>>(&mut con)
+        {
+            if let Some((_, score)) = scores.first() {
+                return Some(*score);
+            }
+        }
+    }
+    None
+}
+
+/// Moves the slot of `{name}` (with its keys) from its master to the next
+/// one, as a resharding does; returns (from, to) as indexes of `addrs`.
+pub fn move_slot(addrs: &[(String, u16)], name: &str) -> (usize, usize) {
+    let mut cons: Vec<redis::Connection> = addrs.iter().map(|(_, p)| con(*p)).collect();
+    let tag = format!("{{{name}}}");
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(&tag)
+        .query(&mut cons[0])
+        .unwrap();
+    let ids: Vec<String> = cons
+        .iter_mut()
+        .map(|c| redis::cmd("CLUSTER").arg("MYID").query(c).unwrap())
+        .collect();
+    // The master: the node that does not redirect a key of the slot.
+    let from = (0..cons.len())
+        .find(|&i| {
+            redis::cmd("EXISTS")
+                .arg(&tag)
+                .query::<i64>(&mut cons[i])
+                .is_ok()
+        })
+        .expect("the slot's master");
+    let to = (from + 1) % cons.len();
+    let setslot = |c: &mut redis::Connection, how: &str, id: &str| {
+        redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(how)
+            .arg(id)
+            .query::<()>(c)
+            .unwrap()
+    };
+    setslot(&mut cons[to], "IMPORTING", &ids[from]);
+    setslot(&mut cons[from], "MIGRATING", &ids[to]);
+    let keys: Vec<String> = redis::cmd("CLUSTER")
+        .arg("GETKEYSINSLOT")
+        .arg(slot)
+        .arg(100)
+        .query(&mut cons[from])
+        .unwrap();
+    if !keys.is_empty() {
+        redis::cmd("MIGRATE")
+            .arg(&addrs[to].0)
+            .arg(addrs[to].1)
+            .arg("")
+            .arg(0)
+            .arg(5_000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query::<()>(&mut cons[from])
+            .unwrap();
+    }
+    for c in cons.iter_mut() {
+        setslot(c, "NODE", &ids[to]);
+    }
+    (from, to)
+}
+
+pub fn con(port: u16) -> redis::Connection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+/// The nodes' URLs.
+pub fn urls_of(ports: &[u16]) -> Vec<String> {
+    ports
+        .iter()
+        .map(|p| format!("redis://127.0.0.1:{p}/"))
+        .collect()
+}
+
+pub fn ports(cluster: &RedisCluster) -> Vec<u16> {
+    cluster
+        .iter_servers()
+        .map(|s| s.host_and_port().unwrap().1)
+        .collect()
+}
+
+/// A cluster whose nodes announce proxies in front of them.
+pub fn proxied_cluster() -> (RedisCluster, Vec<u16>, Vec<super::proxy::Proxy>) {
+    let cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    let ports = ports(&cluster);
+    let proxies: Vec<super::proxy::Proxy> = ports
+        .iter()
+        .map(|&p| super::proxy::Proxy::start(p))
+        .collect();
+    for (port, proxy) in ports.iter().zip(&proxies) {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-announce-port")
+            .arg(proxy.port())
+            .query(&mut con(*port))
+            .unwrap();
+    }
+    let announced = super::eventually(Duration::from_secs(20), || {
+        ports.iter().all(|port| {
+            let slots: redis::Value =
+                match redis::cmd("CLUSTER").arg("SLOTS").query(&mut con(*port)) {
+                    Ok(v) => v,
+                    Err(_) => return false,
+                };
+            let text = format!("{slots:?}");
+            !ports.iter().any(|p| text.contains(&format!("int({p})")))
+        })
+    });
+    assert!(announced);
+    (cluster, ports, proxies)
+}
+
+/// The owner port of `name`'s slot (the node that does not answer MOVED).
+pub fn owner(ports: &[u16], name: &str) -> usize {
+    (0..ports.len())
+        .find(|&i| {
+            redis::cmd("EXISTS")
+                .arg(format!("{{{name}}}"))
+                .query::<i64>(&mut con(ports[i]))
+                .is_ok()
+        })
+        .unwrap()
+}
+
+/// How many clients subscribe to the shard channel `channel` on a node.
+pub fn shard_subscribers(port: u16, channel: &str) -> i64 {
+    let v: Vec<redis::Value> = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(channel)
+        .query(&mut con(port))
+        .unwrap();
+    match v.get(1) {
+        Some(redis::Value::Int(n)) => *n,
+        _ => 0,
+    }
+}
+
+/// Classic `PUBLISH` messages the nodes sent each other over the bus.
+pub fn bus_publishes(ports: &[u16]) -> u64 {
+    ports
+        .iter()
+        .map(|p| {
+            let info: String = redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query(&mut con(*p))
+                .unwrap();
+            info.lines()
+                .find_map(|l| l.strip_prefix("cluster_stats_messages_publish_sent:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// Two clients on a private cluster whose waiters only a message can wake
+/// within the tests' bounds (the fallback poll is a minute).
+pub fn sharded_clients(ports: &[u16]) -> (Client, Client) {
+    let urls = urls_of(ports);
+    let make = || {
+        Client::builder()
+            .cluster(urls.clone())
+            .fallback_poll(Duration::from_secs(60))
+            .build()
+            .unwrap()
+    };
+    (make(), make())
+}
+
+/// A latch waiter of `waiter` on `name`, started: it returns whether the
+/// latch opened and how long after `opened_at` it returned.
+pub fn wait_on_latch(
+    waiter: &Client,
+    name: &'static str,
+) -> std::thread::JoinHandle<(bool, Instant)> {
+    let w = waiter.clone();
+    std::thread::spawn(move || {
+        let opened = w
+            .count_down_latch(name)
+            .wait_timeout(Duration::from_secs(30))
+            .unwrap();
+        (opened, Instant::now())
+    })
+}
+
+/// Whether the node at `port` answers for `name`'s slot, within 300 ms (a
+/// stopped node does not).
+pub fn serves(port: u16, name: &str) -> bool {
+    let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}/")) else {
+        return false;
+    };
+    let Ok(mut c) = client.get_connection_with_timeout(Duration::from_millis(300)) else {
+        return false;
+    };
+    let _ = c.set_read_timeout(Some(Duration::from_millis(300)));
+    redis::cmd("EXISTS")
+        .arg(format!("{{{name}}}"))
+        .query::<i64>(&mut c)
+        .is_ok()
+}
+
+/// `n` names whose slots master `m` (an index of `ports`) serves.
+pub fn names_on(ports: &[u16], m: usize, prefix: &str, n: usize) -> Vec<&'static str> {
+    (0..2000)
+        .map(|i| format!("{prefix}{i}"))
+        .filter(|s| owner(ports, s) == m)
+        .take(n)
+        .map(|s| &*Box::leak(s.into_boxed_str()))
+        .collect()
+}
