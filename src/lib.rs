@@ -254,6 +254,7 @@ mod lock;
 mod metrics;
 mod monotonic;
 mod multilock;
+mod mutex;
 mod reentrancy;
 mod renewal;
 mod rwlock;

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::Script;
+use crate::backend::PreparedCall;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::handle::Core;
@@ -344,7 +344,7 @@ impl Lock {
                 keep: backend.is_redlock(),
                 leave,
             };
-            Script::new(&LOCK_RELEASE, keys.scripted(), args.argv())
+            PreparedCall::new(&LOCK_RELEASE, keys.scripted(), args.argv())
         };
         let leave = queues.then(|| release(true));
         // Waiters block on the name's open list, moving what they pop into
@@ -361,7 +361,7 @@ impl Lock {
                 announce: &announce,
                 blocks,
             };
-            Script::new(&LOCK_ACQUIRE, keys.scripted(), args.argv())
+            PreparedCall::new(&LOCK_ACQUIRE, keys.scripted(), args.argv())
         };
         // The renewal thread's look at the lock (lua/lock_watch.lua): for
         // this waiter while it is blocked, and (no token) for the name once
@@ -375,7 +375,7 @@ impl Lock {
                 claim: lease::GRANT_CLAIM,
                 announce: &announce,
             };
-            Script::new(&LOCK_WATCH, keys.scripted(), args.argv())
+            PreparedCall::new(&LOCK_WATCH, keys.scripted(), args.argv())
         };
         let name_look = (!backend.is_redlock() && backend.grants_directly()).then(|| look(b""));
         let direct = blocks.then(|| Direct {
@@ -400,7 +400,7 @@ impl Lock {
             undo: leave.clone(),
             leave,
             release: release(false),
-            extend: Script::new(&LOCK_EXTEND, vec![keys.lock.to_vec()], vec![t.clone(), ms]),
+            extend: PreparedCall::new(&LOCK_EXTEND, vec![keys.lock.to_vec()], vec![t.clone(), ms]),
             direct,
             look: name_look,
         }

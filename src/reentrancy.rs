@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::backend::Script;
+use crate::backend::PreparedCall;
 use crate::lease_state::LeaseState;
 
 /// Which hold of a key: a key may be held as a lock, a read or a write.
@@ -34,14 +34,14 @@ pub(crate) struct Held {
     pub(crate) state: Arc<LeaseState>,
     /// The token-checked release (`1` released, `0` not ours; a lock's
     /// `2`: released and opened to its waiters).
-    pub(crate) release: Script,
+    pub(crate) release: PreparedCall,
     /// A lock's look at its name alone (lua/lock_watch.lua with no token),
     /// made once after a release opened it to the waiters, or after an
     /// extension shortened the lease: a lock key that then goes without a
     /// release still opens to the blocked waiters.
-    pub(crate) look: Option<Arc<Script>>,
+    pub(crate) look: Option<Arc<PreparedCall>>,
     /// The token-checked extension; its last argument is the lease in ms.
-    pub(crate) extend: Arc<Script>,
+    pub(crate) extend: Arc<PreparedCall>,
     /// Renewed by the watchdog (else a fixed lease).
     pub(crate) watchdog: bool,
     /// The key waiters of this name wait on.

@@ -24,7 +24,7 @@ use crossbeam_channel::{Receiver, Sender};
 use once_cell::sync::Lazy;
 use redis::Value;
 
-use crate::backend::{Backend, Call, Script};
+use crate::backend::{Backend, Call, PreparedCall};
 use crate::lease_state::LeaseState;
 use crate::monotonic::nanos;
 
@@ -32,7 +32,7 @@ use crate::monotonic::nanos;
 pub(crate) struct Renewal {
     pub(crate) backend: Weak<Backend>,
     /// The extend script, shared with the hold (no copy per lease).
-    pub(crate) script: Arc<Script>,
+    pub(crate) script: Arc<PreparedCall>,
     /// The lease granted on the server at each renewal (sets the period).
     pub(crate) lease: Duration,
     /// How long after a renewal is *sent* the lease surely still runs on
@@ -535,7 +535,7 @@ pub(crate) fn keep_alive(
     expires: Instant,
     valid: Duration,
     lease: Duration,
-    extend: &Arc<Script>,
+    extend: &Arc<PreparedCall>,
 ) {
     register(Renewal {
         backend: Arc::downgrade(backend),
@@ -564,7 +564,11 @@ const LOOK_MAX: Duration = Duration::from_secs(5);
 /// how many milliseconds until the next look is useful) from `first` on,
 /// in its pipelines, until the returned state is finished: a waiter blocked
 /// on the server cannot look itself without leaving its place.
-pub(crate) fn watch(backend: &Arc<Backend>, look: Arc<Script>, first: Instant) -> Arc<LeaseState> {
+pub(crate) fn watch(
+    backend: &Arc<Backend>,
+    look: Arc<PreparedCall>,
+    first: Instant,
+) -> Arc<LeaseState> {
     // Never lost by time: a look is not a lease.
     let never = Instant::now() + MAX_LEASE;
     let state = LeaseState::new(never, None);

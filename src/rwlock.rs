@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::Script;
+use crate::backend::PreparedCall;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::handle::Core;
@@ -349,13 +349,13 @@ impl RwLock {
     /// The renewal thread's look at the write hold (lua/rw_watch.lua): for
     /// a writer blocked on it (`writer`), and (none) for the name once a
     /// hold of it is handed over, shortened or forced open.
-    fn watch(&self, keys: &Keys, writer: &[u8]) -> Script {
+    fn watch(&self, keys: &Keys, writer: &[u8]) -> PreparedCall {
         let args = WatchArgs {
             writer,
             entry: lease::ROOM_ENTRY,
             open: &self.open(keys),
         };
-        Script::new(&RW_WATCH, keys.scripted(), args.argv())
+        PreparedCall::new(&RW_WATCH, keys.scripted(), args.argv())
     }
 
     fn read_until(&self, deadline: Option<Instant>) -> Result<Option<ReadGuard>> {
@@ -391,7 +391,7 @@ impl RwLock {
                         open: &open,
                         leave,
                     };
-                    Script::new(&RW_READ_RELEASE, keys.scripted(), args.argv())
+                    PreparedCall::new(&RW_READ_RELEASE, keys.scripted(), args.argv())
                 };
                 let grant = ReadAcquireArgs {
                     token: &t,
@@ -410,10 +410,10 @@ impl RwLock {
                     patient: true,
                     lease,
                     watchdog: self.core.lease.is_none(),
-                    grant: Script::new(&RW_READ_ACQUIRE, keys.scripted(), grant.argv()),
+                    grant: PreparedCall::new(&RW_READ_ACQUIRE, keys.scripted(), grant.argv()),
                     fence: None,
                     release: release(false),
-                    extend: Script::new(
+                    extend: PreparedCall::new(
                         &ZSET_EXTEND,
                         vec![keys.readers.clone()],
                         vec![t.clone(), ms.clone()],
@@ -488,7 +488,7 @@ impl RwLock {
                         open: &open,
                         blocks,
                     };
-                    Script::new(&RW_WRITE_ACQUIRE, keys.scripted(), args.argv())
+                    PreparedCall::new(&RW_WRITE_ACQUIRE, keys.scripted(), args.argv())
                 };
                 let release = |leave: bool| {
                     let args = ReleaseArgs {
@@ -496,7 +496,7 @@ impl RwLock {
                         open: &open,
                         leave,
                     };
-                    Script::new(&RW_WRITE_RELEASE, keys.scripted(), args.argv())
+                    PreparedCall::new(&RW_WRITE_RELEASE, keys.scripted(), args.argv())
                 };
                 Ok(Spec {
                     what: "write lock",
@@ -510,7 +510,7 @@ impl RwLock {
                     grant: grant(blocks),
                     fence: Some(keys.fence.clone()),
                     release: release(false),
-                    extend: Script::new(
+                    extend: PreparedCall::new(
                         &LOCK_EXTEND,
                         vec![keys.writer.to_vec()],
                         vec![t.clone(), ms.clone()],

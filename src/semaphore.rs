@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::{Call, Script};
+use crate::backend::{Call, PreparedCall};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::handle::Core;
@@ -300,7 +300,7 @@ impl Semaphore {
                     blocks,
                     offer: &offer,
                 };
-                Script::new(&SEM_ACQUIRE, keys.scripted(), args.argv())
+                PreparedCall::new(&SEM_ACQUIRE, keys.scripted(), args.argv())
             };
             let release = |leave: bool| {
                 let args = ReleaseArgs {
@@ -308,7 +308,7 @@ impl Semaphore {
                     offer: &offer,
                     leave,
                 };
-                Script::new(&SEM_RELEASE, keys.scripted(), args.argv())
+                PreparedCall::new(&SEM_RELEASE, keys.scripted(), args.argv())
             };
             let leave = release(true);
             // The renewal thread's look at the semaphore (lua/sem_watch.lua):
@@ -320,7 +320,7 @@ impl Semaphore {
                     entry: lease::ROOM_ENTRY,
                     offer: &offer,
                 };
-                Script::new(&SEM_WATCH, keys.scripted(), args.argv())
+                PreparedCall::new(&SEM_WATCH, keys.scripted(), args.argv())
             };
             // Waiters block on the name's open list, moving what they pop
             // into their own (lua/sem_grant.lua sem_offer).
@@ -341,7 +341,7 @@ impl Semaphore {
                 grant: grant(blocks),
                 fence: None,
                 release: release(false),
-                extend: Script::new(
+                extend: PreparedCall::new(
                     &ZSET_EXTEND,
                     vec![keys.permits.to_vec(), keys.count.clone()],
                     vec![member.clone(), ms.clone()],

@@ -132,15 +132,15 @@ impl Call<'_> {
 
 /// An owned script call, kept for later (a release, a renewal).
 #[derive(Clone)]
-pub(crate) struct Script {
+pub(crate) struct PreparedCall {
     pub(crate) lua: &'static Lua,
     pub(crate) keys: Vec<Vec<u8>>,
     pub(crate) args: Vec<Vec<u8>>,
 }
 
-impl Script {
-    pub(crate) fn new(lua: &'static Lua, keys: Vec<Vec<u8>>, args: Vec<Vec<u8>>) -> Script {
-        Script { lua, keys, args }
+impl PreparedCall {
+    pub(crate) fn new(lua: &'static Lua, keys: Vec<Vec<u8>>, args: Vec<Vec<u8>>) -> PreparedCall {
+        PreparedCall { lua, keys, args }
     }
 
     pub(crate) fn call(&self) -> Call<'_> {

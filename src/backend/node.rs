@@ -351,7 +351,7 @@ impl Node {
     pub(crate) fn idle(&self) -> Result<Option<Con>> {
         self.check_down()?;
         let current = self.generation.load(Ordering::Acquire);
-        let mut stash = self.spares.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stash = crate::mutex::lock(&self.spares);
         stash.retain(|c| c.generation >= current);
         Ok(stash.pop())
     }
@@ -393,7 +393,7 @@ impl Node {
         if con.broken {
             return;
         }
-        let mut stash = self.spares.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stash = crate::mutex::lock(&self.spares);
         if stash.len() < IDLE_SPARES {
             stash.push(con);
         }
@@ -574,7 +574,7 @@ impl Node {
     /// A pipeline of `calls`, with `SCRIPT LOAD` in front for each script
     /// not believed loaded here (see `Node::scripts`), and how many loads.
     pub(crate) fn batch(&self, calls: &[Call<'_>]) -> (redis::Pipeline, usize) {
-        let known = self.scripts.lock().unwrap_or_else(|p| p.into_inner());
+        let known = crate::mutex::lock(&self.scripts);
         let mut pipe = redis::pipe();
         let mut loads: Vec<&str> = Vec::new();
         for call in calls {
@@ -592,7 +592,7 @@ impl Node {
 
     /// Notes which scripts of `calls` the server has, from their replies.
     pub(crate) fn loaded(&self, calls: &[Call<'_>], replies: Vec<Value>) -> Vec<Value> {
-        let mut known = self.scripts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut known = crate::mutex::lock(&self.scripts);
         for (call, reply) in calls.iter().zip(&replies) {
             let hash = call.lua.script.get_hash();
             let missing = matches!(reply, Value::ServerError(e) if e.code() == "NOSCRIPT");

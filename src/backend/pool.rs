@@ -40,7 +40,7 @@ struct ThrottledErrors {
 
 impl<E: std::fmt::Display> r2d2::HandleError<E> for ThrottledErrors {
     fn handle_error(&self, error: E) {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = crate::mutex::lock(&self.last);
         if last.is_some_and(|t| t.elapsed() < Duration::from_secs(60)) {
             self.folded.fetch_add(1, Ordering::Relaxed);
             return;

@@ -23,7 +23,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::Script;
+use crate::backend::PreparedCall;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease_state::LeaseState;
@@ -54,25 +54,25 @@ pub(crate) struct Spec {
     /// Renewed by the watchdog (or a fixed lease).
     pub(crate) watchdog: bool,
     /// `{1, fence}` granted / `{0, wait_ms}` busy; re-grants to the same token.
-    pub(crate) grant: Script,
+    pub(crate) grant: PreparedCall,
     /// The fencing counter `grant` draws from (Redlock agrees on it).
     pub(crate) fence: Option<Vec<u8>>,
     /// Token-checked release: `1` released (and published), `0` not ours.
-    pub(crate) release: Script,
+    pub(crate) release: PreparedCall,
     /// Token-checked extension; its last argument is the lease in ms.
-    pub(crate) extend: Script,
+    pub(crate) extend: PreparedCall,
     /// Withdraws what a waiting attempt leaves besides a hold (a fair-queue
     /// entry, a writer's intent), after giving up.
-    pub(crate) leave: Option<Script>,
+    pub(crate) leave: Option<PreparedCall>,
     /// What is written behind a grant whose reply is late, to run after
     /// it whatever it did; `None`: `release`. A lock's waiter leaves its
     /// queue with it too, or its entry would sit at the head until it
     /// lapsed, and a release would grant it to a token nobody uses.
-    pub(crate) undo: Option<Script>,
+    pub(crate) undo: Option<PreparedCall>,
     /// Direct grant, where the backend allows it (see [`Direct`]).
     pub(crate) direct: Option<Direct>,
     /// A lock's look at its name alone (see `Held::look`).
-    pub(crate) look: Option<Script>,
+    pub(crate) look: Option<PreparedCall>,
 }
 
 /// How a queued waiter learns of its grant without a message: it blocks in
@@ -90,8 +90,8 @@ pub(crate) struct Spec {
 pub(crate) struct Direct {
     pub(crate) list: Vec<u8>,
     pub(crate) into: Vec<u8>,
-    pub(crate) watch: Option<Script>,
-    pub(crate) by_message: Script,
+    pub(crate) watch: Option<PreparedCall>,
+    pub(crate) by_message: PreparedCall,
 }
 
 /// How long a waiter that finds no connection to block on waits before it
@@ -455,7 +455,7 @@ fn extend(client: &Client, held: &Held, lease: Duration) -> Result<()> {
     let backend = client.backend();
     // The renewal from now on: the new lease, never shortening (so a
     // renewal sent before this call but run after it cannot undo it).
-    let mut renew = Script::clone(&held.extend);
+    let mut renew = PreparedCall::clone(&held.extend);
     if let Some(last) = renew.args.last_mut() {
         *last = ms.to_string().into_bytes();
     }

@@ -16,13 +16,14 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::backend::Backend;
 use crate::error::{ErrorKind, Result};
+use crate::mutex::lock;
 
 mod sharded;
 mod subscriber;
@@ -167,12 +168,6 @@ struct Shared {
 pub(crate) struct Wakeup {
     shared: Arc<Shared>,
     backend: Arc<Backend>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding these short critical sections cannot leave the
-    // data inconsistent, so poisoning is ignored rather than propagated.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Wakeup {
@@ -438,12 +433,7 @@ impl Wakeup {
             if left.is_zero() {
                 break;
             }
-            sub = self
-                .shared
-                .sub_changed
-                .wait_timeout(sub, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            sub = crate::mutex::wait_timeout(&self.shared.sub_changed, sub, left);
         }
     }
 }

@@ -25,13 +25,14 @@ use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::Value;
 
 use super::{Shared, REFUSED_RETRY, SUBSCRIBER_TICK};
 use crate::backend::{Backend, Wire};
+use crate::mutex::lock;
 
 /// How long a channel is not asked for again after its master could not
 /// be reached (after an ACL refused it: `REFUSED_RETRY`); the slot map is read
@@ -91,10 +92,6 @@ enum Req {
     Unsubscribe(Vec<u8>),
     /// Is the master still there? (see [`read_link`])
     Ping,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Shards {
@@ -219,11 +216,7 @@ impl Shards {
             if left.is_zero() {
                 return false;
             }
-            st = self
-                .changed
-                .wait_timeout(st, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            st = crate::mutex::wait_timeout(&self.changed, st, left);
         }
     }
 

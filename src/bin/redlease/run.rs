@@ -112,23 +112,23 @@ fn reap_descendants() -> bool {
 }
 
 /// What the command runs under: a lock guard or a permit.
-enum Held {
+enum Guard {
     Lock(redlease::LockGuard),
     Permit(redlease::Permit),
 }
 
-impl Held {
+impl Guard {
     fn is_held(&self) -> bool {
         match self {
-            Held::Lock(g) => g.is_held(),
-            Held::Permit(p) => p.is_held(),
+            Guard::Lock(g) => g.is_held(),
+            Guard::Permit(p) => p.is_held(),
         }
     }
 
     fn release(self) -> redlease::Result<()> {
         match self {
-            Held::Lock(g) => g.release(),
-            Held::Permit(p) => p.release(),
+            Guard::Lock(g) => g.release(),
+            Guard::Permit(p) => p.release(),
         }
     }
 }
@@ -265,10 +265,10 @@ fn hold_and_run(
     };
     let started = Instant::now();
     let got = match (&sem, wait) {
-        (Some(s), Some(w)) => s.acquire_timeout(w)?.map(Held::Permit),
-        (Some(s), None) => Some(Held::Permit(s.acquire()?)),
-        (None, Some(w)) => lock.acquire_timeout(w)?.map(Held::Lock),
-        (None, None) => Some(Held::Lock(lock.acquire()?)),
+        (Some(s), Some(w)) => s.acquire_timeout(w)?.map(Guard::Permit),
+        (Some(s), None) => Some(Guard::Permit(s.acquire()?)),
+        (None, Some(w)) => lock.acquire_timeout(w)?.map(Guard::Lock),
+        (None, None) => Some(Guard::Lock(lock.acquire()?)),
     };
     let Some(held) = got else {
         return Ok(fail(
@@ -282,13 +282,13 @@ fn hold_and_run(
     }
     let _ = phase.send(Phase::Acquired);
     match &held {
-        Held::Lock(g) => log::info!(
+        Guard::Lock(g) => log::info!(
             "acquired \"{}\" with fence {} after {} ms",
             shown(name),
             g.fencing_token(),
             started.elapsed().as_millis()
         ),
-        Held::Permit(p) => log::info!(
+        Guard::Permit(p) => log::info!(
             "acquired a permit of \"{}\" ({}) after {} ms",
             shown(name),
             p.id(),
@@ -313,10 +313,10 @@ fn hold_and_run(
         cmd.env_remove("REDIS_URL");
     }
     match &held {
-        Held::Lock(g) => {
+        Guard::Lock(g) => {
             cmd.env("REDLEASE_FENCE", g.fencing_token().to_string());
         }
-        Held::Permit(p) => {
+        Guard::Permit(p) => {
             cmd.env("REDLEASE_PERMIT_ID", p.id().to_string());
         }
     }
@@ -345,7 +345,7 @@ fn hold_and_run(
     let note = holder_note();
     let refresh = lease.unwrap_or(client.watchdog_timeout()) / 3;
     let mut noted = Instant::now();
-    if let Held::Lock(g) = &held {
+    if let Guard::Lock(g) = &held {
         let _ = g.annotate(&note);
     }
     // The command's process group: its pid (it called setpgid(0, 0)).
@@ -384,7 +384,7 @@ fn hold_and_run(
         if status.is_some() && !reap_descendants() {
             break;
         }
-        if let Held::Lock(g) = &held {
+        if let Guard::Lock(g) = &held {
             if noted.elapsed() >= refresh && g.is_held() {
                 let _ = g.annotate(&note);
                 noted = Instant::now();

@@ -8,7 +8,6 @@
 //! whole when one node fails, so one stalled master cost every lease on
 //! the healthy ones.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,11 +17,15 @@ use redis::{FromRedisValue, Value};
 use super::fan_out::{fan_out, Request};
 use super::node::warn_if_evicting;
 use super::pool::pool;
-use super::source::{client_for, Source};
+use super::source::client_for;
 use super::wire::{with_tls, within, Wire};
 use super::{Call, Node, Timeouts};
 use crate::error::{Error, ErrorKind, Result};
 use crate::scripts::Lua;
+
+mod masters;
+
+use masters::{Masters, SlotMap};
 
 /// A pooled cluster connection, plus plain clients for the seed nodes (the
 /// wake-up subscriber connects to one of them: `PUBLISH` reaches every node
@@ -52,207 +55,6 @@ pub(crate) struct ClusterLeader {
 /// How long direct grants stay off after a redirection or a failed master
 /// (the slot map is read again at most once per [`REREAD_AFTER`]).
 const DIRECT_OFF_FOR: Duration = Duration::from_secs(2);
-
-/// The masters as renewal sees them: which master serves each slot
-/// (`CLUSTER SLOTS`), and a node (spare connections, like a Redlock
-/// master's) for each.
-struct Masters {
-    /// The seeds; the first one's connection settings (credentials, TLS)
-    /// serve every master, with the master's own address.
-    seeds: Vec<redis::Client>,
-    timeouts: Timeouts,
-    /// The client's pool size, for each master's node.
-    pool_size: u32,
-    state: Mutex<SlotMap>,
-}
-
-#[derive(Default)]
-struct SlotMap {
-    /// `(first slot, last slot, master address)`, sorted.
-    ranges: Vec<(u16, u16, Arc<str>)>,
-    nodes: HashMap<Arc<str>, Arc<Node>>,
-    /// When the map was last read: a read after a failure waits a while
-    /// (a dead master fails every batch until the cluster moves its slots).
-    read_at: Option<Instant>,
-    /// The map may be stale (a `MOVED` reply, a master that failed).
-    stale: bool,
-    /// The masters that answered the last batch: asked first when the map
-    /// is read again, since a stalled one would cost a response timeout.
-    answered: Vec<Arc<Node>>,
-    /// Masters that failed a call since: asked last (after the seeds).
-    suspects: Vec<Arc<Node>>,
-}
-
-/// How often the slot map may be read again after failures.
-const REREAD_AFTER: Duration = Duration::from_secs(1);
-
-impl SlotMap {
-    /// The master serving `key`'s slot, as the map says.
-    fn master_of(&self, key: &[u8]) -> Option<&Arc<Node>> {
-        self.nodes.get(self.addr_of(key)?)
-    }
-
-    /// The address of the master serving `key`'s slot, as the map says.
-    fn addr_of(&self, key: &[u8]) -> Option<&Arc<str>> {
-        let slot = key_slot(key);
-        let at = self.ranges.partition_point(|(_, last, _)| *last < slot);
-        let (first, _, addr) = self.ranges.get(at)?;
-        (*first <= slot).then_some(addr)
-    }
-}
-
-impl Masters {
-    /// The slot map, read first if it is missing or stale (at most once
-    /// per [`REREAD_AFTER`]).
-    fn current(&self) -> std::sync::MutexGuard<'_, SlotMap> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let due = state.read_at.is_none_or(|t| t.elapsed() >= REREAD_AFTER);
-        if (state.ranges.is_empty() || state.stale) && due {
-            self.read(&mut state);
-        }
-        state
-    }
-
-    /// The master serving `key`'s slot, if the map is known and fresh.
-    fn master_of(&self, key: &[u8]) -> Option<Arc<Node>> {
-        let state = self.current();
-        if state.stale {
-            return None;
-        }
-        state.master_of(key).cloned()
-    }
-
-    /// The master serving each call's slot, with the indexes of its calls;
-    /// the calls no known master serves are left out (undecided).
-    fn route(&self, calls: &[Call<'_>]) -> Vec<(Arc<Node>, Vec<usize>)> {
-        let state = self.current();
-        let mut groups: Vec<(Arc<Node>, Vec<usize>)> = Vec::new();
-        for (i, call) in calls.iter().enumerate() {
-            let Some(node) = call.keys.first().and_then(|key| state.master_of(key)) else {
-                continue;
-            };
-            match groups.iter_mut().find(|(n, _)| Arc::ptr_eq(n, node)) {
-                Some((_, idx)) => idx.push(i),
-                None => groups.push((node.clone(), vec![i])),
-            }
-        }
-        groups
-    }
-
-    /// Reads `CLUSTER SLOTS` from the first known master, or else seed,
-    /// that answers.
-    fn read(&self, state: &mut SlotMap) {
-        state.read_at = Some(Instant::now());
-        let seeds = self.seeds.iter().map(|seed| {
-            let source = Source::Url(seed.clone());
-            Arc::new(Node::with_source(source, 1, self.timeouts.clone(), false))
-        });
-        let suspects = std::mem::take(&mut state.suspects);
-        let suspect = |n: &Arc<Node>| suspects.iter().any(|s| Arc::ptr_eq(s, n));
-        let mut known: Vec<Arc<Node>> = std::mem::take(&mut state.answered);
-        known.retain(|n| !suspect(n));
-        for node in state.nodes.values() {
-            if !suspect(node) && !known.iter().any(|k| Arc::ptr_eq(k, node)) {
-                known.push(node.clone());
-            }
-        }
-        for node in known.into_iter().chain(seeds).chain(suspects.clone()) {
-            // Each node within a response timeout: a stopped one must not
-            // hold up everyone waiting for the map.
-            let asked =
-                node.query::<Value>(redis::cmd("CLUSTER").arg("SLOTS"), Some(Instant::now()));
-            let Ok(reply) = asked else {
-                continue;
-            };
-            let Some(ranges) = parse_slots(reply) else {
-                continue;
-            };
-            let mut nodes = HashMap::new();
-            for (_, _, addr) in &ranges {
-                let node = state
-                    .nodes
-                    .get(addr)
-                    .cloned()
-                    .unwrap_or_else(|| Arc::new(self.node_at(addr)));
-                nodes.insert(addr.clone(), node);
-            }
-            state.ranges = ranges;
-            state.nodes = nodes;
-            state.stale = false;
-            return;
-        }
-        // Nobody answered: still suspects next time.
-        state.suspects = suspects;
-    }
-
-    /// A node for `addr` (`host:port`) with the seed's settings.
-    fn node_at(&self, addr: &str) -> Node {
-        // Skipped for a while once it failed (breaker), like a Redlock
-        // master: a stalled master costs one timeout per window.
-        // The pool size bounds the waiters blocked on this master too
-        // (its pool opens connections only as they are needed).
-        let source = Source::Url(self.client_at(addr));
-        Node::with_source(source, self.pool_size, self.timeouts.clone(), true)
-    }
-
-    /// A client for `addr` (`host:port`) with the seed's settings.
-    fn client_at(&self, addr: &str) -> redis::Client {
-        let info = self.seeds[0].get_connection_info().clone();
-        let (host, port) = match addr.rsplit_once(':') {
-            Some((h, p)) => (h.to_string(), p.parse().unwrap_or(0)),
-            None => (addr.to_string(), 0),
-        };
-        let addr = match info.addr().clone() {
-            redis::ConnectionAddr::TcpTls {
-                insecure,
-                tls_params,
-                ..
-            } => redis::ConnectionAddr::TcpTls {
-                host,
-                port,
-                insecure,
-                tls_params,
-            },
-            _ => redis::ConnectionAddr::Tcp(host, port),
-        };
-        // Cannot fail (the seed's own settings); a node that never
-        // connects makes its calls undecided.
-        redis::Client::open(info.set_addr(addr)).unwrap_or_else(|_| self.seeds[0].clone())
-    }
-
-    /// The address of the master serving `key`'s slot, if the map is known
-    /// and fresh.
-    fn addr_of(&self, key: &[u8]) -> Option<Arc<str>> {
-        let state = self.current();
-        if state.stale {
-            return None;
-        }
-        state.addr_of(key).cloned()
-    }
-
-    /// Reads the map now.
-    fn refresh(&self) {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        self.read(&mut state);
-    }
-
-    /// `node` failed a call: the map is to be read again, asking it last.
-    fn suspect(&self, node: &Arc<Node>) {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        state.stale = true;
-        if !state.suspects.iter().any(|s| Arc::ptr_eq(s, node)) {
-            state.suspects.push(node.clone());
-        }
-    }
-
-    /// The map is to be read again (at most once per [`REREAD_AFTER`]),
-    /// asking first the masters that just `answered`.
-    fn mark_stale(&self, answered: Vec<Arc<Node>>) {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        state.stale = true;
-        state.answered = answered;
-    }
-}
 
 /// What a `SPUBLISH` probe's reply says about sharded pub/sub: `Some(true)`
 /// when the server knows the command and lets us use it (it ran, or was
@@ -284,42 +86,6 @@ fn redirected(code: &str) -> bool {
 fn refused_for_now(code: &str) -> bool {
     matches!(code, "CLUSTERDOWN" | "TRYAGAIN")
 }
-
-/// `CLUSTER SLOTS` as sorted `(first, last, "host:port")` master ranges.
-fn parse_slots(reply: Value) -> Option<Vec<(u16, u16, Arc<str>)>> {
-    let Value::Array(entries) = reply else {
-        return None;
-    };
-    let mut ranges = Vec::new();
-    for entry in entries {
-        let Value::Array(fields) = entry else {
-            return None;
-        };
-        let [Value::Int(first), Value::Int(last), Value::Array(master), ..] = fields.as_slice()
-        else {
-            return None;
-        };
-        let host = match master.first()? {
-            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-            Value::SimpleString(s) => s.clone(),
-            _ => return None,
-        };
-        let Value::Int(port) = master.get(1)? else {
-            return None;
-        };
-        // An empty host means "the node you asked"; the seed's own address
-        // would be a guess, so such a map is not used.
-        if host.is_empty() || host == "?" {
-            return None;
-        }
-        let (first, last) = (u16::try_from(*first).ok()?, u16::try_from(*last).ok()?);
-        ranges.push((first, last, Arc::from(format!("{host}:{port}"))));
-    }
-    ranges.sort();
-    Some(ranges)
-}
-
-use super::slots::key_slot;
 
 impl ClusterLeader {
     pub(crate) fn open(
@@ -399,24 +165,14 @@ impl ClusterLeader {
         {
             return false;
         }
-        let off = self
-            .direct_off_until
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let off = crate::mutex::lock(&self.direct_off_until);
         off.is_none_or(|until| Instant::now() >= until)
     }
 
     /// Direct grants off for a while, and the slot map to be read again.
     fn direct_off(&self) {
-        self.masters
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .stale = true;
-        let mut off = self
-            .direct_off_until
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        crate::mutex::lock(&self.masters.state).stale = true;
+        let mut off = crate::mutex::lock(&self.direct_off_until);
         *off = Some(Instant::now() + DIRECT_OFF_FOR);
     }
 
@@ -812,7 +568,7 @@ impl ClusterLeader {
     /// slot map is to be read again, asking it last.
     pub(crate) fn shard_failed(&self, addr: &str) {
         let node = {
-            let state = self.masters.state.lock().unwrap_or_else(|p| p.into_inner());
+            let state = crate::mutex::lock(&self.masters.state);
             state.nodes.get(addr).cloned()
         };
         match node {
@@ -823,11 +579,7 @@ impl ClusterLeader {
 
     /// A shard channel moved: the slot map is to be read again.
     pub(crate) fn shard_moved(&self) {
-        self.masters
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .stale = true;
+        crate::mutex::lock(&self.masters.state).stale = true;
     }
 
     /// The classic subscriber's connection (ours, bounded in time and
