@@ -83,10 +83,11 @@ fn a_stalled_master_does_not_hold_up_renewal_on_the_others() {
 /// cluster of its own, announcing proxies in front of its nodes.
 #[test]
 fn a_dribbling_node_cannot_hold_a_routed_call_past_its_deadline() {
-    if !common::needs_version("a_dribbling_node_cannot_hold_a_routed_call_past_its_deadline", 7, 0, "announcing a proxy's port at run time (CONFIG SET cluster-announce-port taking effect in CLUSTER SLOTS)") {
+    let Some((mut cluster, proxies)) =
+        proxied_cluster("a_dribbling_node_cannot_hold_a_routed_call_past_its_deadline")
+    else {
         return;
-    }
-    let (mut cluster, _ports, proxies) = proxied_cluster();
+    };
     let urls: Vec<String> = proxies.iter().map(|p| p.url()).collect();
     let c = Client::builder()
         .cluster(urls)
@@ -147,10 +148,11 @@ fn a_dribbling_node_cannot_hold_a_routed_call_past_its_deadline() {
 /// once now go over our own connection to the key's master.
 #[test]
 fn a_count_down_whose_reply_is_lost_is_never_run_twice() {
-    if !common::needs_version("a_count_down_whose_reply_is_lost_is_never_run_twice", 7, 0, "announcing a proxy's port at run time (CONFIG SET cluster-announce-port taking effect in CLUSTER SLOTS)") {
+    let Some((mut cluster, proxies)) =
+        proxied_cluster("a_count_down_whose_reply_is_lost_is_never_run_twice")
+    else {
         return;
-    }
-    let (mut cluster, _ports, proxies) = proxied_cluster();
+    };
     let urls: Vec<String> = proxies.iter().map(|p| p.url()).collect();
     let c = Client::builder()
         .cluster(urls)
@@ -215,43 +217,8 @@ fn a_slot_in_migration_refuses_a_try_within_its_deadline() {
         .build()
         .unwrap();
     let _g = holder.lock(name).acquire().unwrap();
-    let mut cons: Vec<redis::Connection> = ports.iter().map(|&p| con(p)).collect();
-    let slot: i64 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(format!("{{{name}}}"))
-        .query(&mut cons[0])
-        .unwrap();
-    let ids: Vec<String> = cons
-        .iter_mut()
-        .map(|c| redis::cmd("CLUSTER").arg("MYID").query(c).unwrap())
-        .collect();
-    let keys_in = |c: &mut redis::Connection| -> Vec<String> {
-        redis::cmd("CLUSTER")
-            .arg("GETKEYSINSLOT")
-            .arg(slot)
-            .arg(100)
-            .query(c)
-            .unwrap()
-    };
-    let from = (0..cons.len())
-        .find(|&i| !keys_in(&mut cons[i]).is_empty())
-        .expect("the held lock's keys");
-    println!("FIGURES keys left: {:?}", keys_in(&mut cons[from]));
-    let to = (from + 1) % cons.len();
-    let _: () = redis::cmd("CLUSTER")
-        .arg("SETSLOT")
-        .arg(slot)
-        .arg("IMPORTING")
-        .arg(&ids[from])
-        .query(&mut cons[to])
-        .unwrap();
-    let _: () = redis::cmd("CLUSTER")
-        .arg("SETSLOT")
-        .arg(slot)
-        .arg("MIGRATING")
-        .arg(&ids[to])
-        .query(&mut cons[from])
-        .unwrap();
+    let mut migration = Migration::start(&ports, name);
+    println!("FIGURES keys left: {:?}", migration.keys_left());
     let mut worst = Duration::ZERO;
     let mut outcomes = Vec::new();
     for _ in 0..3 {
@@ -270,12 +237,8 @@ fn a_slot_in_migration_refuses_a_try_within_its_deadline() {
         drop(r);
     }
     println!("FIGURES try_acquire during a migration (TRYAGAIN), response timeout {response:?}: {outcomes:#?}");
-    for c in cons.iter_mut() {
-        let _: redis::RedisResult<()> = redis::cmd("CLUSTER")
-            .arg("SETSLOT")
-            .arg(slot)
-            .arg("STABLE")
-            .query(c);
+    for node in 0..migration.cons.len() {
+        migration.set(node, "STABLE", "");
     }
     cluster.stop();
     assert!(
@@ -497,11 +460,7 @@ fn a_client_built_while_a_master_pauses_still_hears_the_others() {
         assert!(latch.try_set_count(1).unwrap());
         let t = wait_on_latch(waiter, name);
         std::thread::sleep(Duration::from_millis(800));
-        let at = Instant::now();
-        latch.count_down().unwrap();
-        let (opened, back) = t.join().unwrap();
-        assert!(opened);
-        assert!(back - at < Duration::from_secs(5), "{:?}", back - at);
+        open_and_expect_woken(&latch, t);
     }
     cluster.stop();
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::cluster::*;
-use redis_test::cluster::{RedisCluster, RedisClusterConfiguration};
+use redis_test::cluster::RedisClusterConfiguration;
 use redlease::Client;
 
 /// Issue 10: on a cluster, a release was a classic `PUBLISH`, broadcast to
@@ -18,15 +18,12 @@ use redlease::Client;
 /// only while they wait on the name.
 #[test]
 fn wake_ups_go_through_the_names_master_alone() {
-    if !common::needs_version(
+    let Some(mut cluster) = sharded_cluster(
         "wake_ups_go_through_the_names_master_alone",
-        7,
-        0,
-        "sharded pub/sub (SSUBSCRIBE, PUBSUB SHARDNUMSUB)",
-    ) {
+        RedisClusterConfiguration::default(),
+    ) else {
         return;
-    }
-    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    };
     let ports = ports(&cluster);
     let (a, b) = sharded_clients(&ports);
     let name = "cl:sharded";
@@ -43,11 +40,7 @@ fn wake_ups_go_through_the_names_master_alone() {
             ) == 1),
             "the waiter did not subscribe on the name's master"
         );
-        let at = Instant::now();
-        latch.count_down().unwrap();
-        let (opened, back) = t.join().unwrap();
-        assert!(opened);
-        assert!(back - at < Duration::from_secs(5), "{:?}", back - at);
+        open_and_expect_woken(&latch, t);
     }
     // A reader waiting for a writer.
     let writer = a.rw_lock(name).write().unwrap();
@@ -82,15 +75,12 @@ fn wake_ups_go_through_the_names_master_alone() {
 /// subscribes again on the new one, so the opening still wakes it at once.
 #[test]
 fn a_sharded_wake_up_follows_its_slot() {
-    if !common::needs_version(
+    let Some(mut cluster) = sharded_cluster(
         "a_sharded_wake_up_follows_its_slot",
-        7,
-        0,
-        "sharded pub/sub (SSUBSCRIBE, PUBSUB SHARDNUMSUB)",
-    ) {
+        RedisClusterConfiguration::default(),
+    ) else {
         return;
-    }
-    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    };
     let ports = ports(&cluster);
     let addrs: Vec<(String, u16)> = ports.iter().map(|p| ("127.0.0.1".into(), *p)).collect();
     let (a, b) = sharded_clients(&ports);
@@ -110,11 +100,7 @@ fn a_sharded_wake_up_follows_its_slot() {
         ) == 1),
         "the waiter did not subscribe again where the slot went"
     );
-    let at = Instant::now();
-    latch.count_down().unwrap();
-    let (opened, back) = t.join().unwrap();
-    assert!(opened);
-    assert!(back - at < Duration::from_secs(5), "{:?}", back - at);
+    open_and_expect_woken(&latch, t);
     cluster.stop();
 }
 
@@ -122,15 +108,12 @@ fn a_sharded_wake_up_follows_its_slot() {
 /// waiter subscribes again and is still woken by the opening.
 #[test]
 fn a_sharded_subscription_comes_back_after_its_connection_drops() {
-    if !common::needs_version(
+    let Some(mut cluster) = sharded_cluster(
         "a_sharded_subscription_comes_back_after_its_connection_drops",
-        7,
-        0,
-        "sharded pub/sub (SSUBSCRIBE, PUBSUB SHARDNUMSUB)",
-    ) {
+        RedisClusterConfiguration::default(),
+    ) else {
         return;
-    }
-    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    };
     let ports = ports(&cluster);
     let (a, b) = sharded_clients(&ports);
     let name = "cl:sharded-killed";
@@ -155,11 +138,7 @@ fn a_sharded_subscription_comes_back_after_its_connection_drops() {
         ) == 1),
         "the waiter did not subscribe again"
     );
-    let at = Instant::now();
-    latch.count_down().unwrap();
-    let (opened, back) = t.join().unwrap();
-    assert!(opened);
-    assert!(back - at < Duration::from_secs(5), "{:?}", back - at);
+    open_and_expect_woken(&latch, t);
     cluster.stop();
 }
 
@@ -171,15 +150,12 @@ const ACL: &str = common::README_ACL;
 /// and still wake a waiter at once.
 #[test]
 fn wake_ups_under_the_readme_acl_and_the_line_before_it() {
-    if !common::needs_version(
+    let Some(mut cluster) = sharded_cluster(
         "wake_ups_under_the_readme_acl_and_the_line_before_it",
-        7,
-        0,
-        "sharded pub/sub (SSUBSCRIBE, PUBSUB SHARDNUMSUB)",
-    ) {
+        RedisClusterConfiguration::default(),
+    ) else {
         return;
-    }
-    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    };
     let ports = ports(&cluster);
     let before_sharding = ACL
         .replace("&myapp:redlease:wake*", "&myapp:redlease:wake")
@@ -218,11 +194,7 @@ fn wake_ups_under_the_readme_acl_and_the_line_before_it() {
             std::thread::sleep(Duration::from_millis(500));
             assert_eq!(shard_subscribers(owner, channel), 0);
         }
-        let at = Instant::now();
-        latch.count_down().unwrap();
-        let (opened, back) = t.join().unwrap();
-        assert!(opened);
-        assert!(back - at < Duration::from_secs(5), "{:?}", back - at);
+        open_and_expect_woken(&latch, t);
         let broadcast = bus_publishes(&ports) - bus;
         assert_eq!(broadcast > 0, !sharded, "{broadcast} bus messages");
     }
@@ -237,15 +209,12 @@ fn wake_ups_under_the_readme_acl_and_the_line_before_it() {
 /// up, and the waiter subscribes where the slot is now.
 #[test]
 fn a_sharded_waiter_follows_its_master_failing_over() {
-    if !common::needs_version(
+    let Some(mut cluster) = sharded_cluster(
         "a_sharded_waiter_follows_its_master_failing_over",
-        7,
-        0,
-        "sharded pub/sub (SSUBSCRIBE, PUBSUB SHARDNUMSUB)",
-    ) {
+        RedisClusterConfiguration::single_replica_config(),
+    ) else {
         return;
-    }
-    let mut cluster = RedisCluster::new(RedisClusterConfiguration::single_replica_config());
+    };
     let ports = ports(&cluster);
     let urls = urls_of(&ports);
     let make = || {
@@ -338,17 +307,14 @@ impl log::Log for RefusalCounter {
 /// connection up, with every subscription on it.
 #[test]
 fn a_moved_unsubscription_leaves_no_subscription_behind() {
-    if !common::needs_version(
+    let Some(mut cluster) = sharded_cluster(
         "a_moved_unsubscription_leaves_no_subscription_behind",
-        7,
-        0,
-        "sharded pub/sub (SSUBSCRIBE, PUBSUB SHARDNUMSUB)",
-    ) {
+        RedisClusterConfiguration::default(),
+    ) else {
         return;
-    }
+    };
     let _ = log::set_logger(&RefusalCounter);
     log::set_max_level(log::LevelFilter::Debug);
-    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
     let ports = ports(&cluster);
     let addrs: Vec<(String, u16)> = ports.iter().map(|p| ("127.0.0.1".into(), *p)).collect();
     let (a, b) = sharded_clients(&ports);
@@ -429,15 +395,12 @@ fn a_moved_unsubscription_leaves_no_subscription_behind() {
 /// pauses.
 #[test]
 fn a_refused_channel_leaves_the_other_names_subscribed() {
-    if !common::needs_version(
+    let Some(mut cluster) = sharded_cluster(
         "a_refused_channel_leaves_the_other_names_subscribed",
-        7,
-        0,
-        "sharded pub/sub (SSUBSCRIBE, PUBSUB SHARDNUMSUB)",
-    ) {
+        RedisClusterConfiguration::default(),
+    ) else {
         return;
-    }
-    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    };
     let ports = ports(&cluster);
     for p in &ports {
         let rules = "resetchannels &redlease:wake:{redlease} &redlease:wake:{ok*";

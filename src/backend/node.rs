@@ -43,19 +43,14 @@ impl Sent<'_> {
                 Ok(out)
             }
             Err(e) => {
-                self.node.failed(&mut self.con, &e);
                 if e.is_timeout() {
                     // A Redlock master that stalls is skipped for a while
                     // rather than costing every call a timeout.
                     self.node.mark_down();
                 }
-                Err(match undo {
-                    Some(undo) if e.is_timeout() => {
-                        self.con.send_undo(std::slice::from_ref(undo));
-                        Error::from(e).undone()
-                    }
-                    _ => e.into(),
-                })
+                Err(self
+                    .node
+                    .fail(&mut self.con, e, undo.map(std::slice::from_ref)))
             }
         }
     }
@@ -259,6 +254,23 @@ impl Node {
         Err(Error::new(ErrorKind::Pool, "no fresh pooled connection").unsent())
     }
 
+    /// A call on `con` failed with `e`: notes it ([`Node::failed`]) and,
+    /// when the reply is late and `undo` is given (the undo of a grant),
+    /// writes `undo` behind the late request before the connection is
+    /// retired: the server runs it right after, however late, so a grant
+    /// that ran late is undone rather than left behind, and the error says
+    /// so (`is_undone`). Every grant's late reply goes through here.
+    fn fail(&self, con: &mut Con, e: redis::RedisError, undo: Option<&[Call<'_>]>) -> Error {
+        self.failed(con, &e);
+        match undo {
+            Some(undo) if e.is_timeout() => {
+                con.send_undo(undo);
+                Error::from(e).undone()
+            }
+            _ => e.into(),
+        }
+    }
+
     /// Notes a failed call: retires its connection and, if the server
     /// dropped it, every connection opened before it.
     fn failed(&self, con: &mut Con, e: &redis::RedisError) {
@@ -286,16 +298,7 @@ impl Node {
         let inv = call.lua.call(call.keys, call.args);
         match inv.invoke::<T>(&mut *con) {
             Ok(v) => Ok(v),
-            Err(e) => {
-                self.failed(&mut con, &e);
-                match on_timeout {
-                    Some(undo) if e.is_timeout() => {
-                        con.send_undo(std::slice::from_ref(undo));
-                        Err(Error::from(e).undone())
-                    }
-                    _ => Err(e.into()),
-                }
-            }
+            Err(e) => Err(self.fail(&mut con, e, on_timeout.map(std::slice::from_ref))),
         }
     }
 
@@ -504,12 +507,11 @@ impl Node {
         let packed = pipe.get_packed_pipeline();
         let replies = match con.exchange(&packed, 2, until, self.timeouts.response) {
             Ok(r) => r,
+            Err(e) if e.is_timeout() => {
+                return Err(self.fail(&mut con, e, Some(std::slice::from_ref(undo))));
+            }
             Err(e) => {
                 self.failed(&mut con, &e);
-                if e.is_timeout() {
-                    con.send_undo(std::slice::from_ref(undo));
-                    return Err(Error::from(e).undone());
-                }
                 if e.is_io_error() {
                     // The connection broke during the long read (or a
                     // signal interrupted it: socket reads with a timeout
@@ -646,14 +648,7 @@ impl Node {
         let mut con = self.conn(deadline)?;
         let reply: (i64, i64) = match call.lua.call(call.keys, call.args).invoke(&mut *con) {
             Ok(r) => r,
-            Err(e) => {
-                self.failed(&mut con, &e);
-                if e.is_timeout() {
-                    con.send_undo(std::slice::from_ref(undo));
-                    return Err(Error::from(e).undone());
-                }
-                return Err(e.into());
-            }
+            Err(e) => return Err(self.fail(&mut con, e, Some(std::slice::from_ref(undo)))),
         };
         if reply.0 != 1 {
             return Ok(reply);
@@ -730,14 +725,7 @@ impl Node {
             match con.exchange(&packed, loads + calls.len(), until, self.timeouts.response) {
                 // The script loads come first; their replies are not the calls'.
                 Ok(replies) => self.loaded(calls, replies.into_iter().skip(loads).collect()),
-                Err(e) => {
-                    self.failed(&mut con, &e);
-                    if let (true, Some(undo)) = (e.is_timeout(), undo) {
-                        con.send_undo(undo);
-                        return Err(Error::from(e).undone());
-                    }
-                    return Err(e.into());
-                }
+                Err(e) => return Err(self.fail(&mut con, e, undo)),
             };
         // Scripts the server lost (a restart, `SCRIPT FLUSH`): those calls
         // did not run; send them again now, their scripts loaded in front.

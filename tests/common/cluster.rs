@@ -59,47 +59,81 @@ pub fn entry_score(urls: &[String], name: &str) -> Option<f64> {
     None
 }
 
+/// `name`'s slot half-way between two masters: `from` (its master) marked
+/// MIGRATING, `to` IMPORTING, its keys not moved yet.
+pub struct Migration {
+    pub cons: Vec<redis::Connection>,
+    pub slot: i64,
+    pub ids: Vec<String>,
+    pub from: usize,
+    pub to: usize,
+}
+
+impl Migration {
+    /// Starts moving `name`'s slot from its master to the next node.
+    pub fn start(ports: &[u16], name: &str) -> Migration {
+        let mut cons: Vec<redis::Connection> = ports.iter().map(|p| con(*p)).collect();
+        let tag = format!("{{{name}}}");
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(&tag)
+            .query(&mut cons[0])
+            .unwrap();
+        let ids: Vec<String> = cons
+            .iter_mut()
+            .map(|c| redis::cmd("CLUSTER").arg("MYID").query(c).unwrap())
+            .collect();
+        // The master: the node that does not redirect a key of the slot.
+        let from = (0..cons.len())
+            .find(|&i| {
+                redis::cmd("EXISTS")
+                    .arg(&tag)
+                    .query::<i64>(&mut cons[i])
+                    .is_ok()
+            })
+            .expect("the slot's master");
+        let to = (from + 1) % cons.len();
+        let mut m = Migration {
+            cons,
+            slot,
+            ids,
+            from,
+            to,
+        };
+        let (from_id, to_id) = (m.ids[from].clone(), m.ids[to].clone());
+        m.set(to, "IMPORTING", &from_id);
+        m.set(from, "MIGRATING", &to_id);
+        m
+    }
+
+    /// `CLUSTER SETSLOT <slot> <how> [<id>]` on node `node`.
+    pub fn set(&mut self, node: usize, how: &str, id: &str) {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SETSLOT").arg(self.slot).arg(how);
+        if !id.is_empty() {
+            cmd.arg(id);
+        }
+        cmd.query::<()>(&mut self.cons[node]).unwrap();
+    }
+
+    /// The keys of the slot still on `from`.
+    pub fn keys_left(&mut self) -> Vec<String> {
+        redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(self.slot)
+            .arg(100)
+            .query(&mut self.cons[self.from])
+            .unwrap()
+    }
+}
+
 /// Moves the slot of `{name}` (with its keys) from its master to the next
 /// one, as a resharding does; returns (from, to) as indexes of `addrs`.
 pub fn move_slot(addrs: &[(String, u16)], name: &str) -> (usize, usize) {
-    let mut cons: Vec<redis::Connection> = addrs.iter().map(|(_, p)| con(*p)).collect();
-    let tag = format!("{{{name}}}");
-    let slot: i64 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(&tag)
-        .query(&mut cons[0])
-        .unwrap();
-    let ids: Vec<String> = cons
-        .iter_mut()
-        .map(|c| redis::cmd("CLUSTER").arg("MYID").query(c).unwrap())
-        .collect();
-    // The master: the node that does not redirect a key of the slot.
-    let from = (0..cons.len())
-        .find(|&i| {
-            redis::cmd("EXISTS")
-                .arg(&tag)
-                .query::<i64>(&mut cons[i])
-                .is_ok()
-        })
-        .expect("the slot's master");
-    let to = (from + 1) % cons.len();
-    let setslot = |c: &mut redis::Connection, how: &str, id: &str| {
-        redis::cmd("CLUSTER")
-            .arg("SETSLOT")
-            .arg(slot)
-            .arg(how)
-            .arg(id)
-            .query::<()>(c)
-            .unwrap()
-    };
-    setslot(&mut cons[to], "IMPORTING", &ids[from]);
-    setslot(&mut cons[from], "MIGRATING", &ids[to]);
-    let keys: Vec<String> = redis::cmd("CLUSTER")
-        .arg("GETKEYSINSLOT")
-        .arg(slot)
-        .arg(100)
-        .query(&mut cons[from])
-        .unwrap();
+    let ports: Vec<u16> = addrs.iter().map(|(_, p)| *p).collect();
+    let mut m = Migration::start(&ports, name);
+    let (from, to) = (m.from, m.to);
+    let keys = m.keys_left();
     if !keys.is_empty() {
         redis::cmd("MIGRATE")
             .arg(&addrs[to].0)
@@ -109,11 +143,12 @@ pub fn move_slot(addrs: &[(String, u16)], name: &str) -> (usize, usize) {
             .arg(5_000)
             .arg("KEYS")
             .arg(&keys)
-            .query::<()>(&mut cons[from])
+            .query::<()>(&mut m.cons[from])
             .unwrap();
     }
-    for c in cons.iter_mut() {
-        setslot(c, "NODE", &ids[to]);
+    let to_id = m.ids[to].clone();
+    for node in 0..m.cons.len() {
+        m.set(node, "NODE", &to_id);
     }
     (from, to)
 }
@@ -140,8 +175,18 @@ pub fn ports(cluster: &RedisCluster) -> Vec<u16> {
         .collect()
 }
 
-/// A cluster whose nodes announce proxies in front of them.
-pub fn proxied_cluster() -> (RedisCluster, Vec<u16>, Vec<super::proxy::Proxy>) {
+/// A cluster whose nodes announce proxies in front of them, or `None` (a
+/// recorded skip for `test`) before Redis 7.0, where the announced port
+/// does not change at run time.
+pub fn proxied_cluster(test: &str) -> Option<(RedisCluster, Vec<super::proxy::Proxy>)> {
+    if !super::needs_version(
+        test,
+        7,
+        0,
+        "announcing a proxy's port at run time (CONFIG SET cluster-announce-port taking effect in CLUSTER SLOTS)",
+    ) {
+        return None;
+    }
     let cluster = RedisCluster::new(RedisClusterConfiguration::default());
     let ports = ports(&cluster);
     let proxies: Vec<super::proxy::Proxy> = ports
@@ -168,7 +213,7 @@ pub fn proxied_cluster() -> (RedisCluster, Vec<u16>, Vec<super::proxy::Proxy>) {
         })
     });
     assert!(announced);
-    (cluster, ports, proxies)
+    Some((cluster, proxies))
 }
 
 /// The owner port of `name`'s slot (the node that does not answer MOVED).
@@ -241,6 +286,32 @@ pub fn wait_on_latch(
             .unwrap();
         (opened, Instant::now())
     })
+}
+
+/// Opens `latch` and checks that its waiter `t` ([`wait_on_latch`]) was
+/// woken by it, within 5 s (the fallback poll of these tests' clients is
+/// far longer, so only the wake-up can do it).
+pub fn open_and_expect_woken(
+    latch: &redlease::CountDownLatch,
+    t: std::thread::JoinHandle<(bool, Instant)>,
+) {
+    let at = Instant::now();
+    latch.count_down().unwrap();
+    let (opened, back) = t.join().unwrap();
+    assert!(opened);
+    assert!(back - at < Duration::from_secs(5), "{:?}", back - at);
+}
+
+/// A cluster for a test of sharded pub/sub, or `None` (a recorded skip)
+/// on a server before Redis 7.0, which has none.
+pub fn sharded_cluster(test: &str, config: RedisClusterConfiguration) -> Option<RedisCluster> {
+    super::needs_version(
+        test,
+        7,
+        0,
+        "sharded pub/sub (SSUBSCRIBE, PUBSUB SHARDNUMSUB)",
+    )
+    .then(|| RedisCluster::new(config))
 }
 
 /// Whether the node at `port` answers for `name`'s slot, within 300 ms (a
