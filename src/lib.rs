@@ -303,3 +303,6 @@ pub use multilock::{MultiLock, MultiLockGuard};
 pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Permit, PermitId, Semaphore};
 pub use signal::LostSignal;
+
+#[doc(hidden)]
+pub use scripts::sent_code as __sent_code;

@@ -15,7 +15,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -46,7 +46,8 @@ pub(crate) struct Renewal {
     pub(crate) state: Arc<LeaseState>,
     /// The state's generation when registered (see `LeaseState::extended`).
     pub(crate) generation: u64,
-    /// When the first look is due (see [`first_due`] for a lease's).
+    /// When the first look, or a lease's first renewal, is due, if not as
+    /// [`first_due`] counts it.
     pub(crate) first: Option<Instant>,
     /// A look at a lock ([`watch`]) rather than a lease: each reply says
     /// when the next one is.
@@ -73,8 +74,8 @@ struct Shared {
     /// each is reported lost when its lease runs out (never a panic).
     thread: Option<Thread>,
     /// When the thread plans to wake next, in ns since the epoch
-    /// (`monotonic`); registrations due earlier unpark it, the rest wait
-    /// without waking it.
+    /// (`monotonic`), or 0 while it is awake; registrations due earlier
+    /// unpark it, the rest wait without waking it.
     planned: AtomicU64,
 }
 
@@ -125,12 +126,51 @@ fn wake_scheduler() {
     }
 }
 
-/// The first renewal is due a third of the lease after the acquisition.
+/// Threads of this process blocked on a server for a grant (see
+/// [`blocking`]).
+static BLOCKED: AtomicUsize = AtomicUsize::new(0);
+
+/// While a thread of this process blocks for a grant, the scheduler wakes
+/// at least this often. A lock taken by a pop is first renewed a third of
+/// its short first lease after the pop was sent (see `lease::taken_by_pop`),
+/// so with the scheduler awake by then, the new holder registers its lease
+/// without waking anyone. Unparking the scheduler there cost the handoff
+/// about 20 µs (a tenth of it) on a 2-core machine, and its at-once renewal
+/// competed with the new holder for the CPU. Costs the process up to ten
+/// empty wake-ups a second while it waits; nothing is sent.
+const WHILE_BLOCKED: Duration = Duration::from_millis(100);
+
+/// Marks this thread as blocked on a server for a grant until the returned
+/// guard is dropped (see [`WHILE_BLOCKED`]).
+pub(crate) fn blocking() -> Blocking {
+    BLOCKED.fetch_add(1, Ordering::SeqCst);
+    // Pairs with the fence in `Scheduler::run`: either it sees us blocked
+    // before parking, or we see its plan and unpark it.
+    std::sync::atomic::fence(Ordering::SeqCst);
+    let by = nanos(Instant::now() + WHILE_BLOCKED);
+    if SHARED.planned.load(Ordering::SeqCst) > by {
+        wake_scheduler();
+    }
+    Blocking(())
+}
+
+/// See [`blocking`].
+pub(crate) struct Blocking(());
+
+impl Drop for Blocking {
+    fn drop(&mut self) {
+        BLOCKED.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The first renewal is due a third of the lease after the acquisition,
+/// unless the registration says when (a short first lease: a third of the
+/// way through it).
 ///
 /// Counted back from when the lease surely ends, so a hold that surely
-/// runs less than its full lease for now (a lock taken by a pop: a short
-/// first lease) is due that much sooner, at once when it is shorter than
-/// two thirds of the lease; so is one whose start cannot be counted back.
+/// runs less than its full lease for now is due that much sooner, at once
+/// when it is shorter than two thirds of the lease; so is one whose start
+/// cannot be counted back.
 fn first_due(renewal: &Renewal) -> Instant {
     if let Some(at) = renewal.first {
         return at;
@@ -223,25 +263,30 @@ impl Scheduler {
             }
             self.expire_pending(now);
             let next = self.heap.peek().map(|Reverse((due, _))| *due);
-            // Publish the plan before the last look at the channels, so a
-            // registration or result sent meanwhile is seen or unparks us.
-            let planned = next.map_or(u64::MAX, nanos);
-            shared.planned.store(planned, Ordering::SeqCst);
-            std::sync::atomic::fence(Ordering::SeqCst);
-            if !self.rx.is_empty() || !self.done_rx.is_empty() {
-                continue;
-            }
             // A stalled worker's pending entries are checked at least every
             // 100 ms, so their loss is reported when their lease runs out.
-            let cap = if self.workers.values().any(|w| !w.pending.is_empty()) {
+            let mut cap = if self.workers.values().any(|w| !w.pending.is_empty()) {
                 Duration::from_millis(100)
             } else {
                 Duration::from_secs(3600)
             };
-            match next {
-                Some(due) => std::thread::park_timeout(due.saturating_duration_since(now).min(cap)),
-                None => std::thread::park_timeout(cap),
+            let blocked = BLOCKED.load(Ordering::SeqCst) > 0;
+            if blocked {
+                cap = cap.min(WHILE_BLOCKED);
             }
+            let wake = next.map_or(now + cap, |due| due.min(now + cap));
+            // Publish the plan before the last look at the channels and at
+            // the blocked threads, so a registration, result or blocking
+            // thread that came meanwhile is seen or unparks us.
+            shared.planned.store(nanos(wake), Ordering::SeqCst);
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if !self.rx.is_empty() || !self.done_rx.is_empty() {
+                continue;
+            }
+            if !blocked && BLOCKED.load(Ordering::SeqCst) > 0 {
+                continue;
+            }
+            std::thread::park_timeout(wake.saturating_duration_since(now));
             shared.planned.store(0, Ordering::SeqCst);
         }
     }
@@ -528,7 +573,8 @@ fn io_worker(id: usize, rx: Receiver<(Arc<Backend>, Vec<Entry>)>, done: Sender<D
 
 /// Keeps `state`'s lease alive with `extend` (whose last argument is the
 /// lease in ms) until the holder finishes it, or until an `extend` retires
-/// this registration. `expires` is when the lease ends at the earliest now.
+/// this registration. `expires` is when the lease ends at the earliest now;
+/// `first`, when it is first renewed, if not as [`first_due`] says.
 pub(crate) fn keep_alive(
     backend: &Arc<Backend>,
     state: &Arc<LeaseState>,
@@ -536,6 +582,7 @@ pub(crate) fn keep_alive(
     valid: Duration,
     lease: Duration,
     extend: &Arc<PreparedCall>,
+    first: Option<Instant>,
 ) {
     register(Renewal {
         backend: Arc::downgrade(backend),
@@ -545,7 +592,7 @@ pub(crate) fn keep_alive(
         expires,
         state: state.clone(),
         generation: state.generation(),
-        first: None,
+        first,
         look: false,
     });
 }

@@ -140,6 +140,9 @@ impl<'a> Acquisition<'a> {
         let undo = spec.undo.as_ref().unwrap_or(&spec.release).call();
         match (block, &spec.direct) {
             (Some(block), Some(d)) => {
+                // A grant may come with the pop: keep the renewal thread
+                // awake for it (see `renewal::blocking`).
+                let _blocked = renewal::blocking();
                 let (reply, popped) = backend.grant_blocking(
                     &d.list,
                     &d.into,

@@ -196,11 +196,13 @@ const POPPED_LEASE: Duration = Duration::from_millis(GRANT_CLAIM.as_millis() as 
 /// ([`POPPED_LEASE`], so that a process frozen while blocked holds the name
 /// no longer), and it started at some instant between `grant.at` (when the
 /// blocking call was sent, maybe a minute ago) and now. A reply that came
-/// soon leaves most of it: renewed at once by the renewal thread. After a
-/// long block (or with a fixed lease, which nothing renews) one extension
-/// now, counted from its own sending, sets the full lease before the guard
-/// is handed out; should it fail, the short lease is all that is known
-/// (the guard may be lost at once, never wrongly held).
+/// soon leaves most of it: the renewal thread sets the full lease a third
+/// of the way through it, like any renewal, and off the handoff's path
+/// (see `renewal::WHILE_BLOCKED`). After a long block (or with a fixed
+/// lease, which nothing renews) one extension now, counted from its own
+/// sending, sets the full lease before the guard is handed out; should it
+/// fail, the short lease is all that is known (the guard may be lost at
+/// once, never wrongly held).
 fn taken_by_pop(client: &Client, spec: Spec, grant: Grant, slot: Option<&HoldKey>) -> Arc<Held> {
     let first = grant
         .valid
@@ -216,8 +218,8 @@ fn taken_by_pop(client: &Client, spec: Spec, grant: Grant, slot: Option<&HoldKey
 }
 
 /// [`hold`]; with `first`, the lease surely runs only that long from
-/// `grant.at` until the renewal thread renews it, which it does at once
-/// (see `renewal::first_due`).
+/// `grant.at` until the renewal thread renews it, a third of the way
+/// through.
 fn hold_with(
     client: &Client,
     spec: Spec,
@@ -238,7 +240,17 @@ fn hold_with(
     let state = LeaseState::new(known, hook);
     let extend = Arc::new(spec.extend);
     if spec.watchdog {
-        renewal::keep_alive(client.backend(), &state, known, valid, spec.lease, &extend);
+        // A short first lease is renewed a third of the way through it.
+        let due = first.map(|first| at + first / 3);
+        renewal::keep_alive(
+            client.backend(),
+            &state,
+            known,
+            valid,
+            spec.lease,
+            &extend,
+            due,
+        );
     }
     let look = spec.look.map(Arc::new);
     let held = Arc::new(Held {
@@ -488,7 +500,15 @@ fn extend(client: &Client, held: &Held, lease: Duration) -> Result<()> {
                 }
             }
             if held.watchdog {
-                renewal::keep_alive(backend, &held.state, sent + valid, valid, lease, &renew);
+                renewal::keep_alive(
+                    backend,
+                    &held.state,
+                    sent + valid,
+                    valid,
+                    lease,
+                    &renew,
+                    None,
+                );
             }
             if held.state.is_lost() {
                 return Err(Error::lost("the lease ran out while it was being extended"));
@@ -510,7 +530,7 @@ fn extend(client: &Client, held: &Held, lease: Duration) -> Result<()> {
             held.state.extended(sent, valid, false);
             if held.watchdog {
                 let ends = held.state.expires_at();
-                renewal::keep_alive(backend, &held.state, ends, valid, lease, &renew);
+                renewal::keep_alive(backend, &held.state, ends, valid, lease, &renew, None);
             }
             Err(match other {
                 Err(e) => e,

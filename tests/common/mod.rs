@@ -215,30 +215,13 @@ pub fn set_acl_user(con: &mut redis::Connection, user: &str, rules: &str) {
     let _: () = cmd.query(con).unwrap();
 }
 
-/// A script of `lua/` as the library sends it: the preludes named in its
-/// `-- Uses` header line, then the file itself, without comment lines,
-/// indentation or blank lines (see src/scripts.rs).
+/// A script of `lua/` as the library sends it (see src/scripts.rs): what
+/// an `EVALSHA` of the library names.
 #[allow(dead_code)]
 pub fn lua_source(file: &str) -> String {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
-    let body = std::fs::read_to_string(format!("{dir}/{file}")).unwrap();
-    let uses = body
-        .lines()
-        .take_while(|l| l.starts_with("--"))
-        .find_map(|l| l.strip_prefix("-- Uses"))
-        .unwrap_or("")
-        .to_owned();
-    let mut code = String::new();
-    for name in uses.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-        code.push_str(&std::fs::read_to_string(format!("{dir}/{name}")).unwrap());
-        code.push('\n');
-    }
-    code.push_str(&body);
-    code.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("--"))
-        .map(|l| format!("{l}\n"))
-        .collect()
+    redlease::__sent_code(file)
+        .unwrap_or_else(|| panic!("no script {file}"))
+        .to_owned()
 }
 
 /// A client that never polls: only a grant (or a message) can wake its
