@@ -75,6 +75,21 @@ impl<K> Core<K> {
         self.lease.unwrap_or(self.client.watchdog_timeout())
     }
 
+    /// How long a waiter's queue entry lives: not at all for one that does
+    /// not queue (a try); [`crate::lease::ROOM_ENTRY`] for one blocked on
+    /// the server; for one that waits for messages, long enough to outlive
+    /// the gaps between its retries (a message, or the fallback wait), at
+    /// each of which it renews the entry.
+    pub(crate) fn queue_entry(&self, queues: bool, blocks: bool) -> Duration {
+        if !queues {
+            Duration::ZERO
+        } else if blocks {
+            crate::lease::ROOM_ENTRY
+        } else {
+            self.client.wakeup().fallback() * 3 + Duration::from_secs(1)
+        }
+    }
+
     /// The `key` field of a handle's `Debug` (or `invalid` and why), and
     /// its lease.
     pub(crate) fn debug(&self, d: &mut fmt::DebugStruct<'_, '_>, key: impl Fn(&K) -> &[u8]) {

@@ -238,6 +238,7 @@
 #![warn(missing_docs)]
 
 mod backend;
+mod builder;
 mod capabilities;
 mod client;
 mod connection;
@@ -290,8 +291,9 @@ struct GuardsAreNotSend;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+pub use builder::ClientBuilder;
 pub use capabilities::{Capabilities, WakeChannel};
-pub use client::{Client, ClientBuilder, MAX_NAME_LEN};
+pub use client::{Client, MAX_NAME_LEN};
 pub use connection::Connection;
 pub use doctor::{Check, CheckStatus, Diagnosis};
 pub use error::{Error, ErrorKind, RedisErrorText, Result};

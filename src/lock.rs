@@ -323,16 +323,7 @@ impl Lock {
         // could differ: waiters there do not queue, and retry on messages.
         let queues = waits && !backend.is_redlock();
         let blocks = queues && backend.grants_directly();
-        // Waiters that wait for messages renew their entry only when they
-        // retry (on a message, or after the fallback wait).
-        let by_message = self.core.client.wakeup().fallback() * 3 + Duration::from_secs(1);
-        let queue_ttl = if !queues {
-            Duration::ZERO
-        } else if blocks {
-            lease::ROOM_ENTRY
-        } else {
-            by_message
-        };
+        let queue_ttl = self.core.queue_entry(queues, blocks);
         let announce = self.announce(keys);
         let release = |leave: bool| {
             let args = ReleaseArgs {
@@ -382,7 +373,7 @@ impl Lock {
             list: open,
             into: own,
             watch: Some(look(&t)),
-            by_message: grant(by_message, false),
+            by_message: grant(self.core.queue_entry(true, false), false),
         });
         Spec {
             what: if self.fair { "fair lock" } else { "lock" },

@@ -358,6 +358,143 @@ impl RwLock {
         PreparedCall::new(&RW_WATCH, keys.scripted(), args.argv())
     }
 
+    /// What a read acquisition with `token` sends (see `lease::Spec`).
+    fn read_spec(
+        &self,
+        keys: &Keys,
+        token: &str,
+        lease: Duration,
+        lease_arg: &str,
+        own_write: &str,
+        waits: bool,
+    ) -> Spec {
+        let waiting = if waits {
+            self.core.client.wakeup().fallback_for(true) * 3 + Duration::from_secs(1)
+        } else {
+            Duration::ZERO
+        };
+        let t = token.as_bytes().to_vec();
+        let ms = lease_arg.as_bytes().to_vec();
+        let open = self.open(keys);
+        let release = |leave: bool| {
+            let args = ReleaseArgs {
+                token: &t,
+                open: &open,
+                leave,
+            };
+            PreparedCall::new(&RW_READ_RELEASE, keys.scripted(), args.argv())
+        };
+        let grant = ReadAcquireArgs {
+            token: &t,
+            lease_ms: &ms,
+            own_write: own_write.as_bytes(),
+            waiting,
+            open: &open,
+        };
+        Spec {
+            what: "read lock",
+            name: keys.name.clone(),
+            wake: keys.writer.clone(),
+            turns: Turns::Local(0),
+            jump: !own_write.is_empty(),
+            // Readers are told by a writer's release.
+            patient: true,
+            lease,
+            watchdog: self.core.lease.is_none(),
+            grant: PreparedCall::new(&RW_READ_ACQUIRE, keys.scripted(), grant.argv()),
+            fence: None,
+            release: release(false),
+            extend: PreparedCall::new(
+                &ZSET_EXTEND,
+                vec![keys.readers.clone()],
+                vec![t.clone(), ms.clone()],
+            ),
+            // A waiting reader's entry goes when it gives up, and behind a
+            // late grant.
+            leave: waits.then(|| release(true)),
+            undo: waits.then(|| release(true)),
+            direct: None,
+            // The last reader's release may hand the write hold to a writer
+            // that then freezes, and a shortened read lease may lapse: a
+            // look at the name then reaches the blocked writers and the
+            // waiting readers.
+            look: self
+                .core
+                .client
+                .backend()
+                .grants_directly()
+                .then(|| self.watch(keys, b"")),
+        }
+    }
+
+    /// What a write acquisition with `token` sends (see `lease::Spec`). A
+    /// waiter blocks on the write hold's open list where the backend
+    /// allows it.
+    fn write_spec(
+        &self,
+        keys: &Keys,
+        token: &str,
+        lease: Duration,
+        lease_arg: &str,
+        waits: bool,
+    ) -> Spec {
+        let backend = self.core.client.backend();
+        let blocks = waits && backend.grants_directly();
+        let t = token.as_bytes().to_vec();
+        let ms = lease_arg.as_bytes().to_vec();
+        let open = self.open(keys);
+        let grant = |blocks: bool| {
+            let args = WriteAcquireArgs {
+                token: &t,
+                lease_ms: &ms,
+                queue_ttl: self.core.queue_entry(waits, blocks),
+                open: &open,
+                blocks,
+            };
+            PreparedCall::new(&RW_WRITE_ACQUIRE, keys.scripted(), args.argv())
+        };
+        let release = |leave: bool| {
+            let args = ReleaseArgs {
+                token: &t,
+                open: &open,
+                leave,
+            };
+            PreparedCall::new(&RW_WRITE_RELEASE, keys.scripted(), args.argv())
+        };
+        Spec {
+            what: "write lock",
+            name: keys.name.clone(),
+            wake: keys.writer.clone(),
+            turns: Turns::Local(0),
+            jump: false,
+            patient: false,
+            lease,
+            watchdog: self.core.lease.is_none(),
+            grant: grant(blocks),
+            fence: Some(keys.fence.clone()),
+            release: release(false),
+            extend: PreparedCall::new(
+                &LOCK_EXTEND,
+                vec![keys.writer.to_vec()],
+                vec![t.clone(), ms.clone()],
+            ),
+            // Withdraw our queue entry so readers need not wait for it, and
+            // hand on a write hold granted meanwhile; also behind a late
+            // grant. A try has neither.
+            leave: waits.then(|| release(true)),
+            undo: waits.then(|| release(true)),
+            // Writers block on the open list, moving what they pop into
+            // their own (lua/rw_grant.lua rw_open).
+            direct: blocks.then(|| Direct {
+                list: schema::open_list(&keys.grant_prefix),
+                into: [keys.grant_prefix.as_slice(), &t].concat(),
+                watch: Some(self.watch(keys, &t)),
+                by_message: grant(false),
+            }),
+            look: backend.grants_directly().then(|| self.watch(keys, b"")),
+        }
+    }
+
     fn read_until(&self, deadline: Option<Instant>) -> Result<Option<ReadGuard>> {
         let keys = self.core.keys()?;
         let (lease, lease_arg) = self.lease_of()?;
@@ -372,69 +509,11 @@ impl RwLock {
         // A waiting reader registers (so that a writer's release tells it);
         // a try never does.
         let waits = deadline.is_none_or(|d| d > Instant::now());
-        let waiting = if waits {
-            self.core.client.wakeup().fallback_for(true) * 3 + Duration::from_secs(1)
-        } else {
-            Duration::ZERO
-        };
         let held = lease::acquire(
             &self.core.client,
             Some((&slot, self.core.reentry())),
             deadline,
-            |token| {
-                let t = token.as_bytes().to_vec();
-                let ms = lease_arg.as_bytes().to_vec();
-                let open = self.open(keys);
-                let release = |leave: bool| {
-                    let args = ReleaseArgs {
-                        token: &t,
-                        open: &open,
-                        leave,
-                    };
-                    PreparedCall::new(&RW_READ_RELEASE, keys.scripted(), args.argv())
-                };
-                let grant = ReadAcquireArgs {
-                    token: &t,
-                    lease_ms: &ms,
-                    own_write: own_write.as_bytes(),
-                    waiting,
-                    open: &open,
-                };
-                Ok(Spec {
-                    what: "read lock",
-                    name: keys.name.clone(),
-                    wake: keys.writer.clone(),
-                    turns: Turns::Local(0),
-                    jump: !own_write.is_empty(),
-                    // Readers are told by a writer's release.
-                    patient: true,
-                    lease,
-                    watchdog: self.core.lease.is_none(),
-                    grant: PreparedCall::new(&RW_READ_ACQUIRE, keys.scripted(), grant.argv()),
-                    fence: None,
-                    release: release(false),
-                    extend: PreparedCall::new(
-                        &ZSET_EXTEND,
-                        vec![keys.readers.clone()],
-                        vec![t.clone(), ms.clone()],
-                    ),
-                    // A waiting reader's entry goes when it gives up, and
-                    // behind a late grant.
-                    leave: waits.then(|| release(true)),
-                    undo: waits.then(|| release(true)),
-                    direct: None,
-                    // The last reader's release may hand the write hold to a
-                    // writer that then freezes, and a shortened read lease
-                    // may lapse: a look at the name then reaches the blocked
-                    // writers and the waiting readers.
-                    look: self
-                        .core
-                        .client
-                        .backend()
-                        .grants_directly()
-                        .then(|| self.watch(keys, b"")),
-                })
-            },
+            |token| Ok(self.read_spec(keys, token, lease, &lease_arg, own_write, waits)),
         )?;
         Ok(held.map(|held| {
             ReadGuard::new(
@@ -457,80 +536,13 @@ impl RwLock {
             ));
         }
         // A try never queues (readers would wait for it, and a try whose
-        // reply is late could not take its entry back). A waiter blocks on
-        // the write hold's open list where the backend allows it.
+        // reply is late could not take its entry back).
         let waits = deadline.is_none_or(|d| d > Instant::now());
-        let backend = self.core.client.backend();
-        let blocks = waits && backend.grants_directly();
-        let by_message = self.core.client.wakeup().fallback() * 3 + Duration::from_secs(1);
-        let queue_ttl = |blocks: bool| {
-            if !waits {
-                Duration::ZERO
-            } else if blocks {
-                lease::ROOM_ENTRY
-            } else {
-                by_message
-            }
-        };
         let held = lease::acquire(
             &self.core.client,
             Some((&slot, self.core.reentry())),
             deadline,
-            |token| {
-                let t = token.as_bytes().to_vec();
-                let ms = lease_arg.as_bytes().to_vec();
-                let open = self.open(keys);
-                let grant = |blocks: bool| {
-                    let args = WriteAcquireArgs {
-                        token: &t,
-                        lease_ms: &ms,
-                        queue_ttl: queue_ttl(blocks),
-                        open: &open,
-                        blocks,
-                    };
-                    PreparedCall::new(&RW_WRITE_ACQUIRE, keys.scripted(), args.argv())
-                };
-                let release = |leave: bool| {
-                    let args = ReleaseArgs {
-                        token: &t,
-                        open: &open,
-                        leave,
-                    };
-                    PreparedCall::new(&RW_WRITE_RELEASE, keys.scripted(), args.argv())
-                };
-                Ok(Spec {
-                    what: "write lock",
-                    name: keys.name.clone(),
-                    wake: keys.writer.clone(),
-                    turns: Turns::Local(0),
-                    jump: false,
-                    patient: false,
-                    lease,
-                    watchdog: self.core.lease.is_none(),
-                    grant: grant(blocks),
-                    fence: Some(keys.fence.clone()),
-                    release: release(false),
-                    extend: PreparedCall::new(
-                        &LOCK_EXTEND,
-                        vec![keys.writer.to_vec()],
-                        vec![t.clone(), ms.clone()],
-                    ),
-                    // Withdraw our queue entry so readers need not wait for
-                    // it, and hand on a write hold granted meanwhile; also
-                    // behind a late grant. A try has neither.
-                    leave: waits.then(|| release(true)),
-                    undo: waits.then(|| release(true)),
-                    // Writers block on the open list, moving what they pop
-                    // into their own (lua/rw_grant.lua rw_open).
-                    direct: blocks.then(|| Direct {
-                        list: schema::open_list(&keys.grant_prefix),
-                        into: [keys.grant_prefix.as_slice(), &t].concat(),
-                        watch: Some(self.watch(keys, &t)),
-                        by_message: grant(false),
-                    }),
-                    look: backend.grants_directly().then(|| self.watch(keys, b"")),
-                })
-            },
+            |token| Ok(self.write_spec(keys, token, lease, &lease_arg, waits)),
         )?;
         Ok(held.map(|held| {
             WriteGuard::new(

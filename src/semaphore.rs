@@ -255,6 +255,25 @@ impl Semaphore {
 
     fn acquire_until(&self, k: u32, deadline: Option<Instant>) -> Result<Option<Permit>> {
         let keys = self.core.keys()?;
+        self.check(k)?;
+        let lease = self.core.lease_or_watchdog();
+        let lease_arg = lease::lease_millis(lease)?.to_string();
+        // A try never queues; a waiter queues from its first attempt, and
+        // blocks on its own grant list where the backend allows it.
+        let waits = deadline.is_none_or(|d| d > Instant::now());
+        let held = lease::acquire(&self.core.client, None, deadline, |token| {
+            Ok(self.spec(keys, k, token, lease, &lease_arg, waits))
+        })?;
+        Ok(held.map(|held| Permit {
+            semaphore: self.clone(),
+            count: k,
+            inner: Holding::new(self.core.client.clone(), None, held),
+            _not_send: ThreadBound::default(),
+        }))
+    }
+
+    /// Whether `k` permits can be asked of this semaphore, here.
+    fn check(&self, k: u32) -> Result<()> {
         if self.permits == 0 {
             return Err(Error::invalid("a semaphore needs at least one permit"));
         }
@@ -270,101 +289,93 @@ impl Semaphore {
                 "semaphores need a single leader (one server, Sentinel or Cluster)",
             ));
         }
-        let lease = self.core.lease_or_watchdog();
-        let lease_arg = lease::lease_millis(lease)?.to_string();
+        Ok(())
+    }
+
+    /// What an acquisition of `k` permits with `token` sends (see
+    /// `lease::Spec`).
+    fn spec(
+        &self,
+        keys: &Keys,
+        k: u32,
+        token: &str,
+        lease: Duration,
+        lease_arg: &str,
+        waits: bool,
+    ) -> Spec {
         let backend = self.core.client.backend();
-        // A try never queues; a waiter queues from its first attempt, and
-        // blocks on its own grant list where the backend allows it.
-        let waits = deadline.is_none_or(|d| d > Instant::now());
         let blocks = waits && backend.grants_directly();
-        let by_message = self.core.client.wakeup().fallback() * 3 + Duration::from_secs(1);
-        let entry = |blocks: bool| {
-            if !waits {
-                Duration::ZERO
-            } else if blocks {
-                lease::ROOM_ENTRY
-            } else {
-                by_message
-            }
-        };
+        let entry = |blocks: bool| self.core.queue_entry(waits, blocks);
         let offer = self.offer(keys);
-        let held = lease::acquire(&self.core.client, None, deadline, |token| {
-            let member = format!("{k}:{token}").into_bytes();
-            let ms = lease_arg.as_bytes().to_vec();
-            let grant = |blocks: bool| {
-                let args = AcquireArgs {
-                    member: &member,
-                    lease_ms: &ms,
-                    k,
-                    entry: entry(blocks),
-                    blocks,
-                    offer: &offer,
-                };
-                PreparedCall::new(&SEM_ACQUIRE, keys.scripted(), args.argv())
+        let member = format!("{k}:{token}").into_bytes();
+        let ms = lease_arg.as_bytes().to_vec();
+        let grant = |blocks: bool| {
+            let args = AcquireArgs {
+                member: &member,
+                lease_ms: &ms,
+                k,
+                entry: entry(blocks),
+                blocks,
+                offer: &offer,
             };
-            let release = |leave: bool| {
-                let args = ReleaseArgs {
-                    member: &member,
-                    offer: &offer,
-                    leave,
-                };
-                PreparedCall::new(&SEM_RELEASE, keys.scripted(), args.argv())
+            PreparedCall::new(&SEM_ACQUIRE, keys.scripted(), args.argv())
+        };
+        let release = |leave: bool| {
+            let args = ReleaseArgs {
+                member: &member,
+                offer: &offer,
+                leave,
             };
-            let leave = release(true);
-            // The renewal thread's look at the semaphore (lua/sem_watch.lua):
-            // for this waiter while it is blocked, and (no member) for the
-            // name once a release offered its permits to the waiters.
-            let look = |waiter: &[u8]| {
-                let args = WatchArgs {
-                    waiter,
-                    entry: lease::ROOM_ENTRY,
-                    offer: &offer,
-                };
-                PreparedCall::new(&SEM_WATCH, keys.scripted(), args.argv())
+            PreparedCall::new(&SEM_RELEASE, keys.scripted(), args.argv())
+        };
+        let leave = release(true);
+        // The renewal thread's look at the semaphore (lua/sem_watch.lua):
+        // for this waiter while it is blocked, and (no member) for the
+        // name once a release offered its permits to the waiters.
+        let look = |waiter: &[u8]| {
+            let args = WatchArgs {
+                waiter,
+                entry: lease::ROOM_ENTRY,
+                offer: &offer,
             };
-            // Waiters block on the name's open list, moving what they pop
-            // into their own (lua/sem_grant.lua sem_offer).
-            let own = [keys.grant_prefix.as_slice(), &member].concat();
-            Ok(Spec {
-                what: "semaphore",
-                name: keys.name.clone(),
-                wake: keys.permits.clone(),
-                turns: if self.fair {
-                    Turns::Server
-                } else {
-                    Turns::Local(k)
-                },
-                jump: false,
-                patient: false,
-                lease,
-                watchdog: self.core.lease.is_none(),
-                grant: grant(blocks),
-                fence: None,
-                release: release(false),
-                extend: PreparedCall::new(
-                    &ZSET_EXTEND,
-                    vec![keys.permits.to_vec(), keys.count.clone()],
-                    vec![member.clone(), ms.clone()],
-                ),
-                // Giving up, and undoing a late grant, withdraw the
-                // waiter's entry and hand on permits granted meanwhile.
-                undo: waits.then(|| leave.clone()),
-                leave: Some(leave),
-                direct: blocks.then(|| Direct {
-                    list: schema::open_list(&keys.grant_prefix),
-                    into: own,
-                    watch: Some(look(&member)),
-                    by_message: grant(false),
-                }),
-                look: backend.grants_directly().then(|| look(b"")),
-            })
-        })?;
-        Ok(held.map(|held| Permit {
-            semaphore: self.clone(),
-            count: k,
-            inner: Holding::new(self.core.client.clone(), None, held),
-            _not_send: ThreadBound::default(),
-        }))
+            PreparedCall::new(&SEM_WATCH, keys.scripted(), args.argv())
+        };
+        // Waiters block on the name's open list, moving what they pop
+        // into their own (lua/sem_grant.lua sem_offer).
+        let own = [keys.grant_prefix.as_slice(), &member].concat();
+        Spec {
+            what: "semaphore",
+            name: keys.name.clone(),
+            wake: keys.permits.clone(),
+            turns: if self.fair {
+                Turns::Server
+            } else {
+                Turns::Local(k)
+            },
+            jump: false,
+            patient: false,
+            lease,
+            watchdog: self.core.lease.is_none(),
+            grant: grant(blocks),
+            fence: None,
+            release: release(false),
+            extend: PreparedCall::new(
+                &ZSET_EXTEND,
+                vec![keys.permits.to_vec(), keys.count.clone()],
+                vec![member.clone(), ms.clone()],
+            ),
+            // Giving up, and undoing a late grant, withdraw the
+            // waiter's entry and hand on permits granted meanwhile.
+            undo: waits.then(|| leave.clone()),
+            leave: Some(leave),
+            direct: blocks.then(|| Direct {
+                list: schema::open_list(&keys.grant_prefix),
+                into: own,
+                watch: Some(look(&member)),
+                by_message: grant(false),
+            }),
+            look: backend.grants_directly().then(|| look(b"")),
+        }
     }
 }
 

@@ -534,6 +534,20 @@ impl Node {
                 "a blocking grant got fewer than two replies",
             ));
         };
+        self.granted_by_pop(pop, reply, call, undo, deadline)
+    }
+
+    /// What [`Node::grant_blocking`]'s two replies say: whether the pop
+    /// took a grant's wake-up, and the script's answer. A refused pop or
+    /// `LPOP` turns this node's waiters to release messages.
+    fn granted_by_pop(
+        &self,
+        pop: Value,
+        reply: Value,
+        call: &Call<'_>,
+        undo: &Call<'_>,
+        deadline: Option<Instant>,
+    ) -> Result<((i64, i64), bool)> {
         let popped = matches!(pop, Value::Array(_) | Value::BulkString(_));
         if let Value::ServerError(e) = &pop {
             if e.code() == "NOPERM" && self.blocks() {

@@ -35,9 +35,8 @@ mod signals;
 
 use doctor::{doctor, doctor_unreachable};
 use redlease::{Client, ErrorKind};
-use run::run;
+use run::{run, RunArgs};
 use show::{list, shown, status};
-use signals::parse_signal;
 
 const EXIT_DEGRADED: u8 = 2;
 const EXIT_USAGE: u8 = 64;
@@ -105,36 +104,7 @@ struct Cli {
 enum Cmd {
     /// Acquire NAME, run CMD with REDLEASE_FENCE (or REDLEASE_PERMIT_ID) and
     /// REDLEASE_NAME set, release.
-    Run {
-        /// The name, as bytes (shell: `$'job-\xff'`, the form `list` prints).
-        name: OsString,
-        /// Longest wait for the lock (<integer><unit>: 500ms, 30s, 5m, 1h);
-        /// exit 75 if it passes.
-        /// Default: wait as long as needed.
-        #[arg(long, value_parser = parse_duration)]
-        wait: Option<Duration>,
-        /// Exit status when the wait times out (nothing ran), so that it can
-        /// be told apart from the command's own statuses.
-        #[arg(short = 'E', long, default_value_t = EXIT_TIMEOUT,
-              value_parser = clap::value_parser!(u8).range(1..))]
-        conflict_exit_code: u8,
-        /// Fixed lease instead of a watchdog-renewed one.
-        #[arg(long, value_parser = parse_duration)]
-        lease: Option<Duration>,
-        /// Take one permit of a semaphore with this many permits instead of a
-        /// lock; the command gets REDLEASE_PERMIT_ID (no REDLEASE_FENCE).
-        #[arg(long)]
-        semaphore: Option<u32>,
-        /// Signal sent to the command when the lease is lost.
-        #[arg(long, default_value = "TERM", value_parser = parse_signal)]
-        lost_signal: i32,
-        /// After the lost-lease signal, how long before SIGKILL.
-        #[arg(long, default_value = "10s", value_parser = parse_duration)]
-        kill_after: Duration,
-        /// The command and its arguments.
-        #[arg(last = true, required = true)]
-        command: Vec<String>,
-    },
+    Run(RunArgs),
     /// Who holds NAME, for how long, and the fencing counter.
     Status {
         /// The name, as bytes (the form `list` prints).
@@ -320,45 +290,70 @@ fn error_code(e: &redlease::Error) -> u8 {
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
-            // Help and version go to stdout and succeed; the rest is misuse,
-            // reported like every other error: one line on stderr.
-            if !e.use_stderr() {
-                let _ = e.print();
-                return ExitCode::SUCCESS;
-            }
-            // Everything before the usage line: the error and, for missing
-            // arguments, the list of what is missing.
-            let text = e.render().to_string();
-            let what: Vec<&str> = text
-                .lines()
-                .take_while(|l| !l.starts_with("Usage:"))
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
-                .collect();
-            let what = what.join(" ");
-            let what = what.trim_start_matches("error: ");
-            // The form of the command, so that `run foo` (no `-- CMD`) shows
-            // what a whole one looks like.
-            let usage = text
-                .lines()
-                .find_map(|l| l.strip_prefix("Usage: "))
-                .map(|u| format!("; usage: {}", u.trim()))
-                .unwrap_or_default();
-            return fail(
-                EXIT_USAGE,
-                format!(
-                    "{}{usage} (see --help)",
-                    if what.is_empty() {
-                        "invalid arguments"
-                    } else {
-                        what
-                    }
-                ),
-            );
-        }
+        Err(e) => return usage_error(e),
     };
     init_logging(cli.verbose);
+    let client = match (connect(&cli), &cli.command) {
+        (Ok(c), _) => c,
+        (Err(Refused::Usage(e)), _) => return fail(EXIT_USAGE, e),
+        (Err(Refused::Client(e)), Cmd::Doctor { json }) => return doctor_unreachable(&e, *json),
+        (Err(Refused::Client(e)), _) => return fail(error_code(&e), e),
+    };
+    let result = match cli.command {
+        Cmd::Run(args) => run(&client, &args),
+        Cmd::Status { name, json } => status(&client, name.as_bytes(), json),
+        Cmd::List { pattern, json } => list(&client, pattern.as_bytes(), json),
+        Cmd::Unlock { name, force, yes } => unlock(&client, name.as_bytes(), force, yes),
+        Cmd::Doctor { json } => Ok(doctor(&client, json)),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => fail(error_code(&e), e),
+    }
+}
+
+/// Help and version go to stdout and succeed; the rest is misuse, reported
+/// like every other error: one line on stderr.
+fn usage_error(e: clap::Error) -> ExitCode {
+    if !e.use_stderr() {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    // Everything before the usage line: the error and, for missing
+    // arguments, the list of what is missing.
+    let text = e.render().to_string();
+    let what: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+        .collect();
+    let what = what.join(" ");
+    let what = what.trim_start_matches("error: ");
+    // The form of the command, so that `run foo` (no `-- CMD`) shows what a
+    // whole one looks like.
+    let usage = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Usage: "))
+        .map(|u| format!("; usage: {}", u.trim()))
+        .unwrap_or_default();
+    let what = if what.is_empty() {
+        "invalid arguments"
+    } else {
+        what
+    };
+    fail(EXIT_USAGE, format!("{what}{usage} (see --help)"))
+}
+
+/// Why no client was made: bad arguments (a password or TLS file), or the
+/// client's own error.
+enum Refused {
+    Usage(String),
+    Client(redlease::Error),
+}
+
+/// The client the global options describe.
+fn connect(cli: &Cli) -> Result<Client, Refused> {
     let several = cli.cluster || cli.redlock || cli.sentinel.is_some();
     let given: Vec<&str> = if several {
         cli.url
@@ -369,18 +364,17 @@ fn main() -> ExitCode {
     } else {
         vec![cli.url.as_str()]
     };
-    let mut urls = Vec::new();
-    for u in given {
-        urls.push(match &cli.password_file {
-            Some(file) => match with_password(u, file) {
-                Ok(url) => url,
-                Err(e) => return fail(EXIT_USAGE, e),
-            },
-            None => u.to_owned(),
-        });
-    }
+    let urls = given
+        .into_iter()
+        .map(|u| match &cli.password_file {
+            Some(file) => with_password(u, file),
+            None => Ok(u.to_owned()),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Refused::Usage)?;
     let read = |path: &std::path::Path| {
-        std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+        std::fs::read(path)
+            .map_err(|e| Refused::Usage(format!("cannot read {}: {e}", path.display())))
     };
     let builder = Client::builder();
     let builder = if cli.cluster {
@@ -397,51 +391,12 @@ fn main() -> ExitCode {
         .watchdog_timeout(cli.watchdog)
         .connect_timeout(Duration::from_secs(2));
     if let Some(ca) = &cli.tls_ca {
-        match read(ca) {
-            Ok(pem) => builder = builder.tls_root_cert(pem),
-            Err(e) => return fail(EXIT_USAGE, e),
-        }
+        builder = builder.tls_root_cert(read(ca)?);
     }
     if let (Some(cert), Some(key)) = (&cli.tls_cert, &cli.tls_key) {
-        match (read(cert), read(key)) {
-            (Ok(cert), Ok(key)) => builder = builder.tls_client_cert(cert, key),
-            (Err(e), _) | (_, Err(e)) => return fail(EXIT_USAGE, e),
-        }
+        builder = builder.tls_client_cert(read(cert)?, read(key)?);
     }
-    let client = match (builder.build(), &cli.command) {
-        (Ok(c), _) => c,
-        (Err(e), Cmd::Doctor { json }) => return doctor_unreachable(&e, *json),
-        (Err(e), _) => return fail(error_code(&e), e),
-    };
-    let result = match cli.command {
-        Cmd::Run {
-            name,
-            wait,
-            conflict_exit_code,
-            lease,
-            semaphore,
-            lost_signal,
-            kill_after,
-            command,
-        } => run(
-            &client,
-            name.as_bytes(),
-            (wait, conflict_exit_code),
-            lease,
-            semaphore,
-            lost_signal,
-            kill_after,
-            &command,
-        ),
-        Cmd::Status { name, json } => status(&client, name.as_bytes(), json),
-        Cmd::List { pattern, json } => list(&client, pattern.as_bytes(), json),
-        Cmd::Unlock { name, force, yes } => unlock(&client, name.as_bytes(), force, yes),
-        Cmd::Doctor { json } => Ok(doctor(&client, json)),
-    };
-    match result {
-        Ok(code) => code,
-        Err(e) => fail(error_code(&e), e),
-    }
+    builder.build().map_err(Refused::Client)
 }
 
 fn unlock(client: &Client, name: &[u8], force: bool, yes: bool) -> redlease::Result<ExitCode> {

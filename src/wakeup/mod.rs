@@ -273,6 +273,11 @@ impl Wakeup {
     /// that cannot be reached is ridden out for up to the outage tolerance
     /// by a caller willing to wait, and reported at once by `try_*`. An
     /// error ends the wait with that error, also at the deadline.
+    ///
+    /// One loop, longer than most here on purpose: whether the next attempt
+    /// blocks, whether messages are subscribed, and the judge of attempts
+    /// are state that every branch reads and changes, and each branch is a
+    /// few lines; split, each part would take all of them as arguments.
     pub(crate) fn acquire<T>(
         &self,
         wait: Wait<'_>,
@@ -299,19 +304,10 @@ impl Wakeup {
             deadline,
         );
         // Fast path: nobody of ours is queued, so trying first is fair.
-        let mut tried = false;
-        if server || jump || !self.shared.has_queue(key, line) {
-            tried = true;
-            loop {
-                match tries.judge(&mut || attempt(None)) {
-                    Step::Done(v) => return Ok(Some(v)),
-                    Step::Again => continue,
-                    Step::Fail(e) => return Err(e),
-                    Step::Wait(_) => break,
-                }
-            }
-            if tries.past_deadline() {
-                return tries.timed_out();
+        let tried = server || jump || !self.shared.has_queue(key, line);
+        if tried {
+            if let Some(outcome) = try_first(&mut tries, &mut attempt) {
+                return outcome;
             }
         }
         // Waiters that block for a direct grant need no messages.
@@ -376,22 +372,8 @@ impl Wakeup {
                 }
                 continue;
             }
-            let mut wait = retry.unwrap_or(fallback).min(fallback);
-            if !listening.live() {
-                // A shard channel lost (its slot moved, its master failed):
-                // subscribe where it is now, then look again.
-                if listening.renew() {
-                    continue;
-                }
-                // Without a subscription nothing wakes us; poll gently.
-                wait = wait.min(Duration::from_millis(100));
-            }
-            if let Some(left) = deadline.map(|d| d.saturating_duration_since(Instant::now())) {
-                wait = wait.min(left);
-            }
-            if let (Ok(true), Some(flag)) = (waiter.rx.recv_timeout(wait), signalled) {
-                flag.set(true);
-            }
+            let wait = retry.unwrap_or(fallback).min(fallback);
+            wait_for_message(&mut listening, &waiter, wait, deadline, signalled);
         }
     }
 
@@ -625,6 +607,51 @@ impl Drop for Membership<'_> {
                 }
             }
         }
+    }
+}
+
+/// [`Wakeup::acquire`]'s fast path: attempts until one says to wait.
+/// `Some` when that decided the outcome (acquired, failed, or the
+/// deadline passed).
+fn try_first<T>(
+    tries: &mut Tries,
+    attempt: &mut impl FnMut(Option<Duration>) -> Result<Attempt<T>>,
+) -> Option<Result<Option<T>>> {
+    loop {
+        match tries.judge(&mut || attempt(None)) {
+            Step::Done(v) => return Some(Ok(Some(v))),
+            Step::Again => continue,
+            Step::Fail(e) => return Some(Err(e)),
+            Step::Wait(_) => break,
+        }
+    }
+    tries.past_deadline().then(|| tries.timed_out())
+}
+
+/// Sleeps until a release message wakes `waiter`, at most `wait` and never
+/// past the deadline; sets `signalled` when a message came. Returns at once
+/// after renewing a lost subscription: the caller looks again.
+fn wait_for_message(
+    listening: &mut Listening<'_>,
+    waiter: &Waiter,
+    mut wait: Duration,
+    deadline: Option<Instant>,
+    signalled: Option<&std::cell::Cell<bool>>,
+) {
+    if !listening.live() {
+        // A shard channel lost (its slot moved, its master failed):
+        // subscribe where it is now, then look again.
+        if listening.renew() {
+            return;
+        }
+        // Without a subscription nothing wakes us; poll gently.
+        wait = wait.min(Duration::from_millis(100));
+    }
+    if let Some(left) = deadline.map(|d| d.saturating_duration_since(Instant::now())) {
+        wait = wait.min(left);
+    }
+    if let (Ok(true), Some(flag)) = (waiter.rx.recv_timeout(wait), signalled) {
+        flag.set(true);
     }
 }
 

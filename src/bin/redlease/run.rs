@@ -2,18 +2,57 @@
 //! while another thread watches for signals, then run the command under
 //! the hold as `flock(1)` would, supervising its whole process tree.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, ExitCode};
+use std::process::{Child, Command, ExitCode, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use redlease::{Client, ErrorKind};
 
 use crate::show::{holder_text, shown};
-use crate::signals::{install_handlers, pending, signals, RECEIVED};
-use crate::{fail, has_password, EXIT_LOST, EXIT_UNAVAILABLE};
+use crate::signals::{install_handlers, parse_signal, pending, signals, RECEIVED};
+use crate::{fail, has_password, parse_duration, EXIT_LOST, EXIT_TIMEOUT, EXIT_UNAVAILABLE};
+
+/// `run`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct RunArgs {
+    /// The name, as bytes (shell: `$'job-\xff'`, the form `list` prints).
+    name: OsString,
+    /// Longest wait for the lock (<integer><unit>: 500ms, 30s, 5m, 1h);
+    /// exit 75 if it passes.
+    /// Default: wait as long as needed.
+    #[arg(long, value_parser = parse_duration)]
+    wait: Option<Duration>,
+    /// Exit status when the wait times out (nothing ran), so that it can
+    /// be told apart from the command's own statuses.
+    #[arg(short = 'E', long, default_value_t = EXIT_TIMEOUT,
+          value_parser = clap::value_parser!(u8).range(1..))]
+    conflict_exit_code: u8,
+    /// Fixed lease instead of a watchdog-renewed one.
+    #[arg(long, value_parser = parse_duration)]
+    lease: Option<Duration>,
+    /// Take one permit of a semaphore with this many permits instead of a
+    /// lock; the command gets REDLEASE_PERMIT_ID (no REDLEASE_FENCE).
+    #[arg(long)]
+    semaphore: Option<u32>,
+    /// Signal sent to the command when the lease is lost.
+    #[arg(long, default_value = "TERM", value_parser = parse_signal)]
+    lost_signal: i32,
+    /// After the lost-lease signal, how long before SIGKILL.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    kill_after: Duration,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+impl RunArgs {
+    fn name(&self) -> &[u8] {
+        self.name.as_bytes()
+    }
+}
 
 /// How long one slice of waiting lasts: the bound on noticing a signal.
 const WAIT_SLICE: Duration = Duration::from_millis(250);
@@ -118,6 +157,29 @@ enum Guard {
 }
 
 impl Guard {
+    /// Waits for the name as `args` say: `None` when the wait timed out.
+    fn acquire(client: &Client, args: &RunArgs) -> redlease::Result<Option<Guard>> {
+        let name = args.name();
+        if let Some(permits) = args.semaphore {
+            let mut s = client.semaphore(name, permits);
+            if let Some(l) = args.lease {
+                s = s.lease(l);
+            }
+            return Ok(match args.wait {
+                Some(w) => s.acquire_timeout(w)?.map(Guard::Permit),
+                None => Some(Guard::Permit(s.acquire()?)),
+            });
+        }
+        let mut lock = client.lock(name);
+        if let Some(l) = args.lease {
+            lock = lock.lease(l);
+        }
+        Ok(match args.wait {
+            Some(w) => lock.acquire_timeout(w)?.map(Guard::Lock),
+            None => Some(Guard::Lock(lock.acquire()?)),
+        })
+    }
+
     fn is_held(&self) -> bool {
         match self {
             Guard::Lock(g) => g.is_held(),
@@ -130,6 +192,44 @@ impl Guard {
             Guard::Lock(g) => g.release(),
             Guard::Permit(p) => p.release(),
         }
+    }
+
+    /// `-v`: what was taken, after how long.
+    fn log_acquired(&self, name: &[u8], started: Instant) {
+        match self {
+            Guard::Lock(g) => log::info!(
+                "acquired \"{}\" with fence {} after {} ms",
+                shown(name),
+                g.fencing_token(),
+                started.elapsed().as_millis()
+            ),
+            Guard::Permit(p) => log::info!(
+                "acquired a permit of \"{}\" ({}) after {} ms",
+                shown(name),
+                p.id(),
+                started.elapsed().as_millis()
+            ),
+        }
+    }
+
+    /// The command line of `args`, with its environment: the name, and the
+    /// fence or the permit's id.
+    fn command(&self, args: &RunArgs) -> Command {
+        let mut cmd = Command::new(&args.command[0]);
+        cmd.args(&args.command[1..])
+            .env("REDLEASE_NAME", OsStr::from_bytes(args.name()))
+            .env_remove("REDLEASE_FENCE")
+            .env_remove("REDLEASE_PERMIT_ID");
+        // The command gets no secret of ours: a `REDIS_URL` with a password
+        // stays with us (one without is passed on, for commands that use it).
+        if std::env::var("REDIS_URL").is_ok_and(|u| has_password(&u)) {
+            cmd.env_remove("REDIS_URL");
+        }
+        match self {
+            Guard::Lock(g) => cmd.env("REDLEASE_FENCE", g.fencing_token().to_string()),
+            Guard::Permit(p) => cmd.env("REDLEASE_PERMIT_ID", p.id().to_string()),
+        };
+        cmd
     }
 }
 
@@ -152,36 +252,15 @@ static ABANDONED: AtomicBool = AtomicBool::new(false);
 /// the wait within [`WAIT_SLICE`] of one (nothing run). A waiter that goes
 /// away stalls nobody: the server hands the name to waiters blocked on it,
 /// and ours no longer is.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn run(
-    client: &Client,
-    name: &[u8],
-    wait: (Option<Duration>, u8),
-    lease: Option<Duration>,
-    semaphore: Option<u32>,
-    lost_signal: i32,
-    kill_after: Duration,
-    command: &[String],
-) -> redlease::Result<ExitCode> {
+pub(crate) fn run(client: &Client, args: &RunArgs) -> redlease::Result<ExitCode> {
     install_handlers();
     let started = Instant::now();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
         s.spawn(move || {
-            let done = hold_and_run(
-                client,
-                name,
-                wait,
-                lease,
-                semaphore,
-                lost_signal,
-                kill_after,
-                command,
-                &tx,
-            );
+            let done = hold_and_run(client, args, &tx);
             let _ = tx.send(Phase::Done(done));
         });
-        // `-v`: say once that we wait and on whom, then every 10 s.
         let mut told_waiting: Option<Instant> = None;
         loop {
             match rx.recv_timeout(WAIT_SLICE) {
@@ -204,75 +283,63 @@ pub(crate) fn run(
                 }
             }
             if let Some(sig) = pending() {
-                ABANDONED.store(true, Ordering::SeqCst);
-                // Granted right now? Its thread gives the hold back at once.
-                let _ = rx.recv_timeout(Duration::from_millis(200));
-                let _ = fail(
-                    128 + sig as u8,
-                    format!(
-                        "interrupted while waiting for \"{}\"; command not run",
-                        shown(name)
-                    ),
-                );
-                // The waiting thread is blocked in the server; leaving the
-                // process closes its connection.
-                std::process::exit(128 + sig);
+                abandon(args.name(), sig, &rx);
             }
-            if told_waiting.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
-                if told_waiting.is_none() {
-                    let whom = client
-                        .inspect(name)
-                        .map(|i| holder_text(&i))
-                        .unwrap_or_else(|e| format!("holder not known: {e}"));
-                    log::info!("waiting for \"{}\": {whom}", shown(name));
-                } else {
-                    log::info!(
-                        "still waiting for \"{}\" ({} s)",
-                        shown(name),
-                        started.elapsed().as_secs()
-                    );
-                }
-                told_waiting = Some(Instant::now());
-            }
+            tell_waiting(client, args.name(), started, &mut told_waiting);
         }
     })
 }
 
+/// A signal came while we wait: nothing is run, and the process ends.
+fn abandon(name: &[u8], sig: i32, rx: &std::sync::mpsc::Receiver<Phase>) -> ! {
+    ABANDONED.store(true, Ordering::SeqCst);
+    // Granted right now? Its thread gives the hold back at once.
+    let _ = rx.recv_timeout(Duration::from_millis(200));
+    let _ = fail(
+        128 + sig as u8,
+        format!(
+            "interrupted while waiting for \"{}\"; command not run",
+            shown(name)
+        ),
+    );
+    // The waiting thread is blocked in the server; leaving the process
+    // closes its connection.
+    std::process::exit(128 + sig);
+}
+
+/// `-v`: says once that we wait and on whom, then every 10 s.
+fn tell_waiting(client: &Client, name: &[u8], started: Instant, told: &mut Option<Instant>) {
+    if told.is_some_and(|t| t.elapsed() < Duration::from_secs(10)) {
+        return;
+    }
+    if told.is_none() {
+        let whom = client
+            .inspect(name)
+            .map(|i| holder_text(&i))
+            .unwrap_or_else(|e| format!("holder not known: {e}"));
+        log::info!("waiting for \"{}\": {whom}", shown(name));
+    } else {
+        log::info!(
+            "still waiting for \"{}\" ({} s)",
+            shown(name),
+            started.elapsed().as_secs()
+        );
+    }
+    *told = Some(Instant::now());
+}
+
 /// [`run`]'s waiting thread: waits for the name until the deadline, then
 /// holds it while the command runs.
-#[allow(clippy::too_many_arguments)]
 fn hold_and_run(
     client: &Client,
-    name: &[u8],
-    (wait, conflict_exit_code): (Option<Duration>, u8),
-    lease: Option<Duration>,
-    semaphore: Option<u32>,
-    lost_signal: i32,
-    kill_after: Duration,
-    command: &[String],
+    args: &RunArgs,
     phase: &std::sync::mpsc::Sender<Phase>,
 ) -> redlease::Result<ExitCode> {
-    let sem = semaphore.map(|permits| {
-        let s = client.semaphore(name, permits);
-        match lease {
-            Some(l) => s.lease(l),
-            None => s,
-        }
-    });
-    let lock = match lease {
-        Some(l) => client.lock(name).lease(l),
-        None => client.lock(name),
-    };
+    let name = args.name();
     let started = Instant::now();
-    let got = match (&sem, wait) {
-        (Some(s), Some(w)) => s.acquire_timeout(w)?.map(Guard::Permit),
-        (Some(s), None) => Some(Guard::Permit(s.acquire()?)),
-        (None, Some(w)) => lock.acquire_timeout(w)?.map(Guard::Lock),
-        (None, None) => Some(Guard::Lock(lock.acquire()?)),
-    };
-    let Some(held) = got else {
+    let Some(held) = Guard::acquire(client, args)? else {
         return Ok(fail(
-            conflict_exit_code,
+            args.conflict_exit_code,
             format!("timed out waiting for \"{}\"; command not run", shown(name)),
         ));
     };
@@ -281,20 +348,7 @@ fn hold_and_run(
         return Ok(ExitCode::from(EXIT_UNAVAILABLE));
     }
     let _ = phase.send(Phase::Acquired);
-    match &held {
-        Guard::Lock(g) => log::info!(
-            "acquired \"{}\" with fence {} after {} ms",
-            shown(name),
-            g.fencing_token(),
-            started.elapsed().as_millis()
-        ),
-        Guard::Permit(p) => log::info!(
-            "acquired a permit of \"{}\" ({}) after {} ms",
-            shown(name),
-            p.id(),
-            started.elapsed().as_millis()
-        ),
-    }
+    held.log_acquired(name, started);
     if let Some(sig) = pending() {
         held.release()?;
         return Ok(fail(
@@ -302,24 +356,7 @@ fn hold_and_run(
             "interrupted before the command started; nothing run",
         ));
     }
-    let mut cmd = Command::new(&command[0]);
-    cmd.args(&command[1..])
-        .env("REDLEASE_NAME", OsStr::from_bytes(name))
-        .env_remove("REDLEASE_FENCE")
-        .env_remove("REDLEASE_PERMIT_ID");
-    // The command gets no secret of ours: a `REDIS_URL` with a password
-    // stays with us (one without is passed on, for commands that use it).
-    if std::env::var("REDIS_URL").is_ok_and(|u| has_password(&u)) {
-        cmd.env_remove("REDIS_URL");
-    }
-    match &held {
-        Guard::Lock(g) => {
-            cmd.env("REDLEASE_FENCE", g.fencing_token().to_string());
-        }
-        Guard::Permit(p) => {
-            cmd.env("REDLEASE_PERMIT_ID", p.id().to_string());
-        }
-    }
+    let mut cmd = held.command(args);
     // SIGCHLD ignored (inherited across exec) would let the kernel reap the
     // command before we could: take the default back.
     // SAFETY: resetting a signal disposition of our own process.
@@ -328,7 +365,7 @@ fn hold_and_run(
     // SAFETY: plain terminal queries on our stdin.
     let gave_terminal = unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() };
     supervise(&mut cmd);
-    let mut child = match cmd.spawn() {
+    let child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
             held.release()?;
@@ -337,37 +374,56 @@ fn hold_and_run(
             } else {
                 126
             };
-            return Ok(fail(code, format!("cannot run {:?}: {e}", command[0])));
+            return Ok(fail(code, format!("cannot run {:?}: {e}", args.command[0])));
         }
     };
+    let ran = watch_command(client, args, &held, child);
+    if gave_terminal {
+        restore_terminal();
+    }
+    finish(name, held, ran)
+}
+
+/// How the command ended: its status (none if it could not be waited
+/// for), and whether the lease was lost while it ran.
+struct Ran {
+    status: Option<ExitStatus>,
+    lost: bool,
+}
+
+/// Sends `sig` to every process of the command: its group `group`, and
+/// any descendant that left the group (setsid, a double fork) but is still
+/// ours (subreaper).
+fn signal_all(group: libc::pid_t, sig: i32) {
+    // SAFETY: kill(2) on our command's group and on our own children.
+    unsafe { libc::kill(group, sig) };
+    // Only those outside the group: the group's members already got it (a
+    // second copy may be handled as a second signal).
+    for pid in children() {
+        if unsafe { libc::getpgid(pid) } != -group {
+            unsafe { libc::kill(pid, sig) };
+        }
+    }
+}
+
+/// Supervises the command until it *and every process it started* have
+/// exited: the direct child first, then (we are their subreaper) any
+/// descendant still running, e.g. a background job. Meanwhile it keeps the
+/// holder's note fresh, forwards our signals, and stops the command if the
+/// lease is lost.
+fn watch_command(client: &Client, args: &RunArgs, held: &Guard, mut child: Child) -> Ran {
     // Say who holds it (host, pid, since), for `status` and `list`; kept
     // fresh every third of the lease while the command runs.
     let note = holder_note();
-    let refresh = lease.unwrap_or(client.watchdog_timeout()) / 3;
+    let refresh = args.lease.unwrap_or(client.watchdog_timeout()) / 3;
     let mut noted = Instant::now();
-    if let Guard::Lock(g) = &held {
+    if let Guard::Lock(g) = held {
         let _ = g.annotate(&note);
     }
     // The command's process group: its pid (it called setpgid(0, 0)).
     let group = -(child.id() as libc::pid_t);
-    // Every process of the command: its group, and any descendant that left
-    // the group (setsid, a double fork) but is still ours (subreaper).
-    let signal_all = |sig: i32| {
-        // SAFETY: kill(2) on our command's group and on our own children.
-        unsafe { libc::kill(group, sig) };
-        // Only those outside the group: the group's members already got it
-        // (a second copy may be handled as a second signal).
-        for pid in children() {
-            if unsafe { libc::getpgid(pid) } != -group {
-                unsafe { libc::kill(pid, sig) };
-            }
-        }
-    };
     let mut lost_at: Option<Instant> = None;
     let mut status = None;
-    // Until the command *and every process it started* have exited: the
-    // direct child first, then (we are their subreaper) any descendant
-    // still running, e.g. a background job. Only then is the lock released.
     loop {
         if status.is_none() {
             match child.try_wait() {
@@ -375,70 +431,73 @@ fn hold_and_run(
                 Ok(None) => {}
                 Err(e) => {
                     // ECHILD: someone reaped it (SIGCHLD ignored is reset
-                    // below, but be sure never to loop on it).
+                    // before the spawn, but be sure never to loop on it).
                     eprintln!("redlease: waiting for the command failed: {e}");
-                    status = Some(std::process::ExitStatus::from_raw(1 << 8));
+                    status = Some(ExitStatus::from_raw(1 << 8));
                 }
             }
         }
         if status.is_some() && !reap_descendants() {
             break;
         }
-        if let Guard::Lock(g) = &held {
+        if let Guard::Lock(g) = held {
             if noted.elapsed() >= refresh && g.is_held() {
                 let _ = g.annotate(&note);
                 noted = Instant::now();
             }
         }
         for sig in signals(RECEIVED.swap(0, Ordering::SeqCst)) {
-            signal_all(sig);
+            signal_all(group, sig);
         }
         match lost_at {
             None if !held.is_held() => {
                 eprintln!(
                     "redlease: the lease on \"{}\" was lost; stopping the command",
-                    shown(name)
+                    shown(args.name())
                 );
-                signal_all(lost_signal);
+                signal_all(group, args.lost_signal);
                 lost_at = Some(Instant::now());
             }
-            Some(t) if t.elapsed() >= kill_after => {
+            Some(t) if t.elapsed() >= args.kill_after => {
                 // Again every second: a process may have been forked since.
-                signal_all(libc::SIGKILL);
-                lost_at = Some(Instant::now() - kill_after + Duration::from_secs(1));
+                signal_all(group, libc::SIGKILL);
+                lost_at = Some(Instant::now() - args.kill_after + Duration::from_secs(1));
             }
             _ => {}
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    if gave_terminal {
-        restore_terminal();
+    Ran {
+        status,
+        lost: lost_at.is_some(),
     }
-    let Some(status) = status else {
+}
+
+/// Releases the name once the command is done; `run`'s exit status: the
+/// command's, or `EXIT_LOST` when the lease was lost while it ran.
+fn finish(name: &[u8], held: Guard, ran: Ran) -> redlease::Result<ExitCode> {
+    let Some(status) = ran.status else {
         return Ok(ExitCode::FAILURE);
     };
     let released = held.release();
     if released.is_ok() {
         log::info!("released \"{}\"", shown(name));
     }
-    if lost_at.is_some() {
-        return Ok(fail(
+    let lost = || {
+        Ok(fail(
             EXIT_LOST,
             format!(
                 "the lease on \"{}\" was lost while the command ran",
                 shown(name)
             ),
-        ));
+        ))
+    };
+    if ran.lost {
+        return lost();
     }
     if let Err(e) = released {
         if e.kind() == ErrorKind::LockLost {
-            return Ok(fail(
-                EXIT_LOST,
-                format!(
-                    "the lease on \"{}\" was lost while the command ran",
-                    shown(name)
-                ),
-            ));
+            return lost();
         }
         eprintln!("redlease: release failed: {e}");
     }
