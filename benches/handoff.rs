@@ -31,18 +31,54 @@ fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// The server's own time so far, in µs: the top-level commands a handoff
+/// sends (scripts with the calls inside them, and the blocking pops,
+/// served or not), from `INFO commandstats`.
+fn server_usec(con: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+    info.lines()
+        .filter(|l| {
+            [
+                "cmdstat_evalsha:",
+                "cmdstat_eval:",
+                "cmdstat_blmove:",
+                "cmdstat_blpop:",
+            ]
+            .iter()
+            .any(|c| l.starts_with(c))
+        })
+        .filter_map(|l| {
+            l.split(',')
+                .find_map(|f| f.strip_prefix("usec="))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// One round's handoff: how long it took, and how much of it the server
+/// spent (see [`server_usec`]).
+#[derive(Default)]
+struct Rounds {
+    took: Vec<Duration>,
+    server: Vec<f64>,
+}
+
 /// One handoff round trip set: the library's (two clients) and the raw
 /// floor (a waiter blocked in a pipelined BLPOP + script, woken by a
 /// script's RPUSH: what the direct grant does, without the library), each
-/// next to an EVALSHA made after 5 ms idle.
-fn handoff(url: &str, rounds: usize) -> (Vec<Duration>, Vec<Duration>, Vec<Duration>) {
+/// next to an EVALSHA made after 5 ms idle. The server's time is read
+/// before the 5 ms and after the wake-up; the new holder keeps its guard
+/// until then, so its release is not counted.
+fn handoff(url: &str, rounds: usize) -> (Rounds, Rounds, Vec<Duration>) {
     let holder = client(url);
     let waiter = client(url);
     let mut idle_con = raw_con(url);
+    let mut stats = raw_con(url);
     let one = redis::Script::new("return 1");
     let _: i64 = one.invoke(&mut idle_con).unwrap();
     let (tx, rx) = crossbeam_channel::bounded::<Instant>(1);
     let (go_tx, go_rx) = crossbeam_channel::bounded::<bool>(1);
+    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let mut wcon = raw_con(url);
     let t = std::thread::spawn(move || {
         let lock = waiter.lock("bench:handoff");
@@ -52,6 +88,7 @@ fn handoff(url: &str, rounds: usize) -> (Vec<Duration>, Vec<Duration>, Vec<Durat
             if library {
                 let g = lock.acquire().unwrap();
                 tx.send(Instant::now()).unwrap();
+                let _ = done_rx.recv();
                 drop(g);
             } else {
                 let mut p = redis::pipe();
@@ -65,7 +102,7 @@ fn handoff(url: &str, rounds: usize) -> (Vec<Duration>, Vec<Duration>, Vec<Durat
     let lock = holder.lock("bench:handoff");
     let push = redis::Script::new("redis.call('RPUSH', KEYS[1], '1') return 1");
     let _: i64 = push.key("bench:warm").invoke(&mut idle_con).unwrap();
-    let (mut lib, mut raw, mut idle) = (vec![], vec![], vec![]);
+    let (mut lib, mut raw, mut idle) = (Rounds::default(), Rounds::default(), vec![]);
     for _ in 0..rounds {
         std::thread::sleep(Duration::from_millis(5));
         let t0 = Instant::now();
@@ -75,20 +112,29 @@ fn handoff(url: &str, rounds: usize) -> (Vec<Duration>, Vec<Duration>, Vec<Durat
         let g = lock.acquire().unwrap();
         go_tx.send(true).unwrap();
         std::thread::sleep(Duration::from_millis(5)); // the waiter blocks
+        let before = server_usec(&mut stats);
+        std::thread::sleep(Duration::from_millis(5)); // idle again
         let t0 = Instant::now();
         drop(g);
-        lib.push(rx.recv().unwrap() - t0);
+        lib.took.push(rx.recv().unwrap() - t0);
+        lib.server.push((server_usec(&mut stats) - before) as f64);
+        done_tx.send(()).unwrap();
 
         go_tx.send(false).unwrap();
         std::thread::sleep(Duration::from_millis(5));
+        let before = server_usec(&mut stats);
+        std::thread::sleep(Duration::from_millis(5));
         let t0 = Instant::now();
         let _: i64 = push.key("bench:raw:list").invoke(&mut idle_con).unwrap();
-        raw.push(rx.recv().unwrap() - t0);
+        raw.took.push(rx.recv().unwrap() - t0);
+        raw.server.push((server_usec(&mut stats) - before) as f64);
     }
     drop(go_tx);
     t.join().unwrap();
-    lib.sort();
-    raw.sort();
+    for r in [&mut lib, &mut raw] {
+        r.took.sort();
+        r.server.sort_by(f64::total_cmp);
+    }
     idle.sort();
     (lib, raw, idle)
 }
@@ -221,14 +267,18 @@ fn main() {
     let mut con = server.con();
 
     // Handoff between two separate clients.
-    let (lib, raw, idle) = handoff(&url, scale(400));
+    let (lib_rounds, raw_rounds, idle) = handoff(&url, scale(400));
+    let (lib, raw) = (&lib_rounds.took, &raw_rounds.took);
+    let median = |v: &[f64]| v[v.len() / 2];
+    let (lib_server, raw_server) = (median(&lib_rounds.server), median(&raw_rounds.server));
     let idle_p50 = us(percentile(&idle, 0.5));
-    let lib_p50 = us(percentile(&lib, 0.5)) / idle_p50;
-    let lib_p99 = us(percentile(&lib, 0.99)) / idle_p50;
-    let raw_p50 = us(percentile(&raw, 0.5)) / idle_p50;
+    let lib_p50 = us(percentile(lib, 0.5)) / idle_p50;
+    let lib_p99 = us(percentile(lib, 0.99)) / idle_p50;
+    let raw_p50 = us(percentile(raw, 0.5)) / idle_p50;
     // Round 3: against the raw blocked pop itself, interleaved round by round.
-    let vs_floor_p50 = us(percentile(&lib, 0.5)) / us(percentile(&raw, 0.5));
-    let vs_floor_p99 = us(percentile(&lib, 0.99)) / us(percentile(&raw, 0.99));
+    let vs_floor_p50 = us(percentile(lib, 0.5)) / us(percentile(raw, 0.5));
+    let vs_floor_p99 = us(percentile(lib, 0.99)) / us(percentile(raw, 0.99));
+    let over = us(percentile(lib, 0.5)) - us(percentile(raw, 0.5));
 
     // Eight separate clients on one key, against raw SET NX 1 ms polling.
     let run_for = if quick() {
@@ -291,7 +341,7 @@ fn main() {
         "{:<52} p50 {:.2}x  p90 {:.2}x  p99 {:.2}x idle RTT (target p50 <= 1.5, p99 <= 3)",
         "handoff, two separate clients",
         lib_p50,
-        us(percentile(&lib, 0.9)) / idle_p50,
+        us(percentile(lib, 0.9)) / idle_p50,
         lib_p99
     );
     println!(
@@ -303,11 +353,16 @@ fn main() {
         "handoff against that floor, interleaved",
         vs_floor_p50,
         vs_floor_p99,
-        us(percentile(&raw, 0.5)),
-        us(percentile(&raw, 0.99))
+        us(percentile(raw, 0.5)),
+        us(percentile(raw, 0.99))
+    );
+    println!(
+        "{:<52} p50 {over:.1} us, of which the server's own time {:.1} us (library {lib_server:.0} us, floor {raw_server:.0} us, INFO commandstats) and the rest the clients and the kernel",
+        "handoff over its floor, where the time goes",
+        lib_server - raw_server
     );
     let lib_rate = lib_rates.iter().sum::<f64>() / lib_rates.len() as f64;
-    let handoff_rate = 1e6 / us(percentile(&lib, 0.5));
+    let handoff_rate = 1e6 / us(percentile(lib, 0.5));
     println!(
         "{:<52} {lib_rate:.0}/s = {:.2}x 1 / handoff p50 ({handoff_rate:.0}/s): every acquisition is a handoff to the next in line",
         "8 separate clients, one key, against the handoff",
@@ -333,7 +388,8 @@ fn main() {
         "footprint", per_lease, per_name, keys_left, names
     );
     println!(
-        "{{\"bench\":\"handoff\",\"idle_rtt_us\":{idle_p50:.1},\"handoff_p50_ratio\":{lib_p50:.2},\"handoff_p99_ratio\":{lib_p99:.2},\"raw_blpop_p50_ratio\":{raw_p50:.2},\"handoff_vs_floor_p50\":{vs_floor_p50:.2},\"handoff_vs_floor_p99\":{vs_floor_p99:.2},\"contended_ratio\":{rate_ratio:.2},\"min_share\":{min_share:.2},\"lost_updates\":{lost},\"fan_out_ratio\":{:.2},\"bytes_per_lease\":{per_lease:.0},\"bytes_per_name\":{per_name:.2},\"keys_left\":{keys_left}}}",
+        "{{\"bench\":\"handoff\",\"idle_rtt_us\":{idle_p50:.1},\"handoff_p50_ratio\":{lib_p50:.2},\"handoff_p99_ratio\":{lib_p99:.2},\"raw_blpop_p50_ratio\":{raw_p50:.2},\"handoff_vs_floor_p50\":{vs_floor_p50:.2},\"handoff_vs_floor_p99\":{vs_floor_p99:.2},\"handoff_over_floor_us\":{over:.1},\"server_us_over_floor\":{:.1},\"contended_ratio\":{rate_ratio:.2},\"min_share\":{min_share:.2},\"lost_updates\":{lost},\"fan_out_ratio\":{:.2},\"bytes_per_lease\":{per_lease:.0},\"bytes_per_name\":{per_name:.2},\"keys_left\":{keys_left}}}",
+        lib_server - raw_server,
         busy / base
     );
 }
