@@ -218,7 +218,28 @@ fn a_failover_that_loses_the_lease_is_reported_and_fences_still_grow() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let (g2, granted) = second.expect("the promoted replica never served");
+    let Some((g2, granted)) = second else {
+        // The replica, stopped a while, is not always promoted in time on
+        // a loaded machine (seen once on Redis 6.2 in CI: 40 s without a
+        // failover; 3.6–4.9 s when it runs): then nothing was lost yet,
+        // and there is no verdict to give. A replica that *was* promoted
+        // and never served is the library's failure.
+        let mut replica = redis::Client::open(url(&cluster.servers[1]))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut replica).unwrap();
+        let promoted = matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master");
+        assert!(
+            !promoted,
+            "the promoted replica never served (role {role:?})"
+        );
+        common::skip(
+            "a_failover_that_loses_the_lease_is_reported_and_fences_still_grow",
+            &format!("Sentinel did not promote the replica within 40 s (role {role:?})"),
+        );
+        return;
+    };
     let learned = learned
         .join()
         .unwrap()
