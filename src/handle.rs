@@ -77,16 +77,15 @@ impl<K> Core<K> {
 
     /// How long a waiter's queue entry lives: not at all for one that does
     /// not queue (a try); [`crate::lease::ROOM_ENTRY`] for one blocked on
-    /// the server; for one that waits for messages, long enough to outlive
-    /// the gaps between its retries (a message, or the fallback wait), at
-    /// each of which it renews the entry.
+    /// the server; for one that waits for messages, past the gaps between
+    /// its retries (`Wakeup::entry_life`).
     pub(crate) fn queue_entry(&self, queues: bool, blocks: bool) -> Duration {
         if !queues {
             Duration::ZERO
         } else if blocks {
             crate::lease::ROOM_ENTRY
         } else {
-            self.client.wakeup().fallback() * 3 + Duration::from_secs(1)
+            self.client.wakeup().entry_life(false)
         }
     }
 

@@ -161,7 +161,10 @@ impl CountDownLatch {
         let v: Option<Vec<u8>> = match waiter {
             None => backend.query(redis::cmd("GET").arg(key))?,
             Some(token) => {
-                let life = (self.client.wakeup().fallback_for(true) * 3 + Duration::from_secs(1))
+                let life = self
+                    .client
+                    .wakeup()
+                    .entry_life(true)
                     .as_millis()
                     .to_string();
                 backend.eval(

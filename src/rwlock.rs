@@ -369,7 +369,7 @@ impl RwLock {
         waits: bool,
     ) -> Spec {
         let waiting = if waits {
-            self.core.client.wakeup().fallback_for(true) * 3 + Duration::from_secs(1)
+            self.core.client.wakeup().entry_life(true)
         } else {
             Duration::ZERO
         };

@@ -222,11 +222,6 @@ impl Wakeup {
         self.shared.notify(key);
     }
 
-    /// The longest a waiter sleeps without a wake-up.
-    pub(crate) fn fallback(&self) -> Duration {
-        self.shared.fallback
-    }
-
     /// The longest a waiter sleeps without a wake-up when the wake-up is an
     /// announcement (see [`ANNOUNCED_LOOK`]), or otherwise.
     pub(crate) fn fallback_for(&self, announced: bool) -> Duration {
@@ -235,6 +230,13 @@ impl Wakeup {
         } else {
             self.shared.fallback
         }
+    }
+
+    /// How long the registration of a waiter that waits for messages
+    /// lives (a queue entry, a reader's or a latch waiter's): it renews it
+    /// at each retry, so three of its longest sleeps and a second of room.
+    pub(crate) fn entry_life(&self, announced: bool) -> Duration {
+        self.fallback_for(announced) * 3 + Duration::from_secs(1)
     }
 
     /// Number of wake-ups the subscriber has delivered so far.
