@@ -1,21 +1,38 @@
--- Extend an exclusive lease if, and only if, the caller still owns it.
+-- Extend an exclusive lease if, and only if, the caller still owns it; for
+-- a lock whose waiters block, also claim a grant the caller's pop took
+-- (queue.lua held_by): the new holder's first renewal, off the handoff.
+-- Uses     queue.lua
 -- KEYS[1]  lock key ("<owner token>#<fence>")
+-- KEYS[2]  waiter queue, KEYS[3] its deadlines (queue.lua; with ARGV[2])
 -- ARGV[1]  owner token
--- ARGV[2]  new lease in milliseconds, counted from now
--- ARGV[3]  optional: 'exact' sets the lease to ARGV[2] even if that
+-- ARGV[2]  grant prefix (queue.lua), or '': nothing to claim (a write
+--          hold, a lock on Redlock)
+-- ARGV[3]  the blocked waiters' queue entry lifetime in milliseconds
+--          (queue.lua queue_taken; with ARGV[2])
+-- ARGV[4]  the hold's fence, or '': a grant the owner's pop took, not
+--          claimed yet, is claimed now (with ARGV[2])
+-- ARGV[5]  new lease in milliseconds, counted from now (always the last
+--          argument but for ARGV[6])
+-- ARGV[6]  optional: 'exact' sets the lease to ARGV[5] even if that
 --          shortens it (an explicit extend); without it (renewal) the lease
 --          is never shortened, so a renewal that was sent before an
 --          explicit extend but runs after it cannot undo the extension
--- Returns  1 extended, 0 not held by this token (the lease is lost).
---          Never errors: it runs in pipelined renewal batches, where one
---          error must not hide the other replies.
+-- Returns  1 extended (or claimed), 0 not held by this token (the lease is
+--          lost). Never errors on a key of another type: it runs in
+--          pipelined renewal batches, where one error must not hide the
+--          other replies.
 if redis.call('TYPE', KEYS[1]).ok == 'string' then
   local v = redis.call('GET', KEYS[1])
-  if string.match(v, '^[^#]*') == ARGV[1] then
-    local ms = tonumber(ARGV[2])
-    if ARGV[3] == 'exact' or redis.call('PTTL', KEYS[1]) < ms then
+  local ms = tonumber(ARGV[5])
+  local held = held_by(v, ARGV[1], ARGV[2] ~= '' and ARGV[4])
+  if held == 'held' then
+    if ARGV[6] == 'exact' or redis.call('PTTL', KEYS[1]) < ms then
       redis.call('PEXPIRE', KEYS[1], ms)
     end
+    return 1
+  end
+  if held == 'popped' then
+    queue_claim(KEYS[1], v, ARGV[1], ARGV[2], KEYS[2], KEYS[3], tonumber(ARGV[3]), ms)
     return 1
   end
 end

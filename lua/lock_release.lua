@@ -24,6 +24,8 @@
 --          nobody left in the queue, is closed again. A holder never has either (taking the
 --          lock takes it off the queue), so a release skips that work:
 --          every call here is on the handoff's critical path.
+-- ARGV[10] the hold's fence, or '': a grant the owner's pop took, not
+--          claimed yet, is its hold too (queue.lua held_by)
 -- Returns  1 released, 2 released and opened to the waiters (the caller
 --          looks at the name again after the claim: lua/lock_watch.lua),
 --          0 not held by this token
@@ -38,9 +40,10 @@ if ARGV[9] == 'leave' then
   redis.call('DEL', prefix .. ARGV[1])
 end
 local v = redis.call('GET', KEYS[1])
-if v and took and string.match(v, '^[^#]*') == 'rl:grant' then
+if v and took and v == 'rl:grant#' .. took then
   -- Still open, with its fence taken off the list by our pop: put it back
-  -- for the next blocked waiter.
+  -- for the next blocked waiter (only that fence: any other would let its
+  -- popper believe it holds a grant another may claim).
   local open = prefix .. 'open'
   redis.pcall('RPUSH', open, took)
   redis.call('PEXPIRE', open, tonumber(ARGV[5]) * 2)
@@ -57,8 +60,15 @@ if ARGV[9] == 'leave' and v and string.match(v, '^[^#]*') == 'rl:grant'
   end
   return 0
 end
-if not v or (ARGV[6] ~= 'force' and string.match(v, '^[^#]*') ~= ARGV[1]) then
+local held = held_by(v, ARGV[1], ARGV[10])
+if not v or (ARGV[6] ~= 'force' and not held) then
   return 0
+end
+if held == 'popped' then
+  -- Released before its claim: it leaves the queue as a claim would
+  -- (queue.lua queue_claim), before the queue is looked at.
+  queue_leave(KEYS[3], KEYS[4], prefix, ARGV[1], true)
+  redis.call('DEL', prefix .. ARGV[1])
 end
 local told, opened = true, false
 -- Anyone queued: the blocked among them take it, and one that is not (it

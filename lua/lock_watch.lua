@@ -25,8 +25,9 @@ local lock, counter, q, qt = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local me, ttl, prefix, claim = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local pttl = redis.call('PTTL', lock)
 if pttl > 0 then
-  -- A holder that took a hand-over holds it for twice the claim until it
-  -- renews: past that, it is alive.
+  -- A grant its pop took runs a claim window until its taker claims it
+  -- (one its script took, twice that): past that, the holder is alive.
+  -- Short of it, look again when it would lapse.
   if me == '' and pttl > claim * 2 then
     return 0
   end

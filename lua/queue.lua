@@ -37,13 +37,26 @@
 --   queue_take_open(lock, holder, q, qt, prefix, me, lease_ms, ttl_ms,
 --     claim_ms, took, blocks) -> the fence, or nil: the name is open
 --     ("rl:grant#<fence>" in holder) and it is me's to take, because my pop
---     took its fence (took), or, while the fence is still on the open list
---     (no blocked waiter was there to take it), because me is queued and
---     waits for messages. Taken by a pop, the lease is twice the claim,
---     which its client raises as soon as the reply reaches it: a process
---     frozen while it was blocked (its script was sent) holds the name no
---     longer than that. This runs between the release and the new holder's
---     reply: as few calls as can be.
+--     took that very fence (took), or, while the fence is still on the open
+--     list (no blocked waiter was there to take it), because me is queued
+--     and waits for messages. A fence that is not the open grant's is
+--     never a right to it: a popped grant can stand unclaimed (held_by),
+--     and only its popper may take it. (The open list holds one fence at
+--     most: hand_on runs only while nothing is open, and a fence goes back
+--     only onto its own grant's list, lua/lock_release.lua.) Taken by a
+--     pop, the lease is twice the claim, which its client raises soon
+--     after: a process frozen while it was blocked holds the name no
+--     longer than that.
+--   held_by(v, token, fence) -> 'held' when the lock value v names token;
+--     'popped' when v is the open grant of fence ("rl:grant#<fence>") and
+--     token's blocking pop took that fence (its client says so: fence is
+--     '' otherwise). A lock's waiter holds the name from its pop, with
+--     nothing run behind it, and claims it later (lua/lock_extend.lua,
+--     queue_claim). A fence is drawn once per grant and moved by one pop,
+--     so no other client can name it; else nil.
+--   queue_claim(lock, v, token, prefix, q, qt, ttl_ms, lease_ms): token's
+--     popped grant v becomes its hold for lease_ms: the lock names it, it
+--     leaves the queue, and the queue lives on for the others.
 --   announce(channel, message, mode, told): publishes a release message
 --     unless mode is 'queued' (every waiter of the name is in the queue)
 --     and nobody needs one (told).
@@ -138,10 +151,15 @@ local function queue_take_open(lock, holder, q, qt, prefix, me, lease, ttl, clai
     return nil
   end
   local open = prefix .. 'open'
-  if not (took or (redis.call('EXISTS', open) == 1 and redis.call('ZSCORE', q, me))) then
+  local f = string.match(holder, '#(%d+)$')
+  if took then
+    if took ~= f then
+      return nil
+    end
+  elseif not (redis.call('EXISTS', open) == 1 and redis.call('ZSCORE', q, me)) then
     return nil
   end
-  local fence = tonumber(string.match(holder, '#(%d+)$')) or 0
+  local fence = tonumber(f) or 0
   local ms = lease
   if took then
     ms = math.min(tonumber(lease), claim * 2)
@@ -159,4 +177,24 @@ local function announce(channel, message, mode, told)
   if channel ~= '' and not (mode == 'queued' and told) then
     publish(channel, message)
   end
+end
+
+local function held_by(v, token, fence)
+  if not v or token == '' then
+    return nil
+  end
+  if string.match(v, '^[^#]*') == token then
+    return 'held'
+  end
+  if fence and fence ~= '' and v == 'rl:grant#' .. fence then
+    return 'popped'
+  end
+  return nil
+end
+
+local function queue_claim(lock, v, token, prefix, q, qt, ttl, lease)
+  redis.call('SET', lock, token .. string.match(v, '#%d+$'), 'PX', lease)
+  queue_leave(q, qt, prefix, token, true)
+  queue_taken(q, qt, ttl, true)
+  redis.call('DEL', prefix .. token)
 end

@@ -193,10 +193,7 @@ impl Error {
         self.is_ambiguous() && !self.undone && (self.interrupted || took < response / 2)
     }
 
-    /// Whether the command was never sent (no connection could be had), so
-    /// that it certainly did not run.
     /// The server's error code, when the error is a server's reply.
-    #[cfg(feature = "cluster")]
     pub(crate) fn server_code(&self) -> Option<&str> {
         self.source
             .as_deref()
@@ -206,6 +203,8 @@ impl Error {
             .and_then(RedisErrorText::code)
     }
 
+    /// Whether the command was never sent (no connection could be had), so
+    /// that it certainly did not run.
     pub(crate) fn is_unsent(&self) -> bool {
         self.unsent
     }

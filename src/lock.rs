@@ -9,7 +9,7 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::handle::Core;
 use crate::keys as schema;
-use crate::lease::{self, lease_controls, Direct, Holding, Spec, ThreadBound};
+use crate::lease::{self, lease_controls, Direct, Holding, PopAlone, Spec, ThreadBound};
 use crate::reentrancy::{self, HoldKey, Mode};
 use crate::scripts::{millis, word, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, LOCK_WATCH};
 use crate::wakeup::{deadline_after, waited, Turns};
@@ -126,9 +126,17 @@ impl ReleaseArgs<'_> {
             word(self.keep, "keep"),
             queued,
             word(self.leave, "leave"),
+            // The hold's fence, put in by the hold (see `RELEASE_FENCE`).
+            Vec::new(),
         ]
     }
 }
+
+/// Where a hold's fence goes in lua/lock_release.lua's arguments (ARGV[10])
+/// and lua/lock_extend.lua's (ARGV[4]): a hold taken by a pop alone is
+/// proved by it until claimed (see `lease::PopAlone`).
+const RELEASE_FENCE: usize = 9;
+const EXTEND_FENCE: usize = 3;
 
 /// lua/lock_watch.lua's arguments, by name.
 struct WatchArgs<'a> {
@@ -372,6 +380,13 @@ impl Lock {
         let direct = blocks.then(|| Direct {
             list: open,
             into: own,
+            // The pop alone takes the lock: the hold's first renewal
+            // claims it (the extend below).
+            alone: Some(PopAlone {
+                holder: keys.lock.to_vec(),
+                release_arg: RELEASE_FENCE,
+                extend_arg: EXTEND_FENCE,
+            }),
             watch: Some(look(&t)),
             by_message: grant(self.core.queue_entry(true, false), false),
         });
@@ -391,10 +406,40 @@ impl Lock {
             undo: leave.clone(),
             leave,
             release: release(false),
-            extend: PreparedCall::new(&LOCK_EXTEND, vec![keys.lock.to_vec()], vec![t.clone(), ms]),
+            extend: self.extend(keys, &t, ms.clone(), blocks.then_some(queue_ttl)),
             direct,
             look: name_look,
         }
+    }
+
+    /// lua/lock_extend.lua for `token`'s hold of `lease_ms`. Where it may
+    /// have been taken by a blocking pop alone (`claim`: the blocked
+    /// waiters' queue entry life), the first extension also claims it; the
+    /// hold puts its fence in (see `EXTEND_FENCE`).
+    fn extend(
+        &self,
+        keys: &Keys,
+        token: &[u8],
+        lease_ms: Vec<u8>,
+        claim: Option<Duration>,
+    ) -> PreparedCall {
+        let (keys, prefix, entry) = match claim {
+            Some(entry) => (
+                vec![
+                    keys.lock.to_vec(),
+                    keys.queue.clone(),
+                    keys.queue_deadlines.clone(),
+                ],
+                keys.grant_prefix.clone(),
+                millis(entry),
+            ),
+            None => (vec![keys.lock.to_vec()], Vec::new(), b"0".to_vec()),
+        };
+        PreparedCall::new(
+            &LOCK_EXTEND,
+            keys,
+            vec![token.to_vec(), prefix, entry, Vec::new(), lease_ms],
+        )
     }
 
     /// Where and how a hand-over of this lock is announced: every waiter
@@ -573,6 +618,7 @@ impl LockGuard {
                 args: &[
                     self.inner.held().token.as_bytes().to_vec(),
                     note.as_bytes().to_vec(),
+                    self.inner.held().fence.to_string().into_bytes(),
                 ],
             })
             .map_err(|e| e.about("lock", &keys.name))?;

@@ -473,10 +473,12 @@ impl RwLock {
             grant: grant(blocks),
             fence: Some(keys.fence.clone()),
             release: release(false),
+            // A writer's grant is always taken by its script: nothing to
+            // claim (no grant prefix, no fence).
             extend: PreparedCall::new(
                 &LOCK_EXTEND,
                 vec![keys.writer.to_vec()],
-                vec![t.clone(), ms.clone()],
+                vec![t.clone(), Vec::new(), b"0".to_vec(), Vec::new(), ms.clone()],
             ),
             // Withdraw our queue entry so readers need not wait for it, and
             // hand on a write hold granted meanwhile; also behind a late
@@ -488,6 +490,8 @@ impl RwLock {
             direct: blocks.then(|| Direct {
                 list: schema::open_list(&keys.grant_prefix),
                 into: [keys.grant_prefix.as_slice(), &t].concat(),
+                // Its script takes the grant, right behind the pop.
+                alone: None,
                 watch: Some(self.watch(keys, &t)),
                 by_message: grant(false),
             }),

@@ -283,8 +283,8 @@ mod tests {
             .code
             .ends_with(&compact(include_str!("../lua/lock_acquire.lua"))));
         assert_eq!(
-            LOCK_EXTEND.code,
-            compact(include_str!("../lua/lock_extend.lua"))
+            LATCH_SET.code,
+            compact(include_str!("../lua/latch_set.lua"))
         );
     }
 

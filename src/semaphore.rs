@@ -371,6 +371,8 @@ impl Semaphore {
             direct: blocks.then(|| Direct {
                 list: schema::open_list(&keys.grant_prefix),
                 into: own,
+                // Its script takes the grant, right behind the pop.
+                alone: None,
                 watch: Some(look(&member)),
                 by_message: grant(false),
             }),

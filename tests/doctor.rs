@@ -279,7 +279,7 @@ fn capabilities_say_which_way_waiters_wait() {
     let report = c.diagnose();
     assert_eq!(report.status(), CheckStatus::Ok, "{:#?}", report.checks);
 
-    // An ACL without LPOP: the first wait finds out, and says so here.
+    // An ACL without LPOP: the first wait that needs it finds out.
     let rules = README_ACL.replace("+lpop", "");
     set_acl_user(&mut server.con(), "app", &rules);
     let narrow = Client::builder()
@@ -301,8 +301,22 @@ fn capabilities_say_which_way_waiters_wait() {
     });
     std::thread::sleep(Duration::from_millis(200));
     drop(g);
-    // The hand-over pops, LPOP is refused: the waiter still gets the lock
-    // (through messages), and the client says it now waits that way.
+    // A lock's hand-over needs no LPOP: its waiter's pop alone takes it.
+    assert!(waiter.join().unwrap().unwrap());
+    assert!(narrow.capabilities().blocking_grants);
+    // A semaphore's does: the hand-over pops, LPOP is refused, the waiter
+    // still gets its permit (through messages), and the client says it now
+    // waits that way.
+    let p = narrow.semaphore("s", 1).acquire().unwrap();
+    let other = narrow.clone();
+    let waiter = std::thread::spawn(move || {
+        other
+            .semaphore("s", 1)
+            .acquire_timeout(Duration::from_secs(10))
+            .map(|p| p.is_some())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    drop(p);
     assert!(waiter.join().unwrap().unwrap());
     assert!(!narrow.capabilities().blocking_grants);
 }

@@ -818,3 +818,70 @@ fn blocking_connections_are_capped_by_the_pool_size() {
     // stalls one for longer: not asserted).
     assert_eq!(order.lock().unwrap().len(), 8);
 }
+
+/// Reproduction (review of the pop-alone grant): a fence on the open list
+/// that was not the open grant's (put there by hand here, ahead of the
+/// grant's own) was a right to the grant. The waiter that popped it took
+/// the grant with its script, while the waiter that popped the grant's own
+/// fence held it from its pop: both at once. Only the grant's own fence
+/// takes it; the other waiter waits its turn.
+#[test]
+fn a_fence_that_is_not_the_grants_takes_nothing() {
+    let server = Server::start();
+    let mut con = server.con();
+    // A holder that is no client: nobody releases it.
+    let _: () = redis::cmd("SET")
+        .arg("{stale}")
+        .arg("rl:gone#5")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut con)
+        .unwrap();
+    let spans = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let waiter = |spans: Arc<std::sync::Mutex<Vec<(Instant, Instant)>>>| {
+        let c = no_poll(&server.url());
+        std::thread::spawn(move || {
+            let g = c
+                .lock("stale")
+                .acquire_timeout(Duration::from_secs(8))
+                .unwrap();
+            let Some(g) = g else { return false };
+            let from = Instant::now();
+            // A holder may note itself at once, before its claim.
+            assert!(
+                g.annotate("here").unwrap(),
+                "a fresh holder could not note itself"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+            spans.lock().unwrap().push((from, Instant::now()));
+            g.release().is_ok()
+        })
+    };
+    let first = waiter(spans.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    let second = waiter(spans.clone());
+    std::thread::sleep(Duration::from_millis(300));
+    // The hand-over, by hand: the grant's fence 7 behind a stale 6, so the
+    // waiter blocked first pops the stale one.
+    let _: () = redis::pipe()
+        .atomic()
+        .cmd("SET")
+        .arg("{stale}")
+        .arg("rl:grant#7")
+        .arg("PX")
+        .arg(500)
+        .ignore()
+        .cmd("RPUSH")
+        .arg("{stale}:grant:open")
+        .arg("6")
+        .arg("7")
+        .ignore()
+        .query(&mut con)
+        .unwrap();
+    let (a, b) = (first.join().unwrap(), second.join().unwrap());
+    assert!(a && b, "both waiters hold the lock in turn, and release it");
+    let mut spans = spans.lock().unwrap().clone();
+    spans.sort();
+    assert_eq!(spans.len(), 2);
+    assert!(spans[0].1 <= spans[1].0, "held together: {spans:?}");
+}

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use crate::error::{redact_url, Error, ErrorKind, Result};
 use crate::scripts::Lua;
 
-pub(crate) use node::{identify, Node};
+pub(crate) use node::{identify, Blocked, Node, Pop};
 pub(crate) use pool::Manager;
 use redlock::Redlock;
 pub(crate) use wire::Wire;
@@ -590,26 +590,25 @@ impl Backend {
     }
 
     /// [`Backend::grant`] for a queued waiter: first blocks up to `block`
-    /// for a grant pushed onto `list`, then runs the script in the same
-    /// round trip (see `Node::grant_blocking`); also whether a grant's
-    /// wake-up was popped. Only where [`Backend::grants_directly`].
+    /// for a grant pushed onto the name's open list, which the pop alone
+    /// takes (a lock) or the script run in the same round trip does (see
+    /// `Node::grant_blocking`). Only where [`Backend::grants_directly`].
     pub(crate) fn grant_blocking(
         &self,
-        list: &[u8],
-        into: &[u8],
+        pop: &Pop<'_>,
         block: Duration,
         call: &Call<'_>,
         undo: &Call<'_>,
         deadline: Option<Instant>,
-    ) -> Result<((i64, i64), bool)> {
+    ) -> Result<Blocked> {
         let place = &self.place;
         (match &self.kind {
             Kind::Single(node) if self.replica_ack.is_none() => {
-                node.grant_blocking(list, into, block, call, undo, deadline)
+                node.grant_blocking(pop, block, call, undo, deadline)
             }
             #[cfg(feature = "cluster")]
             Kind::Cluster(c) if self.replica_ack.is_none() => {
-                c.grant_blocking(list, into, block, call, undo, deadline)
+                c.grant_blocking(pop, block, call, undo, deadline)
             }
             _ => Err(unsupported()),
         })

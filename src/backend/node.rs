@@ -19,6 +19,7 @@ use super::source::{client_for, Source};
 use super::wire::Wire;
 use super::{Call, Timeouts};
 use crate::error::{Error, ErrorKind, Result};
+use crate::lease::POPPED_LEASE;
 use crate::monotonic::now_nanos;
 
 /// A request written to a node whose replies are still to be read (see
@@ -54,6 +55,32 @@ impl Sent<'_> {
             }
         }
     }
+}
+
+/// Where a queued waiter blocks for its grant (see
+/// [`Node::grant_blocking`]).
+pub(crate) struct Pop<'a> {
+    /// The name's open list, which a hand-over pushes its fence onto...
+    pub(crate) list: &'a [u8],
+    /// ...and the waiter's own list, which the pop moves it into.
+    pub(crate) into: &'a [u8],
+    /// The lock key, where the pop alone is the grant (lua/queue.lua
+    /// `held_by`); `None` where the granting script must run behind it.
+    pub(crate) holder: Option<&'a [u8]>,
+}
+
+/// What [`Node::grant_blocking`] came to.
+#[derive(Debug)]
+pub(crate) struct Blocked {
+    /// The grant's answer: `(1, fence)` granted, `(0, ms)` busy for `ms`.
+    pub(crate) reply: (i64, i64),
+    /// The pop took a grant's wake-up.
+    pub(crate) popped: bool,
+    /// A grant taken by a pop has a first lease this short, from no
+    /// earlier than this instant (a process frozen while it was blocked
+    /// must not hold the name long); `None`: the full lease, from when the
+    /// attempt was sent.
+    pub(crate) short: Option<(Instant, Duration)>,
 }
 
 /// One server and its pool.
@@ -454,23 +481,33 @@ impl Node {
         })
     }
 
-    /// Waits up to `block` for a grant on the name's open list `list`
-    /// (`BLMOVE` into the waiter's own list `into`), with the granting
-    /// script pipelined behind it: the server runs the script as soon as
-    /// the pop returns (or times out), and the script finds on `into` what
-    /// the pop took, so a granted waiter learns it in the same reply,
-    /// without another round trip and without any other thread involved. Outcomes are those of [`Node::call`]: a late reply
-    /// gets `undo` written behind it, and the connection is retired. Also
-    /// says whether a grant's wake-up was popped.
+    /// Waits up to `block` for a grant on the name's open list
+    /// (`BLMOVE` into the waiter's own list; see [`Pop`]). Two shapes:
+    ///
+    /// - With [`Pop::holder`] (the lock), the pop alone is the grant
+    ///   (lua/queue.lua `held_by`): behind it go only the own list's
+    ///   expiry and a look at the lock key (`PTTL`, `GET`), which say
+    ///   whether the popped fence is the open grant and how long it runs.
+    ///   Nothing else is on the handoff's path; the hold is claimed later,
+    ///   by its first renewal (lua/lock_extend.lua). A pop that took
+    ///   nothing (the block ran out), or a fence that is not the grant,
+    ///   is followed by the script in a second round trip, as a look.
+    /// - Otherwise the granting script is pipelined behind the pop: the
+    ///   server runs it as soon as the pop returns (or times out), and it
+    ///   finds on the own list what the pop took, so a granted waiter
+    ///   learns it in the same reply.
+    ///
+    /// Either way no other thread is involved. Outcomes are those of
+    /// [`Node::call`]: a late reply gets `undo` written behind it, and the
+    /// connection is retired.
     pub(crate) fn grant_blocking(
         &self,
-        list: &[u8],
-        into: &[u8],
+        pop: &Pop<'_>,
         block: Duration,
         call: &Call<'_>,
         undo: &Call<'_>,
         deadline: Option<Instant>,
-    ) -> Result<((i64, i64), bool)> {
+    ) -> Result<Blocked> {
         // Behind a pop from the open list, the script is told so (its last
         // argument, 'popped'), and so is any repeat of it: what the pop
         // took waits on our own list until a script reads it.
@@ -490,22 +527,39 @@ impl Node {
             // As many waiters as the pool size are blocked already: look
             // once without blocking (which renews our entry; a grant made
             // to us meanwhile waits on our list) and block next time.
-            return Ok((self.call(call, Some(undo), deadline)?, false));
+            return self.after_pop(call, undo, deadline, false);
         };
         let mut con = self.spare(deadline)?;
         let mut pipe = redis::pipe();
         let timeout = format!("{:.3}", block.as_secs_f64().max(0.001));
         pipe.cmd("BLMOVE")
-            .arg(list)
-            .arg(into)
+            .arg(pop.list)
+            .arg(pop.into)
             .arg("LEFT")
             .arg("RIGHT")
             .arg(timeout);
-        pipe.add_command(call.command(false));
-        // Error replies stay values: the pop and the script are judged apart.
-        let until = Instant::now() + block + self.timeouts.response;
+        match pop.holder {
+            Some(holder) => {
+                // A grant popped and never claimed (the process died) is
+                // gone with its own list; the `PTTL` comes before the `GET`,
+                // so a value still the grant's proves the time left is its.
+                pipe.cmd("PEXPIRE")
+                    .arg(pop.into)
+                    .arg(crate::lease::GRANT_CLAIM.as_millis() as u64 * 2);
+                pipe.cmd("PTTL").arg(holder);
+                pipe.cmd("GET").arg(holder);
+            }
+            None => {
+                pipe.add_command(call.command(false));
+            }
+        }
+        let count = if pop.holder.is_some() { 4 } else { 2 };
+        // A grant taken by this pop started after this instant.
+        let at = Instant::now();
+        // Error replies stay values: the pop and the rest are judged apart.
+        let until = at + block + self.timeouts.response;
         let packed = pipe.get_packed_pipeline();
-        let replies = match con.exchange(&packed, 2, until, self.timeouts.response) {
+        let replies = match con.exchange(&packed, count, until, self.timeouts.response) {
             Ok(r) => r,
             Err(e) if e.is_timeout() => {
                 return Err(self.fail(&mut con, e, Some(std::slice::from_ref(undo))));
@@ -517,73 +571,144 @@ impl Node {
                     // signal interrupted it: socket reads with a timeout
                     // are never restarted after EINTR). Close it, which
                     // ends the pop, and ask again plainly: a grant made
-                    // meanwhile names our token either way, and the judge
-                    // of attempts would count the blocked time as a slow
-                    // failure rather than one that broke at once.
+                    // meanwhile waits on our own list or names our token
+                    // either way, and the judge of attempts would count
+                    // the blocked time as a slow failure rather than one
+                    // that broke at once.
                     drop(con);
-                    return Ok((self.call(call, Some(undo), deadline)?, false));
+                    return self.after_pop(call, undo, deadline, false);
                 }
                 return Err(e.into());
             }
         };
         self.idle_spare(con);
-        let mut replies = replies.into_iter();
-        let (Some(pop), Some(reply)) = (replies.next(), replies.next()) else {
+        if replies.len() != count {
             return Err(Error::new(
                 ErrorKind::Server,
-                "a blocking grant got fewer than two replies",
+                "a blocking grant got fewer replies than it sent commands",
             ));
-        };
-        self.granted_by_pop(pop, reply, call, undo, deadline)
+        }
+        let mut replies = replies.into_iter();
+        let popped = self.pop_outcome(replies.next().unwrap_or(Value::Nil));
+        if pop.holder.is_none() {
+            let reply = replies.next().unwrap_or(Value::Nil);
+            return Ok(Blocked {
+                short: popped.is_some().then_some((at, POPPED_LEASE)),
+                ..self.granted_by_pop(reply, call, undo, deadline, popped.is_some())?
+            });
+        }
+        let (_, ttl, value) = (replies.next(), replies.next(), replies.next());
+        if let (Some(fence), Some(Value::Int(ms)), Some(Value::BulkString(v))) =
+            (&popped, ttl, value)
+        {
+            let grant = [b"rl:grant#".as_slice(), fence.as_bytes()].concat();
+            if ms > 0 && v == grant {
+                if let Ok(f) = fence.parse::<i64>() {
+                    return Ok(Blocked {
+                        reply: (1, f),
+                        popped: true,
+                        short: Some((at, Duration::from_millis(ms as u64))),
+                    });
+                }
+            }
+        }
+        // Nothing granted by the pop: the script says where we stand (and
+        // renews our queue entry), reading and dropping whatever the pop
+        // took.
+        self.after_pop(call, undo, deadline, popped.is_some())
     }
 
-    /// What [`Node::grant_blocking`]'s two replies say: whether the pop
-    /// took a grant's wake-up, and the script's answer. A refused pop or
-    /// `LPOP` turns this node's waiters to release messages.
+    /// The pop's reply: the fence (or other word) it took, if any. A
+    /// refused pop turns this node's waiters to release messages.
+    fn pop_outcome(&self, pop: Value) -> Option<String> {
+        match pop {
+            Value::BulkString(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+            Value::ServerError(e) => {
+                if e.code() == "NOPERM" {
+                    self.refuse_blocking("a blocking pop", e.details().unwrap_or(""));
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// The script sent on its own after a pop (`call` says 'popped'): a
+    /// grant it takes from our own list has the short first lease of one
+    /// taken by a pop ([`POPPED_LEASE`]), from this sending.
+    fn after_pop(
+        &self,
+        call: &Call<'_>,
+        undo: &Call<'_>,
+        deadline: Option<Instant>,
+        popped: bool,
+    ) -> Result<Blocked> {
+        let at = Instant::now();
+        match self.call(call, Some(undo), deadline) {
+            Ok(reply) => Ok(Blocked {
+                reply,
+                popped,
+                short: Some((at, POPPED_LEASE)),
+            }),
+            // Reading what the pop took is not allowed (an ACL with BLMOVE
+            // but without LPOP): wait for messages instead.
+            Err(e) if e.server_code() == Some("NOPERM") => {
+                self.refuse_blocking("LPOP behind BLMOVE", &e.to_string());
+                Ok(Blocked {
+                    reply: (0, -1),
+                    popped: false,
+                    short: None,
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The server refuses `what`, which waiting on it needs: this node's
+    /// waiters wait for release messages from now on.
+    fn refuse_blocking(&self, what: &str, detail: &str) {
+        if self.blocks() {
+            log::warn!(
+                "redlease: the server refuses {what} ({detail}); waiters fall back to release \
+                 messages (slower). Allow +blpop +blmove +lpop +rpush, as the README's ACL \
+                 line does"
+            );
+        }
+        self.blocking_refused.store(true, Ordering::Relaxed);
+    }
+
+    /// What the script behind a pop answered. A refused `LPOP` turns this
+    /// node's waiters to release messages.
     fn granted_by_pop(
         &self,
-        pop: Value,
         reply: Value,
         call: &Call<'_>,
         undo: &Call<'_>,
         deadline: Option<Instant>,
-    ) -> Result<((i64, i64), bool)> {
-        let popped = matches!(pop, Value::Array(_) | Value::BulkString(_));
-        if let Value::ServerError(e) = &pop {
-            if e.code() == "NOPERM" && self.blocks() {
-                log::warn!(
-                    "redlease: the server refuses a blocking pop ({}); waiters fall back to release \
-                     messages (slower). Allow +blpop +blmove +lpop +rpush, as the README's ACL line does",
-                    e.details().unwrap_or("")
-                );
-                self.blocking_refused.store(true, Ordering::Relaxed);
-            }
-        }
+        popped: bool,
+    ) -> Result<Blocked> {
         match reply {
             // The script loads on an ordinary call; a grant the pop took
             // stays ours meanwhile (the lock names our token).
             Value::ServerError(e) if e.code() == "NOSCRIPT" => {
-                Ok((self.call(call, Some(undo), deadline)?, popped))
+                self.after_pop(call, undo, deadline, popped)
             }
             // The pop was allowed, reading what it took is not (an ACL
             // with BLMOVE but without LPOP): wait for messages instead.
             Value::ServerError(e) if e.code() == "NOPERM" => {
-                if self.blocks() {
-                    log::warn!(
-                        "redlease: the server refuses LPOP behind BLMOVE ({}); waiters fall back to \
-                         release messages (slower). Allow +blpop +blmove +lpop +rpush, as the \
-                         README's ACL line does",
-                        e.details().unwrap_or("")
-                    );
-                }
-                self.blocking_refused.store(true, Ordering::Relaxed);
-                Ok(((0, -1), false))
+                self.refuse_blocking("LPOP behind BLMOVE", e.details().unwrap_or(""));
+                Ok(Blocked {
+                    reply: (0, -1),
+                    popped: false,
+                    short: None,
+                })
             }
             Value::ServerError(e) => Err(redis::RedisError::from(e).into()),
-            reply => Ok((
-                <(i64, i64)>::from_redis_value(reply).map_err(redis::RedisError::from)?,
+            reply => Ok(Blocked {
+                reply: <(i64, i64)>::from_redis_value(reply).map_err(redis::RedisError::from)?,
                 popped,
-            )),
+                short: None,
+            }),
         }
     }
 

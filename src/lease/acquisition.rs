@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{hold, taken_by_pop, valid_for, Grant, Reentry, Spec, ROOM_CHUNK};
+use crate::backend::{Blocked, Pop};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease_state::LeaseState;
@@ -66,9 +67,9 @@ pub(super) fn attempt(
 }
 
 /// What a granting round trip returned: the fence, the instant before it
-/// was sent (the lease started after it), and whether the grant was taken
-/// from the open list (a short first lease, see [`taken_by_pop`]).
-type Granted = (i64, Instant, bool);
+/// was sent (the lease started after it), and, for a grant taken from the
+/// open list, its short first lease (see [`taken_by_pop`]).
+type Granted = (i64, Instant, Option<Duration>);
 
 /// One acquisition past re-entry, as a state machine the waiting loop
 /// drives: each round trip is [`step`](Self::step) (send, then
@@ -128,13 +129,22 @@ impl<'a> Acquisition<'a> {
         // A lease granted in this round trip started after this instant.
         let at = Instant::now();
         match self.send(block) {
-            Ok(((1, fence), short)) => Ok(Attempt::Acquired((fence, at, short))),
-            Ok(((_, wait), _)) => Ok(self.on_busy(at, wait)),
+            Ok(Blocked {
+                reply: (1, fence),
+                short,
+                ..
+            }) => Ok(Attempt::Acquired(match short {
+                Some((from, first)) => (fence, from.max(at), Some(first)),
+                None => (fence, at, None),
+            })),
+            Ok(Blocked {
+                reply: (_, wait), ..
+            }) => Ok(self.on_busy(at, wait)),
             Err(e) => Err(self.on_error(e)?),
         }
     }
 
-    fn send(&self, block: Option<Duration>) -> Result<((i64, i64), bool)> {
+    fn send(&self, block: Option<Duration>) -> Result<Blocked> {
         let backend = self.client.backend();
         let spec = &self.spec;
         let undo = spec.undo.as_ref().unwrap_or(&spec.release).call();
@@ -143,18 +153,22 @@ impl<'a> Acquisition<'a> {
                 // A grant may come with the pop: keep the renewal thread
                 // awake for it (see `renewal::blocking`).
                 let _blocked = renewal::blocking();
-                let (reply, popped) = backend.grant_blocking(
-                    &d.list,
-                    &d.into,
+                let pop = Pop {
+                    list: &d.list,
+                    into: &d.into,
+                    holder: d.alone.as_ref().map(|a| a.holder.as_slice()),
+                };
+                let blocked = backend.grant_blocking(
+                    &pop,
                     block,
                     &spec.grant.call(),
                     &undo,
                     self.deadline,
                 )?;
-                if popped {
+                if blocked.popped {
                     self.client.wakeup().delivered_directly();
                 }
-                Ok((reply, popped))
+                Ok(blocked)
             }
             (_, direct) => {
                 // A waiter that can no longer block (the server refused it)
@@ -171,7 +185,11 @@ impl<'a> Acquisition<'a> {
                     spec.fence.as_deref(),
                     self.deadline,
                 )?;
-                Ok((reply, false))
+                Ok(Blocked {
+                    reply,
+                    popped: false,
+                    short: None,
+                })
             }
         }
     }
@@ -226,7 +244,7 @@ impl<'a> Acquisition<'a> {
         }
         let client = self.client;
         match outcome {
-            Ok(Some((fence, at, short))) => {
+            Ok(Some((fence, at, first))) => {
                 // Earlier tokens (replaced after a late reply) may have left
                 // queue entries.
                 clean_up(client, &self.sent, false, false);
@@ -236,10 +254,9 @@ impl<'a> Acquisition<'a> {
                     at,
                     valid,
                 };
-                Ok(Some(if short {
-                    taken_by_pop(client, self.spec, grant, slot)
-                } else {
-                    hold(client, self.spec, grant, slot)
+                Ok(Some(match first {
+                    Some(first) => taken_by_pop(client, self.spec, grant, first, slot),
+                    None => hold(client, self.spec, grant, slot),
                 }))
             }
             other => {

@@ -75,11 +75,32 @@ pub(crate) struct Spec {
     pub(crate) look: Option<PreparedCall>,
 }
 
+impl Spec {
+    /// This spec for the hold granted with `fence`: where its waiters hold
+    /// from a pop alone, its release and extension name the fence (see
+    /// [`PopAlone`]), however this hold was granted: a fence names one
+    /// grant of one holder.
+    fn fenced(mut self, fence: i64) -> Spec {
+        if let Some(alone) = self.direct.as_ref().and_then(|d| d.alone.as_ref()) {
+            let f = fence.max(0).to_string().into_bytes();
+            if let Some(a) = self.release.args.get_mut(alone.release_arg) {
+                a.clone_from(&f);
+            }
+            if let Some(a) = self.extend.args.get_mut(alone.extend_arg) {
+                *a = f;
+            }
+        }
+        self
+    }
+}
+
 /// How a queued waiter learns of its grant without a message: it blocks in
 /// `BLMOVE` from the name's shared open list `list` into its own list
-/// `into` until its deadline (see [`ROOM_CHUNK`]), with `grant` pipelined
-/// behind, so the script runs as soon as the pop does and finds on `into`
-/// what the pop took. A release (of a lock, a write hold, permits) puts
+/// `into` until its deadline (see [`ROOM_CHUNK`]). For a lock (`alone`)
+/// the pop alone is the grant, claimed later by the hold's first renewal;
+/// otherwise `grant` is pipelined behind, so the script runs as soon as the
+/// pop does and finds on `into` what the pop took (see
+/// `Node::grant_blocking`). A release (of a lock, a write hold, permits) puts
 /// what it hands on onto the open list, and Redis serves the connection
 /// blocked longest: a dead waiter (no connection) is never chosen, and an
 /// idle waiter sends nothing. `watch` is the look the renewal thread takes
@@ -90,8 +111,21 @@ pub(crate) struct Spec {
 pub(crate) struct Direct {
     pub(crate) list: Vec<u8>,
     pub(crate) into: Vec<u8>,
+    pub(crate) alone: Option<PopAlone>,
     pub(crate) watch: Option<PreparedCall>,
     pub(crate) by_message: PreparedCall,
+}
+
+/// A lock's waiter holds the lock from its pop alone (see
+/// `Node::grant_blocking`), and proves it by the fence it popped until its
+/// first renewal claims it (lua/queue.lua `held_by`): `holder` is the lock
+/// key, looked at behind the pop, and the hold's fence goes in as its
+/// release's argument `release_arg` and its extension's `extend_arg`
+/// (where the spec has an empty placeholder).
+pub(crate) struct PopAlone {
+    pub(crate) holder: Vec<u8>,
+    pub(crate) release_arg: usize,
+    pub(crate) extend_arg: usize,
 }
 
 /// How long a waiter that finds no connection to block on waits before it
@@ -188,25 +222,37 @@ pub(crate) fn hold(client: &Client, spec: Spec, grant: Grant, slot: Option<&Hold
     hold_with(client, spec, grant, None, slot)
 }
 
-/// The short first lease a lock waiter gets when it takes an open grant
-/// with its pop (lua/lock_acquire.lua): twice the claim window.
-const POPPED_LEASE: Duration = Duration::from_millis(GRANT_CLAIM.as_millis() as u64 * 2);
+/// The short first lease a waiter gets when its script takes an open
+/// grant its pop took (lua/queue.lua `queue_take_open`): twice the claim
+/// window.
+pub(crate) const POPPED_LEASE: Duration = Duration::from_millis(GRANT_CLAIM.as_millis() as u64 * 2);
 
-/// A lock taken by a pop from the open list. Its first lease is short
-/// ([`POPPED_LEASE`], so that a process frozen while blocked holds the name
-/// no longer), and it started at some instant between `grant.at` (when the
-/// blocking call was sent, maybe a minute ago) and now. A reply that came
-/// soon leaves most of it: the renewal thread sets the full lease a third
-/// of the way through it, like any renewal, and off the handoff's path
-/// (see `renewal::WHILE_BLOCKED`). After a long block (or with a fixed
+/// A grant taken by a pop from the open list. Its first lease is short
+/// (`first`: [`POPPED_LEASE`] where the waiter's script took it, the
+/// grant's own time left where the pop alone did; either way a process
+/// frozen while blocked holds the name no longer), and it started at some
+/// instant between `grant.at` (when the blocking call was sent, maybe a
+/// minute ago) and now. A reply that came soon leaves most of it: the
+/// renewal thread sets the full lease a third of the way through it, like
+/// any renewal (claiming a lock the pop alone took), and off the handoff's
+/// path (see `renewal::WHILE_BLOCKED`). After a long block (or with a fixed
 /// lease, which nothing renews) one extension now, counted from its own
 /// sending, sets the full lease before the guard is handed out; should it
 /// fail, the short lease is all that is known (the guard may be lost at
 /// once, never wrongly held).
-fn taken_by_pop(client: &Client, spec: Spec, grant: Grant, slot: Option<&HoldKey>) -> Arc<Held> {
+fn taken_by_pop(
+    client: &Client,
+    spec: Spec,
+    grant: Grant,
+    first: Duration,
+    slot: Option<&HoldKey>,
+) -> Arc<Held> {
+    // The extension below claims the grant by its fence.
+    let spec = spec.fenced(grant.fence);
+    // Whole milliseconds less one, as `valid_for` counts a lease.
     let first = grant
         .valid
-        .min(POPPED_LEASE.saturating_sub(Duration::from_millis(1)));
+        .min(first.saturating_sub(Duration::from_millis(1) + client.backend().drift(first)));
     if spec.watchdog && grant.at.elapsed() < first / 3 {
         return hold_with(client, spec, grant, Some(first), slot);
     }
@@ -238,7 +284,8 @@ fn hold_with(
         .map(|h| (h.clone(), spec.name.clone(), spec.what));
     let known = at + first.unwrap_or(valid);
     let state = LeaseState::new(known, hook);
-    let extend = Arc::new(spec.extend);
+    let spec = spec.fenced(fence);
+    let (release, extend) = (spec.release, Arc::new(spec.extend));
     if spec.watchdog {
         // A short first lease is renewed a third of the way through it.
         let due = first.map(|first| at + first / 3);
@@ -257,7 +304,7 @@ fn hold_with(
         token,
         fence: fence.max(0) as u64,
         state,
-        release: spec.release,
+        release,
         look,
         extend,
         watchdog: spec.watchdog,
@@ -552,15 +599,19 @@ impl Drop for Holding {
 }
 
 /// After a release opened the name to its waiters: one look at the name
-/// when the taker's short first lease would have ended (see
-/// lua/lock_watch.lua), so that a grant popped by a process frozen right
-/// after (or whose script never ran) still reaches the next waiter.
+/// just after the claim window (see lua/lock_watch.lua), so that a grant
+/// popped by a process frozen right after (or whose script never ran)
+/// still reaches the next waiter. A lock's grant taken by a pop alone has
+/// lapsed by then unless claimed, and the queue outlives it by another
+/// claim window (lua/queue.lua hand_on); a grant its taker's script took
+/// (a short first lease of twice the claim) is looked at again when it
+/// would end.
 fn look_after_hand_over(client: &Client, held: &Held) {
     if let Some(look) = &held.look {
         let state = renewal::watch(
             client.backend(),
             look.clone(),
-            Instant::now() + GRANT_CLAIM * 2,
+            Instant::now() + GRANT_CLAIM + GRANT_CLAIM / 10,
         );
         // Nobody finishes it: its replies end it (see lua/lock_watch.lua).
         drop(state);

@@ -19,7 +19,7 @@ use super::node::warn_if_evicting;
 use super::pool::pool;
 use super::source::client_for;
 use super::wire::{with_tls, within, Wire};
-use super::{Call, Node, Timeouts};
+use super::{Blocked, Call, Node, Pop, Timeouts};
 use crate::error::{Error, ErrorKind, Result};
 use crate::scripts::Lua;
 
@@ -187,23 +187,30 @@ impl ClusterLeader {
     /// for messages, and their next attempts say so in their queue entries.
     pub(crate) fn grant_blocking(
         &self,
-        list: &[u8],
-        into: &[u8],
+        pop: &Pop<'_>,
         block: Duration,
         call: &Call<'_>,
         undo: &Call<'_>,
         deadline: Option<Instant>,
-    ) -> Result<((i64, i64), bool)> {
+    ) -> Result<Blocked> {
+        // Not blocked, nothing popped: the script's plain answer.
+        let plain = || {
+            Ok(Blocked {
+                reply: self.call(call, deadline)?,
+                popped: false,
+                short: None,
+            })
+        };
         let Some(node) = call.keys.first().and_then(|k| self.masters.master_of(k)) else {
             self.direct_off();
-            return Ok((self.call(call, deadline)?, false));
+            return plain();
         };
-        let outcome = node.grant_blocking(list, into, block, call, undo, deadline);
+        let outcome = node.grant_blocking(pop, block, call, undo, deadline);
         if !node.blocks() {
             self.blocking_refused
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        self.on_master(&node, outcome, || Ok((self.call(call, deadline)?, false)))
+        self.on_master(&node, outcome, plain)
     }
 
     /// What a grant made over our connection to `node` comes to. A slot
