@@ -298,8 +298,8 @@ fn a_release_cut_off_fails_in_time_and_the_lease_ends_by_itself() {
 
 /// Cut off while it is blocked waiting: the holder's release hands the
 /// lock to it, and the grant's reply vanishes. The waiter never learns it
-/// was granted, so nobody may be left holding for it: the grant lapses
-/// within its short first lease (1 s) and someone else gets in; the
+/// was granted, so nobody may be left holding for it: the grant its pop
+/// took lapses within the claim window (0.5 s) and someone else gets in; the
 /// cut-off waiter's call returns by its deadline.
 #[test]
 #[serial]
