@@ -26,7 +26,7 @@ use support::quick;
 type Hold = Box<dyn FnOnce()>;
 type Wait = Arc<dyn Fn(&Client, Duration) + Send + Sync>;
 
-fn primitive(name: &str, holder: &Client) -> (Hold, Wait) {
+fn primitive(name: &str, holder: &Client, url: &str) -> (Hold, Wait) {
     let key = format!("idle:{name}");
     match name {
         "lock" => {
@@ -60,6 +60,29 @@ fn primitive(name: &str, holder: &Client) -> (Hold, Wait) {
             let g = holder.rw_lock(&key).write().unwrap();
             (
                 Box::new(move || drop(g)),
+                Arc::new(move |c: &Client, d| {
+                    let _ = c.rw_lock(&key).read_timeout(d).unwrap();
+                }),
+            )
+        }
+        "rw_read_behind_writer" => {
+            // Readers behind a waiting writer (of another client), which
+            // they let go first: the name's look at the writer is shared
+            // by its readers. The writer's own cost is in the baseline.
+            let g = holder.rw_lock(&key).read().unwrap();
+            let (w, k2) = (Client::open(url).unwrap(), key.clone());
+            let writer = std::thread::spawn(move || {
+                let _ = w
+                    .rw_lock(&k2)
+                    .write_timeout(Duration::from_secs(600))
+                    .unwrap();
+            });
+            std::thread::sleep(Duration::from_millis(500)); // the writer waits
+            (
+                Box::new(move || {
+                    drop(g);
+                    writer.join().unwrap();
+                }),
                 Arc::new(move |c: &Client, d| {
                     let _ = c.rw_lock(&key).read_timeout(d).unwrap();
                 }),
@@ -111,6 +134,7 @@ fn main() {
         "fair_lock",
         "rw_write",
         "rw_read",
+        "rw_read_behind_writer",
         "semaphore",
         "fair_semaphore",
         "latch",
@@ -140,7 +164,7 @@ fn main() {
     println!("|---|---|---|---|");
     for name in chosen {
         let holder = Client::open(&url).unwrap();
-        let (release, wait) = primitive(name, &holder);
+        let (release, wait) = primitive(name, &holder, &url);
         // Baseline: the holder alone, same window.
         std::thread::sleep(settle);
         let b0 = commandstats(&mut con);
