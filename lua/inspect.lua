@@ -5,7 +5,7 @@
 -- KEYS[5]  rwlock readers      KEYS[6]  semaphore permits
 -- KEYS[7]  semaphore waiters   KEYS[8]  the lock holder's note
 -- KEYS[9]  semaphore count     KEYS[10] rwlock writers queue
--- ARGV     none
+-- ARGV[1]  the lock's grant prefix (queue.lua)
 -- Returns  {lock holder token or '', lock pttl, fence or 0, lock waiters,
 --           writer token or '', writer pttl, live readers, live permits
 --           in use, semaphore waiters, the holder's note or '', the
@@ -34,6 +34,29 @@ end
 -- Lock and writer values are "<token>#<fence>": report the token.
 local function owner(v) return v and string.match(v, '^[^#]*') end
 local holder = owner(str(KEYS[1])) or ''
+local lock_waiters = zcard(KEYS[3])
+-- A lock handed over ("rl:grant#<fence>") is held by the waiter whose pop
+-- took that fence, until it claims the lock (queue.lua held_by): its own
+-- list holds the fence meanwhile, and it is still queued. Nobody took it
+-- yet: nobody holds it. (Where an ACL refuses LINDEX, a queued waiter's
+-- own list is enough to name it.)
+if holder == 'rl:grant' then
+  holder = ''
+  local f = string.match(str(KEYS[1]), '#(%d+)$')
+  if lock_waiters > 0 and f then
+    for _, t in ipairs(redis.call('ZRANGE', KEYS[3], 0, 63)) do
+      local mine = ARGV[1] .. t
+      if redis.call('TYPE', mine).ok == 'list' then
+        local head = redis.pcall('LINDEX', mine, 0)
+        if type(head) == 'table' or head == f then
+          holder = t
+          lock_waiters = lock_waiters - 1
+          break
+        end
+      end
+    end
+  end
+end
 local fence = tonumber(str(KEYS[2]) or '0') or 0
 local writer = owner(str(KEYS[4])) or ''
 local used = 0
@@ -53,6 +76,6 @@ local count = 0
 if used > 0 then
   count = tonumber(str(KEYS[9]) or '0') or 0
 end
-return {holder, redis.call('PTTL', KEYS[1]), fence, zcard(KEYS[3]), writer,
+return {holder, redis.call('PTTL', KEYS[1]), fence, lock_waiters, writer,
         redis.call('PTTL', KEYS[4]), zcount_live(KEYS[5]), used, zcard(KEYS[7]), note,
         count, zcard(KEYS[10])}

@@ -110,7 +110,9 @@ impl Client {
             note,
             count,
             writers_waiting,
-        ): Snapshot = self.backend().eval(&INSPECT, &refs, &[])?;
+        ): Snapshot = self
+            .backend()
+            .eval(&INSPECT, &refs, &[n.key(schema::GRANT).as_slice()])?;
         let holder = client_of(&holder);
         let writer = client_of(&writer);
         Ok(LockInfo {

@@ -885,3 +885,37 @@ fn a_fence_that_is_not_the_grants_takes_nothing() {
     assert_eq!(spans.len(), 2);
     assert!(spans[0].1 <= spans[1].0, "held together: {spans:?}");
 }
+
+/// Reproduction (review of the pop-alone grant): right after a hand-over,
+/// before the new holder's first renewal claims the lock, `inspect` named
+/// the holder "grant" (the open grant's marker), counted it among the
+/// waiters, and hid its note.
+#[test]
+fn inspect_names_a_holder_that_took_the_lock_by_its_pop() {
+    let server = Server::start();
+    let a = client_with(&server, |b| b);
+    let b = no_poll(&server.url());
+    let g = a.lock("seen").acquire().unwrap();
+    let b2 = b.clone();
+    let t = std::thread::spawn(move || {
+        let g = b2.lock("seen").acquire().unwrap();
+        assert!(g.annotate("b here").unwrap());
+        let info = b2.inspect("seen").unwrap();
+        g.release().unwrap();
+        info
+    });
+    std::thread::sleep(Duration::from_millis(50)); // blocked, well under a claim
+    g.release().unwrap();
+    let info = t.join().unwrap();
+    assert_eq!(
+        info.holder.as_deref(),
+        Some(b.id().simple().to_string().as_str()),
+        "{info:?}"
+    );
+    assert_eq!(info.waiters, 0, "{info:?}");
+    assert_eq!(info.note.as_deref(), Some("b here"), "{info:?}");
+    assert!(
+        info.remaining.is_some_and(|r| r > Duration::ZERO),
+        "{info:?}"
+    );
+}
