@@ -33,6 +33,13 @@ if redis.call('TYPE', KEYS[1]).ok == 'string' then
   end
   if held == 'popped' then
     queue_claim(KEYS[1], v, ARGV[1], ARGV[2], KEYS[2], KEYS[3], tonumber(ARGV[3]), ms)
+    -- A note the holder wrote before its claim lived as long as the grant
+    -- then did (lua/lock_note.lua): it lives as long as the lease now.
+    local note = KEYS[1] .. ':note'
+    local n = redis.call('GET', note)
+    if n and string.sub(n, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
+      redis.call('PEXPIRE', note, ms)
+    end
     return 1
   end
 end

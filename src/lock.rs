@@ -366,16 +366,7 @@ impl Lock {
         // this waiter while it is blocked, and (no token) for the name once
         // a hold of it is released to waiters or shortened, however it was
         // taken. Where waiters block at all.
-        let look = |waiter: &[u8]| {
-            let args = WatchArgs {
-                waiter,
-                entry: lease::ROOM_ENTRY,
-                grant_prefix: &keys.grant_prefix,
-                claim: lease::GRANT_CLAIM,
-                announce: &announce,
-            };
-            PreparedCall::new(&LOCK_WATCH, keys.scripted(), args.argv())
-        };
+        let look = |waiter: &[u8]| self.look(keys, &announce, waiter);
         let name_look = (!backend.is_redlock() && backend.grants_directly()).then(|| look(b""));
         let direct = blocks.then(|| Direct {
             list: open,
@@ -410,6 +401,19 @@ impl Lock {
             direct,
             look: name_look,
         }
+    }
+
+    /// The renewal thread's look at the lock (lua/lock_watch.lua), for the
+    /// blocked `waiter`, or (empty) for the name alone.
+    fn look(&self, keys: &Keys, announce: &Announce, waiter: &[u8]) -> PreparedCall {
+        let args = WatchArgs {
+            waiter,
+            entry: lease::ROOM_ENTRY,
+            grant_prefix: &keys.grant_prefix,
+            claim: lease::GRANT_CLAIM,
+            announce,
+        };
+        PreparedCall::new(&LOCK_WATCH, keys.scripted(), args.argv())
     }
 
     /// lua/lock_extend.lua for `token`'s hold of `lease_ms`. Where it may
@@ -494,6 +498,14 @@ impl Lock {
                 args: &args.argv(),
             })
             .map_err(|e| e.about("lock", &keys.name))?;
+        let backend = self.core.client.backend();
+        if removed == 2 && !backend.is_redlock() && backend.grants_directly() {
+            // Opened to the waiters: should the blocked one whose pop takes
+            // it be frozen or gone, a look just after the claim window
+            // hands it on, as after a release.
+            let look = std::sync::Arc::new(self.look(keys, &announce, b""));
+            lease::look_after_opening(&self.core.client, look);
+        }
         self.core.client.wakeup().notify_local(&keys.lock);
         Ok(removed >= 1)
     }

@@ -510,8 +510,12 @@ impl Scheduler {
         if now >= entry.renewal.expires {
             lost(&entry.renewal, "expired while its server was unreachable");
         } else {
-            let wait =
-                (entry.renewal.lease / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
+            // Within half of what is left: a short first lease (a grant
+            // taken by a pop) gets its retry before it ends.
+            let left = entry.renewal.expires - now;
+            let wait = (entry.renewal.lease / 10)
+                .clamp(Duration::from_millis(10), Duration::from_secs(1))
+                .min((left / 2).max(Duration::from_millis(5)));
             entry.due = (now + wait).min(entry.renewal.expires);
             self.push(entry);
         }

@@ -889,7 +889,8 @@ fn a_fence_that_is_not_the_grants_takes_nothing() {
 /// Reproduction (review of the pop-alone grant): right after a hand-over,
 /// before the new holder's first renewal claims the lock, `inspect` named
 /// the holder "grant" (the open grant's marker), counted it among the
-/// waiters, and hid its note.
+/// waiters, and hid its note; a note written then lapsed with the grant's
+/// time (0.5 s) rather than the lease.
 #[test]
 fn inspect_names_a_holder_that_took_the_lock_by_its_pop() {
     let server = Server::start();
@@ -900,22 +901,24 @@ fn inspect_names_a_holder_that_took_the_lock_by_its_pop() {
     let t = std::thread::spawn(move || {
         let g = b2.lock("seen").acquire().unwrap();
         assert!(g.annotate("b here").unwrap());
-        let info = b2.inspect("seen").unwrap();
+        let before = b2.inspect("seen").unwrap();
+        // Past the grant's 0.5 s, claimed by then.
+        std::thread::sleep(Duration::from_millis(800));
+        let after = b2.inspect("seen").unwrap();
         g.release().unwrap();
-        info
+        (before, after)
     });
     std::thread::sleep(Duration::from_millis(50)); // blocked, well under a claim
     g.release().unwrap();
-    let info = t.join().unwrap();
-    assert_eq!(
-        info.holder.as_deref(),
-        Some(b.id().simple().to_string().as_str()),
-        "{info:?}"
-    );
-    assert_eq!(info.waiters, 0, "{info:?}");
-    assert_eq!(info.note.as_deref(), Some("b here"), "{info:?}");
-    assert!(
-        info.remaining.is_some_and(|r| r > Duration::ZERO),
-        "{info:?}"
-    );
+    let (before, after) = t.join().unwrap();
+    let id = b.id().simple().to_string();
+    for info in [&before, &after] {
+        assert_eq!(info.holder.as_deref(), Some(id.as_str()), "{info:?}");
+        assert_eq!(info.waiters, 0, "{info:?}");
+        assert_eq!(info.note.as_deref(), Some("b here"), "{info:?}");
+        assert!(
+            info.remaining.is_some_and(|r| r > Duration::ZERO),
+            "{info:?}"
+        );
+    }
 }

@@ -272,6 +272,41 @@ fn a_frozen_waiter_holds_a_hand_over_for_a_second_at_most() {
     );
 }
 
+/// Reproduction (review): `force_unlock` opened the name to its blocked
+/// waiters like a release, but nothing looked at it afterwards: a waiter
+/// frozen right after its pop took the grant held the next one up until
+/// its own look, 4.6 s later. It looks just after the claim window, as a
+/// release does.
+#[test]
+fn a_frozen_waiter_holds_a_forced_hand_over_for_a_second_at_most() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let g = holder.lock("forced").acquire().unwrap();
+    let w = Worker::spawn(
+        "waiter_entry",
+        &[
+            ("REDLEASE_WAITING_WAITER", server.url()),
+            ("REDLEASE_WAITING_NAME", "forced".into()),
+        ],
+    );
+    assert_eq!(w.next(Duration::from_secs(10)), "waiting");
+    std::thread::sleep(Duration::from_millis(300)); // blocked
+    w.signal(libc::SIGSTOP);
+    let t = blocked_waiter(&server.url(), "forced", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(300)); // blocked behind it
+    let forced = Instant::now();
+    let other = client_with(&server, |b| b);
+    assert!(other.lock("forced").force_unlock().unwrap());
+    arrives_within(
+        t,
+        forced,
+        Duration::from_millis(2_000),
+        "a frozen waiter held a forced hand-over",
+    );
+    w.signal(libc::SIGCONT);
+    drop(g);
+}
+
 /// Reproduction (review): a lock key that went without a release (here
 /// `FLUSHALL`; also `DEL`, eviction) left blocked waiters waiting up to
 /// the old holder's lease while the lock was free. A look comes at least
@@ -365,8 +400,9 @@ fn waiter_entry() {
         .fallback_poll(Duration::from_secs(60))
         .build()
         .unwrap();
+    let name = std::env::var("REDLEASE_WAITING_NAME").unwrap_or_else(|_| "frozen".into());
     say("waiting");
-    let _g = c.lock("frozen").acquire().unwrap();
+    let _g = c.lock(&name).acquire().unwrap();
     say("acquired");
     std::thread::sleep(Duration::from_secs(600));
 }

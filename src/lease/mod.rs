@@ -608,14 +608,20 @@ impl Drop for Holding {
 /// would end.
 fn look_after_hand_over(client: &Client, held: &Held) {
     if let Some(look) = &held.look {
-        let state = renewal::watch(
-            client.backend(),
-            look.clone(),
-            Instant::now() + GRANT_CLAIM + GRANT_CLAIM / 10,
-        );
-        // Nobody finishes it: its replies end it (see lua/lock_watch.lua).
-        drop(state);
+        look_after_opening(client, look.clone());
     }
+}
+
+/// [`look_after_hand_over`] with the name's `look`: also after a
+/// `force_unlock` that opened the name.
+pub(crate) fn look_after_opening(client: &Client, look: Arc<PreparedCall>) {
+    let state = renewal::watch(
+        client.backend(),
+        look,
+        Instant::now() + GRANT_CLAIM + GRANT_CLAIM / 10,
+    );
+    // Nobody finishes it: its replies end it (see lua/lock_watch.lua).
+    drop(state);
 }
 
 /// The outermost release of a hold in Redis (`repeated`: a release of it
