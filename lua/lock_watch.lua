@@ -27,8 +27,13 @@ local pttl = redis.call('PTTL', lock)
 if pttl > 0 then
   -- A grant its pop took runs a claim window until its taker claims it
   -- (one its script took, twice that): past that, the holder is alive.
-  -- Short of it, look again when it would lapse.
-  if me == '' and pttl > claim * 2 then
+  -- Short of it, look again when it would lapse. A look at the name alone
+  -- comes after the claim window of the grant it is for (the release's),
+  -- so a grant open or popped now is a later one, whose own releaser (or
+  -- waiter) looks after it: under contention each release's look would
+  -- otherwise chase the next holder's.
+  if me == '' and (pttl > claim * 2
+      or string.match(redis.call('GET', lock) or '', '^[^#]*') == 'rl:grant') then
     return 0
   end
   return pttl

@@ -246,7 +246,12 @@ impl RwLock {
         let backend = self.core.client.backend();
         if backend.grants_directly() {
             let look = std::sync::Arc::new(self.watch(keys, b""));
-            drop(crate::renewal::watch(backend, look, Instant::now()));
+            drop(crate::renewal::watch_for(
+                backend,
+                look,
+                Instant::now(),
+                crate::renewal::NAME_LOOKS,
+            ));
         }
         Ok(removed)
     }

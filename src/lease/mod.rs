@@ -532,7 +532,12 @@ fn extend(client: &Client, held: &Held, lease: Duration) -> Result<()> {
             if let Some(look) = &held.look {
                 // The lease may be shorter now: should the key go without a
                 // release, a look at its new end opens it to the waiters.
-                drop(renewal::watch(backend, look.clone(), sent + valid));
+                drop(renewal::watch_for(
+                    backend,
+                    look.clone(),
+                    sent + valid,
+                    renewal::NAME_LOOKS,
+                ));
             } else if sent + valid < before {
                 // Shorter: waiters that wait for messages (readers) look
                 // seldom, at the end they saw; tell them to look now.
@@ -615,10 +620,11 @@ fn look_after_hand_over(client: &Client, held: &Held) {
 /// [`look_after_hand_over`] with the name's `look`: also after a
 /// `force_unlock` that opened the name.
 pub(crate) fn look_after_opening(client: &Client, look: Arc<PreparedCall>) {
-    let state = renewal::watch(
+    let state = renewal::watch_for(
         client.backend(),
         look,
         Instant::now() + GRANT_CLAIM + GRANT_CLAIM / 10,
+        renewal::NAME_LOOKS,
     );
     // Nobody finishes it: its replies end it (see lua/lock_watch.lua).
     drop(state);
