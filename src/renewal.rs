@@ -461,10 +461,20 @@ impl Scheduler {
                         match value {
                             // Look again when the holder's lease (or the
                             // claim of a hand-over made by this look) ends.
-                            Value::Int(ms) if ms > 0 && entry.renewal.looks_left > 1 => {
-                                entry.renewal.looks_left -= 1;
-                                let next = Duration::from_millis(ms as u64) + LOOK_MARGIN;
-                                entry.due = done.sent + next.min(LOOK_MAX);
+                            Value::Int(ms) if ms > 0 => {
+                                let next = Duration::from_millis(ms as u64);
+                                // What it found is about to end (a look
+                                // taken early with a batch, up to a
+                                // thirtieth of its period): looking at its
+                                // end again is no new look.
+                                let r = &mut entry.renewal;
+                                if next > r.lease / 30 + LOOK_MARGIN {
+                                    if r.looks_left <= 1 {
+                                        continue;
+                                    }
+                                    r.looks_left -= 1;
+                                }
+                                entry.due = done.sent + (next + LOOK_MARGIN).min(LOOK_MAX);
                                 self.push(entry);
                             }
                             Value::Int(_) => {} // the waiter holds it
