@@ -530,35 +530,11 @@ impl Node {
             return self.after_pop(call, undo, deadline, false);
         };
         let mut con = self.spare(deadline)?;
-        let mut pipe = redis::pipe();
-        let timeout = format!("{:.3}", block.as_secs_f64().max(0.001));
-        pipe.cmd("BLMOVE")
-            .arg(pop.list)
-            .arg(pop.into)
-            .arg("LEFT")
-            .arg("RIGHT")
-            .arg(timeout);
-        match pop.holder {
-            Some(holder) => {
-                // A grant popped and never claimed (the process died) is
-                // gone with its own list; the `PTTL` comes before the `GET`,
-                // so a value still the grant's proves the time left is its.
-                pipe.cmd("PEXPIRE")
-                    .arg(pop.into)
-                    .arg(crate::lease::GRANT_CLAIM.as_millis() as u64 * 2);
-                pipe.cmd("PTTL").arg(holder);
-                pipe.cmd("GET").arg(holder);
-            }
-            None => {
-                pipe.add_command(call.command(false));
-            }
-        }
-        let count = if pop.holder.is_some() { 4 } else { 2 };
+        let (packed, count) = pop_pipeline(pop, block, call);
         // A grant taken by this pop started after this instant.
         let at = Instant::now();
         // Error replies stay values: the pop and the rest are judged apart.
         let until = at + block + self.timeouts.response;
-        let packed = pipe.get_packed_pipeline();
         let replies = match con.exchange(&packed, count, until, self.timeouts.response) {
             Ok(r) => r,
             Err(e) if e.is_timeout() => {
@@ -598,19 +574,8 @@ impl Node {
             });
         }
         let (_, ttl, value) = (replies.next(), replies.next(), replies.next());
-        if let (Some(fence), Some(Value::Int(ms)), Some(Value::BulkString(v))) =
-            (&popped, ttl, value)
-        {
-            let grant = [b"rl:grant#".as_slice(), fence.as_bytes()].concat();
-            if ms > 0 && v == grant {
-                if let Ok(f) = fence.parse::<i64>() {
-                    return Ok(Blocked {
-                        reply: (1, f),
-                        popped: true,
-                        short: Some((at, Duration::from_millis(ms as u64))),
-                    });
-                }
-            }
+        if let Some(granted) = popped_grant(popped.as_deref(), ttl, value, at) {
+            return Ok(granted);
         }
         // Nothing granted by the pop: the script says where we stand (and
         // renews our queue entry), reading and dropping whatever the pop
@@ -1019,4 +984,59 @@ pub(crate) fn warn_if_evicting(con: &mut dyn redis::ConnectionLike) {
             }
         }
     }
+}
+
+/// [`Node::grant_blocking`]'s pipeline, packed, and how many commands it
+/// holds: the pop, and behind it the granting script, or (with
+/// [`Pop::holder`]) the own list's expiry and a look at the lock.
+fn pop_pipeline(pop: &Pop<'_>, block: Duration, call: &Call<'_>) -> (Vec<u8>, usize) {
+    let mut pipe = redis::pipe();
+    let timeout = format!("{:.3}", block.as_secs_f64().max(0.001));
+    pipe.cmd("BLMOVE")
+        .arg(pop.list)
+        .arg(pop.into)
+        .arg("LEFT")
+        .arg("RIGHT")
+        .arg(timeout);
+    match pop.holder {
+        Some(holder) => {
+            // A grant popped and never claimed (the process died) is gone
+            // with its own list; the `PTTL` comes before the `GET`, so a
+            // value still the grant's proves the time left is its.
+            pipe.cmd("PEXPIRE")
+                .arg(pop.into)
+                .arg(crate::lease::GRANT_CLAIM.as_millis() as u64 * 2);
+            pipe.cmd("PTTL").arg(holder);
+            pipe.cmd("GET").arg(holder);
+            (pipe.get_packed_pipeline(), 4)
+        }
+        None => {
+            pipe.add_command(call.command(false));
+            (pipe.get_packed_pipeline(), 2)
+        }
+    }
+}
+
+/// The grant a pop alone took: the fence it `popped`, if the lock's value
+/// (read after its `ttl`) is that fence's open grant (`rl:grant#<fence>`,
+/// written once per fence), with the time it has left from `at`.
+fn popped_grant(
+    popped: Option<&str>,
+    ttl: Option<Value>,
+    value: Option<Value>,
+    at: Instant,
+) -> Option<Blocked> {
+    let (Some(fence), Some(Value::Int(ms)), Some(Value::BulkString(v))) = (popped, ttl, value)
+    else {
+        return None;
+    };
+    let grant = [b"rl:grant#".as_slice(), fence.as_bytes()].concat();
+    if ms <= 0 || v != grant {
+        return None;
+    }
+    Some(Blocked {
+        reply: (1, fence.parse::<i64>().ok()?),
+        popped: true,
+        short: Some((at, Duration::from_millis(ms as u64))),
+    })
 }
