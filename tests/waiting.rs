@@ -242,32 +242,55 @@ fn a_wait_longer_than_the_lease_gets_a_live_guard() {
     assert!(!a.lock("long-wait").is_locked().unwrap());
 }
 
+/// A waiter of `name` in another process, frozen (SIGSTOP) right after it
+/// blocked behind a hold, and a live waiter blocked behind it; `open`
+/// (given the server and the hold) opens the name to them, and the frozen
+/// one's pop takes the grant. The live one gets the name within `bound`.
+/// The client `open` returns, if any, lives until then: its process's look
+/// at the name is what hands the grant on.
+fn behind_a_frozen_popper(
+    name: &'static str,
+    open: impl FnOnce(&Server, redlease::LockGuard) -> Option<Client>,
+    bound: Duration,
+    what: &str,
+) {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let g = holder.lock(name).acquire().unwrap();
+    let w = Worker::spawn(
+        "waiter_entry",
+        &[
+            ("REDLEASE_WAITING_WAITER", server.url()),
+            ("REDLEASE_WAITING_NAME", name.into()),
+        ],
+    );
+    assert_eq!(w.next(Duration::from_secs(10)), "waiting");
+    std::thread::sleep(Duration::from_millis(300)); // blocked
+    w.signal(libc::SIGSTOP);
+    let t = blocked_waiter(&server.url(), name, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(300)); // blocked behind it
+    let opened = Instant::now();
+    let _opener = open(&server, g);
+    arrives_within(t, opened, bound, what);
+    w.signal(libc::SIGCONT);
+}
+
 /// Reproduction (review): a process frozen (SIGSTOP) while its waiter was
 /// blocked took the next hand-over with its full lease (its script was on
 /// the server already), and held the name that long (5 s here, 30 s by
 /// default). Taken by a pop, a lock's grant now runs its 0.5 s claim
 /// window until its holder claims it (its first lease was 1 s before the
 /// pop alone took it), and the releaser looks once just after it: the next
-/// waiter has it within about that.
+/// waiter has it within about that (a margin for a loaded machine).
 #[test]
 fn a_frozen_waiter_holds_a_hand_over_for_a_second_at_most() {
-    let server = Server::start();
-    let holder = client_with(&server, |b| b);
-    let g = holder.lock("frozen").acquire().unwrap();
-    let w = Worker::spawn("waiter_entry", &[("REDLEASE_WAITING_WAITER", server.url())]);
-    assert_eq!(w.next(Duration::from_secs(10)), "waiting");
-    std::thread::sleep(Duration::from_millis(300)); // blocked
-    w.signal(libc::SIGSTOP);
-    let t = blocked_waiter(&server.url(), "frozen", Duration::from_secs(30));
-    std::thread::sleep(Duration::from_millis(300)); // blocked behind it
-    let released = Instant::now();
-    g.release().unwrap();
-    // A 0.5 s grant and a look right after it; margin for a loaded machine.
-    let bound = Duration::from_millis(2_000);
-    arrives_within(
-        t,
-        released,
-        bound,
+    behind_a_frozen_popper(
+        "frozen",
+        |_, g| {
+            g.release().unwrap();
+            None
+        },
+        Duration::from_millis(2_000),
         "a frozen waiter held a hand-over (a popped grant runs 0.5 s)",
     );
 }
@@ -279,32 +302,18 @@ fn a_frozen_waiter_holds_a_hand_over_for_a_second_at_most() {
 /// release does.
 #[test]
 fn a_frozen_waiter_holds_a_forced_hand_over_for_a_second_at_most() {
-    let server = Server::start();
-    let holder = client_with(&server, |b| b);
-    let g = holder.lock("forced").acquire().unwrap();
-    let w = Worker::spawn(
-        "waiter_entry",
-        &[
-            ("REDLEASE_WAITING_WAITER", server.url()),
-            ("REDLEASE_WAITING_NAME", "forced".into()),
-        ],
-    );
-    assert_eq!(w.next(Duration::from_secs(10)), "waiting");
-    std::thread::sleep(Duration::from_millis(300)); // blocked
-    w.signal(libc::SIGSTOP);
-    let t = blocked_waiter(&server.url(), "forced", Duration::from_secs(30));
-    std::thread::sleep(Duration::from_millis(300)); // blocked behind it
-    let forced = Instant::now();
-    let other = client_with(&server, |b| b);
-    assert!(other.lock("forced").force_unlock().unwrap());
-    arrives_within(
-        t,
-        forced,
+    behind_a_frozen_popper(
+        "forced",
+        |server, g| {
+            let other = client_with(server, |b| b);
+            assert!(other.lock("forced").force_unlock().unwrap());
+            // Its release now finds another holder, and touches nothing.
+            drop(g);
+            Some(other)
+        },
         Duration::from_millis(2_000),
         "a frozen waiter held a forced hand-over",
     );
-    w.signal(libc::SIGCONT);
-    drop(g);
 }
 
 /// Reproduction (review): a lock key that went without a release (here
@@ -440,10 +449,10 @@ fn a_shortened_write_lease_that_lapses_lets_readers_in() {
     );
 }
 
-/// A lock taken by a pop starts with a 1 s lease, which the renewal thread
-/// raises to the full lease a third of the way through (off the handoff's
-/// path): a waiter that keeps the lock past that second still holds it,
-/// with its full lease on the server.
+/// A lock taken by a pop starts with the grant's time left (0.5 s at
+/// most), which the renewal thread raises to the full lease a third of the
+/// way through, claiming it (off the handoff's path): a waiter that keeps
+/// the lock past that still holds it, with its full lease on the server.
 #[test]
 fn a_handed_over_lock_gets_its_full_lease_within_its_first_lease() {
     let server = Server::start();

@@ -585,9 +585,9 @@ impl Node {
 
     /// The pop's reply: the fence (or other word) it took, if any. A
     /// refused pop turns this node's waiters to release messages.
-    fn pop_outcome(&self, pop: Value) -> Option<String> {
+    fn pop_outcome(&self, pop: Value) -> Option<Vec<u8>> {
         match pop {
-            Value::BulkString(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+            Value::BulkString(b) => Some(b),
             Value::ServerError(e) => {
                 if e.code() == "NOPERM" {
                     self.refuse_blocking("a blocking pop", e.details().unwrap_or(""));
@@ -1021,7 +1021,7 @@ fn pop_pipeline(pop: &Pop<'_>, block: Duration, call: &Call<'_>) -> (Vec<u8>, us
 /// (read after its `ttl`) is that fence's open grant (`rl:grant#<fence>`,
 /// written once per fence), with the time it has left from `at`.
 fn popped_grant(
-    popped: Option<&str>,
+    popped: Option<&[u8]>,
     ttl: Option<Value>,
     value: Option<Value>,
     at: Instant,
@@ -1030,12 +1030,11 @@ fn popped_grant(
     else {
         return None;
     };
-    let grant = [b"rl:grant#".as_slice(), fence.as_bytes()].concat();
-    if ms <= 0 || v != grant {
+    if ms <= 0 || v.strip_prefix(b"rl:grant#") != Some(fence) {
         return None;
     }
     Some(Blocked {
-        reply: (1, fence.parse::<i64>().ok()?),
+        reply: (1, std::str::from_utf8(fence).ok()?.parse::<i64>().ok()?),
         popped: true,
         short: Some((at, Duration::from_millis(ms as u64))),
     })

@@ -254,9 +254,12 @@ impl<'a> Acquisition<'a> {
                     at,
                     valid,
                 };
+                // Its release and extension name its fence (a pop alone
+                // took it, or may have): the claim below relies on it.
+                let spec = self.spec.fenced(fence);
                 Ok(Some(match first {
-                    Some(first) => taken_by_pop(client, self.spec, grant, first, slot),
-                    None => hold(client, self.spec, grant, slot),
+                    Some(first) => taken_by_pop(client, spec, grant, first, slot),
+                    None => hold(client, spec, grant, slot),
                 }))
             }
             other => {

@@ -80,7 +80,7 @@ impl Spec {
     /// from a pop alone, its release and extension name the fence (see
     /// [`PopAlone`]), however this hold was granted: a fence names one
     /// grant of one holder.
-    fn fenced(mut self, fence: i64) -> Spec {
+    pub(crate) fn fenced(mut self, fence: i64) -> Spec {
         if let Some(alone) = self.direct.as_ref().and_then(|d| d.alone.as_ref()) {
             let f = fence.max(0).to_string().into_bytes();
             if let Some(a) = self.release.args.get_mut(alone.release_arg) {
@@ -227,7 +227,8 @@ pub(crate) fn hold(client: &Client, spec: Spec, grant: Grant, slot: Option<&Hold
 /// window.
 pub(crate) const POPPED_LEASE: Duration = Duration::from_millis(GRANT_CLAIM.as_millis() as u64 * 2);
 
-/// A grant taken by a pop from the open list. Its first lease is short
+/// A grant taken by a pop from the open list (`spec` already
+/// [`fenced`](Spec::fenced): the claim below names the fence). Its first lease is short
 /// (`first`: [`POPPED_LEASE`] where the waiter's script took it, the
 /// grant's own time left where the pop alone did; either way a process
 /// frozen while blocked holds the name no longer), and it started at some
@@ -247,8 +248,6 @@ fn taken_by_pop(
     first: Duration,
     slot: Option<&HoldKey>,
 ) -> Arc<Held> {
-    // The extension below claims the grant by its fence.
-    let spec = spec.fenced(grant.fence);
     // Whole milliseconds less one, as `valid_for` counts a lease.
     let first = grant
         .valid
@@ -284,7 +283,6 @@ fn hold_with(
         .map(|h| (h.clone(), spec.name.clone(), spec.what));
     let known = at + first.unwrap_or(valid);
     let state = LeaseState::new(known, hook);
-    let spec = spec.fenced(fence);
     let (release, extend) = (spec.release, Arc::new(spec.extend));
     if spec.watchdog {
         // A short first lease is renewed a third of the way through it.
