@@ -236,6 +236,20 @@ impl Semaphore {
                 args: &self.offer(keys).force_release_argv(),
             })
             .map_err(|e| e.about("semaphore", &keys.name))?;
+        let backend = self.core.client.backend();
+        if removed > 0 && backend.grants_directly() {
+            // Offered to the waiters: should the blocked one whose pop takes
+            // the offer be frozen or gone, a look just after the claim
+            // window hands it on, as after a release.
+            let offer = self.offer(keys);
+            let args = WatchArgs {
+                waiter: b"",
+                entry: lease::ROOM_ENTRY,
+                offer: &offer,
+            };
+            let look = PreparedCall::new(&SEM_WATCH, keys.scripted(), args.argv());
+            lease::look_after_opening(&self.core.client, Arc::new(look));
+        }
         wakeup.notify_local(&keys.permits);
         Ok(removed.clamp(0, u32::MAX as i64) as u32)
     }

@@ -225,8 +225,15 @@ fn waiters_told_by_messages_keep_their_place_after_a_purge() {
 #[test]
 fn a_frozen_waiter_holds_an_offer_a_second_at_most() {
     let server = Server::start();
-    for plain in [true, false] {
-        let name = if plain { "frz" } else { "ffrz" };
+    // Also after `force_release_all`, which offers the permits like a
+    // release (reproduction: nothing looked afterwards, and the live
+    // waiter got its permit only at its own look, seconds later).
+    for (plain, forced) in [(true, false), (false, false), (true, true)] {
+        let name = match (plain, forced) {
+            (true, false) => "frz",
+            (false, false) => "ffrz",
+            _ => "xfrz",
+        };
         let holder = client_with(&server, |b| b);
         let mut con = server.con();
         let mk = |c: &redlease::Client| {
@@ -267,10 +274,16 @@ fn a_frozen_waiter_holds_an_offer_a_second_at_most() {
         w.signal(libc::SIGSTOP);
         std::thread::sleep(Duration::from_millis(100));
         let released = Instant::now();
-        p.release().unwrap();
+        let forcer = client_with(&server, |b| b);
+        if forced {
+            assert_eq!(mk(&forcer).force_release_all().unwrap(), 1);
+            drop(p); // its release finds nothing of it, and touches nothing
+        } else {
+            p.release().unwrap();
+        }
         let (at, got) = t.join().unwrap();
         println!(
-            "FIGURES plain={plain}: frozen waiter first; live one got={got} {:?} after the release",
+            "FIGURES plain={plain} forced={forced}: frozen waiter first; live one got={got} {:?} after the release",
             at - released
         );
         drop(w);
