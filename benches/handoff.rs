@@ -63,13 +63,34 @@ struct Rounds {
     server: Vec<f64>,
 }
 
-/// One handoff round trip set: the library's (two clients) and the raw
-/// floor (a waiter blocked in a pipelined BLPOP + script, woken by a
-/// script's RPUSH: what the direct grant does, without the library), each
-/// next to an EVALSHA made after 5 ms idle. The server's time is read
-/// before the 5 ms and after the wake-up; the new holder keeps its guard
-/// until then, so its release is not counted.
-fn handoff(url: &str, rounds: usize) -> (Rounds, Rounds, Vec<Duration>) {
+/// The least server work any fenced queue handoff does (the owner checked,
+/// a fence drawn, the grant written, the next waiter woken with it), as a
+/// raw script: the releaser's side of the `fenced` floor in [`handoff`].
+const FENCED_RELEASE: &str = "local v = redis.call('GET', KEYS[1]) \
+    if v ~= ARGV[1] then return 0 end \
+    local f = redis.call('INCR', KEYS[2]) \
+    redis.call('SET', KEYS[1], 'grant#' .. f, 'PX', 500) \
+    redis.call('RPUSH', KEYS[3], f) \
+    return 1";
+
+/// The rounds of [`handoff`]: the library's, the plain floor's and the
+/// fenced floor's.
+struct Handoffs {
+    lib: Rounds,
+    raw: Rounds,
+    fenced: Rounds,
+    idle: Vec<Duration>,
+}
+
+/// One handoff round trip set, each next to an EVALSHA made after 5 ms
+/// idle: the library's (two clients); the plain floor the issue names (a
+/// waiter blocked in a plain BLPOP, woken by a one-line RPUSH script); and
+/// the fenced floor (a waiter blocked in BLMOVE with the grant's GET
+/// behind, woken by [`FENCED_RELEASE`]: the least a fenced handoff can do,
+/// without the library). The server's time is read before the 5 ms and
+/// after the wake-up; the new holder keeps its guard until then, so its
+/// release is not counted.
+fn handoff(url: &str, rounds: usize) -> Handoffs {
     let holder = client(url);
     let waiter = client(url);
     let mut idle_con = raw_con(url);
@@ -77,24 +98,40 @@ fn handoff(url: &str, rounds: usize) -> (Rounds, Rounds, Vec<Duration>) {
     let one = redis::Script::new("return 1");
     let _: i64 = one.invoke(&mut idle_con).unwrap();
     let (tx, rx) = crossbeam_channel::bounded::<Instant>(1);
-    let (go_tx, go_rx) = crossbeam_channel::bounded::<bool>(1);
+    // Which arm the waiter runs: the library, the plain floor or the fenced one.
+    let (go_tx, go_rx) = crossbeam_channel::bounded::<(bool, bool)>(1);
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let mut wcon = raw_con(url);
     let t = std::thread::spawn(move || {
         let lock = waiter.lock("bench:handoff");
-        let get = redis::Script::new("return redis.call('GET', KEYS[1])");
-        let _: Option<String> = get.key("bench:x").invoke(&mut wcon).unwrap();
-        while let Ok(library) = go_rx.recv() {
+        while let Ok((library, fenced)) = go_rx.recv() {
             if library {
                 let g = lock.acquire().unwrap();
                 tx.send(Instant::now()).unwrap();
                 let _ = done_rx.recv();
                 drop(g);
-            } else {
+            } else if fenced {
                 let mut p = redis::pipe();
-                p.cmd("BLPOP").arg("bench:raw:list").arg(5).ignore();
-                p.cmd("EVALSHA").arg(get.get_hash()).arg(1).arg("bench:x");
+                p.cmd("BLMOVE")
+                    .arg("{bench:f}:open")
+                    .arg("{bench:f}:own")
+                    .arg("LEFT")
+                    .arg("RIGHT")
+                    .arg(5)
+                    .ignore();
+                p.cmd("GET").arg("{bench:f}");
                 let _: (Option<String>,) = p.query(&mut wcon).unwrap();
+                tx.send(Instant::now()).unwrap();
+                let _: () = redis::cmd("DEL")
+                    .arg("{bench:f}:own")
+                    .query(&mut wcon)
+                    .unwrap();
+            } else {
+                let _: (String, String) = redis::cmd("BLPOP")
+                    .arg("bench:raw:list")
+                    .arg(5)
+                    .query(&mut wcon)
+                    .unwrap();
                 tx.send(Instant::now()).unwrap();
             }
         }
@@ -102,7 +139,20 @@ fn handoff(url: &str, rounds: usize) -> (Rounds, Rounds, Vec<Duration>) {
     let lock = holder.lock("bench:handoff");
     let push = redis::Script::new("redis.call('RPUSH', KEYS[1], '1') return 1");
     let _: i64 = push.key("bench:warm").invoke(&mut idle_con).unwrap();
-    let (mut lib, mut raw, mut idle) = (Rounds::default(), Rounds::default(), vec![]);
+    let fenced_release = redis::Script::new(FENCED_RELEASE);
+    let _: i64 = fenced_release
+        .key("{bench:f}")
+        .key("{bench:f}:fence")
+        .key("{bench:f}:open")
+        .arg("nobody")
+        .invoke(&mut idle_con)
+        .unwrap();
+    let (mut lib, mut raw, mut fenced, mut idle) = (
+        Rounds::default(),
+        Rounds::default(),
+        Rounds::default(),
+        vec![],
+    );
     for _ in 0..rounds {
         std::thread::sleep(Duration::from_millis(5));
         let t0 = Instant::now();
@@ -110,7 +160,7 @@ fn handoff(url: &str, rounds: usize) -> (Rounds, Rounds, Vec<Duration>) {
         idle.push(t0.elapsed());
 
         let g = lock.acquire().unwrap();
-        go_tx.send(true).unwrap();
+        go_tx.send((true, false)).unwrap();
         std::thread::sleep(Duration::from_millis(5)); // the waiter blocks
         let before = server_usec(&mut stats);
         std::thread::sleep(Duration::from_millis(5)); // idle again
@@ -120,7 +170,7 @@ fn handoff(url: &str, rounds: usize) -> (Rounds, Rounds, Vec<Duration>) {
         lib.server.push((server_usec(&mut stats) - before) as f64);
         done_tx.send(()).unwrap();
 
-        go_tx.send(false).unwrap();
+        go_tx.send((false, false)).unwrap();
         std::thread::sleep(Duration::from_millis(5));
         let before = server_usec(&mut stats);
         std::thread::sleep(Duration::from_millis(5));
@@ -128,15 +178,42 @@ fn handoff(url: &str, rounds: usize) -> (Rounds, Rounds, Vec<Duration>) {
         let _: i64 = push.key("bench:raw:list").invoke(&mut idle_con).unwrap();
         raw.took.push(rx.recv().unwrap() - t0);
         raw.server.push((server_usec(&mut stats) - before) as f64);
+
+        let _: () = redis::cmd("SET")
+            .arg("{bench:f}")
+            .arg("holder")
+            .query(&mut idle_con)
+            .unwrap();
+        go_tx.send((false, true)).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let before = server_usec(&mut stats);
+        std::thread::sleep(Duration::from_millis(5));
+        let t0 = Instant::now();
+        let _: i64 = fenced_release
+            .key("{bench:f}")
+            .key("{bench:f}:fence")
+            .key("{bench:f}:open")
+            .arg("holder")
+            .invoke(&mut idle_con)
+            .unwrap();
+        fenced.took.push(rx.recv().unwrap() - t0);
+        fenced
+            .server
+            .push((server_usec(&mut stats) - before) as f64);
     }
     drop(go_tx);
     t.join().unwrap();
-    for r in [&mut lib, &mut raw] {
+    for r in [&mut lib, &mut raw, &mut fenced] {
         r.took.sort();
         r.server.sort_by(f64::total_cmp);
     }
     idle.sort();
-    (lib, raw, idle)
+    Handoffs {
+        lib,
+        raw,
+        fenced,
+        idle,
+    }
 }
 
 /// `clients` separate clients (or raw SET NX loops polling every 1 ms),
@@ -267,8 +344,19 @@ fn main() {
     let mut con = server.con();
 
     // Handoff between two separate clients.
-    let (lib_rounds, raw_rounds, idle) = handoff(&url, scale(400));
-    let (lib, raw) = (&lib_rounds.took, &raw_rounds.took);
+    let Handoffs {
+        lib: lib_rounds,
+        raw: raw_rounds,
+        fenced: fenced_rounds,
+        idle,
+    } = handoff(&url, scale(400));
+    let (lib, raw, fenced) = (&lib_rounds.took, &raw_rounds.took, &fenced_rounds.took);
+    let fenced_server = {
+        let v = &fenced_rounds.server;
+        v[v.len() / 2]
+    };
+    let fenced_vs_floor = us(percentile(fenced, 0.5)) / us(percentile(raw, 0.5));
+    let vs_fenced_p50 = us(percentile(lib, 0.5)) / us(percentile(fenced, 0.5));
     let median = |v: &[f64]| v[v.len() / 2];
     let (lib_server, raw_server) = (median(&lib_rounds.server), median(&raw_rounds.server));
     let idle_p50 = us(percentile(&idle, 0.5));
@@ -346,7 +434,7 @@ fn main() {
     );
     println!(
         "{:<52} p50 {:.2}x idle RTT (no library: the physical floor of a blocked pop)",
-        "handoff floor: raw BLPOP+script woken by RPUSH", raw_p50
+        "handoff floor: plain BLPOP woken by RPUSH script", raw_p50
     );
     println!(
         "{:<52} p50 {:.2}x (target <= 1.25), p99 {:.2}x (target <= 1.5); floor p50 {:.1} us, p99 {:.1} us",
@@ -360,6 +448,11 @@ fn main() {
         "{:<52} p50 {over:.1} us, of which the server's own time {:.1} us (library {lib_server:.0} us, floor {raw_server:.0} us, INFO commandstats) and the rest the clients and the kernel",
         "handoff over its floor, where the time goes",
         lib_server - raw_server
+    );
+    println!(
+        "{:<52} p50 {fenced_vs_floor:.2}x the plain floor ({:.1} us, server {fenced_server:.0} us); the library's handoff {vs_fenced_p50:.2}x it",
+        "fenced floor: owner check, INCR fence, grant, RPUSH",
+        us(percentile(fenced, 0.5)),
     );
     let lib_rate = lib_rates.iter().sum::<f64>() / lib_rates.len() as f64;
     let handoff_rate = 1e6 / us(percentile(lib, 0.5));
@@ -388,7 +481,7 @@ fn main() {
         "footprint", per_lease, per_name, keys_left, names
     );
     println!(
-        "{{\"bench\":\"handoff\",\"idle_rtt_us\":{idle_p50:.1},\"handoff_p50_ratio\":{lib_p50:.2},\"handoff_p99_ratio\":{lib_p99:.2},\"raw_blpop_p50_ratio\":{raw_p50:.2},\"handoff_vs_floor_p50\":{vs_floor_p50:.2},\"handoff_vs_floor_p99\":{vs_floor_p99:.2},\"handoff_over_floor_us\":{over:.1},\"server_us_over_floor\":{:.1},\"contended_ratio\":{rate_ratio:.2},\"min_share\":{min_share:.2},\"lost_updates\":{lost},\"fan_out_ratio\":{:.2},\"bytes_per_lease\":{per_lease:.0},\"bytes_per_name\":{per_name:.2},\"keys_left\":{keys_left}}}",
+        "{{\"bench\":\"handoff\",\"idle_rtt_us\":{idle_p50:.1},\"handoff_p50_ratio\":{lib_p50:.2},\"handoff_p99_ratio\":{lib_p99:.2},\"raw_blpop_p50_ratio\":{raw_p50:.2},\"handoff_vs_floor_p50\":{vs_floor_p50:.2},\"handoff_vs_floor_p99\":{vs_floor_p99:.2},\"handoff_over_floor_us\":{over:.1},\"fenced_floor_vs_floor_p50\":{fenced_vs_floor:.2},\"handoff_vs_fenced_floor_p50\":{vs_fenced_p50:.2},\"server_us_over_floor\":{:.1},\"contended_ratio\":{rate_ratio:.2},\"min_share\":{min_share:.2},\"lost_updates\":{lost},\"fan_out_ratio\":{:.2},\"bytes_per_lease\":{per_lease:.0},\"bytes_per_name\":{per_name:.2},\"keys_left\":{keys_left}}}",
         lib_server - raw_server,
         busy / base
     );
