@@ -242,6 +242,7 @@ mod builder;
 mod capabilities;
 mod client;
 mod connection;
+mod deferred;
 mod doctor;
 mod error;
 mod events;

@@ -248,6 +248,7 @@ impl Scheduler {
     fn run(mut self) {
         let shared = &*SHARED;
         loop {
+            crate::deferred::empty();
             while let Ok(renewal) = self.rx.try_recv() {
                 // Counted from the acquisition, not from when we look: the
                 // scheduler may have slept through the registration.

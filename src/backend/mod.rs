@@ -104,7 +104,19 @@ pub(crate) struct Call<'a> {
     pub(crate) args: &'a [Vec<u8>],
 }
 
-impl Call<'_> {
+impl<'a> Call<'a> {
+    /// The same script on the same keys with other arguments.
+    pub(crate) fn with_args<'b>(&self, args: &'b [Vec<u8>]) -> Call<'b>
+    where
+        'a: 'b,
+    {
+        Call {
+            lua: self.lua,
+            keys: self.keys,
+            args,
+        }
+    }
+
     /// This call as one raw command, for pipelines and fire-and-forget
     /// sends (which cannot fall back on `NOSCRIPT` the way an invocation
     /// does): `EVALSHA <hash>`, or with `text` the self-contained

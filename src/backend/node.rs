@@ -322,8 +322,7 @@ impl Node {
         deadline: Option<Instant>,
     ) -> Result<T> {
         let mut con = self.conn(deadline)?;
-        let inv = call.lua.call(call.keys, call.args);
-        match inv.invoke::<T>(&mut *con) {
+        match call.lua.invoke::<T, _, _>(&mut *con, call.keys, call.args) {
             Ok(v) => Ok(v),
             Err(e) => Err(self.fail(&mut con, e, on_timeout.map(std::slice::from_ref))),
         }
@@ -340,11 +339,10 @@ impl Node {
         args: &[&[u8]],
         deadline: Option<Instant>,
     ) -> Result<T> {
-        let inv = lua.call(keys, args);
         let mut last = None;
         for _ in 0..2 {
             let mut con = self.conn(deadline)?;
-            match inv.invoke(&mut *con) {
+            match lua.invoke(&mut *con, keys, args) {
                 Ok(v) => return Ok(v),
                 Err(e) => {
                     self.failed(&mut con, &e);
@@ -508,29 +506,21 @@ impl Node {
         undo: &Call<'_>,
         deadline: Option<Instant>,
     ) -> Result<Blocked> {
-        // Behind a pop from the open list, the script is told so (its last
-        // argument, 'popped'), and so is any repeat of it: what the pop
-        // took waits on our own list until a script reads it.
-        let popped_args: Vec<Vec<u8>> = call
-            .args
-            .iter()
-            .cloned()
-            .chain(std::iter::once(b"popped".to_vec()))
-            .collect();
-        let call = &Call {
-            args: &popped_args,
-            ..*call
-        };
         // A waiter without a slot looks again within a slice, however long
         // it means to block (it polls: it cannot wait for its turn).
         let Some(_slot) = self.blocking_slot(block.min(crate::lease::GRANT_SLICE)) else {
             // As many waiters as the pool size are blocked already: look
             // once without blocking (which renews our entry; a grant made
             // to us meanwhile waits on our list) and block next time.
-            return self.after_pop(call, undo, deadline, false);
+            let args = popped_args(call);
+            return self.after_pop(&call.with_args(&args), undo, deadline, false);
         };
         let mut con = self.spare(deadline)?;
-        let (packed, count) = pop_pipeline(pop, block, call);
+        // The script behind the pop (not a lock's: its pop alone is the
+        // grant, and the script follows only a pop that took nothing).
+        let behind = pop.holder.is_none().then(|| popped_args(call));
+        let behind = behind.as_ref().map(|args| call.with_args(args));
+        let (packed, count) = pop_pipeline(pop, block, behind.as_ref());
         // A grant taken by this pop started after this instant.
         let at = Instant::now();
         // Error replies stay values: the pop and the rest are judged apart.
@@ -552,7 +542,8 @@ impl Node {
                     // the blocked time as a slow failure rather than one
                     // that broke at once.
                     drop(con);
-                    return self.after_pop(call, undo, deadline, false);
+                    let args = popped_args(call);
+                    return self.after_pop(&call.with_args(&args), undo, deadline, false);
                 }
                 return Err(e.into());
             }
@@ -566,11 +557,11 @@ impl Node {
         }
         let mut replies = replies.into_iter();
         let popped = self.pop_outcome(replies.next().unwrap_or(Value::Nil));
-        if pop.holder.is_none() {
+        if let Some(behind) = &behind {
             let reply = replies.next().unwrap_or(Value::Nil);
             return Ok(Blocked {
                 short: popped.is_some().then_some((at, POPPED_LEASE)),
-                ..self.granted_by_pop(reply, call, undo, deadline, popped.is_some())?
+                ..self.granted_by_pop(reply, behind, undo, deadline, popped.is_some())?
             });
         }
         let (_, ttl, value) = (replies.next(), replies.next(), replies.next());
@@ -580,7 +571,8 @@ impl Node {
         // Nothing granted by the pop: the script says where we stand (and
         // renews our queue entry), reading and dropping whatever the pop
         // took.
-        self.after_pop(call, undo, deadline, popped.is_some())
+        let args = popped_args(call);
+        self.after_pop(&call.with_args(&args), undo, deadline, popped.is_some())
     }
 
     /// The pop's reply: the fence (or other word) it took, if any. A
@@ -750,7 +742,7 @@ impl Node {
         deadline: Option<Instant>,
     ) -> Result<(i64, i64)> {
         let mut con = self.conn(deadline)?;
-        let reply: (i64, i64) = match call.lua.call(call.keys, call.args).invoke(&mut *con) {
+        let reply: (i64, i64) = match call.lua.invoke(&mut *con, call.keys, call.args) {
             Ok(r) => r,
             Err(e) => return Err(self.fail(&mut con, e, Some(std::slice::from_ref(undo)))),
         };
@@ -772,7 +764,9 @@ impl Node {
             Ok(n) => {
                 // WAIT answered: the connection is in step; undo and say
                 // what the undo found.
-                let undone = undo.lua.call(undo.keys, undo.args).invoke::<i64>(&mut *con);
+                let undone = undo
+                    .lua
+                    .invoke::<i64, _, _>(&mut *con, undo.keys, undo.args);
                 let outcome = match undone {
                     Ok(1) => "released it".to_owned(),
                     Ok(_) => "it was already gone".to_owned(),
@@ -989,7 +983,20 @@ pub(crate) fn warn_if_evicting(con: &mut dyn redis::ConnectionLike) {
 /// [`Node::grant_blocking`]'s pipeline, packed, and how many commands it
 /// holds: the pop, and behind it the granting script, or (with
 /// [`Pop::holder`]) the own list's expiry and a look at the lock.
-fn pop_pipeline(pop: &Pop<'_>, block: Duration, call: &Call<'_>) -> (Vec<u8>, usize) {
+/// `call`'s arguments for a script sent behind a pop from the open list:
+/// it is told so (its last argument, 'popped'), and so is any repeat of
+/// it, since what the pop took waits on our own list until a script reads
+/// it. Built only where such a script is sent: a lock's granted pop
+/// sends none, and freeing the copy cost its handoff too.
+fn popped_args(call: &Call<'_>) -> Vec<Vec<u8>> {
+    call.args
+        .iter()
+        .cloned()
+        .chain(std::iter::once(b"popped".to_vec()))
+        .collect()
+}
+
+fn pop_pipeline(pop: &Pop<'_>, block: Duration, behind: Option<&Call<'_>>) -> (Vec<u8>, usize) {
     let mut pipe = redis::pipe();
     let timeout = format!("{:.3}", block.as_secs_f64().max(0.001));
     pipe.cmd("BLMOVE")
@@ -998,8 +1005,8 @@ fn pop_pipeline(pop: &Pop<'_>, block: Duration, call: &Call<'_>) -> (Vec<u8>, us
         .arg("LEFT")
         .arg("RIGHT")
         .arg(timeout);
-    match pop.holder {
-        Some(holder) => {
+    match (pop.holder, behind) {
+        (Some(holder), _) => {
             // A grant popped and never claimed (the process died) is gone
             // with its own list; the `PTTL` comes before the `GET`, so a
             // value still the grant's proves the time left is its.
@@ -1010,10 +1017,11 @@ fn pop_pipeline(pop: &Pop<'_>, block: Duration, call: &Call<'_>) -> (Vec<u8>, us
             pipe.cmd("GET").arg(holder);
             (pipe.get_packed_pipeline(), 4)
         }
-        None => {
+        (None, Some(call)) => {
             pipe.add_command(call.command(false));
             (pipe.get_packed_pipeline(), 2)
         }
+        (None, None) => (pipe.get_packed_pipeline(), 1),
     }
 }
 

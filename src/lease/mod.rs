@@ -283,21 +283,31 @@ fn hold_with(
         .map(|h| (h.clone(), spec.name.clone(), spec.what));
     let known = at + first.unwrap_or(valid);
     let state = LeaseState::new(known, hook);
-    let (release, extend) = (spec.release, Arc::new(spec.extend));
-    if spec.watchdog {
+    let Spec {
+        what,
+        name,
+        wake,
+        lease,
+        watchdog,
+        release,
+        extend,
+        look,
+        grant,
+        fence: counter,
+        leave,
+        undo,
+        direct,
+        ..
+    } = spec;
+    // What only the acquisition needed is freed off the critical path.
+    crate::deferred::drop_later((grant, counter, leave, undo, direct));
+    let extend = Arc::new(extend);
+    if watchdog {
         // A short first lease is renewed a third of the way through it.
         let due = first.map(|first| at + first / 3);
-        renewal::keep_alive(
-            client.backend(),
-            &state,
-            known,
-            valid,
-            spec.lease,
-            &extend,
-            due,
-        );
+        renewal::keep_alive(client.backend(), &state, known, valid, lease, &extend, due);
     }
-    let look = spec.look.map(Arc::new);
+    let look = look.map(Arc::new);
     let held = Arc::new(Held {
         token,
         fence: fence.max(0) as u64,
@@ -305,10 +315,10 @@ fn hold_with(
         release,
         look,
         extend,
-        watchdog: spec.watchdog,
-        wake: spec.wake,
-        what: spec.what,
-        name: spec.name,
+        watchdog,
+        wake,
+        what,
+        name,
         acquired: at,
     });
     if let Some(slot) = slot {

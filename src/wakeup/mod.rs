@@ -598,10 +598,11 @@ impl<'a> Membership<'a> {
 impl Drop for Membership<'_> {
     fn drop(&mut self) {
         let mut queues = lock(&self.shared.queues);
+        let mut emptied = None;
         if let Some(q) = queues.get_mut(&self.key) {
             q.retain(|w| !Arc::ptr_eq(w, &self.waiter));
             if q.is_empty() {
-                queues.remove(&self.key);
+                emptied = queues.remove_entry(&self.key);
             } else if !self.key.1 {
                 // The next in our line is its head now.
                 if let Some(next) = q.iter().find(|w| w.line == self.waiter.line) {
@@ -609,6 +610,11 @@ impl Drop for Membership<'_> {
                 }
             }
         }
+        drop(queues);
+        // A waiter that got the name leaves here on its way to returning
+        // the guard: its line and channel are freed off that path.
+        let key = std::mem::take(&mut self.key.0);
+        crate::deferred::drop_later((emptied, key, self.waiter.clone()));
     }
 }
 
