@@ -73,6 +73,14 @@ const FENCED_RELEASE: &str = "local v = redis.call('GET', KEYS[1]) \
     redis.call('RPUSH', KEYS[3], f) \
     return 1";
 
+/// One arm of a [`handoff`] round.
+#[derive(Clone, Copy)]
+enum Arm {
+    Library,
+    Plain,
+    Fenced,
+}
+
 /// The rounds of [`handoff`]: the library's, the plain floor's and the
 /// fenced floor's.
 struct Handoffs {
@@ -98,42 +106,50 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
     let one = redis::Script::new("return 1");
     let _: i64 = one.invoke(&mut idle_con).unwrap();
     let (tx, rx) = crossbeam_channel::bounded::<Instant>(1);
-    // Which arm the waiter runs: the library, the plain floor or the fenced one.
-    let (go_tx, go_rx) = crossbeam_channel::bounded::<(bool, bool)>(1);
+    // Which arm the waiter runs (see `Arm`), and when its clean-up is done.
+    let (go_tx, go_rx) = crossbeam_channel::bounded::<Arm>(1);
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+    let (ended_tx, ended_rx) = crossbeam_channel::bounded::<()>(1);
     let mut wcon = raw_con(url);
     let t = std::thread::spawn(move || {
         let lock = waiter.lock("bench:handoff");
-        while let Ok((library, fenced)) = go_rx.recv() {
-            if library {
-                let g = lock.acquire().unwrap();
-                tx.send(Instant::now()).unwrap();
-                let _ = done_rx.recv();
-                drop(g);
-            } else if fenced {
-                let mut p = redis::pipe();
-                p.cmd("BLMOVE")
-                    .arg("{bench:f}:open")
-                    .arg("{bench:f}:own")
-                    .arg("LEFT")
-                    .arg("RIGHT")
-                    .arg(5)
-                    .ignore();
-                p.cmd("GET").arg("{bench:f}");
-                let _: (Option<String>,) = p.query(&mut wcon).unwrap();
-                tx.send(Instant::now()).unwrap();
-                let _: () = redis::cmd("DEL")
-                    .arg("{bench:f}:own")
-                    .query(&mut wcon)
-                    .unwrap();
-            } else {
-                let _: (String, String) = redis::cmd("BLPOP")
-                    .arg("bench:raw:list")
-                    .arg(5)
-                    .query(&mut wcon)
-                    .unwrap();
-                tx.send(Instant::now()).unwrap();
+        while let Ok(arm) = go_rx.recv() {
+            match arm {
+                Arm::Library => {
+                    let g = lock.acquire().unwrap();
+                    tx.send(Instant::now()).unwrap();
+                    let _ = done_rx.recv();
+                    drop(g);
+                }
+                Arm::Plain => {
+                    let _: (String, String) = redis::cmd("BLPOP")
+                        .arg("bench:raw:list")
+                        .arg(5)
+                        .query(&mut wcon)
+                        .unwrap();
+                    tx.send(Instant::now()).unwrap();
+                    let _ = done_rx.recv();
+                }
+                Arm::Fenced => {
+                    let mut p = redis::pipe();
+                    p.cmd("BLMOVE")
+                        .arg("{bench:f}:open")
+                        .arg("{bench:f}:own")
+                        .arg("LEFT")
+                        .arg("RIGHT")
+                        .arg(5)
+                        .ignore();
+                    p.cmd("GET").arg("{bench:f}");
+                    let _: (Option<String>,) = p.query(&mut wcon).unwrap();
+                    tx.send(Instant::now()).unwrap();
+                    let _ = done_rx.recv();
+                    let _: () = redis::cmd("DEL")
+                        .arg("{bench:f}:own")
+                        .query(&mut wcon)
+                        .unwrap();
+                }
             }
+            ended_tx.send(()).unwrap();
         }
     });
     let lock = holder.lock("bench:handoff");
@@ -153,53 +169,71 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
         Rounds::default(),
         vec![],
     );
-    for _ in 0..rounds {
+    let arms = [Arm::Library, Arm::Plain, Arm::Fenced];
+    for round in 0..rounds {
         std::thread::sleep(Duration::from_millis(5));
         let t0 = Instant::now();
         let _: i64 = one.invoke(&mut idle_con).unwrap();
         idle.push(t0.elapsed());
-
-        let g = lock.acquire().unwrap();
-        go_tx.send((true, false)).unwrap();
-        std::thread::sleep(Duration::from_millis(5)); // the waiter blocks
-        let before = server_usec(&mut stats);
-        std::thread::sleep(Duration::from_millis(5)); // idle again
-        let t0 = Instant::now();
-        drop(g);
-        lib.took.push(rx.recv().unwrap() - t0);
-        lib.server.push((server_usec(&mut stats) - before) as f64);
-        done_tx.send(()).unwrap();
-
-        go_tx.send((false, false)).unwrap();
-        std::thread::sleep(Duration::from_millis(5));
-        let before = server_usec(&mut stats);
-        std::thread::sleep(Duration::from_millis(5));
-        let t0 = Instant::now();
-        let _: i64 = push.key("bench:raw:list").invoke(&mut idle_con).unwrap();
-        raw.took.push(rx.recv().unwrap() - t0);
-        raw.server.push((server_usec(&mut stats) - before) as f64);
-
-        let _: () = redis::cmd("SET")
-            .arg("{bench:f}")
-            .arg("holder")
-            .query(&mut idle_con)
-            .unwrap();
-        go_tx.send((false, true)).unwrap();
-        std::thread::sleep(Duration::from_millis(5));
-        let before = server_usec(&mut stats);
-        std::thread::sleep(Duration::from_millis(5));
-        let t0 = Instant::now();
-        let _: i64 = fenced_release
-            .key("{bench:f}")
-            .key("{bench:f}:fence")
-            .key("{bench:f}:open")
-            .arg("holder")
-            .invoke(&mut idle_con)
-            .unwrap();
-        fenced.took.push(rx.recv().unwrap() - t0);
-        fenced
-            .server
-            .push((server_usec(&mut stats) - before) as f64);
+        // The arms take turns at each place in the round: which one runs
+        // first, or after which, changed a floor by half in this setup.
+        for i in 0..arms.len() {
+            let arm = arms[(round + i) % arms.len()];
+            // Each releaser makes one round trip just before its waiter
+            // blocks (the library's holder takes the lock): a connection
+            // idle since the round began was slower to wake.
+            let g = match arm {
+                Arm::Library => Some(lock.acquire().unwrap()),
+                Arm::Plain => {
+                    let _: () = redis::cmd("SET")
+                        .arg("bench:raw:held")
+                        .arg("holder")
+                        .query(&mut idle_con)
+                        .unwrap();
+                    None
+                }
+                Arm::Fenced => {
+                    let _: () = redis::cmd("SET")
+                        .arg("{bench:f}")
+                        .arg("holder")
+                        .query(&mut idle_con)
+                        .unwrap();
+                    None
+                }
+            };
+            go_tx.send(arm).unwrap();
+            std::thread::sleep(Duration::from_millis(5)); // the waiter blocks
+            let before = server_usec(&mut stats);
+            std::thread::sleep(Duration::from_millis(5)); // idle again
+            let t0 = Instant::now();
+            match arm {
+                Arm::Library => drop(g),
+                Arm::Plain => {
+                    let _: i64 = push.key("bench:raw:list").invoke(&mut idle_con).unwrap();
+                }
+                Arm::Fenced => {
+                    let _: i64 = fenced_release
+                        .key("{bench:f}")
+                        .key("{bench:f}:fence")
+                        .key("{bench:f}:open")
+                        .arg("holder")
+                        .invoke(&mut idle_con)
+                        .unwrap();
+                }
+            }
+            let took = rx.recv().unwrap() - t0;
+            // The new holder keeps its guard until the server's time is read.
+            let server = (server_usec(&mut stats) - before) as f64;
+            done_tx.send(()).unwrap();
+            ended_rx.recv().unwrap();
+            let r = match arm {
+                Arm::Library => &mut lib,
+                Arm::Plain => &mut raw,
+                Arm::Fenced => &mut fenced,
+            };
+            r.took.push(took);
+            r.server.push(server);
+        }
     }
     drop(go_tx);
     t.join().unwrap();
