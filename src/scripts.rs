@@ -178,7 +178,7 @@ impl Lua {
                 .chain(args.iter().map(AsRef::as_ref))
         };
         // Each part: "$<len>\r\n<bytes>\r\n", its length under 20 digits.
-        let size = 16 + parts().map(|p| p.len() + 25).sum::<usize>();
+        let size = 32 + parts().map(|p| p.len() + 25).sum::<usize>();
         let mut out = Vec::with_capacity(size);
         out.push(b'*');
         push_decimal(&mut out, 3 + keys.len() + args.len());

@@ -1021,6 +1021,8 @@ fn pop_pipeline(pop: &Pop<'_>, block: Duration, behind: Option<&Call<'_>>) -> (V
             pipe.add_command(call.command(false));
             (pipe.get_packed_pipeline(), 2)
         }
+        // Nothing behind: the pop alone (every shape without a holder
+        // sends its script behind today).
         (None, None) => (pipe.get_packed_pipeline(), 1),
     }
 }
