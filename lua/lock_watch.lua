@@ -18,9 +18,9 @@
 -- Returns  milliseconds until the next look is useful (the lock's
 --          remaining lease, or the claim window of a hand-over made here),
 --          or 0: no more looks (a look at the name alone that found a
---          holder past its first lease, a later grant, or nobody
---          waiting). Never errors: it runs in pipelined renewal batches.
---          A look at a held lock is one call.
+--          holder past its first lease, or nobody waiting). Never errors:
+--          it runs in pipelined renewal batches. A look at a held lock is
+--          one call.
 local lock, counter, q, qt = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local me, ttl, prefix, claim = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local pttl = redis.call('PTTL', lock)
@@ -28,17 +28,12 @@ if pttl > 0 then
   -- A grant its pop took runs a claim window until its taker claims it
   -- (one its script took, twice that): past that, the holder is alive.
   -- Short of it, look again when it would lapse. A look at the name alone
-  -- is due after the claim window of the grant it is for (the release's),
-  -- so a grant open or popped now with more than a fifth of its window
-  -- left is a later one, whose own releaser (or waiter) looks after it:
-  -- under contention each release's look would otherwise chase the next
-  -- holder's. With less left it may be the very grant this look is for:
-  -- the renewal thread takes a look up to 100 ms early with a batch at
-  -- hand, and one that stopped there left a frozen popper's grant to
-  -- lapse with nobody looking (the next waiter waited 4.6 s).
+  -- comes after the claim window of the grant it is for (the release's),
+  -- so a grant open or popped now is a later one, whose own releaser (or
+  -- waiter) looks after it: under contention each release's look would
+  -- otherwise chase the next holder's.
   if me == '' and (pttl > claim * 2
-      or (pttl > claim / 5
-        and string.match(redis.call('GET', lock) or '', '^[^#]*') == 'rl:grant')) then
+      or string.match(redis.call('GET', lock) or '', '^[^#]*') == 'rl:grant') then
     return 0
   end
   return pttl

@@ -62,6 +62,22 @@ impl Renewal {
         self.state.is_done() || self.state.generation() != self.generation
     }
 
+    /// How long before it is due this may go with a batch at hand: a
+    /// lease's renewal or a waiter's look, a thirtieth of its period; a look
+    /// at a name alone, never. Such a look is due just after the claim
+    /// window of the grant it is for, and stops at a grant it finds
+    /// (lua/lock_watch.lua: a later one, under contention). Taken early, it
+    /// found its own grant in its last milliseconds and stopped: a frozen
+    /// popper's grant then lapsed with nobody looking, and the next waiter
+    /// waited 4.6 s for its own look.
+    fn early(&self) -> Duration {
+        if self.look && self.looks_left != WAITER_LOOKS {
+            Duration::ZERO
+        } else {
+            self.lease / 30
+        }
+    }
+
     fn name(&self) -> String {
         // The name as the user gave it, not the key (`"job"`, not
         // `"{job}"`): what the CLI and the errors say.
@@ -328,7 +344,7 @@ impl Scheduler {
                 self.heap.pop();
                 continue;
             };
-            if due > now + entry.renewal.lease / 30 {
+            if due > now + entry.renewal.early() {
                 break;
             }
             self.heap.pop();
@@ -464,10 +480,10 @@ impl Scheduler {
                             // claim of a hand-over made by this look) ends.
                             Value::Int(ms) if ms > 0 => {
                                 let next = Duration::from_millis(ms as u64);
-                                // What it found is about to end (a look
-                                // taken early with a batch, up to a
-                                // thirtieth of its period): looking at its
-                                // end again is no new look.
+                                // What it found is about to end (within
+                                // a thirtieth of the look's period, such
+                                // as a grant found in its last moments):
+                                // looking at its end again is no new look.
                                 let r = &mut entry.renewal;
                                 if next > r.lease / 30 + LOOK_MARGIN {
                                     if r.looks_left <= 1 {
@@ -635,8 +651,11 @@ pub(crate) fn watch(
     look: Arc<PreparedCall>,
     first: Instant,
 ) -> Arc<LeaseState> {
-    watch_for(backend, look, first, u32::MAX)
+    watch_for(backend, look, first, WAITER_LOOKS)
 }
+
+/// A blocked waiter's looks: as many as it needs while it waits.
+const WAITER_LOOKS: u32 = u32::MAX;
 
 /// How many looks a look at a name alone makes at most (after a release
 /// that opened the name, a shortened lease, a forced unlock): its first,
@@ -673,8 +692,9 @@ pub(crate) fn watch_for(
     state
 }
 
-/// What stands for a look's lease in the scheduler: a look due within a
-/// thirtieth of it (100 ms) is taken with the batch at hand, and one whose
+/// What stands for a look's lease in the scheduler: a waiter's look due
+/// within a thirtieth of it (100 ms) is taken with the batch at hand (see
+/// `Renewal::early`), and one whose
 /// batch failed is tried again after a tenth (300 ms).
 const LOOK_PERIOD: Duration = Duration::from_secs(3);
 

@@ -326,6 +326,27 @@ pub fn sent_code(file: &str) -> Option<&'static str> {
 mod tests {
     use super::*;
 
+    /// The bytes `Lua::packed` writes are the `EVALSHA` redis-rs packs
+    /// (the pipelines' and the cluster's way), for every kind of argument.
+    #[test]
+    fn packed_is_the_evalsha_redis_rs_packs() {
+        let big = vec![b'x'; 100_000];
+        let cases: [(&[&[u8]], &[&[u8]]); 4] = [
+            (&[], &[]),
+            (&[b""], &[b""]),
+            (&[b"{k}\0\xff\r\n"], &[b"$3\r\n*", &big]),
+            (&[b"a", b"b", b"c"], &[b"1", b"22", b"333", b"popped"]),
+        ];
+        for (keys, args) in cases {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(LOCK_RELEASE.script.get_hash())
+                .arg(keys.len())
+                .arg(keys)
+                .arg(args);
+            assert_eq!(LOCK_RELEASE.packed(keys, args), cmd.get_packed_command());
+        }
+    }
+
     /// `sent_code` knows every script in `lua/` (the preludes aside).
     #[test]
     fn every_script_is_listed() {

@@ -316,16 +316,17 @@ fn a_frozen_waiter_holds_a_forced_hand_over_for_a_second_at_most() {
     );
 }
 
-/// Reproduction (load): the renewal thread takes a look due within 100 ms
-/// with a batch at hand, and a look at the name alone that found a grant
-/// there stopped, taking it for a later one: made early, it was the very
-/// grant it was for, in its last milliseconds. The frozen popper's grant
-/// then lapsed with nobody looking, and the next waiter waited for its own
-/// look, 4.6 s (once in about twenty runs under load). Here the opener's
-/// client renews a 60 ms lease every 20 ms, so a batch is at hand
-/// whenever the look comes within reach.
+/// Reproduction (load): the renewal thread took a look at the name alone
+/// up to 100 ms before it was due, with a batch at hand. Such a look
+/// stops at a grant it finds (a later one, under contention), and taken
+/// early it found the very grant it was for, in its last milliseconds: the
+/// frozen popper's grant then lapsed with nobody looking, and the next
+/// waiter waited for its own look, 4.6 s (once in about twenty runs under
+/// load). Here the opener's client renews a 60 ms lease every 20 ms, so a
+/// batch is at hand whenever the look comes within reach; a look at a name
+/// alone is now never taken early (`Renewal::early`).
 #[test]
-fn a_look_taken_early_still_hands_a_frozen_popper_s_grant_on() {
+fn a_look_at_the_name_is_never_taken_early() {
     behind_a_frozen_popper(
         "early",
         |server, _, g| {

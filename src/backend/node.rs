@@ -980,9 +980,6 @@ pub(crate) fn warn_if_evicting(con: &mut dyn redis::ConnectionLike) {
     }
 }
 
-/// [`Node::grant_blocking`]'s pipeline, packed, and how many commands it
-/// holds: the pop, and behind it the granting script, or (with
-/// [`Pop::holder`]) the own list's expiry and a look at the lock.
 /// `call`'s arguments for a script sent behind a pop from the open list:
 /// it is told so (its last argument, 'popped'), and so is any repeat of
 /// it, since what the pop took waits on our own list until a script reads
@@ -996,6 +993,9 @@ fn popped_args(call: &Call<'_>) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// [`Node::grant_blocking`]'s pipeline, packed, and how many commands it
+/// holds: the pop, and behind it the granting script, or (with
+/// [`Pop::holder`]) the own list's expiry and a look at the lock.
 fn pop_pipeline(pop: &Pop<'_>, block: Duration, behind: Option<&Call<'_>>) -> (Vec<u8>, usize) {
     let mut pipe = redis::pipe();
     let timeout = format!("{:.3}", block.as_secs_f64().max(0.001));
