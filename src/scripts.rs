@@ -331,7 +331,8 @@ mod tests {
     #[test]
     fn packed_is_the_evalsha_redis_rs_packs() {
         let big = vec![b'x'; 100_000];
-        let cases: [(&[&[u8]], &[&[u8]]); 4] = [
+        type Case<'a> = (&'a [&'a [u8]], &'a [&'a [u8]]);
+        let cases: [Case; 4] = [
             (&[], &[]),
             (&[b""], &[b""]),
             (&[b"{k}\0\xff\r\n"], &[b"$3\r\n*", &big]),
