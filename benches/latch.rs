@@ -1,13 +1,15 @@
 //! Count-down latch wake-up latency: the last `count_down` in one client →
 //! a waiter blocked in `wait` in another client returns. Reported as a
-//! ratio to the floor measured in the same run, interleaved: one raw PING
-//! round trip made after the same 5 ms idle (the machine's wake-up cost).
-//! Next to it, interleaved too, the same wake-up without the library: a
-//! one-line script that `PUBLISH`es, and a thread reading its own
-//! subscription, which returns on the message (no script logic, no thread
-//! hop: what any pub/sub wake-up costs on this machine). The two take
-//! turns at each place in the round, each signaller making one round trip
-//! before its waiter blocks.
+//! ratio to floors measured in the same run, interleaved round by round:
+//! one raw PING round trip made after the same 5 ms idle (the machine's
+//! wake-up cost), and the same wake-up without the library, two ways: a
+//! thread blocked in a plain `BLPOP`, woken by a one-line `RPUSH` script
+//! (the floor of the blocking pop the latch's waiters use), and a thread
+//! reading its own subscription, woken by a one-line `PUBLISH` script (the
+//! floor of the release message they used before, and still use where the
+//! server refuses blocking pops). The three take turns at each place in
+//! the round, each signaller making one round trip before its waiter
+//! blocks; raw connections use TCP_NODELAY.
 //!
 //! Run: `cargo bench --bench latch` (`REDLEASE_BENCH_QUICK=1` for a short
 //! smoke run).
@@ -20,12 +22,21 @@ use std::time::{Duration, Instant};
 
 use common::Server;
 use redlease::Client;
-use support::{percentile, scale, us};
+use support::{percentile, raw_con, scale, us};
+
+/// One arm of a round.
+#[derive(Clone, Copy)]
+enum Arm {
+    Latch,
+    Pop,
+    PubSub,
+}
 
 fn main() {
     let server = Server::start();
     let url = server.url();
-    // Long fallback poll: a waiter that returns fast was woken by a message.
+    // Long fallback poll: a waiter that returns fast was woken by the
+    // opening, not by a look of its own.
     let builder = || {
         Client::builder()
             .url(&url)
@@ -33,83 +44,108 @@ fn main() {
     };
     let counter = builder().build().unwrap();
     let waiter = builder().build().unwrap();
-    let mut raw = server.con();
+    let mut raw = raw_con(&url);
     let rounds = scale(400);
-    let (go_tx, go_rx) = crossbeam_channel::bounded::<String>(1);
+    // One waiting thread for every arm, told which to run.
+    let (go_tx, go_rx) = crossbeam_channel::bounded::<(Arm, String)>(1);
     let (done_tx, done_rx) = crossbeam_channel::bounded::<Instant>(1);
+    let mut pop_con = raw_con(&url);
+    let sub = raw_con(&url);
     let w = std::thread::spawn(move || {
-        while let Ok(name) = go_rx.recv() {
-            waiter.count_down_latch(&name).wait().unwrap();
+        let mut sub = sub;
+        let mut ps = sub.as_pubsub();
+        ps.subscribe("bench:raw").unwrap();
+        while let Ok((arm, name)) = go_rx.recv() {
+            match arm {
+                Arm::Latch => waiter.count_down_latch(&name).wait().unwrap(),
+                Arm::Pop => {
+                    let _: (String, String) = redis::cmd("BLPOP")
+                        .arg("bench:raw:list")
+                        .arg(40)
+                        .query(&mut pop_con)
+                        .unwrap();
+                }
+                Arm::PubSub => {
+                    let _ = ps.get_message().unwrap();
+                }
+            }
             done_tx.send(Instant::now()).unwrap();
         }
     });
-    // The raw wake-up: a reader of its own subscription.
-    let mut sub = server.con();
-    let (raw_go_tx, raw_go_rx) = crossbeam_channel::bounded::<()>(1);
-    let (raw_done_tx, raw_done_rx) = crossbeam_channel::bounded::<Instant>(1);
-    let reader = std::thread::spawn(move || {
-        let mut ps = sub.as_pubsub();
-        ps.subscribe("bench:raw").unwrap();
-        while raw_go_rx.recv().is_ok() {
-            let _ = ps.get_message().unwrap();
-            raw_done_tx.send(Instant::now()).unwrap();
-        }
-    });
     let publish = redis::Script::new("return redis.call('PUBLISH', KEYS[1], ARGV[1])");
+    let push = redis::Script::new("return redis.call('RPUSH', KEYS[1], ARGV[1])");
     let _: i64 = publish.key("bench:warm").arg("x").invoke(&mut raw).unwrap();
+    let _: i64 = push
+        .key("bench:warm:list")
+        .arg("x")
+        .invoke(&mut raw)
+        .unwrap();
     let mut floor = Vec::with_capacity(rounds);
     let mut wake = Vec::with_capacity(rounds);
+    let mut popped = Vec::with_capacity(rounds);
     let mut bare = Vec::with_capacity(rounds);
+    let arms = [Arm::Latch, Arm::Pop, Arm::PubSub];
     for i in 0..rounds {
         // Floor: one round trip after 5 ms idle.
         std::thread::sleep(Duration::from_millis(5));
         let t = Instant::now();
         let _: String = redis::cmd("PING").query(&mut raw).unwrap();
         floor.push(t.elapsed());
-        // The latch and the same wake-up without the library take turns at
-        // each place in the round (a fixed order measured one arm against
-        // a server and machine the other had just woken), and each
-        // signaller makes one round trip before its waiter blocks (the
-        // latch's `try_set_count`).
-        for arm in 0..2 {
-            if (i + arm) % 2 == 0 {
-                // The latch: the waiter is blocked (its subscription is
-                // live after the first round), then the last count-down.
-                let name = format!("bench:latch:{}", i % 8);
-                let latch = counter.count_down_latch(&name);
-                assert!(latch.try_set_count(1).unwrap());
-                go_tx.send(name).unwrap();
-                std::thread::sleep(Duration::from_millis(5));
-                let t = Instant::now();
-                latch.count_down().unwrap();
-                let returned = done_rx.recv_timeout(Duration::from_secs(40)).unwrap();
-                wake.push(returned.saturating_duration_since(t));
-            } else {
-                let _: String = redis::cmd("PING").query(&mut raw).unwrap();
-                raw_go_tx.send(()).unwrap();
-                std::thread::sleep(Duration::from_millis(5));
-                let t = Instant::now();
-                let _: i64 = publish.key("bench:raw").arg("x").invoke(&mut raw).unwrap();
-                let returned = raw_done_rx.recv_timeout(Duration::from_secs(40)).unwrap();
-                bare.push(returned.saturating_duration_since(t));
+        // The arms take turns at each place in the round (a fixed order
+        // measured one arm against a server and machine the other had just
+        // woken), and each signaller makes one round trip before its waiter
+        // blocks (the latch's `try_set_count`).
+        for k in 0..arms.len() {
+            let arm = arms[(i + k) % arms.len()];
+            let name = format!("bench:latch:{}", i % 8);
+            let latch = counter.count_down_latch(&name);
+            match arm {
+                Arm::Latch => assert!(latch.try_set_count(1).unwrap()),
+                _ => {
+                    let _: String = redis::cmd("PING").query(&mut raw).unwrap();
+                }
+            }
+            go_tx.send((arm, name)).unwrap();
+            std::thread::sleep(Duration::from_millis(5)); // the waiter blocks
+            let t = Instant::now();
+            match arm {
+                Arm::Latch => latch.count_down().unwrap(),
+                Arm::Pop => {
+                    let _: i64 = push
+                        .key("bench:raw:list")
+                        .arg("x")
+                        .invoke(&mut raw)
+                        .unwrap();
+                }
+                Arm::PubSub => {
+                    let _: i64 = publish.key("bench:raw").arg("x").invoke(&mut raw).unwrap();
+                }
+            }
+            let returned = done_rx.recv_timeout(Duration::from_secs(40)).unwrap();
+            let took = returned.saturating_duration_since(t);
+            match arm {
+                Arm::Latch => wake.push(took),
+                Arm::Pop => popped.push(took),
+                Arm::PubSub => bare.push(took),
             }
         }
     }
     drop(go_tx);
     w.join().unwrap();
-    drop(raw_go_tx);
-    reader.join().unwrap();
     floor.sort();
     wake.sort();
+    popped.sort();
     bare.sort();
     let b50 = percentile(&bare, 0.5);
+    let p50 = percentile(&popped, 0.5);
+    let p99 = percentile(&popped, 0.99);
     let f50 = percentile(&floor, 0.5);
     let (w50, w90, w99) = (
         percentile(&wake, 0.5),
         percentile(&wake, 0.9),
         percentile(&wake, 0.99),
     );
-    println!("redlease latch benchmark ({rounds} rounds, interleaved with the floor)");
+    println!("redlease latch benchmark ({rounds} rounds, interleaved with the floors)");
     println!(
         "{:<44} {:>9.1} us",
         "floor: PING after 5 ms idle, p50",
@@ -125,22 +161,38 @@ fn main() {
         us(w99) / us(f50)
     );
     println!(
+        "{:<44} {:>9.1} us   {:.2}x floor (p99 {:.1} us; no library: the floor of a blocking-pop wake-up)",
+        "raw RPUSH script -> BLPOP returns, p50",
+        us(p50),
+        us(p50) / us(f50),
+        us(p99)
+    );
+    println!(
         "{:<44} {:>9.1} us   {:.2}x floor (no library: the floor of a pub/sub wake-up)",
         "raw PUBLISH script -> subscriber returns, p50",
         us(b50),
         us(b50) / us(f50)
     );
     println!(
-        "{:<44} {:.2}x (target <= 1.25)",
-        "the latch against the raw wake-up, p50",
+        "{:<44} {:.2}x (target <= 1.25), p99 {:.2}x",
+        "the latch against the raw BLPOP wake-up, p50",
+        us(w50) / us(p50),
+        us(w99) / us(p99)
+    );
+    println!(
+        "{:<44} {:.2}x",
+        "the latch against the raw pub/sub wake-up",
         us(w50) / us(b50)
     );
     println!(
-        "{{\"bench\":\"latch\",\"wake_vs_raw_p50\":{:.2},\"floor_p50_us\":{:.1},\"wake_p50_us\":{:.1},\"wake_p99_us\":{:.1},\"wake_p50_ratio\":{:.2},\"wake_p99_ratio\":{:.2},\"raw_pubsub_p50_ratio\":{:.2}}}",
+        "{{\"bench\":\"latch\",\"wake_vs_pop_p50\":{:.2},\"wake_vs_pop_p99\":{:.2},\"wake_vs_raw_p50\":{:.2},\"floor_p50_us\":{:.1},\"wake_p50_us\":{:.1},\"wake_p99_us\":{:.1},\"pop_p50_us\":{:.1},\"wake_p50_ratio\":{:.2},\"wake_p99_ratio\":{:.2},\"raw_pubsub_p50_ratio\":{:.2}}}",
+        us(w50) / us(p50),
+        us(w99) / us(p99),
         us(w50) / us(b50),
         us(f50),
         us(w50),
         us(w99),
+        us(p50),
         us(w50) / us(f50),
         us(w99) / us(f50),
         us(b50) / us(f50)

@@ -9,21 +9,37 @@ use crate::backend::Call;
 use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys as schema;
-use crate::scripts::{LATCH_COUNT_DOWN, LATCH_LOOK, LATCH_SET};
+use crate::lease::{ROOM_CHUNK, ROOM_ENTRY};
+use crate::scripts::{millis, LATCH_COUNT_DOWN, LATCH_LOOK, LATCH_SET};
 use crate::wakeup::{deadline_after, waited, Attempt, Turns};
+
+/// How long a round's opening list lives (lua/latch_count_down.lua): every
+/// waiter blocked on it is served as soon as the push is made, so it only
+/// needs to outlast a waiter's look and the pop sent right behind it (see
+/// `Node::look_blocking`), and to go soon when the waiters it was pushed
+/// for all died.
+const OPENING_LIFE: Duration = Duration::from_secs(2);
 
 /// A named distributed count-down latch (Redisson's `RCountDownLatch`).
 ///
 /// Made by [`Client::count_down_latch`]. A coordinator sets a count with
 /// [`try_set_count`](CountDownLatch::try_set_count); workers call
 /// [`count_down`](CountDownLatch::count_down); whoever [`wait`](CountDownLatch::wait)s
-/// is woken by the last count-down (a release message, no polling; the
-/// client's fallback poll covers a lost message). Cheap to clone and
-/// `Send + Sync`.
+/// is woken by the last count-down, without polling: a client's waiters
+/// of a latch block on the server in one pop (one connection per client
+/// and latch, whatever the number of threads), which the opening serves
+/// in every client at once. On Redis Cluster, and where the server
+/// refuses blocking pops (an ACL without them) or replica
+/// acknowledgements are configured, they wait for a release message
+/// instead (on Cluster over the name's shard channel, which one
+/// subscription per master carries for all of a client's latches).
+/// Cheap to clone and `Send + Sync`.
 ///
 /// Life cycle: the latch exists while its count is above zero. The last
 /// count-down removes its key, so a finished latch leaves nothing in
-/// Redis, `count()` is 0 and waits return at once; `try_set_count` then
+/// Redis (the opening's announcement to blocked waiters is removed by the
+/// first of them to wake, or lapses within two seconds if they all died),
+/// `count()` is 0 and waits return at once; `try_set_count` then
 /// starts a new round. A latch whose count never reaches zero does **not**
 /// expire: it stays (one small key) until counted down; waiters with a
 /// timeout give up on their own. Counting down a latch with no count does
@@ -135,7 +151,11 @@ impl CountDownLatch {
             .once(&Call {
                 lua: &LATCH_COUNT_DOWN,
                 keys: &[key.to_vec(), waiters_key(key)],
-                args: &[wakeup.channel(key).to_vec(), wakeup.message(key)],
+                args: &[
+                    wakeup.channel(key).to_vec(),
+                    wakeup.message(key),
+                    millis(OPENING_LIFE),
+                ],
             })
             .map_err(|e| e.about("latch", name))?;
         if left == 0 && !round.is_empty() {
@@ -174,24 +194,51 @@ impl CountDownLatch {
                 )?
             }
         };
-        let Some(v) = v else {
-            return Ok(None);
+        parse(v)
+    }
+
+    /// A look that blocks up to `block` for the opening of `round`
+    /// (`Backend::look_blocking`): whether it opened (the pop took its
+    /// announcement, or the look found the latch without this round's
+    /// count). The waiter is registered meanwhile, for a chunk and room.
+    fn look_blocking(
+        &self,
+        key: &[u8],
+        token: &str,
+        round: &[u8],
+        block: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<bool> {
+        let list = opening_key(key, round);
+        let keys = [key.to_vec(), waiters_key(key), list.clone()];
+        let args = [
+            token.as_bytes().to_vec(),
+            millis(ROOM_ENTRY),
+            round.to_vec(),
+            millis(OPENING_LIFE),
+        ];
+        let look = Call {
+            lua: &LATCH_LOOK,
+            keys: &keys,
+            args: &args,
         };
-        let foreign = || {
-            Error::new(
-                ErrorKind::WrongType,
-                "the latch key holds a value that was not written by redlease",
-            )
-        };
-        let colon = v.iter().position(|&b| b == b':').ok_or_else(foreign)?;
-        let n = std::str::from_utf8(&v[..colon])
-            .ok()
-            .and_then(|n| n.parse::<u64>().ok())
-            .ok_or_else(foreign)?;
-        if colon + 1 == v.len() {
-            return Err(foreign());
+        let backend = self.client.backend();
+        let (seen, popped) = backend.look_blocking(&look, &list, block, deadline)?;
+        if popped {
+            self.client.wakeup().delivered_directly();
+            return Ok(true);
         }
-        Ok(Some((n, v[colon + 1..].to_vec())))
+        let seen = match seen {
+            redis::Value::Nil => None,
+            redis::Value::BulkString(v) => Some(v),
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::Server,
+                    "a latch look answered neither the latch's value nor nil",
+                ))
+            }
+        };
+        Ok(!matches!(parse(seen)?, Some((_, r)) if r == round))
     }
 
     /// Waits until the count reaches zero.
@@ -214,33 +261,47 @@ impl CountDownLatch {
             None => return Ok(Some(())),
             Some((_, round)) => round,
         };
-        // Wait on this round's opening: its announcement is the answer (no
-        // re-read, so a waiter returns one message after the last
-        // count-down). Every waiter is woken (`Turns::Server`). Without an
-        // announcement (a lost message, a reconnect nudge, the fallback
-        // poll) the latch is read again: gone, or another round, means
-        // this round opened.
+        // Wait on this round's opening. Where the server lets waiters block,
+        // the client's first waiter blocks there (`direct`), in a look that
+        // also pops the round's opening list: the opening's push wakes it,
+        // in every client at once, with no message and no other thread; the
+        // client's other waiters of the round queue behind it locally and
+        // each look once when it leaves. Otherwise the opening's
+        // announcement is the answer (no re-read, so a waiter returns one
+        // message after the last count-down), and without one (a lost
+        // message, a reconnect nudge, the fallback poll) the latch is read
+        // again: gone, or another round, means this round opened.
         let signalled = std::cell::Cell::new(false);
+        let backend = self.client.backend();
         let opened = self
             .client
             .wakeup()
             .acquire(
                 crate::wakeup::Wait {
                     key: &round_key(key, &round),
-                    turns: Turns::Server,
+                    turns: Turns::Local(0),
                     deadline,
                     jump: false,
-                    direct: None,
+                    // Not on Cluster: there one shard subscription per
+                    // master serves all of a client's latches, with no
+                    // connection held per latch (issue 10's fan-out).
+                    direct: (backend.grants_directly() && !backend.is_cluster())
+                        .then_some(ROOM_CHUNK),
                     signalled: Some(&signalled),
                     patient: true,
                 },
-                |_| {
+                |block| {
                     if signalled.get() {
                         return Ok(Attempt::Acquired(()));
                     }
-                    Ok(match self.read(key, waiter)? {
-                        Some((_, r)) if r == round => Attempt::Busy(None),
-                        _ => Attempt::Acquired(()),
+                    let open = match block {
+                        Some(block) => self.look_blocking(key, &token, &round, block, deadline)?,
+                        None => !matches!(self.read(key, waiter)?, Some((_, r)) if r == round),
+                    };
+                    Ok(if open {
+                        Attempt::Acquired(())
+                    } else {
+                        Attempt::Busy(None)
                     })
                 },
             )
@@ -256,6 +317,28 @@ impl CountDownLatch {
     }
 }
 
+/// The latch's value as its count and round, `None` when it has no count.
+fn parse(v: Option<Vec<u8>>) -> Result<Option<(u64, Vec<u8>)>> {
+    let Some(v) = v else {
+        return Ok(None);
+    };
+    let foreign = || {
+        Error::new(
+            ErrorKind::WrongType,
+            "the latch key holds a value that was not written by redlease",
+        )
+    };
+    let colon = v.iter().position(|&b| b == b':').ok_or_else(foreign)?;
+    let n = std::str::from_utf8(&v[..colon])
+        .ok()
+        .and_then(|n| n.parse::<u64>().ok())
+        .ok_or_else(foreign)?;
+    if colon + 1 == v.len() {
+        return Err(foreign());
+    }
+    Ok(Some((n, v[colon + 1..].to_vec())))
+}
+
 /// The latch's waiters (lua/latch_look.lua), in the latch's hash tag.
 fn waiters_key(key: &[u8]) -> Vec<u8> {
     [key, b":w"].concat()
@@ -269,4 +352,10 @@ fn round_key(key: &[u8], round: &[u8]) -> Vec<u8> {
     k.push(b'#');
     k.extend_from_slice(round);
     k
+}
+
+/// The list a round's opening is announced on to blocked waiters
+/// (lua/latch_count_down.lua): `<latch key>#<round>:open`.
+fn opening_key(key: &[u8], round: &[u8]) -> Vec<u8> {
+    [&round_key(key, round)[..], b":open"].concat()
 }

@@ -173,10 +173,12 @@ fn a_terabyte_reply_fails_the_call_without_filling_memory() {
 #[test]
 #[serial]
 fn a_terabyte_message_cannot_fill_the_subscribers_memory() {
-    // A latch with a count (lua/latch_look.lua's reply), so the waiter
-    // subscribes and waits; the subscription is confirmed, then flooded.
+    // A latch with a count (lua/latch_look.lua's reply), and a blocking
+    // pop refused (an ACL), so the waiter subscribes and waits; the
+    // subscription is confirmed, then flooded.
     let server = hostile_server(|cmd| match cmd {
         "EVALSHA" | "EVAL" => Reply::Bytes(b"$4\r\n1:r1\r\n".to_vec()),
+        "BLMOVE" => Reply::Bytes(b"-NOPERM no permissions to run 'blmove'\r\n".to_vec()),
         "SUBSCRIBE" => Reply::Flood(FLOOD.to_vec()),
         _ => Reply::Bytes(b":0\r\n".to_vec()),
     });

@@ -216,6 +216,73 @@ fn idle_latch_waiters_cost_the_server_almost_nothing() {
     assert!(t.elapsed() < Duration::from_secs(2));
 }
 
+/// Reproduction (issue 30): a latch's waiters waited for a release
+/// message, which each client's subscriber thread read and handed to the
+/// waiting thread: a hop that put the wake-up at 1.4-1.5x the raw pub/sub
+/// wake-up. They block on the server now, one connection per client, in a
+/// pop the opening serves in every client at once: no client subscribes,
+/// and the opening leaves no key behind.
+#[test]
+fn latch_waiters_block_on_the_server_without_a_subscription() {
+    let server = Server::start();
+    let setter = client_with(&server, |b| b);
+    let latch = setter.count_down_latch("direct:latch");
+    assert!(latch.try_set_count(1).unwrap());
+    let clients: Vec<Client> = (0..3)
+        .map(|_| client_with(&server, |b| b.fallback_poll(Duration::from_secs(30))))
+        .collect();
+    let wait = |i: usize| {
+        let c: Client = clients[i].clone();
+        std::thread::spawn(move || {
+            c.count_down_latch("direct:latch")
+                .wait_timeout(Duration::from_secs(20))
+                .unwrap()
+        })
+    };
+    let mut waiters: Vec<_> = (0..3).map(wait).collect();
+    let mut con = server.con();
+    let info = |con: &mut redis::Connection, field: &str| -> u64 {
+        let info: String = redis::cmd("INFO").arg("clients").query(con).unwrap();
+        info.lines()
+            .find_map(|l| {
+                l.strip_prefix(field)?
+                    .strip_prefix(':')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap()
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || info(&mut con, "blocked_clients")
+            == 3),
+        "{} connections blocked",
+        info(&mut con, "blocked_clients")
+    );
+    // A second thread of the first client waits behind its first.
+    waiters.push(wait(0));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(info(&mut con, "blocked_clients"), 3);
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query(&mut con)
+        .unwrap();
+    assert!(channels.is_empty(), "waiters subscribed: {channels:?}");
+    let t = Instant::now();
+    latch.count_down().unwrap();
+    for w in waiters {
+        assert!(w.join().unwrap(), "every waiter sees the opening");
+    }
+    println!(
+        "FIGURES the opening reached 4 waiters in 3 clients in {:?}",
+        t.elapsed()
+    );
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert!(clients.iter().all(|c| c.wakeups_delivered() >= 1));
+    let keys: Vec<String> = con.keys("*").unwrap();
+    assert!(keys.is_empty(), "left behind: {keys:?}");
+}
+
 /// Reproduction (review): a wait longer than the lease handed out a guard
 /// already lost (its lease counted from when the blocking call was sent),
 /// and the name stayed held, unrenewed, for a whole lease.

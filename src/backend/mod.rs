@@ -627,6 +627,29 @@ impl Backend {
         .map_err(|e| e.at(place))
     }
 
+    /// A look that blocks up to `block` for an announcement pushed onto
+    /// `list` (a latch's opening; see `Node::look_blocking`): the look's
+    /// reply, and whether the pop took the announcement. Only on one
+    /// server (or the Sentinels' master), where
+    /// [`Backend::grants_directly`]: a latch on Cluster waits on its shard
+    /// channel (see `CountDownLatch`).
+    pub(crate) fn look_blocking(
+        &self,
+        look: &Call<'_>,
+        list: &[u8],
+        block: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<(Value, bool)> {
+        let place = &self.place;
+        (match &self.kind {
+            Kind::Single(node) if self.replica_ack.is_none() => {
+                node.look_blocking(look, list, block, deadline)
+            }
+            _ => Err(unsupported()),
+        })
+        .map_err(|e| e.at(place))
+    }
+
     /// Runs a script once on the key's leader (never repeated: for scripts
     /// that are not safe to run twice). Not on Redlock.
     pub(crate) fn once<T: FromRedisValue>(&self, call: &Call<'_>) -> Result<T> {

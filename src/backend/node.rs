@@ -575,6 +575,88 @@ impl Node {
         self.after_pop(&call.with_args(&args), undo, deadline, popped.is_some())
     }
 
+    /// A look that blocks until an announcement (a latch's opening): the
+    /// script `look` (safe to repeat) and, right behind it on one
+    /// connection, a pop of `list` back onto itself (`BLMOVE list list`),
+    /// blocked at most `block`, then `DEL list`. The announcement is one
+    /// element pushed there: each blocked connection takes it and puts it
+    /// back, so one push wakes every waiter blocked on the list, in every
+    /// client, before any of their `DEL`s runs (the server serves blocked
+    /// connections before what is queued behind them); the first `DEL`
+    /// then removes it. `look` pushes the element itself when the event
+    /// already happened, so the pop never blocks for an announcement made
+    /// before it. `look` goes whole (`EVAL`): a server that lost its
+    /// scripts still runs it, where an `EVALSHA` refused would leave the
+    /// pop behind it blocked for nothing. Returns the look's reply and
+    /// whether the pop took something. Without a connection to block on
+    /// (as many are blocked as the pool holds), or after one broke while
+    /// blocked, the look alone.
+    pub(crate) fn look_blocking(
+        &self,
+        look: &Call<'_>,
+        list: &[u8],
+        block: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<(Value, bool)> {
+        let plain = || -> Result<(Value, bool)> {
+            let keys: Vec<&[u8]> = look.keys.iter().map(Vec::as_slice).collect();
+            let args: Vec<&[u8]> = look.args.iter().map(Vec::as_slice).collect();
+            Ok((self.eval(look.lua, &keys, &args, deadline)?, false))
+        };
+        let Some(_slot) = self.blocking_slot(block.min(crate::lease::GRANT_SLICE)) else {
+            return plain();
+        };
+        let mut con = self.spare(deadline)?;
+        let mut pipe = redis::pipe();
+        pipe.add_command(look.command(true));
+        pipe.cmd("BLMOVE")
+            .arg(list)
+            .arg(list)
+            .arg("LEFT")
+            .arg("RIGHT")
+            .arg(format!("{:.3}", block.as_secs_f64().max(0.001)));
+        pipe.cmd("DEL").arg(list);
+        let until = Instant::now() + block + self.timeouts.response;
+        let replies = match con.exchange(
+            &pipe.get_packed_pipeline(),
+            3,
+            until,
+            self.timeouts.response,
+        ) {
+            Ok(r) => r,
+            Err(e) if e.is_timeout() => return Err(self.fail(&mut con, e, None)),
+            Err(e) => {
+                self.failed(&mut con, &e);
+                if e.is_io_error() {
+                    // Broken during the long read (see grant_blocking):
+                    // ask again plainly.
+                    drop(con);
+                    return plain();
+                }
+                return Err(e.into());
+            }
+        };
+        self.idle_spare(con);
+        let mut replies = replies.into_iter();
+        let (Some(seen), Some(pop)) = (replies.next(), replies.next()) else {
+            return Err(Error::new(
+                ErrorKind::Server,
+                "a blocking look got fewer replies than it sent commands",
+            ));
+        };
+        let popped = self.pop_outcome(pop).is_some();
+        match seen.extract_error() {
+            Ok(v) => Ok((v, popped)),
+            // Not allowed (an ACL without +eval or RPUSH): look plainly,
+            // and wait for messages from now on.
+            Err(e) if e.code() == Some("NOPERM") => {
+                self.refuse_blocking("a look that blocks", e.detail().unwrap_or(""));
+                plain()
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// The pop's reply: the fence (or other word) it took, if any. A
     /// refused pop turns this node's waiters to release messages.
     fn pop_outcome(&self, pop: Value) -> Option<Vec<u8>> {
