@@ -1,20 +1,21 @@
 -- Count a latch down by one; the last count-down removes it and announces
--- the opening of its round. A latch without a count is left alone
--- (counting down a finished or never-set latch does nothing).
+-- the opening of its round to its live waiters. A latch without a count is
+-- left alone (counting down a finished or never-set latch does nothing).
 -- Uses     clock.lua, publish.lua
 -- KEYS[1]  the latch: "<count>:<round>"
--- KEYS[2]  its waiters (latch_look.lua): the opening is announced only
---          while one of them is live, and removes them
+-- KEYS[2]  its waiters that wait for a message (latch_look.lua): the
+--          opening is published while one of them is live
+-- KEYS[3]  its waiters blocked on the round's opening list
+--          ("<latch>#<round>:open", in the latch's slot): one element is
+--          pushed there while one of them is live. Each blocked connection
+--          pops it and puts it back (BLMOVE from the list to itself), so
+--          one push wakes them all, and the first to wake removes the list
+--          behind its pop (Node::look_blocking); it lapses by itself when
+--          they all died
 -- ARGV[1]  wake-up channel
 -- ARGV[2]  wake-up message for the latch key; "#<round>" is appended, so
 --          the message names this round's opening and nothing else
--- ARGV[3]  how long the round's opening list lives, in milliseconds: the
---          announcement to waiters blocked in a pop of it
---          ("<latch>#<round>:open", in the latch's slot). Every connection
---          blocked there takes the one element in turn (each pop puts it
---          back: BLMOVE from the list to itself), and the first waiter to
---          wake removes the list behind its pop (latch.rs); the list
---          lapses by itself when nobody was blocked (they all died)
+-- ARGV[3]  how long the opening list lives, in milliseconds
 -- Returns  {count left, round}: {0, round} = this call opened the latch,
 --          {0, ""} = it had no count
 local v = redis.call('GET', KEYS[1])
@@ -27,16 +28,19 @@ if not n then
   return redis.error_reply('REDLEASE_FOREIGN the latch key holds a value redlease did not write')
 end
 if n <= 1 then
-  local now = now_ms()
-  local waiting = redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf') > 0
-  redis.call('DEL', KEYS[1], KEYS[2])
-  if waiting then
+  local now = '(' .. now_ms()
+  local told = redis.call('ZCOUNT', KEYS[2], now, '+inf') > 0
+  local blocked = redis.call('ZCOUNT', KEYS[3], now, '+inf')
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+  if blocked > 0 then
     -- Refused (an ACL without RPUSH: its waiters cannot block either, and
     -- wait for the message), the count-down still happens.
     local open = KEYS[1] .. '#' .. round .. ':open'
     if type(redis.pcall('RPUSH', open, 'open')) == 'number' then
       redis.call('PEXPIRE', open, ARGV[3])
     end
+  end
+  if told then
     publish(ARGV[1], ARGV[2] .. '#' .. round)
   end
   return {0, round}

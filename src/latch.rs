@@ -150,7 +150,7 @@ impl CountDownLatch {
             .backend()
             .once(&Call {
                 lua: &LATCH_COUNT_DOWN,
-                keys: &[key.to_vec(), waiters_key(key)],
+                keys: &[key.to_vec(), waiters_key(key), blocked_key(key)],
                 args: &[
                     wakeup.channel(key).to_vec(),
                     wakeup.message(key),
@@ -210,7 +210,7 @@ impl CountDownLatch {
         deadline: Option<Instant>,
     ) -> Result<bool> {
         let list = opening_key(key, round);
-        let keys = [key.to_vec(), waiters_key(key), list.clone()];
+        let keys = [key.to_vec(), blocked_key(key), list.clone()];
         let args = [
             token.as_bytes().to_vec(),
             millis(ROOM_ENTRY),
@@ -254,25 +254,36 @@ impl CountDownLatch {
 
     fn wait_until(&self, deadline: Option<Instant>) -> Result<Option<()>> {
         let (key, name) = self.key()?;
-        // Registered while waiting: the opening is published only then.
+        let backend = self.client.backend();
+        // Whether this client's waiters block on the server now (see
+        // below). Not on Cluster: there one shard subscription per master
+        // serves all of a client's latches, with no connection held per
+        // latch (issue 10's fan-out).
+        let blocks = || backend.grants_directly() && !backend.is_cluster();
+        // A waiter that waits for messages is registered while it waits:
+        // the opening is published only then. One that blocks registers
+        // when it blocks (its look, behind which it pops).
         let token = self.client.new_token();
-        let waiter = Some(&*token);
-        let round = match self.read(key, waiter).map_err(|e| e.about("latch", name))? {
+        let waiter = |blocking: bool| (!blocking).then_some(&*token);
+        let round = match self
+            .read(key, waiter(blocks()))
+            .map_err(|e| e.about("latch", name))?
+        {
             None => return Ok(Some(())),
             Some((_, round)) => round,
         };
         // Wait on this round's opening. Where the server lets waiters block,
-        // the client's first waiter blocks there (`direct`), in a look that
-        // also pops the round's opening list: the opening's push wakes it,
-        // in every client at once, with no message and no other thread; the
-        // client's other waiters of the round queue behind it locally and
-        // each look once when it leaves. Otherwise the opening's
-        // announcement is the answer (no re-read, so a waiter returns one
-        // message after the last count-down), and without one (a lost
+        // the client's first waiter blocks there (`direct`), in a look with a
+        // pop of the round's opening list behind it: the opening pushes an
+        // element there for each waiter so blocked, which wakes them in
+        // every client at once, with no message and no other thread; the
+        // client's other waiters of the round queue behind its first
+        // locally, and each looks once when it leaves. Otherwise the
+        // opening's message is the answer (no re-read, so a waiter returns
+        // one message after the last count-down), and without one (a lost
         // message, a reconnect nudge, the fallback poll) the latch is read
         // again: gone, or another round, means this round opened.
         let signalled = std::cell::Cell::new(false);
-        let backend = self.client.backend();
         let opened = self
             .client
             .wakeup()
@@ -282,11 +293,7 @@ impl CountDownLatch {
                     turns: Turns::Local(0),
                     deadline,
                     jump: false,
-                    // Not on Cluster: there one shard subscription per
-                    // master serves all of a client's latches, with no
-                    // connection held per latch (issue 10's fan-out).
-                    direct: (backend.grants_directly() && !backend.is_cluster())
-                        .then_some(ROOM_CHUNK),
+                    direct: blocks().then_some(ROOM_CHUNK),
                     signalled: Some(&signalled),
                     patient: true,
                 },
@@ -296,7 +303,10 @@ impl CountDownLatch {
                     }
                     let open = match block {
                         Some(block) => self.look_blocking(key, &token, &round, block, deadline)?,
-                        None => !matches!(self.read(key, waiter)?, Some((_, r)) if r == round),
+                        None => {
+                            let seen = self.read(key, waiter(blocks()))?;
+                            !matches!(seen, Some((_, r)) if r == round)
+                        }
                     };
                     Ok(if open {
                         Attempt::Acquired(())
@@ -306,12 +316,22 @@ impl CountDownLatch {
                 },
             )
             .map_err(|e| e.about("latch", name));
+        if let Ok(None) = opened {
+            // Out of time: one last look. A blocked waiter learns of the
+            // opening from its pop, which the server times out in steps of
+            // its clock tick (100 ms): an opening in that step, or one
+            // whose announcement this waiter never got, is still seen.
+            if let Ok(seen) = self.read(key, None) {
+                if !matches!(seen, Some((_, r)) if r == round) {
+                    return Ok(Some(()));
+                }
+            }
+        }
         if !matches!(opened, Ok(Some(()))) {
             // Gave up: no longer waiting (else the entry lapses by itself).
-            let _: Result<i64> = self
-                .client
-                .backend()
-                .query(redis::cmd("ZREM").arg(waiters_key(key)).arg(&*token));
+            for set in [waiters_key(key), blocked_key(key)] {
+                let _: Result<i64> = backend.query(redis::cmd("ZREM").arg(set).arg(&*token));
+            }
         }
         opened
     }
@@ -339,9 +359,15 @@ fn parse(v: Option<Vec<u8>>) -> Result<Option<(u64, Vec<u8>)>> {
     Ok(Some((n, v[colon + 1..].to_vec())))
 }
 
-/// The latch's waiters (lua/latch_look.lua), in the latch's hash tag.
+/// The latch's waiters that wait for its opening's message
+/// (lua/latch_look.lua), in the latch's hash tag.
 fn waiters_key(key: &[u8]) -> Vec<u8> {
     [key, b":w"].concat()
+}
+
+/// The latch's waiters blocked on its opening list (lua/latch_look.lua).
+fn blocked_key(key: &[u8]) -> Vec<u8> {
+    [key, b":b"].concat()
 }
 
 /// The key a round's waiters wait on: `<latch key>#<round>`, which is what

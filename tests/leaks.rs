@@ -24,6 +24,9 @@ fn no_keys_or_threads_left_behind() {
         let clients: Vec<Client> = (0..3)
             .map(|_| Client::open(server.url()).unwrap())
             .collect();
+        // Held throughout, so that readers wait.
+        let writer = Client::open(server.url()).unwrap();
+        let held = writer.rw_lock("gate-rw").write().unwrap();
         let handles: Vec<_> = clients
             .iter()
             .cloned()
@@ -48,11 +51,14 @@ fn no_keys_or_threads_left_behind() {
                             .fair_lock("fbusy")
                             .acquire_timeout(Duration::from_millis(1));
                     }
-                    // A wait that uses messages (most waiters now block on
-                    // a list of their own): starts this client's subscriber.
+                    // A latch waiter that gives up.
                     let gate = c.count_down_latch("gate");
                     let _ = gate.try_set_count(1).unwrap();
                     assert!(!gate.wait_timeout(Duration::from_millis(20)).unwrap());
+                    // A wait that uses messages (most waiters now block on
+                    // the server): starts this client's subscriber.
+                    let read = c.rw_lock("gate-rw").read_timeout(Duration::from_millis(20));
+                    assert!(read.unwrap().is_none());
                 })
             })
             .collect();
@@ -60,6 +66,7 @@ fn no_keys_or_threads_left_behind() {
             h.join().unwrap();
         }
         clients[0].count_down_latch("gate").count_down().unwrap();
+        held.release().unwrap();
         assert!(
             library_threads() >= 1,
             "the subscribers should have started"

@@ -84,6 +84,13 @@ fn every_primitive_under(acl: &str) {
     c.count_down_latch("l").count_down().unwrap();
     let (opened, waited) = t.join().unwrap();
     assert!(opened && waited < Duration::from_secs(3), "{waited:?}");
+    // The opening leaves nothing, whether its waiter blocked or waited
+    // for the message (an opening list pushed for message waiters lingered).
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("myapp:*latch*")
+        .query(&mut server.con())
+        .unwrap();
+    assert!(left.is_empty(), "left behind: {left:?}");
     drop(c.fair_lock("f").acquire().unwrap());
     drop(c.rw_lock("rw").write().unwrap());
     drop(c.rw_lock("rw").read().unwrap());

@@ -268,6 +268,7 @@ fn latch_waiters_block_on_the_server_without_a_subscription() {
         .query(&mut con)
         .unwrap();
     assert!(channels.is_empty(), "waiters subscribed: {channels:?}");
+    let before = commandstats(&mut con);
     let t = Instant::now();
     latch.count_down().unwrap();
     for w in waiters {
@@ -277,10 +278,42 @@ fn latch_waiters_block_on_the_server_without_a_subscription() {
         "FIGURES the opening reached 4 waiters in 3 clients in {:?}",
         t.elapsed()
     );
+    // Nobody waits for a message: none is published.
+    let sent = commands_between(&before, &commandstats(&mut con));
+    assert_eq!(sent.get("publish"), None, "{sent:?}");
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     assert!(clients.iter().all(|c| c.wakeups_delivered() >= 1));
     let keys: Vec<String> = con.keys("*").unwrap();
     assert!(keys.is_empty(), "left behind: {keys:?}");
+}
+
+/// Reproduction (review): a blocked latch waiter learns of the opening from
+/// its pop alone; a latch that opened without that announcement (counted
+/// down by an older client, or its key removed) went unseen, and
+/// `wait_timeout` returned `false` at its deadline. It looks once more
+/// there.
+#[test]
+fn a_latch_opened_without_its_announcement_is_seen_at_the_deadline() {
+    let server = Server::start();
+    let setter = client_with(&server, |b| b);
+    assert!(setter.count_down_latch("quiet").try_set_count(1).unwrap());
+    let waiter = client_with(&server, |b| b.fallback_poll(Duration::from_secs(30)));
+    let t = std::thread::spawn(move || {
+        let start = Instant::now();
+        let opened = waiter
+            .count_down_latch("quiet")
+            .wait_timeout(Duration::from_millis(1_500))
+            .unwrap();
+        (opened, start.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let mut con = server.con();
+    let keys: Vec<String> = con.keys("*latch").unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let _: () = con.del(&keys[0]).unwrap();
+    let (opened, took) = t.join().unwrap();
+    println!("FIGURES an unannounced opening seen after {took:?}");
+    assert!(opened, "the latch opened {took:?} before the deadline");
 }
 
 /// Reproduction (review): a wait longer than the lease handed out a guard

@@ -582,15 +582,19 @@ impl Node {
     /// element pushed there: each blocked connection takes it and puts it
     /// back, so one push wakes every waiter blocked on the list, in every
     /// client, before any of their `DEL`s runs (the server serves blocked
-    /// connections before what is queued behind them); the first `DEL`
-    /// then removes it. `look` pushes the element itself when the event
-    /// already happened, so the pop never blocks for an announcement made
-    /// before it. `look` goes whole (`EVAL`): a server that lost its
-    /// scripts still runs it, where an `EVALSHA` refused would leave the
-    /// pop behind it blocked for nothing. Returns the look's reply and
-    /// whether the pop took something. Without a connection to block on
-    /// (as many are blocked as the pool holds), or after one broke while
-    /// blocked, the look alone.
+    /// connections before what is queued behind them), and the first
+    /// `DEL` removes it: a waiter that was killed while blocked leaves no
+    /// key. `look` makes sure an element is there when the event already
+    /// happened, so the pop never blocks for an announcement made before
+    /// it. The three go in one write of about a kilobyte, which the server
+    /// reads whole: a pop that reached it after the others' `DEL` (a write
+    /// the network split between the look and the pop, the opening in
+    /// between) would block until the event's next look. `look` goes
+    /// whole (`EVAL`): a server that lost its scripts still runs it, where
+    /// an `EVALSHA` refused would leave the pop behind it blocked for
+    /// nothing. Returns the look's reply and whether the pop took
+    /// something. Without a connection to block on (as many are blocked as
+    /// the pool holds), or after one broke while blocked, the look alone.
     pub(crate) fn look_blocking(
         &self,
         look: &Call<'_>,
