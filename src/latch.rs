@@ -20,6 +20,10 @@ use crate::wakeup::{deadline_after, waited, Attempt, Turns};
 /// for all died.
 const OPENING_LIFE: Duration = Duration::from_secs(2);
 
+/// A wait shorter than this waits for the opening's message rather than
+/// block on the server (see `wait_until`).
+const SHORT_WAIT: Duration = Duration::from_secs(1);
+
 /// A named distributed count-down latch (Redisson's `RCountDownLatch`).
 ///
 /// Made by [`Client::count_down_latch`]. A coordinator sets a count with
@@ -255,11 +259,16 @@ impl CountDownLatch {
     fn wait_until(&self, deadline: Option<Instant>) -> Result<Option<()>> {
         let (key, name) = self.key()?;
         let backend = self.client.backend();
-        // Whether this client's waiters block on the server now (see
-        // below). Not on Cluster: there one shard subscription per master
-        // serves all of a client's latches, with no connection held per
-        // latch (issue 10's fan-out).
-        let blocks = || backend.grants_directly() && !backend.is_cluster();
+        // Whether this waiter blocks on the server (see below). Not on
+        // Cluster: there one shard subscription per master serves all of a
+        // client's latches, with no connection held per latch (issue 10's
+        // fan-out). Nor for a short wait: the server times a blocked pop
+        // out in steps of its clock tick (100 ms), which would make a 5 ms
+        // wait last 100 ms; a message wakes it as soon, and its deadline
+        // is kept to the millisecond.
+        let short =
+            deadline.is_some_and(|d| d.saturating_duration_since(Instant::now()) < SHORT_WAIT);
+        let blocks = || !short && backend.grants_directly() && !backend.is_cluster();
         // A waiter that waits for messages is registered while it waits:
         // the opening is published only then. One that blocks registers
         // when it blocks (its look, behind which it pops).

@@ -316,6 +316,42 @@ fn a_latch_opened_without_its_announcement_is_seen_at_the_deadline() {
     assert!(opened, "the latch opened {took:?} before the deadline");
 }
 
+/// Reproduction (review): a latch waiter blocked on the server for the
+/// whole of a short wait, and the server times a blocked pop out in steps
+/// of its clock tick (100 ms): `wait_timeout(5 ms)` took 85-100 ms. A wait
+/// under a second waits for the opening's message instead.
+#[test]
+fn a_short_latch_wait_keeps_its_deadline() {
+    let server = Server::start();
+    let setter = client_with(&server, |b| b);
+    assert!(setter.count_down_latch("short").try_set_count(1).unwrap());
+    let waiter = client_with(&server, |b| b);
+    let latch = waiter.count_down_latch("short");
+    let mut took: Vec<Duration> = (0..9)
+        .map(|_| {
+            let t = Instant::now();
+            assert!(!latch.wait_timeout(Duration::from_millis(20)).unwrap());
+            t.elapsed()
+        })
+        .collect();
+    took.sort();
+    println!("FIGURES wait_timeout(20 ms) on a closed latch: {took:?}");
+    assert!(took[4] < Duration::from_millis(70), "median {:?}", took[4]);
+    // And an opening still wakes a short wait at once.
+    let t = std::thread::spawn(move || {
+        let start = Instant::now();
+        (
+            latch.wait_timeout(Duration::from_millis(900)).unwrap(),
+            start.elapsed(),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    setter.count_down_latch("short").count_down().unwrap();
+    let (opened, waited) = t.join().unwrap();
+    println!("FIGURES a short wait woken after {waited:?}");
+    assert!(opened && waited < Duration::from_millis(800), "{waited:?}");
+}
+
 /// Reproduction (review): a wait longer than the lease handed out a guard
 /// already lost (its lease counted from when the blocking call was sent),
 /// and the name stayed held, unrenewed, for a whole lease.
