@@ -1,13 +1,13 @@
 -- Count a latch down by one; the last count-down removes it and announces
 -- the opening of its round to its live waiters. A latch without a count is
 -- left alone (counting down a finished or never-set latch does nothing).
--- Uses     clock.lua, publish.lua
+-- Uses     publish.lua
 -- KEYS[1]  the latch: "<count>:<round>"
 -- KEYS[2]  its waiters that wait for a message (latch_look.lua): the
---          opening is published while one of them is live
+--          opening is published while one of them is registered
 -- KEYS[3]  its waiters blocked on the round's opening list
 --          ("<latch>#<round>:open", in the latch's slot): one element is
---          pushed there while one of them is live. Each blocked connection
+--          pushed there while one of them is registered. Each blocked connection
 --          pops it and puts it back (BLMOVE from the list to itself), so
 --          one push wakes them all, and the first to wake removes the list
 --          behind its pop (Node::look_blocking); it lapses by itself when
@@ -28,11 +28,15 @@ if not n then
   return redis.error_reply('REDLEASE_FOREIGN the latch key holds a value redlease did not write')
 end
 if n <= 1 then
-  local now = '(' .. now_ms()
-  local told = redis.call('ZCOUNT', KEYS[2], now, '+inf') > 0
-  local blocked = redis.call('ZCOUNT', KEYS[3], now, '+inf')
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-  if blocked > 0 then
+  -- Whether anybody registered, from what DEL removed: no clock, no count
+  -- of the live (this runs before every blocked waiter's reply, and each
+  -- distinct command is code a server idle until now runs cold). A
+  -- registration lapses at twice its life, so an announcement may still be
+  -- made for a waiter that died lately; its list lapses with ARGV[3].
+  redis.call('DEL', KEYS[1])
+  local told = redis.call('DEL', KEYS[2]) == 1
+  local blocked = redis.call('DEL', KEYS[3]) == 1
+  if blocked then
     -- Refused (an ACL without RPUSH: its waiters cannot block either, and
     -- wait for the message), the count-down still happens.
     local open = KEYS[1] .. '#' .. round .. ':open'
