@@ -203,11 +203,12 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
                 }
             };
             go_tx.send(arm).unwrap();
-            std::thread::sleep(Duration::from_millis(5)); // the waiter blocks
-                                                          // The server's time is read in every other round, whose
-                                                          // timings are not counted: `INFO` builds a long reply, and the
-                                                          // next handoff ran from caches it had evicted (the library's
-                                                          // ratio read 0.1-0.2 higher with it in every round).
+            // The waiter blocks.
+            std::thread::sleep(Duration::from_millis(5));
+            // The server's time is read in every other round, whose timings
+            // are not counted: `INFO` builds a long reply, whose work must
+            // not be in a timed round (two runs each way showed no
+            // difference beyond the noise; this rules it out).
             let timed = round % 2 == 0;
             let before = if timed { 0 } else { server_usec(&mut stats) };
             std::thread::sleep(Duration::from_millis(5)); // idle again
