@@ -32,10 +32,11 @@ const SHORT_WAIT: Duration = Duration::from_secs(1);
 /// is woken by the last count-down, without polling: a client's waiters
 /// of a latch block on the server in one pop (one connection per client
 /// and latch, whatever the number of threads), which the opening serves
-/// in every client at once. On Redis Cluster, and where the server
-/// refuses blocking pops (an ACL without them) or replica
-/// acknowledgements are configured, they wait for a release message
-/// instead (on Cluster over the name's shard channel, which one
+/// in every client at once. On Redis Cluster, where the server refuses
+/// blocking pops (an ACL without them) or replica acknowledgements are
+/// configured, and for waits under a second (a blocked pop times out in
+/// steps of the server's 100 ms clock tick), they wait for a release
+/// message instead (on Cluster over the name's shard channel, which one
 /// subscription per master carries for all of a client's latches).
 /// Cheap to clone and `Send + Sync`.
 ///
