@@ -11,7 +11,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::keys as schema;
 use crate::lease::{ROOM_CHUNK, ROOM_ENTRY};
 use crate::scripts::{millis, LATCH_COUNT_DOWN, LATCH_LOOK, LATCH_SET};
-use crate::wakeup::{deadline_after, waited, Attempt, Turns};
+use crate::wakeup::{deadline_after, waited, worth_blocking, Attempt, Turns};
 
 /// How long a round's opening list lives (lua/latch_count_down.lua): every
 /// waiter blocked on it is served as soon as the push is made, so it only
@@ -19,10 +19,6 @@ use crate::wakeup::{deadline_after, waited, Attempt, Turns};
 /// `Node::look_blocking`), and to go soon when the waiters it was pushed
 /// for all died.
 const OPENING_LIFE: Duration = Duration::from_secs(2);
-
-/// A wait shorter than this waits for the opening's message rather than
-/// block on the server (see `wait_until`).
-const SHORT_WAIT: Duration = Duration::from_secs(1);
 
 /// A named distributed count-down latch (Redisson's `RCountDownLatch`).
 ///
@@ -263,13 +259,9 @@ impl CountDownLatch {
         // Whether this waiter blocks on the server (see below). Not on
         // Cluster: there one shard subscription per master serves all of a
         // client's latches, with no connection held per latch (issue 10's
-        // fan-out). Nor for a short wait: the server times a blocked pop
-        // out in steps of its clock tick (100 ms), which would make a 5 ms
-        // wait last 100 ms; a message wakes it as soon, and its deadline
-        // is kept to the millisecond.
-        let short =
-            deadline.is_some_and(|d| d.saturating_duration_since(Instant::now()) < SHORT_WAIT);
-        let blocks = || !short && backend.grants_directly() && !backend.is_cluster();
+        // fan-out). Nor for a short wait (see `worth_blocking`).
+        let long = worth_blocking(deadline);
+        let blocks = || long && backend.grants_directly() && !backend.is_cluster();
         // A waiter that waits for messages is registered while it waits:
         // the opening is published only then. One that blocks registers
         // when it blocks (its look, behind which it pops).

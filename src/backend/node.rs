@@ -506,55 +506,20 @@ impl Node {
         undo: &Call<'_>,
         deadline: Option<Instant>,
     ) -> Result<Blocked> {
-        // A waiter without a slot looks again within a slice, however long
-        // it means to block (it polls: it cannot wait for its turn).
-        let Some(_slot) = self.blocking_slot(block.min(crate::lease::GRANT_SLICE)) else {
-            // As many waiters as the pool size are blocked already: look
-            // once without blocking (which renews our entry; a grant made
-            // to us meanwhile waits on our list) and block next time.
-            let args = popped_args(call);
-            return self.after_pop(&call.with_args(&args), undo, deadline, false);
-        };
-        let mut con = self.spare(deadline)?;
         // The script behind the pop (not a lock's: its pop alone is the
         // grant, and the script follows only a pop that took nothing).
         let behind = pop.holder.is_none().then(|| popped_args(call));
         let behind = behind.as_ref().map(|args| call.with_args(args));
         let (packed, count) = pop_pipeline(pop, block, behind.as_ref());
-        // A grant taken by this pop started after this instant.
-        let at = Instant::now();
-        // Error replies stay values: the pop and the rest are judged apart.
-        let until = at + block + self.timeouts.response;
-        let replies = match con.exchange(&packed, count, until, self.timeouts.response) {
-            Ok(r) => r,
-            Err(e) if e.is_timeout() => {
-                return Err(self.fail(&mut con, e, Some(std::slice::from_ref(undo))));
-            }
-            Err(e) => {
-                self.failed(&mut con, &e);
-                if e.is_io_error() {
-                    // The connection broke during the long read (or a
-                    // signal interrupted it: socket reads with a timeout
-                    // are never restarted after EINTR). Close it, which
-                    // ends the pop, and ask again plainly: a grant made
-                    // meanwhile waits on our own list or names our token
-                    // either way, and the judge of attempts would count
-                    // the blocked time as a slow failure rather than one
-                    // that broke at once.
-                    drop(con);
-                    let args = popped_args(call);
-                    return self.after_pop(&call.with_args(&args), undo, deadline, false);
-                }
-                return Err(e.into());
-            }
+        let Some((replies, at)) =
+            self.exchange_blocking(&packed, count, block, deadline, Some(undo))?
+        else {
+            // Not blocked (no slot, or the connection broke while it was):
+            // look once without blocking, which renews our entry; a grant
+            // made to us meanwhile waits on our list or names our token.
+            let args = popped_args(call);
+            return self.after_pop(&call.with_args(&args), undo, deadline, false);
         };
-        self.idle_spare(con);
-        if replies.len() != count {
-            return Err(Error::new(
-                ErrorKind::Server,
-                "a blocking grant got fewer replies than it sent commands",
-            ));
-        }
         let mut replies = replies.into_iter();
         let popped = self.pop_outcome(replies.next().unwrap_or(Value::Nil));
         if let Some(behind) = &behind {
@@ -573,6 +538,58 @@ impl Node {
         // took.
         let args = popped_args(call);
         self.after_pop(&call.with_args(&args), undo, deadline, popped.is_some())
+    }
+
+    /// One blocking round trip, the step [`Node::grant_blocking`] and
+    /// [`Node::look_blocking`] share: `packed` (`count` commands, a pop
+    /// among them blocked at most `block`) on a spare connection of our
+    /// own, read by `block` plus a response timeout; error replies stay
+    /// values. Returns the replies (all `count` of them) and the instant
+    /// just before the write. `Ok(None)`: not blocked, and the caller asks
+    /// again without blocking: there was no slot (as many waiters as the
+    /// pool size are blocked already: a waiter without one polls within a
+    /// slice, however long it means to block), or the connection broke
+    /// during the long read (or a signal interrupted it: socket reads with
+    /// a timeout are never restarted after EINTR), and closing it ended
+    /// the pop; the judge of attempts would count the blocked time as a
+    /// slow failure rather than one that broke at once. A late reply
+    /// retires the connection, with `undo` (a grant's) written behind it.
+    fn exchange_blocking(
+        &self,
+        packed: &[u8],
+        count: usize,
+        block: Duration,
+        deadline: Option<Instant>,
+        undo: Option<&Call<'_>>,
+    ) -> Result<Option<(Vec<Value>, Instant)>> {
+        let Some(_slot) = self.blocking_slot(block.min(crate::lease::GRANT_SLICE)) else {
+            return Ok(None);
+        };
+        let mut con = self.spare(deadline)?;
+        let at = Instant::now();
+        let until = at + block + self.timeouts.response;
+        let replies = match con.exchange(packed, count, until, self.timeouts.response) {
+            Ok(r) => r,
+            Err(e) if e.is_timeout() => {
+                return Err(self.fail(&mut con, e, undo.map(std::slice::from_ref)));
+            }
+            Err(e) => {
+                self.failed(&mut con, &e);
+                if e.is_io_error() {
+                    drop(con);
+                    return Ok(None);
+                }
+                return Err(e.into());
+            }
+        };
+        self.idle_spare(con);
+        if replies.len() != count {
+            return Err(Error::new(
+                ErrorKind::Server,
+                "a blocking call got fewer replies than it sent commands",
+            ));
+        }
+        Ok(Some((replies, at)))
     }
 
     /// A look that blocks until an announcement (a latch's opening): the
@@ -607,10 +624,6 @@ impl Node {
             let args: Vec<&[u8]> = look.args.iter().map(Vec::as_slice).collect();
             Ok((self.eval(look.lua, &keys, &args, deadline)?, false))
         };
-        let Some(_slot) = self.blocking_slot(block.min(crate::lease::GRANT_SLICE)) else {
-            return plain();
-        };
-        let mut con = self.spare(deadline)?;
         let mut pipe = redis::pipe();
         pipe.add_command(look.command(true));
         pipe.cmd("BLMOVE")
@@ -620,34 +633,15 @@ impl Node {
             .arg("RIGHT")
             .arg(format!("{:.3}", block.as_secs_f64().max(0.001)));
         pipe.cmd("DEL").arg(list);
-        let until = Instant::now() + block + self.timeouts.response;
-        let replies = match con.exchange(
-            &pipe.get_packed_pipeline(),
-            3,
-            until,
-            self.timeouts.response,
-        ) {
-            Ok(r) => r,
-            Err(e) if e.is_timeout() => return Err(self.fail(&mut con, e, None)),
-            Err(e) => {
-                self.failed(&mut con, &e);
-                if e.is_io_error() {
-                    // Broken during the long read (see grant_blocking):
-                    // ask again plainly.
-                    drop(con);
-                    return plain();
-                }
-                return Err(e.into());
-            }
+        let packed = pipe.get_packed_pipeline();
+        let Some((replies, _)) = self.exchange_blocking(&packed, 3, block, deadline, None)? else {
+            return plain();
         };
-        self.idle_spare(con);
         let mut replies = replies.into_iter();
-        let (Some(seen), Some(pop)) = (replies.next(), replies.next()) else {
-            return Err(Error::new(
-                ErrorKind::Server,
-                "a blocking look got fewer replies than it sent commands",
-            ));
-        };
+        let (seen, pop) = (
+            replies.next().unwrap_or(Value::Nil),
+            replies.next().unwrap_or(Value::Nil),
+        );
         let popped = self.pop_outcome(pop).is_some();
         match seen.extract_error() {
             Ok(v) => Ok((v, popped)),

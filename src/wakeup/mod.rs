@@ -663,6 +663,20 @@ fn wait_for_message(
     }
 }
 
+/// Whether a wait with this deadline is long enough to block on the
+/// server: the server times a blocked pop out in steps of its clock tick
+/// (100 ms at the default `hz 10`), so a 5 ms wait blocked there lasts up
+/// to 100 ms. A shorter one waits for a message, which wakes it as soon
+/// and keeps its deadline to the millisecond. The latch asks this; a
+/// lock's, permit's or write hold's waiter still blocks whatever its
+/// deadline (its message needs `Direct::by_message` in its queue entry).
+pub(crate) fn worth_blocking(deadline: Option<Instant>) -> bool {
+    deadline.is_none_or(|d| d.saturating_duration_since(Instant::now()) >= SHORT_WAIT)
+}
+
+/// See [`worth_blocking`].
+const SHORT_WAIT: Duration = Duration::from_secs(1);
+
 /// How long the next direct-grant round trip blocks: a slice, cut to the
 /// deadline; `None` when under a millisecond is left.
 fn block_for(slice: Duration, deadline: Option<Instant>) -> Option<Duration> {
