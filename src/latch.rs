@@ -259,9 +259,10 @@ impl CountDownLatch {
         // Whether this waiter blocks on the server (see below). Not on
         // Cluster: there one shard subscription per master serves all of a
         // client's latches, with no connection held per latch (issue 10's
-        // fan-out). Nor for a short wait (see `worth_blocking`).
-        let long = worth_blocking(deadline);
-        let blocks = || long && backend.grants_directly() && !backend.is_cluster();
+        // fan-out). Nor for a short wait, or the end of a long one (see
+        // `worth_blocking`): it registers for the message then.
+        let blocks =
+            || worth_blocking(deadline) && backend.grants_directly() && !backend.is_cluster();
         // A waiter that waits for messages is registered while it waits:
         // the opening is published only then. One that blocks registers
         // when it blocks (its look, behind which it pops).

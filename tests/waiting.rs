@@ -1023,3 +1023,203 @@ fn looks_do_not_pile_up_under_contention() {
         "looks piled up: {first:.2} → {last:.2}"
     );
 }
+
+/// Reproduction: a lock's, a permit's or a write hold's waiter blocked on
+/// the server for its whole wait, and the server times a blocked pop out
+/// in steps of its clock tick (100 ms): `acquire_timeout(20 ms)` on a held
+/// name returned after 85-105 ms. A wait under a second now waits for the
+/// hand-over's message, and keeps its deadline; a hand-over still wakes it
+/// at once.
+#[test]
+fn short_waits_keep_their_deadlines() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let waiter = client_with(&server, |b| b);
+    let limit = Duration::from_millis(20);
+    type Try = Box<dyn Fn(&Client) -> bool>;
+    let shapes: [(&str, Try, Try); 5] = [
+        (
+            "lock",
+            Box::new(move |c: &Client| {
+                c.lock("short:lock")
+                    .acquire_timeout(limit)
+                    .unwrap()
+                    .is_some()
+            }),
+            Box::new(move |c: &Client| {
+                c.lock("short:lock")
+                    .try_acquire()
+                    .unwrap()
+                    .map(std::mem::forget)
+                    .is_some()
+            }),
+        ),
+        (
+            "fair lock",
+            Box::new(move |c: &Client| {
+                c.fair_lock("short:fair")
+                    .acquire_timeout(limit)
+                    .unwrap()
+                    .is_some()
+            }),
+            Box::new(move |c: &Client| {
+                c.fair_lock("short:fair")
+                    .try_acquire()
+                    .unwrap()
+                    .map(std::mem::forget)
+                    .is_some()
+            }),
+        ),
+        (
+            "permit",
+            Box::new(move |c: &Client| {
+                c.semaphore("short:sem", 1)
+                    .acquire_timeout(limit)
+                    .unwrap()
+                    .is_some()
+            }),
+            Box::new(move |c: &Client| {
+                c.semaphore("short:sem", 1)
+                    .try_acquire()
+                    .unwrap()
+                    .map(std::mem::forget)
+                    .is_some()
+            }),
+        ),
+        (
+            "fair permit",
+            Box::new(move |c: &Client| {
+                c.fair_semaphore("short:fsem", 1)
+                    .acquire_timeout(limit)
+                    .unwrap()
+                    .is_some()
+            }),
+            Box::new(move |c: &Client| {
+                c.fair_semaphore("short:fsem", 1)
+                    .try_acquire()
+                    .unwrap()
+                    .map(std::mem::forget)
+                    .is_some()
+            }),
+        ),
+        (
+            "write hold",
+            Box::new(move |c: &Client| {
+                c.rw_lock("short:rw")
+                    .write_timeout(limit)
+                    .unwrap()
+                    .is_some()
+            }),
+            Box::new(move |c: &Client| {
+                c.rw_lock("short:rw")
+                    .try_write()
+                    .unwrap()
+                    .map(std::mem::forget)
+                    .is_some()
+            }),
+        ),
+    ];
+    for (what, wait, take) in &shapes {
+        // Held by another client for the rest of the test (its lease is
+        // renewed; forgetting the guard keeps it).
+        assert!(take(&holder), "{what}: not taken");
+        let mut took: Vec<Duration> = (0..7)
+            .map(|_| {
+                let t = Instant::now();
+                assert!(!wait(&waiter), "{what}: granted while held");
+                t.elapsed()
+            })
+            .collect();
+        took.sort();
+        println!("FIGURES {what}: a 20 ms wait on a held name took {took:?}");
+        assert!(
+            took[3] < Duration::from_millis(70),
+            "{what}: median {:?}",
+            took[3]
+        );
+    }
+}
+
+/// Reproduction: a long wait blocked on the server until its deadline, so
+/// it ended up to a server clock tick late (a whole second at `hz 1`,
+/// here). Its blocks now end a second before the deadline, and it waits
+/// for messages from then on: it ends on time, and a hand-over (or an
+/// opening) in that last second still wakes it at once.
+#[test]
+fn long_waits_end_at_their_deadlines() {
+    let server = Server::start();
+    let mut con = server.con();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("hz")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
+    let holder = client_with(&server, |b| b);
+    let waiter = client_with(&server, |b| b);
+    let limit = Duration::from_millis(1_300);
+    let guard = holder.lock("long:lock").acquire().unwrap();
+    assert!(holder
+        .count_down_latch("long:latch")
+        .try_set_count(1)
+        .unwrap());
+    let mut took = BTreeMap::new();
+    for (what, wait) in [
+        (
+            "lock",
+            Box::new(|| {
+                waiter
+                    .lock("long:lock")
+                    .acquire_timeout(limit)
+                    .unwrap()
+                    .is_some()
+            }) as Box<dyn Fn() -> bool>,
+        ),
+        (
+            "latch",
+            Box::new(|| {
+                waiter
+                    .count_down_latch("long:latch")
+                    .wait_timeout(limit)
+                    .unwrap()
+            }),
+        ),
+    ] {
+        let mut runs: Vec<Duration> = (0..3)
+            .map(|_| {
+                let t = Instant::now();
+                assert!(!wait(), "{what}: ended early");
+                t.elapsed()
+            })
+            .collect();
+        runs.sort();
+        println!("FIGURES {what}: a 1.3 s wait took {runs:?}");
+        took.insert(what, runs);
+    }
+    for (what, runs) in &took {
+        assert!(
+            runs[1] < limit + Duration::from_millis(60),
+            "{what}: {runs:?}"
+        );
+    }
+    // A hand-over in the last second still wakes the waiter at once.
+    let url = server.url();
+    let t = std::thread::spawn(move || {
+        let waiter = no_poll(&url);
+        let g = waiter.lock("long:lock").acquire_timeout(limit).unwrap();
+        (Instant::now(), g.is_some())
+    });
+    std::thread::sleep(Duration::from_millis(900));
+    let released = Instant::now();
+    drop(guard);
+    let (at, got) = t.join().unwrap();
+    println!(
+        "FIGURES a hand-over in the last second reached the waiter {:?} after",
+        at - released
+    );
+    assert!(
+        got && at - released < Duration::from_millis(250),
+        "{:?}",
+        at - released
+    );
+}

@@ -139,14 +139,19 @@ fn check_blocking(client: &Client, scratch: &str, d: &mut Diagnosis) {
     };
     let waiter = client.clone();
     let wait_name = name.clone();
-    let waited = std::thread::spawn(move || {
+    // Long enough to block (a wait under a second waits for the release
+    // message instead: `worth_blocking`); the release below hands the lock
+    // over once the waiter has had time to block, so the check takes
+    // about that long, not the whole wait.
+    let waiting = std::thread::spawn(move || {
         waiter
             .lock(&wait_name)
-            .acquire_timeout(Duration::from_millis(300))
+            .acquire_timeout(Duration::from_millis(1_500))
             .map(|g| g.map(|g| g.release()))
-    })
-    .join();
+    });
+    std::thread::sleep(Duration::from_millis(200));
     let _ = held.release();
+    let waited = waiting.join();
     match (waited, backend.grants_directly()) {
         (Ok(Ok(_)), true) => d.push(
             "blocking grants".into(),

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::lease_state::LeaseState;
 use crate::reentrancy::{self, Held, HoldKey};
 use crate::renewal;
-use crate::wakeup::Attempt;
+use crate::wakeup::{worth_blocking, Attempt};
 
 pub(super) fn attempt(
     client: &Client,
@@ -171,11 +171,11 @@ impl<'a> Acquisition<'a> {
                 Ok(blocked)
             }
             (_, direct) => {
-                // A waiter that can no longer block (the server refused it)
-                // says so in its queue entry: its grant then comes with a
-                // message.
+                // A waiter that no longer blocks (the server refused it, or
+                // its deadline is near: see `worth_blocking`) says so in its
+                // queue entry: its grant then comes with a message.
                 let grant = match direct {
-                    Some(d) if !backend.grants_directly() => &d.by_message,
+                    Some(d) if !self.blocks() => &d.by_message,
                     _ => &spec.grant,
                 };
                 let reply = backend.grant(
@@ -194,6 +194,12 @@ impl<'a> Acquisition<'a> {
         }
     }
 
+    /// Whether this waiter blocks on the server for its grant now, as the
+    /// waiting loop decides it (`Wakeup::acquire`).
+    fn blocks(&self) -> bool {
+        self.client.backend().grants_directly() && worth_blocking(self.deadline)
+    }
+
     /// Busy for `wait` ms: the grant was decided, and a waiter that blocks
     /// on the server is looked after by the renewal thread from when the
     /// holder's lease would end.
@@ -201,7 +207,7 @@ impl<'a> Acquisition<'a> {
         (self.ambiguous, self.late, self.reached) = (false, false, true);
         let backend = self.client.backend();
         let look = self.spec.direct.as_ref().and_then(|d| d.watch.as_ref());
-        if let (None, Some(look), true) = (&self.watching, look, backend.grants_directly()) {
+        if let (None, Some(look), true) = (&self.watching, look, self.blocks()) {
             let first = at + Duration::from_millis(wait.max(0) as u64);
             self.watching = Some(renewal::watch(backend, Arc::new(look.clone()), first));
         }

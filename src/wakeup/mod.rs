@@ -312,16 +312,22 @@ impl Wakeup {
                 return outcome;
             }
         }
+        // Direct waiting while it is worth it: the server must grant
+        // directly (an old ACL may refuse it meanwhile), and the deadline
+        // must be far enough (see `worth_blocking`). Once it is not, the
+        // waiter waits for messages for the rest of its wait.
+        let blocking =
+            || direct.filter(|_| self.backend.grants_directly() && worth_blocking(deadline));
         // Waiters that block for a direct grant need no messages.
         let mut listening = Listening::new(self, key, deadline);
-        if direct.is_none() || !self.backend.grants_directly() {
+        if blocking().is_none() {
             listening.start();
         }
         let waiter = Waiter::new(line);
         let _member = Membership::join(&self.shared, key, server, waiter.clone());
         // The next attempt blocks for a grant (direct waiting, head only):
         // at once if the fast path found the name busy (and queued us).
-        let mut block = match direct {
+        let mut block = match blocking() {
             Some(slice) if tried && !tries.in_outage() => block_for(slice, deadline),
             _ => None,
         };
@@ -356,8 +362,8 @@ impl Wakeup {
             };
             block = None;
             // Direct waiting, unless the server refused it meanwhile (an
-            // old ACL): then release messages wake us.
-            let direct = direct.filter(|_| self.backend.grants_directly());
+            // old ACL) or the deadline is near: then messages wake us.
+            let direct = blocking();
             if direct.is_none() && !listening.started {
                 // Messages from now on: look again once the subscription
                 // is live, or one sent before it would be missed.
@@ -663,13 +669,16 @@ fn wait_for_message(
     }
 }
 
-/// Whether a wait with this deadline is long enough to block on the
+/// Whether a wait with this deadline is still long enough to block on the
 /// server: the server times a blocked pop out in steps of its clock tick
-/// (100 ms at the default `hz 10`), so a 5 ms wait blocked there lasts up
-/// to 100 ms. A shorter one waits for a message, which wakes it as soon
-/// and keeps its deadline to the millisecond. The latch asks this; a
-/// lock's, permit's or write hold's waiter still blocks whatever its
-/// deadline (its message needs `Direct::by_message` in its queue entry).
+/// (100 ms at the default `hz 10`), so a 5 ms wait blocked there lasted up
+/// to 100 ms. A wait shorter than [`SHORT_WAIT`] waits for a message, which
+/// wakes it as soon and keeps its deadline to the millisecond; so does the
+/// last [`SHORT_WAIT`] of a longer one (its blocks end before: see
+/// [`block_for`]). Asked again as the wait goes on, by the waiting loop and
+/// by the waiter's attempts, which say in their queue entry that they wait
+/// for messages (`Direct::by_message`, the latch's message registration)
+/// once it is `false`: time only moves on, so both sides agree from then on.
 pub(crate) fn worth_blocking(deadline: Option<Instant>) -> bool {
     deadline.is_none_or(|d| d.saturating_duration_since(Instant::now()) >= SHORT_WAIT)
 }
@@ -677,10 +686,15 @@ pub(crate) fn worth_blocking(deadline: Option<Instant>) -> bool {
 /// See [`worth_blocking`].
 const SHORT_WAIT: Duration = Duration::from_secs(1);
 
-/// How long the next direct-grant round trip blocks: a slice, cut to the
-/// deadline; `None` when under a millisecond is left.
+/// How long the next direct-grant round trip blocks: a slice, cut to end
+/// [`SHORT_WAIT`] before the deadline (the server may time it out up to a
+/// clock tick late; the rest of the wait is spent on messages, see
+/// [`worth_blocking`]); `None` when under a millisecond is left to block.
 fn block_for(slice: Duration, deadline: Option<Instant>) -> Option<Duration> {
-    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    let left = deadline.map(|d| {
+        d.saturating_duration_since(Instant::now())
+            .saturating_sub(SHORT_WAIT)
+    });
     let b = left.map_or(slice, |l| l.min(slice));
     (b >= Duration::from_millis(1)).then_some(b)
 }
