@@ -73,12 +73,38 @@ const FENCED_RELEASE: &str = "local v = redis.call('GET', KEYS[1]) \
     redis.call('RPUSH', KEYS[3], f) \
     return 1";
 
+/// The least server work a fenced queue handoff with this library's
+/// guarantees does (GUARANTEES.md), as a raw script: [`FENCED_RELEASE`],
+/// and whether anybody is queued at all (else the name is freed, not
+/// granted), a fence floor per server that fences never fall below after
+/// the counter lapses or the clock steps back (read, and raised), an
+/// expiry on the open list (a push nobody pops must not stay), and
+/// whether a waiter that waits for messages is queued (it must be told).
+/// Not in it, and in the library's release: the queue's expiry cut to the
+/// claim (dead waiters' entries go with the grant), the leave and force
+/// paths' checks, the prelude functions' closures. Its waiter sends what
+/// the library's does behind its pop: the expiry of its own list and the
+/// grant's time left, besides the grant's value.
+const GUARDED_RELEASE: &str = "local v = redis.call('GET', KEYS[1]) \
+    if v ~= ARGV[1] then return 0 end \
+    if redis.call('EXISTS', KEYS[4]) == 0 then return 0 end \
+    local low = tonumber(redis.call('GET', KEYS[5]) or '0') \
+    local f = redis.call('INCR', KEYS[2]) \
+    if f > low then redis.call('SET', KEYS[5], f) end \
+    redis.call('SET', KEYS[1], 'grant#' .. f, 'PX', 500) \
+    redis.call('RPUSH', KEYS[3], f) \
+    redis.call('PEXPIRE', KEYS[3], 1000) \
+    if redis.call('EXISTS', KEYS[6]) == 1 then redis.call('PUBLISH', KEYS[6], f) end \
+    return 1";
+
 /// One arm of a [`handoff`] round.
 #[derive(Clone, Copy)]
 enum Arm {
     Library,
     Plain,
     Fenced,
+    /// The library's waiter pipeline, raw, woken by [`GUARDED_RELEASE`].
+    Guarded,
 }
 
 /// The rounds of [`handoff`]: the library's, the plain floor's and the
@@ -87,6 +113,7 @@ struct Handoffs {
     lib: Rounds,
     raw: Rounds,
     fenced: Rounds,
+    guarded: Rounds,
     idle: Vec<Duration>,
 }
 
@@ -131,7 +158,7 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
                     tx.send(Instant::now()).unwrap();
                     let _ = done_rx.recv();
                 }
-                Arm::Fenced => {
+                Arm::Fenced | Arm::Guarded => {
                     let mut p = redis::pipe();
                     p.cmd("BLMOVE")
                         .arg("{bench:f}:open")
@@ -140,6 +167,13 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
                         .arg("RIGHT")
                         .arg(5)
                         .ignore();
+                    if let Arm::Guarded = arm {
+                        // What a popper needs besides the grant's value: its
+                        // own list's expiry (a pop whose taker died must not
+                        // stay) and the time the grant has left.
+                        p.cmd("PEXPIRE").arg("{bench:f}:own").arg(1000).ignore();
+                        p.cmd("PTTL").arg("{bench:f}").ignore();
+                    }
                     p.cmd("GET").arg("{bench:f}");
                     let _: (Option<String>,) = p.query(&mut wcon).unwrap();
                     tx.send(Instant::now()).unwrap();
@@ -164,13 +198,30 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
         .arg("nobody")
         .invoke(&mut idle_con)
         .unwrap();
-    let (mut lib, mut raw, mut fenced, mut idle) = (
+    let guarded_release = redis::Script::new(GUARDED_RELEASE);
+    let guarded_keys = [
+        "{bench:f}",
+        "{bench:f}:fence",
+        "{bench:f}:open",
+        "{bench:f}:queue",
+        "{bench:f}:floor",
+        "{bench:f}:told",
+    ];
+    let _: i64 = guarded_release
+        .key(&guarded_keys[..])
+        .arg("nobody")
+        .invoke(&mut idle_con)
+        .unwrap();
+    // Somebody is queued (the waiter), nobody waits for messages.
+    let _: i64 = idle_con.zadd("{bench:f}:queue", "waiter", 1).unwrap();
+    let (mut lib, mut raw, mut fenced, mut guarded, mut idle) = (
+        Rounds::default(),
         Rounds::default(),
         Rounds::default(),
         Rounds::default(),
         vec![],
     );
-    let arms = [Arm::Library, Arm::Plain, Arm::Fenced];
+    let arms = [Arm::Library, Arm::Plain, Arm::Fenced, Arm::Guarded];
     for round in 0..rounds {
         std::thread::sleep(Duration::from_millis(5));
         let t0 = Instant::now();
@@ -193,7 +244,7 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
                         .unwrap();
                     None
                 }
-                Arm::Fenced => {
+                Arm::Fenced | Arm::Guarded => {
                     let _: () = redis::cmd("SET")
                         .arg("{bench:f}")
                         .arg("holder")
@@ -227,6 +278,13 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
                         .invoke(&mut idle_con)
                         .unwrap();
                 }
+                Arm::Guarded => {
+                    let _: i64 = guarded_release
+                        .key(&guarded_keys[..])
+                        .arg("holder")
+                        .invoke(&mut idle_con)
+                        .unwrap();
+                }
             }
             let took = rx.recv().unwrap() - t0;
             // The new holder keeps its guard until the server's time is read.
@@ -241,6 +299,7 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
                 Arm::Library => &mut lib,
                 Arm::Plain => &mut raw,
                 Arm::Fenced => &mut fenced,
+                Arm::Guarded => &mut guarded,
             };
             if timed {
                 r.took.push(took);
@@ -251,7 +310,7 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
     }
     drop(go_tx);
     t.join().unwrap();
-    for r in [&mut lib, &mut raw, &mut fenced] {
+    for r in [&mut lib, &mut raw, &mut fenced, &mut guarded] {
         r.took.sort();
         r.server.sort_by(f64::total_cmp);
     }
@@ -260,6 +319,7 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
         lib,
         raw,
         fenced,
+        guarded,
         idle,
     }
 }
@@ -396,8 +456,16 @@ fn main() {
         lib: lib_rounds,
         raw: raw_rounds,
         fenced: fenced_rounds,
+        guarded: guarded_rounds,
         idle,
     } = handoff(&url, scale(800));
+    let guarded = &guarded_rounds.took;
+    let guarded_vs_floor = us(percentile(guarded, 0.5)) / us(percentile(&raw_rounds.took, 0.5));
+    let vs_guarded_p50 = us(percentile(&lib_rounds.took, 0.5)) / us(percentile(guarded, 0.5));
+    let guarded_server = {
+        let v = &guarded_rounds.server;
+        v[v.len() / 2]
+    };
     let (lib, raw, fenced) = (&lib_rounds.took, &raw_rounds.took, &fenced_rounds.took);
     let fenced_server = {
         let v = &fenced_rounds.server;
@@ -502,6 +570,11 @@ fn main() {
         "fenced floor: owner check, INCR fence, grant, RPUSH",
         us(percentile(fenced, 0.5)),
     );
+    println!(
+        "{:<52} p50 {guarded_vs_floor:.2}x the plain floor ({:.1} us, server {guarded_server:.0} us); the library's handoff {vs_guarded_p50:.2}x it",
+        "guarded floor: + queue, fence floor, expiries, told, PTTL",
+        us(percentile(guarded, 0.5)),
+    );
     let lib_rate = lib_rates.iter().sum::<f64>() / lib_rates.len() as f64;
     let handoff_rate = 1e6 / us(percentile(lib, 0.5));
     println!(
@@ -529,7 +602,7 @@ fn main() {
         "footprint", per_lease, per_name, keys_left, names
     );
     println!(
-        "{{\"bench\":\"handoff\",\"idle_rtt_us\":{idle_p50:.1},\"handoff_p50_ratio\":{lib_p50:.2},\"handoff_p99_ratio\":{lib_p99:.2},\"raw_blpop_p50_ratio\":{raw_p50:.2},\"handoff_vs_floor_p50\":{vs_floor_p50:.2},\"handoff_vs_floor_p99\":{vs_floor_p99:.2},\"handoff_over_floor_us\":{over:.1},\"fenced_floor_vs_floor_p50\":{fenced_vs_floor:.2},\"handoff_vs_fenced_floor_p50\":{vs_fenced_p50:.2},\"server_us_over_floor\":{:.1},\"contended_ratio\":{rate_ratio:.2},\"min_share\":{min_share:.2},\"lost_updates\":{lost},\"fan_out_ratio\":{:.2},\"bytes_per_lease\":{per_lease:.0},\"bytes_per_name\":{per_name:.2},\"keys_left\":{keys_left}}}",
+        "{{\"bench\":\"handoff\",\"idle_rtt_us\":{idle_p50:.1},\"handoff_p50_ratio\":{lib_p50:.2},\"handoff_p99_ratio\":{lib_p99:.2},\"raw_blpop_p50_ratio\":{raw_p50:.2},\"handoff_vs_floor_p50\":{vs_floor_p50:.2},\"handoff_vs_floor_p99\":{vs_floor_p99:.2},\"handoff_over_floor_us\":{over:.1},\"fenced_floor_vs_floor_p50\":{fenced_vs_floor:.2},\"handoff_vs_fenced_floor_p50\":{vs_fenced_p50:.2},\"guarded_floor_vs_floor_p50\":{guarded_vs_floor:.2},\"handoff_vs_guarded_floor_p50\":{vs_guarded_p50:.2},\"server_us_over_floor\":{:.1},\"contended_ratio\":{rate_ratio:.2},\"min_share\":{min_share:.2},\"lost_updates\":{lost},\"fan_out_ratio\":{:.2},\"bytes_per_lease\":{per_lease:.0},\"bytes_per_name\":{per_name:.2},\"keys_left\":{keys_left}}}",
         lib_server - raw_server,
         busy / base
     );
