@@ -297,6 +297,7 @@ impl CountDownLatch {
                     deadline,
                     jump: false,
                     direct: blocks().then_some(ROOM_CHUNK),
+                    keeps_blocking: false,
                     signalled: Some(&signalled),
                     patient: true,
                 },

@@ -380,6 +380,7 @@ impl Lock {
             }),
             watch: Some(look(&t)),
             by_message: grant(self.core.queue_entry(true, false), false),
+            ordered: self.fair,
         });
         Spec {
             what: if self.fair { "fair lock" } else { "lock" },

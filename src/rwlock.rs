@@ -499,6 +499,9 @@ impl RwLock {
                 alone: None,
                 watch: Some(self.watch(keys, &t)),
                 by_message: grant(false),
+                // Writers are served first blocked, first served, with no
+                // order promised beyond it (as a plain lock's).
+                ordered: false,
             }),
             look: backend.grants_directly().then(|| self.watch(keys, b"")),
         }

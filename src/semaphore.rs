@@ -389,6 +389,10 @@ impl Semaphore {
                 alone: None,
                 watch: Some(look(&member)),
                 by_message: grant(false),
+                // A fair semaphore's script behind the pop keeps the queue's
+                // order with waiters that wait for messages among the blocked
+                // (lua/sem_acquire.lua); a plain one promises no order.
+                ordered: false,
             }),
             look: backend.grants_directly().then(|| look(b"")),
         }

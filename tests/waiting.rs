@@ -1037,7 +1037,7 @@ fn short_waits_keep_their_deadlines() {
     let waiter = client_with(&server, |b| b);
     let limit = Duration::from_millis(20);
     type Try = Box<dyn Fn(&Client) -> bool>;
-    let shapes: [(&str, Try, Try); 5] = [
+    let shapes: [(&str, Try, Try); 4] = [
         (
             "lock",
             Box::new(move |c: &Client| {
@@ -1048,22 +1048,6 @@ fn short_waits_keep_their_deadlines() {
             }),
             Box::new(move |c: &Client| {
                 c.lock("short:lock")
-                    .try_acquire()
-                    .unwrap()
-                    .map(std::mem::forget)
-                    .is_some()
-            }),
-        ),
-        (
-            "fair lock",
-            Box::new(move |c: &Client| {
-                c.fair_lock("short:fair")
-                    .acquire_timeout(limit)
-                    .unwrap()
-                    .is_some()
-            }),
-            Box::new(move |c: &Client| {
-                c.fair_lock("short:fair")
                     .try_acquire()
                     .unwrap()
                     .map(std::mem::forget)
@@ -1222,4 +1206,55 @@ fn long_waits_end_at_their_deadlines() {
         "{:?}",
         at - released
     );
+}
+
+/// A fair lock's queue, A first with a wait of `a_wait`, B second with a
+/// long one, and the holder's release after `release_after`: who got the
+/// lock first, and whether A got it at all.
+fn fair_order(a_wait: Duration, release_after: Duration) -> Vec<(&'static str, bool)> {
+    let server = Server::start();
+    let mut admin = server.con();
+    let holder = client_with(&server, |b| b);
+    let g = holder.fair_lock("fl").acquire().unwrap();
+    let t0 = Instant::now();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let waiter = |who: &'static str, wait: Duration, keep: Duration| {
+        let (log, url) = (log.clone(), server.url());
+        std::thread::spawn(move || {
+            let c = no_poll(&url);
+            let got = c.fair_lock("fl").acquire_timeout(wait).unwrap();
+            log.lock().unwrap().push((who, got.is_some()));
+            if got.is_some() {
+                std::thread::sleep(keep);
+            }
+        })
+    };
+    let a = waiter("A", a_wait, Duration::from_millis(300));
+    common::queued(&mut admin, "{fl}:queue", 1);
+    let b = waiter("B", Duration::from_secs(10), Duration::from_millis(2_500));
+    common::queued(&mut admin, "{fl}:queue", 2);
+    std::thread::sleep(release_after.saturating_sub(t0.elapsed()));
+    drop(g);
+    a.join().unwrap();
+    b.join().unwrap();
+    let order = log.lock().unwrap().clone();
+    order
+}
+
+/// Reproduction (review): with waits under a second (and the last second
+/// of longer ones) waiting for messages, a fair lock's oldest waiter lost
+/// its turn to a later one blocked on the server (a pop alone takes a
+/// lock's grant, with no script to look at the queue) and timed out,
+/// though the lock was released well inside its wait. A fair lock's
+/// waiters keep blocking to their deadline.
+#[test]
+fn a_fair_locks_short_waiter_keeps_its_turn() {
+    for (a_wait, release_after) in [
+        (Duration::from_millis(900), Duration::from_millis(200)),
+        (Duration::from_millis(1_600), Duration::from_millis(1_000)),
+    ] {
+        let order = fair_order(a_wait, release_after);
+        println!("FIGURES A waits {a_wait:?}, released after {release_after:?}: {order:?}");
+        assert_eq!(order.first(), Some(&("A", true)), "{order:?}");
+    }
 }

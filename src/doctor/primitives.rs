@@ -141,15 +141,24 @@ fn check_blocking(client: &Client, scratch: &str, d: &mut Diagnosis) {
     let wait_name = name.clone();
     // Long enough to block (a wait under a second waits for the release
     // message instead: `worth_blocking`); the release below hands the lock
-    // over once the waiter has had time to block, so the check takes
-    // about that long, not the whole wait.
+    // over once the waiter has queued and had time to block (or to be
+    // refused), so the check takes about that long, not the whole wait. A
+    // release before the waiter's first attempt would let it take the
+    // free lock without ever blocking, and prove nothing.
     let waiting = std::thread::spawn(move || {
         waiter
             .lock(&wait_name)
-            .acquire_timeout(Duration::from_millis(1_500))
+            .acquire_timeout(Duration::from_millis(2_500))
             .map(|g| g.map(|g| g.release()))
     });
-    std::thread::sleep(Duration::from_millis(200));
+    if let Ok(names) = client.names(name.as_bytes()) {
+        let queue = names.key(crate::keys::QUEUE);
+        let by = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < by && !backend.exists(&queue).unwrap_or(true) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(100));
     let _ = held.release();
     let waited = waiting.join();
     match (waited, backend.grants_directly()) {

@@ -57,6 +57,7 @@ pub(super) fn attempt(
             Some(_) if client.backend().grants_directly() => Some(ROOM_CHUNK),
             _ => None,
         },
+        keeps_blocking: spec.direct.as_ref().is_some_and(|d| d.ordered),
         signalled: None,
         patient: spec.patient,
     };
@@ -197,7 +198,8 @@ impl<'a> Acquisition<'a> {
     /// Whether this waiter blocks on the server for its grant now, as the
     /// waiting loop decides it (`Wakeup::acquire`).
     fn blocks(&self) -> bool {
-        self.client.backend().grants_directly() && worth_blocking(self.deadline)
+        let ordered = self.spec.direct.as_ref().is_some_and(|d| d.ordered);
+        self.client.backend().grants_directly() && (ordered || worth_blocking(self.deadline))
     }
 
     /// Busy for `wait` ms: the grant was decided, and a waiter that blocks

@@ -114,6 +114,12 @@ pub(crate) struct Direct {
     pub(crate) alone: Option<PopAlone>,
     pub(crate) watch: Option<PreparedCall>,
     pub(crate) by_message: PreparedCall,
+    /// Its waiters' turns are their places among the blocked (a fair
+    /// lock: a pop alone takes the grant, with no script behind it to
+    /// look at the queue), so a waiter blocks until its deadline however
+    /// near it is: one that waited for messages instead would lose its
+    /// turn to any later waiter blocked (see `Wait::keeps_blocking`).
+    pub(crate) ordered: bool,
 }
 
 /// A lock's waiter holds the lock from its pop alone (see

@@ -76,6 +76,12 @@ pub(crate) struct Wait<'a> {
     pub(crate) jump: bool,
     /// Block on the server for a direct grant, this long per round trip.
     pub(crate) direct: Option<Duration>,
+    /// Block until the deadline however near it is, rather than wait for
+    /// messages for its last [`SHORT_WAIT`] (see [`worth_blocking`]): the
+    /// waiter's turn is its place among the blocked, which it would lose
+    /// to any later blocked waiter (a fair lock). Such a wait may end up
+    /// to a server clock tick late.
+    pub(crate) keeps_blocking: bool,
     /// Set when an announcement of `key` (a message, or a local notify)
     /// arrived, as opposed to a nudge or a timeout: for keys that name a
     /// single event (a latch round opening), the announcement itself is
@@ -291,6 +297,7 @@ impl Wakeup {
             deadline,
             jump,
             direct,
+            keeps_blocking,
             signalled,
             patient,
         } = wait;
@@ -316,8 +323,17 @@ impl Wakeup {
         // directly (an old ACL may refuse it meanwhile), and the deadline
         // must be far enough (see `worth_blocking`). Once it is not, the
         // waiter waits for messages for the rest of its wait.
-        let blocking =
-            || direct.filter(|_| self.backend.grants_directly() && worth_blocking(deadline));
+        let blocking = || {
+            direct.filter(|_| {
+                self.backend.grants_directly() && (keeps_blocking || worth_blocking(deadline))
+            })
+        };
+        // Blocks end that long before the deadline (see `block_for`).
+        let tail = if keeps_blocking {
+            Duration::ZERO
+        } else {
+            SHORT_WAIT
+        };
         // Waiters that block for a direct grant need no messages.
         let mut listening = Listening::new(self, key, deadline);
         if blocking().is_none() {
@@ -328,7 +344,7 @@ impl Wakeup {
         // The next attempt blocks for a grant (direct waiting, head only):
         // at once if the fast path found the name busy (and queued us).
         let mut block = match blocking() {
-            Some(slice) if tried && !tries.in_outage() => block_for(slice, deadline),
+            Some(slice) if tried && !tries.in_outage() => block_for(slice, deadline, tail),
             _ => None,
         };
         loop {
@@ -374,7 +390,7 @@ impl Wakeup {
                 // Queued in Redis: block there for our grant. Under a
                 // millisecond before the deadline there is nothing left to
                 // block for: the loop ends at the deadline.
-                block = block_for(slice, deadline);
+                block = block_for(slice, deadline, tail);
                 if block.is_none() {
                     std::thread::sleep(Duration::from_millis(1));
                 }
@@ -679,6 +695,7 @@ fn wait_for_message(
 /// by the waiter's attempts, which say in their queue entry that they wait
 /// for messages (`Direct::by_message`, the latch's message registration)
 /// once it is `false`: time only moves on, so both sides agree from then on.
+/// Not asked for a waiter that keeps blocking ([`Wait::keeps_blocking`]).
 pub(crate) fn worth_blocking(deadline: Option<Instant>) -> bool {
     deadline.is_none_or(|d| d.saturating_duration_since(Instant::now()) >= SHORT_WAIT)
 }
@@ -687,13 +704,14 @@ pub(crate) fn worth_blocking(deadline: Option<Instant>) -> bool {
 const SHORT_WAIT: Duration = Duration::from_secs(1);
 
 /// How long the next direct-grant round trip blocks: a slice, cut to end
-/// [`SHORT_WAIT`] before the deadline (the server may time it out up to a
-/// clock tick late; the rest of the wait is spent on messages, see
-/// [`worth_blocking`]); `None` when under a millisecond is left to block.
-fn block_for(slice: Duration, deadline: Option<Instant>) -> Option<Duration> {
+/// `tail` before the deadline ([`SHORT_WAIT`]: the server may time it out
+/// up to a clock tick late, and the rest of the wait is spent on messages,
+/// see [`worth_blocking`]; zero for a waiter that keeps blocking); `None`
+/// when under a millisecond is left to block.
+fn block_for(slice: Duration, deadline: Option<Instant>, tail: Duration) -> Option<Duration> {
     let left = deadline.map(|d| {
         d.saturating_duration_since(Instant::now())
-            .saturating_sub(SHORT_WAIT)
+            .saturating_sub(tail)
     });
     let b = left.map_or(slice, |l| l.min(slice));
     (b >= Duration::from_millis(1)).then_some(b)
