@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::lease_state::LeaseState;
 use crate::reentrancy::{self, Held, HoldKey};
 use crate::renewal;
-use crate::wakeup::{worth_blocking, Attempt};
+use crate::wakeup::{blocks_now, Attempt};
 
 pub(super) fn attempt(
     client: &Client,
@@ -199,7 +199,7 @@ impl<'a> Acquisition<'a> {
     /// waiting loop decides it (`Wakeup::acquire`).
     fn blocks(&self) -> bool {
         let ordered = self.spec.direct.as_ref().is_some_and(|d| d.ordered);
-        self.client.backend().grants_directly() && (ordered || worth_blocking(self.deadline))
+        blocks_now(self.client.backend(), ordered, self.deadline)
     }
 
     /// Busy for `wait` ms: the grant was decided, and a waiter that blocks

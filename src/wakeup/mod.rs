@@ -323,11 +323,7 @@ impl Wakeup {
         // directly (an old ACL may refuse it meanwhile), and the deadline
         // must be far enough (see `worth_blocking`). Once it is not, the
         // waiter waits for messages for the rest of its wait.
-        let blocking = || {
-            direct.filter(|_| {
-                self.backend.grants_directly() && (keeps_blocking || worth_blocking(deadline))
-            })
-        };
+        let blocking = || direct.filter(|_| blocks_now(&self.backend, keeps_blocking, deadline));
         // Blocks end that long before the deadline (see `block_for`).
         let tail = if keeps_blocking {
             Duration::ZERO
@@ -698,6 +694,19 @@ fn wait_for_message(
 /// Not asked for a waiter that keeps blocking ([`Wait::keeps_blocking`]).
 pub(crate) fn worth_blocking(deadline: Option<Instant>) -> bool {
     deadline.is_none_or(|d| d.saturating_duration_since(Instant::now()) >= SHORT_WAIT)
+}
+
+/// Whether a waiter that can block for a direct grant does so now: the
+/// server grants directly (an old ACL may refuse it meanwhile), and the
+/// waiter keeps blocking or its deadline is far enough
+/// ([`worth_blocking`]). The waiting loop and the waiter's attempts (the
+/// queue entry they write) both ask this, so they agree.
+pub(crate) fn blocks_now(
+    backend: &Backend,
+    keeps_blocking: bool,
+    deadline: Option<Instant>,
+) -> bool {
+    backend.grants_directly() && (keeps_blocking || worth_blocking(deadline))
 }
 
 /// See [`worth_blocking`].
