@@ -17,6 +17,10 @@
 --     The counter then lives ttl_ms more.
 --     Raises REDLEASE_FOREIGN, before writing anything, when the counter
 --     or the floor is not a positive integer below 2^53.
+--   next_fences(counters, ttls_ms) -> {fence, ...}
+--     next_fence for several counters at once (a multi-lock's names on
+--     one server): the floor read once and raised once, to the largest;
+--     nothing written unless every counter is sound.
 --   raise_floor(fence): the floor is at least fence afterwards.
 local fence_floor = KEYS[#KEYS]
 
@@ -50,33 +54,47 @@ local function raise_floor(f)
 end
 
 -- Everything is read and checked before anything is written: a foreign
--- floor or counter leaves both as they were (an INCR first left a small
+-- floor or counter leaves every key as it was (an INCR first left a small
 -- counter behind, from which fences went backwards once the floor was
 -- repaired).
-local function next_fence(counter, ttl)
+local function next_fences(counters, ttls)
   local low = floor_value()
-  local cur = redis.call('GET', counter)
-  local f
-  if cur then
-    f = as_fence(cur, 'fencing counter') + 1
-  else
-    -- No counter alive: start from the clock, but above every fence this
-    -- server (slot) has drawn.
-    f = now_us()
-    if f <= low then
-      f = low + 1
+  local fences, top, now = {}, low, nil
+  for i, counter in ipairs(counters) do
+    local cur = redis.call('GET', counter)
+    local f
+    if cur then
+      f = as_fence(cur, 'fencing counter') + 1
+    else
+      -- No counter alive: start from the clock, but above every fence this
+      -- server (slot) has drawn.
+      now = now or now_us()
+      f = now
+      if f <= low then
+        f = low + 1
+      end
     end
-  end
-  if f >= FENCE_LIMIT then
-    error('REDLEASE_FOREIGN fence would reach 2^53')
+    if f >= FENCE_LIMIT then
+      error('REDLEASE_FOREIGN fence would reach 2^53')
+    end
+    fences[i] = f
+    if f > top then
+      top = f
+    end
   end
   -- Plain writes: a refusal (READONLY on a replica, OOM) comes back as the
   -- server gave it.
-  redis.call('SET', counter, string.format('%d', f), 'PX', ttl)
-  if f > low then
-    redis.call('SET', fence_floor, string.format('%d', f))
+  for i, counter in ipairs(counters) do
+    redis.call('SET', counter, string.format('%d', fences[i]), 'PX', ttls[i])
   end
-  return f
+  if top > low then
+    redis.call('SET', fence_floor, string.format('%d', top))
+  end
+  return fences
+end
+
+local function next_fence(counter, ttl)
+  return next_fences({counter}, {ttl})[1]
 end
 
 -- "<token>#<fence>", with the fence written in full (Lua would print a

@@ -1,5 +1,8 @@
 -- End an exclusive lease if, and only if, the caller still owns it, and
--- open the name to its live waiters, if any (queue.lua hand_on).
+-- open the name to its live waiters, if any (queue.lua hand_on). Several
+-- names on one server may be released in one run (a multi-lock): their
+-- KEYS[1..4] and ARGV[1..10] repeat, one set per name, in that order, and
+-- the fence floor stays the last key.
 -- Uses     clock.lua, fence.lua, publish.lua, queue.lua
 -- KEYS[1]  lock key ("<owner token>#<fence>")
 -- KEYS[2]  fencing counter (fence.lua)
@@ -28,68 +31,83 @@
 --          claimed yet, is its hold too (queue.lua held_by)
 -- Returns  1 released, 2 released and opened to the waiters (the caller
 --          looks at the name again after the claim: lua/lock_watch.lua),
---          0 not held by this token
-local prefix = ARGV[4]
-local took = false
-if ARGV[9] == 'leave' then
-  queue_leave(KEYS[3], KEYS[4], prefix, ARGV[1], false)
-  took = redis.pcall('LPOP', prefix .. ARGV[1])
-  if type(took) == 'table' then
-    took = false -- an ACL without LPOP: the pop was refused too
+--          0 not held by this token; for several names, an array of
+--          these, one per name in the order given
+
+-- One name's release: its keys from KEYS[k], its arguments from ARGV[a].
+local function release(k, a)
+  local lock, counter, q, qt = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
+  local token, channel, message, prefix, claim = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
+  local force, keep, queued, leave, fence = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9]
+  local took = false
+  if leave == 'leave' then
+    queue_leave(q, qt, prefix, token, false)
+    took = redis.pcall('LPOP', prefix .. token)
+    if type(took) == 'table' then
+      took = false -- an ACL without LPOP: the pop was refused too
+    end
+    redis.call('DEL', prefix .. token)
   end
-  redis.call('DEL', prefix .. ARGV[1])
-end
-local v = redis.call('GET', KEYS[1])
-if v and took and v == 'rl:grant#' .. took then
-  -- Still open, with its fence taken off the list by our pop: put it back
-  -- for the next blocked waiter (only that fence: any other would let its
-  -- popper believe it holds a grant another may claim).
-  local open = prefix .. 'open'
-  redis.pcall('RPUSH', open, took)
-  redis.call('PEXPIRE', open, tonumber(ARGV[5]) * 2)
-  return 0
-end
-if ARGV[9] == 'leave' and v and string.match(v, '^[^#]*') == 'rl:grant'
-    and redis.call('EXISTS', KEYS[3]) == 0 and redis.call('EXISTS', prefix .. 'open') == 1 then
-  -- Opened as this waiter gave up, and nobody is left in the queue to take
-  -- it: withdraw it, rather than hold the name up for the claim window.
-  if ARGV[7] ~= 'keep' then
-    redis.call('DEL', KEYS[1], prefix .. 'open', KEYS[2])
+  local v = redis.call('GET', lock)
+  if v and took and v == 'rl:grant#' .. took then
+    -- Still open, with its fence taken off the list by our pop: put it back
+    -- for the next blocked waiter (only that fence: any other would let its
+    -- popper believe it holds a grant another may claim).
+    local open = prefix .. 'open'
+    redis.pcall('RPUSH', open, took)
+    redis.call('PEXPIRE', open, tonumber(claim) * 2)
+    return 0
+  end
+  if leave == 'leave' and v and string.match(v, '^[^#]*') == 'rl:grant'
+      and redis.call('EXISTS', q) == 0 and redis.call('EXISTS', prefix .. 'open') == 1 then
+    -- Opened as this waiter gave up, and nobody is left in the queue to take
+    -- it: withdraw it, rather than hold the name up for the claim window.
+    if keep ~= 'keep' then
+      redis.call('DEL', lock, prefix .. 'open', counter)
+    else
+      redis.call('DEL', lock, prefix .. 'open')
+    end
+    return 0
+  end
+  local held = held_by(v, token, fence)
+  if not v or (force ~= 'force' and not held) then
+    return 0
+  end
+  if held == 'popped' then
+    -- Released before its claim: it leaves the queue as a claim would
+    -- (queue.lua queue_claim), before the queue is looked at.
+    queue_leave(q, qt, prefix, token, true)
+    redis.call('DEL', prefix .. token)
+  end
+  local told, opened = true, false
+  -- Anyone queued: the blocked among them take it, and one that is not (it
+  -- died, or waits for messages) costs at most the claim window (queue.lua).
+  -- No clock and no deadlines here: this runs before the next holder's reply.
+  if redis.call('EXISTS', q) == 1 then
+    -- The hand-over overwrites the lock key: no DEL first.
+    told = hand_on(lock, counter, q, qt, prefix, tonumber(claim))
+    opened = true
   else
-    redis.call('DEL', KEYS[1], prefix .. 'open')
+    -- The holder's note (lock_note.lua) goes with it: a name nobody holds
+    -- or waits for leaves no key.
+    if keep ~= 'keep' then
+      redis.call('DEL', lock, prefix .. 'open', lock .. ':note', counter)
+    else
+      redis.call('DEL', lock, prefix .. 'open', lock .. ':note')
+    end
+    -- Nobody is queued: where every waiter queues (queued), nobody waits.
   end
-  return 0
-end
-local held = held_by(v, ARGV[1], ARGV[10])
-if not v or (ARGV[6] ~= 'force' and not held) then
-  return 0
-end
-if held == 'popped' then
-  -- Released before its claim: it leaves the queue as a claim would
-  -- (queue.lua queue_claim), before the queue is looked at.
-  queue_leave(KEYS[3], KEYS[4], prefix, ARGV[1], true)
-  redis.call('DEL', prefix .. ARGV[1])
-end
-local told, opened = true, false
--- Anyone queued: the blocked among them take it, and one that is not (it
--- died, or waits for messages) costs at most the claim window (queue.lua).
--- No clock and no deadlines here: this runs before the next holder's reply.
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  -- The hand-over overwrites the lock key: no DEL first.
-  told = hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], prefix, tonumber(ARGV[5]))
-  opened = true
-else
-  -- The holder's note (lock_note.lua) goes with it: a name nobody holds
-  -- or waits for leaves no key.
-  if ARGV[7] ~= 'keep' then
-    redis.call('DEL', KEYS[1], prefix .. 'open', KEYS[1] .. ':note', KEYS[2])
-  else
-    redis.call('DEL', KEYS[1], prefix .. 'open', KEYS[1] .. ':note')
+  announce(channel, message, queued, told)
+  if opened then
+    return 2
   end
-  -- Nobody is queued: where every waiter queues (ARGV[8]), nobody waits.
+  return 1
 end
-announce(ARGV[2], ARGV[3], ARGV[8], told)
-if opened then
-  return 2
+if #KEYS == 5 then
+  return release(1, 1)
 end
-return 1
+local codes = {}
+for i = 0, (#KEYS - 1) / 4 - 1 do
+  codes[i + 1] = release(1 + 4 * i, 1 + 10 * i)
+end
+return codes

@@ -11,7 +11,9 @@ use crate::handle::Core;
 use crate::keys as schema;
 use crate::lease::{self, lease_controls, Direct, Holding, PopAlone, Spec, ThreadBound};
 use crate::reentrancy::{self, HoldKey, Mode};
-use crate::scripts::{millis, word, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, LOCK_WATCH};
+use crate::scripts::{
+    millis, word, LOCK_ACQUIRE, LOCK_ACQUIRE_ALL, LOCK_EXTEND, LOCK_RELEASE, LOCK_WATCH,
+};
 use crate::wakeup::{deadline_after, waited, Turns};
 
 #[derive(Debug)]
@@ -94,6 +96,40 @@ impl AcquireArgs<'_> {
             word(self.blocks, "block"),
         ]
     }
+}
+
+/// Where `AcquireArgs::argv` puts what lua/lock_acquire_all.lua takes of
+/// it: the token, the lease and the grant prefix.
+const ACQUIRE_TOKEN: usize = 0;
+const ACQUIRE_LEASE: usize = 1;
+const ACQUIRE_PREFIX: usize = 3;
+/// lua/lock_acquire.lua's keys before the fence floor (the last).
+const ACQUIRE_KEYS: usize = 4;
+
+/// One call that grants a multi-lock's names on one server, all or
+/// nothing (lua/lock_acquire_all.lua), from their grants as tries for one
+/// token (`Lock::try_spec`): one script run instead of one per name.
+/// `None` when the grants do not share the token and the fence floor.
+pub(crate) fn grant_all(grants: &[&PreparedCall]) -> Option<PreparedCall> {
+    let first = grants.first()?;
+    let token = first.args.get(ACQUIRE_TOKEN)?;
+    let floor = first.keys.get(ACQUIRE_KEYS)?;
+    let mut keys = Vec::with_capacity(grants.len() * ACQUIRE_KEYS + 1);
+    let mut args = Vec::with_capacity(grants.len() * 2 + 1);
+    args.push(token.clone());
+    for g in grants {
+        if g.keys.len() != ACQUIRE_KEYS + 1
+            || g.keys.get(ACQUIRE_KEYS) != Some(floor)
+            || g.args.get(ACQUIRE_TOKEN) != Some(token)
+        {
+            return None;
+        }
+        keys.extend_from_slice(&g.keys[..ACQUIRE_KEYS]);
+        args.push(g.args.get(ACQUIRE_LEASE)?.clone());
+        args.push(g.args.get(ACQUIRE_PREFIX)?.clone());
+    }
+    keys.push(floor.clone());
+    Some(PreparedCall::new(&LOCK_ACQUIRE_ALL, keys, args))
 }
 
 /// lua/lock_release.lua's arguments, by name.

@@ -3,6 +3,9 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use redis::Value;
+
+use crate::backend::PreparedCall;
 use crate::client::Client;
 use crate::error::Result;
 use crate::lock::{Lock, LockGuard};
@@ -130,13 +133,14 @@ impl MultiLock {
 }
 
 impl MultiLock {
-    /// Tries every name in one round trip, where one server holds them all
-    /// (not Cluster, not Redlock, no replica acknowledgements): their
-    /// grants pipelined, with one token, none of them queueing. `Some` when
-    /// all were granted. Otherwise the ones granted are released (one
-    /// round trip, token-checked) and `None` sends the caller to the
-    /// one-by-one way, which waits in canonical order and handles every
-    /// uncertain outcome; so does a name this thread holds already.
+    /// Tries every name in one round trip and one script run, where one
+    /// server holds them all (not Cluster, not Redlock, no replica
+    /// acknowledgements): lua/lock_acquire_all.lua grants them all, with
+    /// one token, or none, never queueing. `Some` when all were granted.
+    /// `None` sends the caller to the one-by-one way, which waits in
+    /// canonical order and handles every uncertain outcome (so does a name
+    /// this thread holds already); before it, whatever an undecided run
+    /// may have granted is released (one round trip, token-checked).
     fn all_at_once(&self, deadline: Option<Instant>) -> Result<Option<MultiLockGuard>> {
         let Some(first) = self.locks.first() else {
             return Ok(None);
@@ -154,24 +158,29 @@ impl MultiLock {
                 None => return Ok(None),
             }
         }
+        let grants: Vec<&PreparedCall> = specs.iter().map(|(spec, _)| &spec.grant).collect();
+        let releases: Vec<&PreparedCall> = specs.iter().map(|(spec, _)| &spec.release).collect();
+        let (Some(grant), Some(undo)) = (
+            crate::lock::grant_all(&grants),
+            PreparedCall::together(&releases),
+        ) else {
+            return Ok(None);
+        };
         let at = Instant::now();
-        let calls: Vec<_> = specs.iter().map(|(spec, _)| spec.grant.call()).collect();
-        let undo: Vec<_> = specs.iter().map(|(spec, _)| spec.release.call()).collect();
-        let replies = backend.grant_batch(&calls, &undo);
-        drop(calls);
+        let replies = backend.grant_batch(&[grant.call()], &[undo.call()]);
         // `Ok(fence)` granted; `Err(true)` surely refused (busy);
         // `Err(false)` undecided: it may have been granted.
-        let granted: Vec<std::result::Result<i64, bool>> = match &replies {
-            Ok(values) if values.len() == specs.len() => values
+        let granted: Vec<std::result::Result<i64, bool>> = match replies.as_ref().map(|r| r.first())
+        {
+            Ok(Some(Value::Array(fences))) if fences.len() == specs.len() => fences
                 .iter()
-                .map(
-                    |v| match redis::FromRedisValue::from_redis_value(v.clone()) {
-                        Ok((1i64, fence)) => Ok(fence),
-                        Ok((_, _)) => Err(true),
-                        Err(_) => Err(false),
-                    },
-                )
+                .map(|f| match f {
+                    Value::Int(fence) => Ok(*fence),
+                    _ => Err(false),
+                })
                 .collect(),
+            // Not all free: the script wrote nothing.
+            Ok(Some(Value::Int(0))) => vec![Err(true); specs.len()],
             _ => vec![Err(false); specs.len()],
         };
         if granted.iter().all(|g| g.is_ok()) {

@@ -24,6 +24,11 @@ use redis::{ConnectionLike, ErrorKind, FromRedisValue, RedisResult, Script, Serv
 pub(crate) struct Lua {
     pub(crate) script: Script,
     pub(crate) code: &'static str,
+    /// For a script that takes several names in one run (its header says
+    /// so): how many keys and arguments each name has. The last key, the
+    /// server's fence floor, is shared and comes once, at the end. See
+    /// `PreparedCall::together`.
+    pub(crate) per_name: Option<(usize, usize)>,
 }
 
 /// The preludes a script may name in its `-- Uses` line.
@@ -133,11 +138,12 @@ fn compact(code: &str) -> String {
 }
 
 impl Lua {
-    fn new(body: &'static str) -> Lua {
+    fn new(body: &'static str, per_name: Option<(usize, usize)>) -> Lua {
         let code = compose(body);
         Lua {
             script: Script::new(code),
             code,
+            per_name,
         }
     }
 
@@ -253,12 +259,21 @@ pub(crate) fn millis(d: std::time::Duration) -> Vec<u8> {
 macro_rules! script {
     ($name:ident, $file:literal) => {
         pub(crate) static $name: Lazy<Lua> =
-            Lazy::new(|| Lua::new(include_str!(concat!("../lua/", $file))));
+            Lazy::new(|| Lua::new(include_str!(concat!("../lua/", $file)), None));
+    };
+    ($name:ident, $file:literal, per_name($keys:literal, $args:literal)) => {
+        pub(crate) static $name: Lazy<Lua> = Lazy::new(|| {
+            Lua::new(
+                include_str!(concat!("../lua/", $file)),
+                Some(($keys, $args)),
+            )
+        });
     };
 }
 
 script!(LOCK_ACQUIRE, "lock_acquire.lua");
-script!(LOCK_RELEASE, "lock_release.lua");
+script!(LOCK_ACQUIRE_ALL, "lock_acquire_all.lua");
+script!(LOCK_RELEASE, "lock_release.lua", per_name(4, 10));
 script!(LOCK_EXTEND, "lock_extend.lua");
 script!(LOCK_WATCH, "lock_watch.lua");
 script!(FORCE_UNLOCK, "force_unlock.lua");
@@ -286,6 +301,7 @@ script!(FENCE_RAISE, "fence_raise.lua");
 /// Every script, by its file name in `lua/`.
 const ALL: &[(&str, &Lazy<Lua>)] = &[
     ("lock_acquire.lua", &LOCK_ACQUIRE),
+    ("lock_acquire_all.lua", &LOCK_ACQUIRE_ALL),
     ("lock_release.lua", &LOCK_RELEASE),
     ("lock_extend.lua", &LOCK_EXTEND),
     ("lock_watch.lua", &LOCK_WATCH),

@@ -520,6 +520,93 @@ fn a_multi_lock_on_one_server_takes_and_releases_its_names_in_one_round_trip_eac
     drop(held);
 }
 
+/// Script runs a server counted (`INFO commandstats`, `EVALSHA` calls).
+fn evalsha_calls(con: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Reproduction (issue: a multi-lock in one round trip): on one server a
+/// multi-lock's names are taken by one script run, all or nothing, and
+/// released by one. Before, each name was its own script in one pipeline:
+/// 6 runs a cycle of 3 names, each with the server's cost of a run (the
+/// multi-lock cost 1.95x one lock's cycle), and a try that found one name
+/// busy granted the others, then undid them in a second round trip.
+#[test]
+fn a_multi_lock_on_one_server_is_one_script_run_each_way_and_a_busy_try_writes_nothing() {
+    let server = Server::start();
+    let c = client(&server);
+    let mut con = server.con();
+    let m = c.multi_lock(["one:a", "one:b", "one:c"]);
+    m.acquire().unwrap().release().unwrap(); // warm: scripts loaded
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut con).unwrap();
+    let g = m.acquire().unwrap();
+    let fences = g.fencing_tokens();
+    g.release().unwrap();
+    assert_eq!(evalsha_calls(&mut con), 2, "script runs for a cycle");
+    assert!(fences.iter().all(|&f| f > 0), "{fences:?}");
+    // Each name's fence goes on growing, granted alone or together.
+    let again = m.acquire().unwrap();
+    for (before, after) in fences.iter().zip(again.fencing_tokens()) {
+        assert!(after > *before, "fence {after} after {before}");
+    }
+    drop(again);
+    // One name busy: the try writes nothing on the free names (no grant,
+    // no fencing counter drawn and undone).
+    let other = client(&server);
+    let held = other.lock("one:b").acquire().unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg("{one:a}:fence")
+        .arg("{one:c}:fence")
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut con).unwrap();
+    let keys_before: Vec<String> = con.keys("*").unwrap();
+    assert!(m.try_acquire().unwrap().is_none());
+    let mut keys_after: Vec<String> = con.keys("*").unwrap();
+    keys_after.sort();
+    let mut keys_before = keys_before;
+    keys_before.sort();
+    assert_eq!(keys_after, keys_before, "a busy try wrote something");
+    // The one run together, then the one-by-one try, which looks closer
+    // (a queue whose waiters lapsed, a stale open list): "one:a" granted
+    // and given back, "one:b" busy.
+    assert_eq!(evalsha_calls(&mut con), 4, "script runs for a busy try");
+    drop(held);
+}
+
+/// A multi-lock's fences stay above the server's fence floor when their
+/// counters lapsed (a clock stepped back): drawn together, the floor is
+/// read once and raised to the largest of them (lua/fence.lua).
+#[test]
+fn a_multi_locks_fences_stay_above_the_floor_after_a_clock_step() {
+    let server = Server::start();
+    let c = client(&server);
+    let mut con = server.con();
+    let m = c.multi_lock(["fl:a", "fl:b"]);
+    m.acquire().unwrap().release().unwrap();
+    // As if the server's clock had stepped far back since: every fence
+    // drawn from the clock would be below this floor.
+    let high: u64 = 1 << 52;
+    let _: () = con.set("redlease:fence-floor", high).unwrap();
+    let g = m.acquire().unwrap();
+    let fences = g.fencing_tokens();
+    assert!(fences.iter().all(|&f| f > high), "{fences:?} under {high}");
+    let floor: u64 = con.get("redlease:fence-floor").unwrap();
+    assert_eq!(floor, *fences.iter().max().unwrap());
+    g.release().unwrap();
+    // A foreign floor: refused before anything is written, nothing held.
+    let _: () = con.set("redlease:fence-floor", "garbage").unwrap();
+    let err = m.try_acquire().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongType, "{err}");
+    for n in ["fl:a", "fl:b"] {
+        assert!(!c.lock(n).is_locked().unwrap(), "{n} held");
+    }
+}
+
 /// Reproduction (review): on a stalled server (SIGSTOP) a multi-lock's
 /// `try_acquire` paid for its pipelined grants, then the undo, then the
 /// one-by-one try: three response timeouts (1.5 s at 500 ms). The undo is

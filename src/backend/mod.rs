@@ -162,6 +162,40 @@ impl PreparedCall {
             args: &self.args,
         }
     }
+
+    /// Several calls of one script that takes several names in a run
+    /// (`Lua::per_name`) as one call: each call's keys but the last, then
+    /// the last (the fence floor, which they must share), and their
+    /// arguments in turn. Its reply is an array of what each call would
+    /// have answered, in order. `None` when they cannot go as one: other
+    /// scripts, a script that does not repeat, another shape of call, or
+    /// different floors (servers or slots).
+    ///
+    /// One script run instead of several: each run costs the server about
+    /// 10 µs of its own (setting up the run, its closures) before any of
+    /// the script's calls.
+    pub(crate) fn together(calls: &[&PreparedCall]) -> Option<PreparedCall> {
+        let first = calls.first()?;
+        let (keys, args) = first.lua.per_name?;
+        let floor = first.keys.last()?;
+        let fits = |c: &&PreparedCall| {
+            std::ptr::eq(c.lua, first.lua)
+                && c.keys.len() == keys + 1
+                && c.args.len() == args
+                && c.keys.last() == Some(floor)
+        };
+        if !calls.iter().all(fits) {
+            return None;
+        }
+        let mut all_keys = Vec::with_capacity(calls.len() * keys + 1);
+        let mut all_args = Vec::with_capacity(calls.len() * args);
+        for c in calls {
+            all_keys.extend_from_slice(&c.keys[..keys]);
+            all_args.extend_from_slice(&c.args);
+        }
+        all_keys.push(floor.clone());
+        Some(PreparedCall::new(first.lua, all_keys, all_args))
+    }
 }
 
 enum Kind {

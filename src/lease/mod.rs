@@ -486,8 +486,23 @@ pub(crate) fn release_all(client: &Client, holdings: Vec<&mut Holding>) -> Resul
     let backend = client.backend();
     let attempted = remote.len() > 1 && backend.pipelines_grants();
     let replies = if attempted {
-        let calls: Vec<_> = remote.iter().map(|h| h.held.release.call()).collect();
-        backend.eval_batch(&calls, backend.timeouts().response).ok()
+        let prepared: Vec<&PreparedCall> = remote.iter().map(|h| &h.held.release).collect();
+        match PreparedCall::together(&prepared) {
+            // One script run for all (a multi-lock's names on one server):
+            // its array of codes, or its one error for each of them.
+            Some(all) => backend
+                .eval_batch(&[all.call()], backend.timeouts().response)
+                .ok()
+                .and_then(|mut r| r.pop())
+                .map(|reply| match reply {
+                    redis::Value::Array(codes) => codes,
+                    other => vec![other; remote.len()],
+                }),
+            None => {
+                let calls: Vec<_> = prepared.iter().map(|c| c.call()).collect();
+                backend.eval_batch(&calls, backend.timeouts().response).ok()
+            }
+        }
     } else {
         None
     };
