@@ -13,7 +13,7 @@ mod support;
 
 use common::Server;
 use redlease::Client;
-use support::{mean, quick, raw_con, scale, us, RawLockScripts};
+use support::{mean, quick, raw_con, scale, us, RawLockScripts, RawMultiScripts};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -39,6 +39,13 @@ fn main() {
         &common::lua_source("lock_acquire.lua"),
         &common::lua_source("lock_release.lua"),
     );
+    // A multi-lock's two scripts sent raw: its server work, against one
+    // lock's two scripts sent raw.
+    let raw_multi = RawMultiScripts::new(
+        &["bench:rm:a", "bench:rm:b", "bench:rm:c"],
+        &common::lua_source("lock_acquire_all.lua"),
+        &common::lua_source("lock_release.lua"),
+    );
     let lock = client.lock("bench:cycle");
     let multi = client.multi_lock(["bench:m:a", "bench:m:b", "bench:m:c"]);
     lock.acquire().unwrap().release().unwrap();
@@ -49,6 +56,7 @@ fn main() {
     let (mut rtt, mut raws, mut cycles, mut multis) = (vec![], vec![], vec![], vec![]);
     let (mut cycle_ratio, mut multi_ratio, mut scripts_ratio, mut own_ratio) =
         (vec![], vec![], vec![], vec![]);
+    let (mut multi_floor, mut multi_own) = (vec![], vec![]);
     for _ in 0..blocks {
         let e = mean(per_block, || {
             let _: i64 = one.invoke(&mut raw).unwrap();
@@ -74,6 +82,9 @@ fn main() {
         let m = mean(per_block, || {
             multi.acquire().unwrap().release().unwrap();
         });
+        let ms = mean(per_block, || raw_multi.cycle(&mut raw));
+        multi_floor.push(us(ms) / us(sc));
+        multi_own.push(us(m) / us(ms));
         cycle_ratio.push(us(c) / us(r));
         scripts_ratio.push(us(sc) / us(r));
         own_ratio.push(us(c) / us(sc));
@@ -87,6 +98,7 @@ fn main() {
         (median(rtt), median(raws), median(cycles), median(multis));
     let (cr, mr) = (median(cycle_ratio), median(multi_ratio));
     let (sr, or) = (median(scripts_ratio), median(own_ratio));
+    let (mf, mo) = (median(multi_floor), median(multi_own));
     println!("redlease cycle benchmark (interleaved, {blocks} blocks of {per_block})");
     println!(
         "{:<56} {rtt:>8.1} us",
@@ -113,6 +125,14 @@ fn main() {
         "multi-lock of 3 names, acquire + release"
     );
     println!(
-        "{{\"bench\":\"cycle\",\"idle_rtt_us\":{rtt:.1},\"raw_lock_us\":{raw_us:.1},\"cycle_ratio\":{cr:.3},\"scripts_ratio\":{sr:.3},\"own_overhead\":{or:.3},\"multi_lock_ratio\":{mr:.3}}}"
+        "{:<56} {mf:>8.3}x one lock's scripts sent raw (its floor)",
+        "floor: the multi-lock's two scripts sent raw"
+    );
+    println!(
+        "{:<56} {mo:>8.3}x its own scripts sent raw (the library's own overhead)",
+        "multi-lock of 3 names, acquire + release"
+    );
+    println!(
+        "{{\"bench\":\"cycle\",\"idle_rtt_us\":{rtt:.1},\"raw_lock_us\":{raw_us:.1},\"cycle_ratio\":{cr:.3},\"scripts_ratio\":{sr:.3},\"own_overhead\":{or:.3},\"multi_lock_ratio\":{mr:.3},\"multi_scripts_ratio\":{mf:.3},\"multi_own_overhead\":{mo:.3}}}"
     );
 }

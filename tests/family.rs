@@ -542,7 +542,10 @@ fn a_multi_lock_on_one_server_is_one_script_run_each_way_and_a_busy_try_writes_n
     let mut con = server.con();
     let m = c.multi_lock(["one:a", "one:b", "one:c"]);
     m.acquire().unwrap().release().unwrap(); // warm: scripts loaded
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut con).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut con)
+        .unwrap();
     let g = m.acquire().unwrap();
     let fences = g.fencing_tokens();
     g.release().unwrap();
@@ -563,7 +566,10 @@ fn a_multi_lock_on_one_server_is_one_script_run_each_way_and_a_busy_try_writes_n
         .arg("{one:c}:fence")
         .query(&mut con)
         .unwrap();
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut con).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut con)
+        .unwrap();
     let keys_before: Vec<String> = con.keys("*").unwrap();
     assert!(m.try_acquire().unwrap().is_none());
     let mut keys_after: Vec<String> = con.keys("*").unwrap();

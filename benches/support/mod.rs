@@ -95,3 +95,52 @@ impl RawLockScripts {
         let _: i64 = release.invoke(con).unwrap();
     }
 }
+
+/// A multi-lock's two scripts (lua/lock_acquire_all.lua, then
+/// lua/lock_release.lua for every name in one run) sent raw over one
+/// connection: the server's work for a multi-lock on one server, without
+/// the library.
+pub struct RawMultiScripts {
+    acquire: redis::Script,
+    release: redis::Script,
+    names: Vec<String>,
+}
+
+impl RawMultiScripts {
+    /// `sources`: the two scripts as the library sends them.
+    pub fn new(names: &[&str], acquire: &str, release: &str) -> RawMultiScripts {
+        RawMultiScripts {
+            acquire: redis::Script::new(acquire),
+            release: redis::Script::new(release),
+            names: names.iter().map(|n| n.to_string()).collect(),
+        }
+    }
+
+    pub fn cycle(&self, con: &mut redis::Connection) {
+        let token = format!("rl:bench:{}", uuid::Uuid::new_v4().simple());
+        let mut acquire = self.acquire.prepare_invoke();
+        let mut release = self.release.prepare_invoke();
+        acquire.arg(&token);
+        for name in &self.names {
+            let keys = [
+                format!("{{{name}}}"),
+                format!("{{{name}}}:fence"),
+                format!("{{{name}}}:queue"),
+                format!("{{{name}}}:queue:t"),
+            ];
+            let prefix = format!("{{{name}}}:grant:");
+            acquire.key(&keys[..]).arg(30_000).arg(&prefix);
+            // As lua/lock_release.lua takes them, per name (see
+            // `RawLockScripts::cycle`).
+            release.key(&keys[..]).arg(&token).arg("").arg("");
+            release.arg(&prefix).arg(500).arg("").arg("");
+            release.arg("queued").arg("").arg("");
+        }
+        acquire.key("redlease:fence-floor");
+        release.key("redlease:fence-floor");
+        let fences: Vec<i64> = acquire.invoke(con).unwrap();
+        assert_eq!(fences.len(), self.names.len());
+        let codes: Vec<i64> = release.invoke(con).unwrap();
+        assert_eq!(codes, vec![1; self.names.len()]);
+    }
+}

@@ -428,8 +428,8 @@ impl ClusterLeader {
             .iter()
             .map(|(node, idx)| {
                 let part: Vec<Call<'_>> = idx.iter().map(|&i| calls[i]).collect();
-                let (pipe, loads) = node.batch(&part);
-                (pipe.get_packed_pipeline(), loads, part.len())
+                let (packed, loads) = node.batch(&part);
+                (packed, loads, part.len())
             })
             .collect();
         let requests: Vec<Request<'_>> = groups
