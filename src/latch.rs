@@ -11,7 +11,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::keys as schema;
 use crate::lease::{ROOM_CHUNK, ROOM_ENTRY};
 use crate::scripts::{millis, LATCH_COUNT_DOWN, LATCH_LOOK, LATCH_SET};
-use crate::wakeup::{deadline_after, waited, worth_blocking, Attempt, Turns};
+use crate::wakeup::{blocks_now, deadline_after, waited, Attempt, Turns};
 
 /// How long a round's opening list lives (lua/latch_count_down.lua): every
 /// waiter blocked on it is served as soon as the push is made, so it only
@@ -260,9 +260,9 @@ impl CountDownLatch {
         // Cluster: there one shard subscription per master serves all of a
         // client's latches, with no connection held per latch (issue 10's
         // fan-out). Nor for a short wait, or the end of a long one (see
-        // `worth_blocking`): it registers for the message then.
-        let blocks =
-            || worth_blocking(deadline) && backend.grants_directly() && !backend.is_cluster();
+        // `blocks_now`, the rule the waiting loop asks too): it registers
+        // for the message then.
+        let blocks = || blocks_now(backend, false, deadline) && !backend.is_cluster();
         // A waiter that waits for messages is registered while it waits:
         // the opening is published only then. One that blocks registers
         // when it blocks (its look, behind which it pops).
