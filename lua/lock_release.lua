@@ -32,7 +32,8 @@
 -- Returns  1 released, 2 released and opened to the waiters (the caller
 --          looks at the name again after the claim: lua/lock_watch.lua),
 --          0 not held by this token; for several names, an array of
---          these, one per name in the order given
+--          these, one per name in the order given, where a name whose
+--          release raised an error has that error (the others still run)
 
 -- One name's release: its keys from KEYS[k], its arguments from ARGV[a].
 local function release(k, a)
@@ -106,8 +107,17 @@ end
 if #KEYS == 5 then
   return release(1, 1)
 end
+-- Each name on its own: one name's error (a foreign value) must not keep
+-- the others from their release, nor hide what happened to them.
 local codes = {}
 for i = 0, (#KEYS - 1) / 4 - 1 do
-  codes[i + 1] = release(1 + 4 * i, 1 + 10 * i)
+  local ok, code = pcall(release, 1 + 4 * i, 1 + 10 * i)
+  if ok then
+    codes[i + 1] = code
+  elseif type(code) == 'table' then
+    codes[i + 1] = code
+  else
+    codes[i + 1] = {err = tostring(code)}
+  end
 end
 return codes

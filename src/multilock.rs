@@ -113,8 +113,12 @@ impl MultiLock {
                 "a multi-lock needs at least one name",
             ));
         }
-        if let Some(all) = self.all_at_once(deadline)? {
-            return Ok(Some(all));
+        match self.all_at_once(deadline)? {
+            Together::All(all) => return Ok(Some(all)),
+            // A try has its answer: no name was written, and the one by
+            // one way would take (and give back) the names before it.
+            Together::Held if deadline.is_some_and(|d| Instant::now() >= d) => return Ok(None),
+            Together::Held | Together::OneByOne => {}
         }
         let mut guards = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {
@@ -132,30 +136,42 @@ impl MultiLock {
     }
 }
 
+/// What one try of every name at once came to.
+enum Together {
+    /// All granted.
+    All(MultiLockGuard),
+    /// Nothing granted: a name is held by a holder.
+    Held,
+    /// Nothing granted, or whatever was given back: the one-by-one way
+    /// decides (a name open to its waiters or with a queue, an undecided
+    /// outcome, a name this thread holds, a topology without it).
+    OneByOne,
+}
+
 impl MultiLock {
     /// Tries every name in one round trip and one script run, where one
     /// server holds them all (not Cluster, not Redlock, no replica
     /// acknowledgements): lua/lock_acquire_all.lua grants them all, with
-    /// one token, or none, never queueing. `Some` when all were granted.
-    /// `None` sends the caller to the one-by-one way, which waits in
-    /// canonical order and handles every uncertain outcome (so does a name
-    /// this thread holds already); before it, whatever an undecided run
-    /// may have granted is released (one round trip, token-checked).
-    fn all_at_once(&self, deadline: Option<Instant>) -> Result<Option<MultiLockGuard>> {
+    /// one token, or none, never queueing (see [`Together`]). The one-by-one
+    /// way waits in canonical order and handles every uncertain outcome
+    /// (and a name this thread holds already); before it, whatever an
+    /// undecided run may have granted is released (one round trip,
+    /// token-checked).
+    fn all_at_once(&self, deadline: Option<Instant>) -> Result<Together> {
         let Some(first) = self.locks.first() else {
-            return Ok(None);
+            return Ok(Together::OneByOne);
         };
         let client = first.client();
         let backend = client.backend();
         if self.locks.len() < 2 || !backend.pipelines_grants() {
-            return Ok(None);
+            return Ok(Together::OneByOne);
         }
         let token = client.new_token();
         let mut specs = Vec::with_capacity(self.locks.len());
         for lock in &self.locks {
             match lock.try_spec(&token)? {
                 Some(spec) => specs.push(spec),
-                None => return Ok(None),
+                None => return Ok(Together::OneByOne),
             }
         }
         let grants: Vec<&PreparedCall> = specs.iter().map(|(spec, _)| &spec.grant).collect();
@@ -164,7 +180,7 @@ impl MultiLock {
             crate::lock::grant_all(&grants),
             PreparedCall::together(&releases),
         ) else {
-            return Ok(None);
+            return Ok(Together::OneByOne);
         };
         let at = Instant::now();
         let replies = backend.grant_batch(&[grant.call()], &[undo.call()]);
@@ -180,7 +196,8 @@ impl MultiLock {
                 })
                 .collect(),
             // Not all free: the script wrote nothing.
-            Ok(Some(Value::Int(0))) => vec![Err(true); specs.len()],
+            Ok(Some(Value::Int(0))) => return Ok(Together::Held),
+            Ok(Some(Value::Int(-1))) => return Ok(Together::OneByOne),
             _ => vec![Err(false); specs.len()],
         };
         if granted.iter().all(|g| g.is_ok()) {
@@ -204,7 +221,7 @@ impl MultiLock {
                 }
                 guards.push(lock.guard(slot, held));
             }
-            return Ok(Some(MultiLockGuard {
+            return Ok(Together::All(MultiLockGuard {
                 guards,
                 order: self.order.clone(),
             }));
@@ -216,7 +233,7 @@ impl MultiLock {
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(e.maybe_ran());
                 }
-                return Ok(None);
+                return Ok(Together::OneByOne);
             }
             Err(e) if deadline.is_some_and(|d| Instant::now() >= d) => {
                 self.give_back(client, &specs, &granted);
@@ -227,7 +244,7 @@ impl MultiLock {
         // Give back what was (or may have been) granted, in one round
         // trip; a release that finds nothing is fine here.
         self.give_back(client, &specs, &granted);
-        Ok(None)
+        Ok(Together::OneByOne)
     }
 
     /// Releases, in one round trip, every name not surely refused.
