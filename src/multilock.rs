@@ -5,10 +5,12 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::backend::PreparedCall;
+use crate::backend::{Backend, PreparedCall};
 use crate::client::Client;
 use crate::error::Result;
+use crate::lease::Spec;
 use crate::lock::{Lock, LockGuard};
+use crate::reentrancy::HoldKey;
 use crate::signal::LostSignal;
 use crate::wakeup::{deadline_after, waited};
 
@@ -18,8 +20,11 @@ use crate::wakeup::{deadline_after, waited};
 /// over `["a", "b"]` and `client.lock("a")` exclude each other, and each
 /// name keeps its own fencing token.
 ///
-/// **All or nothing.** The locks are taken one by one in a canonical order
-/// (by key), so two multi-locks over overlapping sets, in any order, never
+/// **All or nothing.** Where every name is free, they are all taken at
+/// once: on one server in one script run (one round trip each way, the
+/// release too), on Cluster in one pipeline per master, all masters at
+/// once. Otherwise the locks are taken one by one in a canonical order (by
+/// key), so two multi-locks over overlapping sets, in any order, never
 /// deadlock: whoever gets the first shared name gets all of them in turn.
 /// If an attempt fails — busy for `try_acquire`, the timeout passes, an
 /// error — every name it had taken is released before it returns, so a
@@ -27,9 +32,10 @@ use crate::wakeup::{deadline_after, waited};
 ///
 /// Works on every topology: the names may live in different Cluster slots
 /// (each lock is one key with its own hash tag, no cross-slot script), and
-/// on Redlock each name is its own quorum lock. What does *not* hold there
-/// is atomicity of the whole set *as seen by readers*: between the first
-/// and the last grant, another client may observe some names held by this
+/// on Redlock each name is its own quorum lock, taken one by one. What
+/// does *not* hold there, nor when names are taken one by one, is
+/// atomicity of the whole set *as seen by readers*: between the first and
+/// the last grant, another client may observe some names held by this
 /// multi-lock and others free. No holder ever gets a name another holds.
 ///
 /// ```no_run
@@ -148,11 +154,23 @@ enum Together {
     OneByOne,
 }
 
+/// Each name's try: `Ok(fence)` granted; `Err(true)` surely refused
+/// (busy); `Err(false)` undecided: it may have been granted.
+type Granted = Vec<std::result::Result<i64, bool>>;
+
+/// What the one script run came to: replies to go through, or the answer.
+enum Run {
+    Done(Result<Vec<Value>>, Granted),
+    Then(Together),
+}
+
 impl MultiLock {
-    /// Tries every name in one round trip and one script run, where one
-    /// server holds them all (not Cluster, not Redlock, no replica
-    /// acknowledgements): lua/lock_acquire_all.lua grants them all, with
-    /// one token, or none, never queueing (see [`Together`]). The one-by-one
+    /// Tries every name in one round trip, with one token, never queueing
+    /// (see [`Together`]): where one server holds them all, in one script
+    /// run (lua/lock_acquire_all.lua grants them all or none); on Cluster,
+    /// each name's try in one pipeline per master, all masters at once,
+    /// whatever was granted given back unless all were. Not on Redlock,
+    /// nor with replica acknowledgements. The one-by-one
     /// way waits in canonical order and handles every uncertain outcome
     /// (and a name this thread holds already); before it, whatever an
     /// undecided run may have granted is released (one round trip,
@@ -163,7 +181,8 @@ impl MultiLock {
         };
         let client = first.client();
         let backend = client.backend();
-        if self.locks.len() < 2 || !backend.pipelines_grants() {
+        let one_server = backend.pipelines_grants();
+        if self.locks.len() < 2 || !(one_server || backend.pipelines_grants_per_master()) {
             return Ok(Together::OneByOne);
         }
         let token = client.new_token();
@@ -174,31 +193,14 @@ impl MultiLock {
                 None => return Ok(Together::OneByOne),
             }
         }
-        let grants: Vec<&PreparedCall> = specs.iter().map(|(spec, _)| &spec.grant).collect();
-        let releases: Vec<&PreparedCall> = specs.iter().map(|(spec, _)| &spec.release).collect();
-        let (Some(grant), Some(undo)) = (
-            crate::lock::grant_all(&grants),
-            PreparedCall::together(&releases),
-        ) else {
-            return Ok(Together::OneByOne);
-        };
         let at = Instant::now();
-        let replies = backend.grant_batch(&[grant.call()], &[undo.call()]);
-        // `Ok(fence)` granted; `Err(true)` surely refused (busy);
-        // `Err(false)` undecided: it may have been granted.
-        let granted: Vec<std::result::Result<i64, bool>> = match replies.as_ref().map(|r| r.first())
-        {
-            Ok(Some(Value::Array(fences))) if fences.len() == specs.len() => fences
-                .iter()
-                .map(|f| match f {
-                    Value::Int(fence) => Ok(*fence),
-                    _ => Err(false),
-                })
-                .collect(),
-            // Not all free: the script wrote nothing.
-            Ok(Some(Value::Int(0))) => return Ok(Together::Held),
-            Ok(Some(Value::Int(-1))) => return Ok(Together::OneByOne),
-            _ => vec![Err(false); specs.len()],
+        let (replies, granted) = if one_server {
+            match Self::in_one_run(backend, &specs) {
+                Run::Done(replies, granted) => (replies, granted),
+                Run::Then(next) => return Ok(next),
+            }
+        } else {
+            Self::per_master(backend, &specs)
         };
         if granted.iter().all(|g| g.is_ok()) {
             let mut guards = Vec::with_capacity(specs.len());
@@ -244,7 +246,60 @@ impl MultiLock {
         // Give back what was (or may have been) granted, in one round
         // trip; a release that finds nothing is fine here.
         self.give_back(client, &specs, &granted);
+        // A name surely busy (Cluster: its own try said so) answers a try.
+        if granted.iter().any(|g| matches!(g, Err(true))) {
+            return Ok(Together::Held);
+        }
         Ok(Together::OneByOne)
+    }
+
+    /// Every name in one script run (lua/lock_acquire_all.lua).
+    fn in_one_run(backend: &Backend, specs: &[(Spec, HoldKey)]) -> Run {
+        let grants: Vec<&PreparedCall> = specs.iter().map(|(spec, _)| &spec.grant).collect();
+        let releases: Vec<&PreparedCall> = specs.iter().map(|(spec, _)| &spec.release).collect();
+        let (Some(grant), Some(undo)) = (
+            crate::lock::grant_all(&grants),
+            PreparedCall::together(&releases),
+        ) else {
+            return Run::Then(Together::OneByOne);
+        };
+        let replies = backend.grant_batch(&[grant.call()], &[undo.call()]);
+        let granted = match replies.as_ref().map(|r| r.first()) {
+            Ok(Some(Value::Array(fences))) if fences.len() == specs.len() => fences
+                .iter()
+                .map(|f| match f {
+                    Value::Int(fence) => Ok(*fence),
+                    _ => Err(false),
+                })
+                .collect(),
+            // Not all free: the script wrote nothing.
+            Ok(Some(Value::Int(0))) => return Run::Then(Together::Held),
+            Ok(Some(Value::Int(-1))) => return Run::Then(Together::OneByOne),
+            _ => vec![Err(false); specs.len()],
+        };
+        Run::Done(replies, granted)
+    }
+
+    /// Each name its own try (lua/lock_acquire.lua), one pipeline per
+    /// master, all masters at once (Cluster: each name its own slot).
+    fn per_master(backend: &Backend, specs: &[(Spec, HoldKey)]) -> (Result<Vec<Value>>, Granted) {
+        let calls: Vec<_> = specs.iter().map(|(spec, _)| spec.grant.call()).collect();
+        let undo: Vec<_> = specs.iter().map(|(spec, _)| spec.release.call()).collect();
+        let replies = backend.grant_batch(&calls, &undo);
+        let granted = match &replies {
+            Ok(values) if values.len() == specs.len() => values
+                .iter()
+                .map(
+                    |v| match redis::FromRedisValue::from_redis_value(v.clone()) {
+                        Ok((1i64, fence)) => Ok(fence),
+                        Ok((_, _)) => Err(true),
+                        Err(_) => Err(false),
+                    },
+                )
+                .collect(),
+            _ => vec![Err(false); specs.len()],
+        };
+        (replies, granted)
     }
 
     /// Releases, in one round trip, every name not surely refused.

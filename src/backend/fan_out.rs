@@ -13,13 +13,15 @@ use super::pool::Con;
 use super::{Call, Node};
 use crate::error::{Error, ErrorKind, Result};
 
-/// One server's part: the node, its packed commands and how many there are.
-pub(crate) type Request<'a> = (&'a Node, &'a [u8], usize);
+/// One server's part: the node, its packed commands, how many there are,
+/// and what is written behind them when their replies are late (the undo
+/// of the grants among them: the server runs it after them, however late).
+pub(crate) type Request<'a> = (&'a Node, &'a [u8], usize, Option<&'a [Call<'a>]>);
 
 /// Writes each request to its node, then reads every node's replies. A
 /// node's replies are due within `limit` (by default the response timeout)
 /// of its own send; one that fails or is late is an error in its place,
-/// and a late one gets `undo` written behind it.
+/// and a late one gets its request's undo written behind it.
 ///
 /// Nodes with an idle spare connection are written to first, so that
 /// their servers work while the others connect. Those without one connect
@@ -31,10 +33,9 @@ pub(crate) type Request<'a> = (&'a Node, &'a [u8], usize);
 pub(crate) fn fan_out(
     requests: &[Request<'_>],
     limit: Option<Duration>,
-    undo: Option<&Call<'_>>,
 ) -> Vec<Result<Vec<Value>>> {
     fn send<'a>(r: &Request<'a>, con: Result<Con>, limit: Option<Duration>) -> Result<Sent<'a>> {
-        let (n, packed, count) = *r;
+        let (n, packed, count, _) = *r;
         con.and_then(|con| n.send(con, packed, count, limit))
     }
     let mut sent: Vec<Option<Result<Sent<'_>>>> = requests
@@ -71,9 +72,10 @@ pub(crate) fn fan_out(
         }
     }
     sent.into_iter()
-        .map(|s| {
+        .zip(requests)
+        .map(|(s, r)| {
             s.unwrap_or_else(|| Err(Error::new(ErrorKind::Connection, "no connection").unsent()))
-                .and_then(|s| s.recv(undo))
+                .and_then(|s| s.recv(r.3))
         })
         .collect()
 }

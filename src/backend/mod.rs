@@ -464,17 +464,20 @@ impl Backend {
         }
     }
 
-    /// Whether every primitive is available (one authoritative server per key).
-    /// Several grants in one pipeline (a multi-lock on one server), at most
-    /// one response timeout: a late batch gets `undo` written behind it on
-    /// the same connection (see `Node::eval_batch_undone`). One server only
-    /// ([`Backend::pipelines_grants`]).
+    /// Several grants in one pipeline (a multi-lock's names), at most one
+    /// response timeout: a late batch gets `undo` (`undo[i]` undoes
+    /// `calls[i]`) written behind it on the same connection (see
+    /// `Node::eval_batch_undone`). One server
+    /// ([`Backend::pipelines_grants`]), or one pipeline per master, all at
+    /// once, on Cluster ([`Backend::pipelines_grants_per_master`]).
     pub(crate) fn grant_batch(&self, calls: &[Call<'_>], undo: &[Call<'_>]) -> Result<Vec<Value>> {
         let place = &self.place;
         (match &self.kind {
             Kind::Single(node) => {
                 node.eval_batch_undone(calls, self.timeouts().response, Some(undo))
             }
+            #[cfg(feature = "cluster")]
+            Kind::Cluster(c) => c.grant_batch(calls, undo),
             _ => Err(unsupported()),
         })
         .map_err(|e| e.at(place))
@@ -484,6 +487,13 @@ impl Backend {
     /// pipeline: one server, no replica acknowledgements to wait for.
     pub(crate) fn pipelines_grants(&self) -> bool {
         matches!(self.kind, Kind::Single(_)) && self.replica_ack.is_none()
+    }
+
+    /// Whether several grants may go as one pipeline per master, all
+    /// masters at once ([`Backend::grant_batch`]): on Cluster, without
+    /// replica acknowledgements.
+    pub(crate) fn pipelines_grants_per_master(&self) -> bool {
+        self.is_cluster() && self.replica_ack.is_none()
     }
 
     pub(crate) fn is_redlock(&self) -> bool {

@@ -36,7 +36,7 @@ impl Sent<'_> {
     /// arrive in time and `undo` is given, it is written behind them before
     /// the connection is retired, as [`Node::call`] does: the server runs
     /// it after the late request, however late.
-    pub(crate) fn recv(mut self, undo: Option<&Call<'_>>) -> Result<Vec<Value>> {
+    pub(crate) fn recv(mut self, undo: Option<&[Call<'_>]>) -> Result<Vec<Value>> {
         let response = self.node.timeouts.response;
         match self.con.replies(self.count, self.until, response) {
             Ok(out) => {
@@ -49,9 +49,7 @@ impl Sent<'_> {
                     // rather than costing every call a timeout.
                     self.node.mark_down();
                 }
-                Err(self
-                    .node
-                    .fail(&mut self.con, e, undo.map(std::slice::from_ref)))
+                Err(self.node.fail(&mut self.con, e, undo))
             }
         }
     }

@@ -94,9 +94,13 @@ impl Redlock {
         undo: Option<&Call<'_>>,
     ) -> Vec<Result<Vec<Value>>> {
         let packed = pipe.get_packed_pipeline();
-        let requests: Vec<fan_out::Request<'_>> =
-            self.nodes.iter().map(|n| (n, &packed[..], count)).collect();
-        fan_out::fan_out(&requests, limit, undo)
+        let undo = undo.map(std::slice::from_ref);
+        let requests: Vec<fan_out::Request<'_>> = self
+            .nodes
+            .iter()
+            .map(|n| (n, &packed[..], count, undo))
+            .collect();
+        fan_out::fan_out(&requests, limit)
     }
 
     /// One script on every master (see [`Redlock::fan_out`]). A master
@@ -139,7 +143,7 @@ impl Redlock {
         let con = node.open_spare(node.connect_timeout() / 2)?;
         let replies = node
             .send(con, &pipe.get_packed_pipeline(), 1, None)?
-            .recv(undo)?;
+            .recv(undo.map(std::slice::from_ref))?;
         script_reply(node, replies, call, undo)
     }
 

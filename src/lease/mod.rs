@@ -484,7 +484,10 @@ pub(crate) fn release_all(client: &Client, holdings: Vec<&mut Holding>) -> Resul
         }
     }
     let backend = client.backend();
-    let attempted = remote.len() > 1 && backend.pipelines_grants();
+    // One server: one pipeline (one script run where the names' releases
+    // go together); Cluster: one pipeline per master, all at once.
+    let attempted =
+        remote.len() > 1 && (backend.pipelines_grants() || backend.pipelines_grants_per_master());
     let replies = if attempted {
         let prepared: Vec<&PreparedCall> = remote.iter().map(|h| &h.held.release).collect();
         match PreparedCall::together(&prepared) {

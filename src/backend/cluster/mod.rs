@@ -87,6 +87,10 @@ fn refused_for_now(code: &str) -> bool {
     matches!(code, "CLUSTERDOWN" | "TRYAGAIN")
 }
 
+/// A master's part of a batch: its packed pipeline, how many script loads
+/// and calls it holds, and the undos of its calls.
+type MasterPart<'a> = (Vec<u8>, usize, usize, Option<Vec<Call<'a>>>);
+
 impl ClusterLeader {
     pub(crate) fn open(
         urls: &[String],
@@ -422,25 +426,49 @@ impl ClusterLeader {
     ///
     /// An error only when no master answered.
     pub(crate) fn eval_batch(&self, calls: &[Call<'_>], limit: Duration) -> Result<Vec<Value>> {
+        self.on_masters(calls, limit, None)
+    }
+
+    /// Grants (a multi-lock's names) as [`ClusterLeader::eval_batch`] sends
+    /// them: one pipeline per master, all masters at once, within one
+    /// response timeout. `undo[i]` undoes `calls[i]`: a master whose
+    /// replies are late gets its own calls' undos written behind them on
+    /// the same connection (the server runs them after the grants, however
+    /// late), and its calls are undecided (`Nil`).
+    pub(crate) fn grant_batch(&self, calls: &[Call<'_>], undo: &[Call<'_>]) -> Result<Vec<Value>> {
+        self.on_masters(calls, self.response, Some(undo))
+    }
+
+    /// One pipeline per master ([`fan_out`]): each master's calls,
+    /// packed after the script loads in front, and their undos.
+    fn on_masters(
+        &self,
+        calls: &[Call<'_>],
+        limit: Duration,
+        undo: Option<&[Call<'_>]>,
+    ) -> Result<Vec<Value>> {
         let limit = limit.clamp(Duration::from_millis(1), self.response);
         let groups = self.masters.route(calls);
-        let packed: Vec<(Vec<u8>, usize, usize)> = groups
+        let packed: Vec<MasterPart<'_>> = groups
             .iter()
             .map(|(node, idx)| {
                 let part: Vec<Call<'_>> = idx.iter().map(|&i| calls[i]).collect();
                 let (packed, loads) = node.batch(&part);
-                (packed, loads, part.len())
+                let undo = undo.map(|u| idx.iter().filter_map(|&i| u.get(i).copied()).collect());
+                (packed, loads, part.len(), undo)
             })
             .collect();
         let requests: Vec<Request<'_>> = groups
             .iter()
             .zip(&packed)
-            .map(|((node, _), (cmds, loads, n))| (&**node, &cmds[..], loads + n))
+            .map(|((node, _), (cmds, loads, n, undo))| {
+                (&**node, &cmds[..], loads + n, undo.as_deref())
+            })
             .collect();
-        let replies = fan_out(&requests, Some(limit), None);
+        let replies = fan_out(&requests, Some(limit));
         let mut out = vec![Value::Nil; calls.len()];
         let (mut stale, mut answered, mut failure) = (false, Vec::new(), None);
-        for (((node, idx), (_, loads, _)), reply) in groups.iter().zip(&packed).zip(replies) {
+        for (((node, idx), (_, loads, _, _)), reply) in groups.iter().zip(&packed).zip(replies) {
             match reply {
                 Ok(values) => {
                     answered.push(node.clone());
