@@ -228,6 +228,8 @@ impl MultiLock {
                 order: self.order.clone(),
             }));
         }
+        // A master that failed or was late leaves its calls `Nil`.
+        let unanswered = !one_server && matches!(&replies, Ok(v) if v.contains(&Value::Nil));
         match replies {
             // Late: the undo was written behind the grants; nothing to do
             // but report it, or wait the one-by-one way while time is left.
@@ -249,6 +251,15 @@ impl MultiLock {
         // A name surely busy (Cluster: its own try said so) answers a try.
         if granted.iter().any(|g| matches!(g, Err(true))) {
             return Ok(Together::Held);
+        }
+        // A master that did not answer (Cluster) answers a try too: the
+        // one-by-one way would ask it again, past the try's deadline.
+        if unanswered && deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(crate::error::Error::new(
+                crate::ErrorKind::Connection,
+                "a server did not answer a multi-lock's try in time",
+            )
+            .maybe_ran());
         }
         Ok(Together::OneByOne)
     }
