@@ -170,11 +170,10 @@ impl MultiLock {
     /// run (lua/lock_acquire_all.lua grants them all or none); on Cluster,
     /// each name's try in one pipeline per master, all masters at once,
     /// whatever was granted given back unless all were. Not on Redlock,
-    /// nor with replica acknowledgements. The one-by-one
-    /// way waits in canonical order and handles every uncertain outcome
-    /// (and a name this thread holds already); before it, whatever an
-    /// undecided run may have granted is released (one round trip,
-    /// token-checked).
+    /// nor with replica acknowledgements. The one-by-one way waits in
+    /// canonical order and handles every uncertain outcome (and a name
+    /// this thread holds already); before it, whatever an undecided run
+    /// may have granted is released (one round trip, token-checked).
     fn all_at_once(&self, deadline: Option<Instant>) -> Result<Together> {
         let Some(first) = self.locks.first() else {
             return Ok(Together::OneByOne);
