@@ -247,6 +247,16 @@ fn a_slot_in_migration_refuses_a_try_within_its_deadline() {
     );
 }
 
+/// A client of `urls` whose calls and connections wait at most `t_out`.
+fn client_timed(urls: Vec<String>, t_out: Duration) -> Client {
+    Client::builder()
+        .cluster(urls)
+        .response_timeout(t_out)
+        .connect_timeout(t_out)
+        .build()
+        .unwrap()
+}
+
 /// A master SIGSTOPped (no replicas, within the node timeout): each
 /// try_acquire fails within about one response timeout plus one connect
 /// (was 1.25 s with 400 ms timeouts: the slot map was read from the
@@ -258,12 +268,7 @@ fn a_stopped_master_bounds_try_acquire() {
     let ports = ports(&cluster);
     let urls = urls_of(&ports);
     let t_out = Duration::from_millis(400);
-    let c = Client::builder()
-        .cluster(urls)
-        .response_timeout(t_out)
-        .connect_timeout(t_out)
-        .build()
-        .unwrap();
+    let c = client_timed(urls, t_out);
     let name = "cl:stopped";
     let lock = c.lock(name);
     for _ in 0..3 {
@@ -603,12 +608,7 @@ fn a_multi_lock_try_with_a_stopped_master_is_bounded_and_leaves_nothing() {
     let ports = ports(&cluster);
     let urls = urls_of(&ports);
     let t_out = Duration::from_millis(400);
-    let c = Client::builder()
-        .cluster(urls.clone())
-        .response_timeout(t_out)
-        .connect_timeout(t_out)
-        .build()
-        .unwrap();
+    let c = client_timed(urls.clone(), t_out);
     let names: Vec<String> = (0..9).map(|i| format!("ms:{i}")).collect();
     let m = c.multi_lock(&names);
     for _ in 0..3 {

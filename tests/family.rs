@@ -520,13 +520,17 @@ fn a_multi_lock_on_one_server_takes_and_releases_its_names_in_one_round_trip_eac
     drop(held);
 }
 
-/// Script runs a server counted (`INFO commandstats`, `EVALSHA` calls).
-fn evalsha_calls(con: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
+/// Script runs (`EVALSHA`) the server counted while `f` ran.
+fn script_runs<T>(con: &mut redis::Connection, f: impl FnOnce() -> T) -> (T, u64) {
+    let runs = |con: &mut redis::Connection| {
+        common::commandstats(con)
+            .get("evalsha")
+            .copied()
+            .unwrap_or(0)
+    };
+    let before = runs(con);
+    let out = f();
+    (out, runs(con) - before)
 }
 
 /// Reproduction (issue: a multi-lock in one round trip): on one server a
@@ -542,14 +546,13 @@ fn a_multi_lock_on_one_server_is_one_script_run_each_way_and_a_busy_try_writes_n
     let mut con = server.con();
     let m = c.multi_lock(["one:a", "one:b", "one:c"]);
     m.acquire().unwrap().release().unwrap(); // warm: scripts loaded
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut con)
-        .unwrap();
-    let g = m.acquire().unwrap();
-    let fences = g.fencing_tokens();
-    g.release().unwrap();
-    assert_eq!(evalsha_calls(&mut con), 2, "script runs for a cycle");
+    let (fences, runs) = script_runs(&mut con, || {
+        let g = m.acquire().unwrap();
+        let fences = g.fencing_tokens();
+        g.release().unwrap();
+        fences
+    });
+    assert_eq!(runs, 2, "script runs for a cycle");
     assert!(fences.iter().all(|&f| f > 0), "{fences:?}");
     // Each name's fence goes on growing, granted alone or together.
     let again = m.acquire().unwrap();
@@ -566,27 +569,23 @@ fn a_multi_lock_on_one_server_is_one_script_run_each_way_and_a_busy_try_writes_n
         .arg("{one:c}:fence")
         .query(&mut con)
         .unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut con)
-        .unwrap();
     let floor = |con: &mut redis::Connection| -> Option<String> {
         con.get("redlease:fence-floor").unwrap()
     };
     let floor_before = floor(&mut con);
-    let keys_before: Vec<String> = con.keys("*").unwrap();
-    assert!(m.try_acquire().unwrap().is_none());
+    let mut keys_before: Vec<String> = con.keys("*").unwrap();
+    keys_before.sort();
+    let (busy, runs) = script_runs(&mut con, || m.try_acquire().unwrap());
+    assert!(busy.is_none());
     let mut keys_after: Vec<String> = con.keys("*").unwrap();
     keys_after.sort();
-    let mut keys_before = keys_before;
-    keys_before.sort();
     assert_eq!(keys_after, keys_before, "a busy try wrote something");
     // One run, which finds "one:b" held: no one-by-one try behind it,
     // which took "one:a" (drawing a fence, raising the floor) and gave it
     // back, and meanwhile refused a plain try of "one:a" elsewhere (a
     // review found it after the first version of this test).
     assert_eq!(floor(&mut con), floor_before, "the busy try drew a fence");
-    assert_eq!(evalsha_calls(&mut con), 1, "script runs for a busy try");
+    assert_eq!(runs, 1, "script runs for a busy try");
     drop(held);
     // A name open to its waiters or queued (maybe by waiters that lapsed)
     // is looked at closer, one by one: a queue of lapsed entries alone
@@ -648,23 +647,18 @@ fn a_multi_lock_of_thousands_of_names_is_still_one_script_run_each_way() {
     let names: Vec<String> = (0..3000).map(|i| format!("big:{i}")).collect();
     let m = c.multi_lock(&names);
     m.try_acquire().unwrap().unwrap().release().unwrap(); // warm
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut con)
-        .unwrap();
-    let g = m.try_acquire().unwrap().expect("all free");
-    assert_eq!(g.fencing_tokens().len(), 3000);
-    g.release().unwrap();
-    assert_eq!(evalsha_calls(&mut con), 2, "script runs for a cycle");
+    let (_, runs) = script_runs(&mut con, || {
+        let g = m.try_acquire().unwrap().expect("all free");
+        assert_eq!(g.fencing_tokens().len(), 3000);
+        g.release().unwrap();
+    });
+    assert_eq!(runs, 2, "script runs for a cycle");
     // One name held among them: a try says so in one run.
     let other = client(&server);
     let held = other.lock("big:2999").acquire().unwrap();
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut con)
-        .unwrap();
-    assert!(m.try_acquire().unwrap().is_none());
-    assert_eq!(evalsha_calls(&mut con), 1, "script runs with one held");
+    let (busy, runs) = script_runs(&mut con, || m.try_acquire().unwrap());
+    assert!(busy.is_none());
+    assert_eq!(runs, 1, "script runs with one held");
     drop(held);
 }
 

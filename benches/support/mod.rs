@@ -47,6 +47,31 @@ pub fn raw_con(url: &str) -> redis::Connection {
     redis::Client::open(info).unwrap().get_connection().unwrap()
 }
 
+/// The server's one fence floor (lua/fence.lua), the last key of each
+/// lock script.
+const FENCE_FLOOR: &str = "redlease:fence-floor";
+
+/// The name `{name}`'s lock keys before the fence floor (lock, fencing
+/// counter, queue, its deadlines: src/keys.rs), and its grant prefix.
+fn lock_keys(name: &str) -> ([String; 4], String) {
+    (
+        [
+            format!("{{{name}}}"),
+            format!("{{{name}}}:fence"),
+            format!("{{{name}}}:queue"),
+            format!("{{{name}}}:queue:t"),
+        ],
+        format!("{{{name}}}:grant:"),
+    )
+}
+
+/// lua/lock_release.lua's ten arguments for `token`'s release of the name
+/// under `prefix`: no wake-up channel, every waiter queued.
+fn release_args(call: &mut redis::ScriptInvocation<'_>, token: &str, prefix: &str) {
+    call.arg(token).arg("").arg("").arg(prefix).arg(500);
+    call.arg("").arg("").arg("queued").arg("").arg("");
+}
+
 /// The library's lock scripts (lua/lock_acquire.lua, lua/lock_release.lua,
 /// with their preludes), sent raw on `con` for the name `{name}`: one
 /// uncontended acquire and release, what the server's work for a fenced,
@@ -54,8 +79,7 @@ pub fn raw_con(url: &str) -> redis::Connection {
 pub struct RawLockScripts {
     acquire: redis::Script,
     release: redis::Script,
-    keys: [String; 5],
-    prefix: String,
+    name: String,
 }
 
 impl RawLockScripts {
@@ -64,35 +88,25 @@ impl RawLockScripts {
         RawLockScripts {
             acquire: redis::Script::new(acquire),
             release: redis::Script::new(release),
-            keys: [
-                format!("{{{name}}}"),
-                format!("{{{name}}}:fence"),
-                format!("{{{name}}}:queue"),
-                format!("{{{name}}}:queue:t"),
-                "redlease:fence-floor".to_string(),
-            ],
-            prefix: format!("{{{name}}}:grant:"),
+            name: name.to_string(),
         }
     }
 
     pub fn cycle(&self, con: &mut redis::Connection) {
         let token = format!("rl:bench:{}", uuid::Uuid::new_v4().simple());
+        let (keys, prefix) = lock_keys(&self.name);
         let mut acquire = self.acquire.prepare_invoke();
         let mut release = self.release.prepare_invoke();
-        acquire.key(&self.keys[..]).arg(&token).arg(30_000).arg(0);
-        release.key(&self.keys[..]).arg(&token).arg("").arg("");
-        // The same tail for both: grant prefix, claim window, and no
-        // wake-up channel (lua/lock_acquire.lua, lua/lock_release.lua).
-        for call in [&mut acquire, &mut release] {
-            call.arg(&self.prefix)
-                .arg(500)
-                .arg("")
-                .arg("")
-                .arg("queued")
-                .arg("");
-        }
+        acquire.key(&keys[..]).key(FENCE_FLOOR);
+        release.key(&keys[..]).key(FENCE_FLOOR);
+        // Token, lease, no queue entry, grant prefix, claim window, no
+        // wake-up channel, every waiter queued (lua/lock_acquire.lua).
+        acquire.arg(&token).arg(30_000).arg(0).arg(&prefix).arg(500);
+        acquire.arg("").arg("").arg("queued").arg("");
+        release_args(&mut release, &token, &prefix);
         let _: (i64, i64) = acquire.invoke(con).unwrap();
-        let _: i64 = release.invoke(con).unwrap();
+        let code: i64 = release.invoke(con).unwrap();
+        assert_eq!(code, 1);
     }
 }
 
@@ -122,22 +136,13 @@ impl RawMultiScripts {
         let mut release = self.release.prepare_invoke();
         acquire.arg(&token);
         for name in &self.names {
-            let keys = [
-                format!("{{{name}}}"),
-                format!("{{{name}}}:fence"),
-                format!("{{{name}}}:queue"),
-                format!("{{{name}}}:queue:t"),
-            ];
-            let prefix = format!("{{{name}}}:grant:");
+            let (keys, prefix) = lock_keys(name);
             acquire.key(&keys[..]).arg(30_000).arg(&prefix);
-            // As lua/lock_release.lua takes them, per name (see
-            // `RawLockScripts::cycle`).
-            release.key(&keys[..]).arg(&token).arg("").arg("");
-            release.arg(&prefix).arg(500).arg("").arg("");
-            release.arg("queued").arg("").arg("");
+            release.key(&keys[..]);
+            release_args(&mut release, &token, &prefix);
         }
-        acquire.key("redlease:fence-floor");
-        release.key("redlease:fence-floor");
+        acquire.key(FENCE_FLOOR);
+        release.key(FENCE_FLOOR);
         let fences: Vec<i64> = acquire.invoke(con).unwrap();
         assert_eq!(fences.len(), self.names.len());
         let codes: Vec<i64> = release.invoke(con).unwrap();
