@@ -82,6 +82,15 @@ impl Masters {
         state.master_of(key).cloned()
     }
 
+    /// The master serving `key`'s slot as the map last said, stale or not
+    /// (read first if due): a grant needs our own connection to some
+    /// master, so that its undo can follow a late reply, and a stale map's
+    /// master is the best guess. One that no longer serves the slot says
+    /// `MOVED` (nothing ran); one that failed is skipped by its breaker.
+    pub(super) fn last_known(&self, key: &[u8]) -> Option<Arc<Node>> {
+        self.current().master_of(key).cloned()
+    }
+
     /// The master serving each call's slot, with the indexes of its calls;
     /// the calls no known master serves are left out (undecided).
     pub(super) fn route(&self, calls: &[Call<'_>]) -> Vec<(Arc<Node>, Vec<usize>)> {

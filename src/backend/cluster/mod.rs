@@ -2,8 +2,10 @@
 //! `redis` cluster connection). Every key of one primitive shares the hash
 //! tag `{name}`, so each script touches one slot and never sees CROSSSLOT.
 //!
-//! Renewal batches are the exception: they go to each master on its own
-//! connection, through our own slot map (see [`Masters`]). The cluster
+//! Grants and renewal batches are the exception: they go to each master on
+//! its own connection, through our own slot map (see [`Masters`]). A grant
+//! needs its undo written behind a late reply on the same connection,
+//! which the cluster connection gives no hold on; and the cluster
 //! connection reads a pipeline's replies node after node and fails it
 //! whole when one node fails, so one stalled master cost every lease on
 //! the healthy ones.
@@ -197,10 +199,11 @@ impl ClusterLeader {
         undo: &Call<'_>,
         deadline: Option<Instant>,
     ) -> Result<Blocked> {
-        // Not blocked, nothing popped: the script's plain answer.
+        // Not blocked, nothing popped: the script's plain answer, granted
+        // over our own connection as any grant is.
         let plain = || {
             Ok(Blocked {
-                reply: self.call(call, deadline)?,
+                reply: self.grant(call, undo, deadline)?,
                 popped: false,
                 short: None,
             })
@@ -214,12 +217,12 @@ impl ClusterLeader {
             self.blocking_refused
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        self.on_master(&node, outcome, plain)
+        self.on_master(&node, outcome, |_| plain())
     }
 
-    /// What a grant made over our connection to `node` comes to. A slot
-    /// that moved (`MOVED`, `ASK`: nothing ran there) goes through the
-    /// cluster connection (`routed`), which follows redirects. A refusal
+    /// What a call made over our connection to `node` comes to. A slot
+    /// that moved (`MOVED`, `ASK`: nothing ran there) is the caller's
+    /// `redirected` to follow, given the redirection. A refusal
     /// for now (`TRYAGAIN`, `CLUSTERDOWN`) is returned: not sent, waiters
     /// ride it out, where the cluster connection would sleep through it
     /// past the caller's deadline. Any other failure is returned too, and
@@ -230,12 +233,12 @@ impl ClusterLeader {
         &self,
         node: &Arc<Node>,
         outcome: Result<T>,
-        routed: impl FnOnce() -> Result<T>,
+        redirected: impl FnOnce(Error) -> Result<T>,
     ) -> Result<T> {
         match outcome {
             Err(e) if matches!(e.server_code(), Some("MOVED" | "ASK")) => {
                 self.direct_off();
-                routed()
+                redirected(e)
             }
             Err(e) => {
                 if e.server_code().is_none() {
@@ -258,13 +261,17 @@ impl ClusterLeader {
     }
 
     /// Runs a granting script on its key's master over our own connection
-    /// to it (found in our slot map), so that a late reply gets `undo`
-    /// written behind it on the same connection, as on one server: the
-    /// cluster connection gives no such hold on its connections. Through
-    /// the cluster connection when our map names no master for the key or
-    /// the master redirects: it may send the script again after a dropped
-    /// connection, which a grant allows (the same token is granted the same
-    /// hold). Other failures are the judge of attempts' to ride out (see
+    /// to it, so that a late reply gets `undo` written behind it on the
+    /// same connection, as on one server: the cluster connection gives no
+    /// such hold on its connections. The master is the one our slot map
+    /// last named for the key, even while the map is stale (see
+    /// [`Masters::last_known`]): a grant that went through the cluster
+    /// connection whenever the map was stale (after any failed call) left
+    /// its late grant in place, holding the name for a whole lease. A
+    /// master that says `MOVED` (nothing ran) is left for the one a map
+    /// read now names; `ASK` (a slot being migrated) goes through the
+    /// cluster connection, which follows it to the importing master. Other
+    /// failures are the judge of attempts' to ride out (see
     /// [`ClusterLeader::on_master`]).
     pub(crate) fn grant(
         &self,
@@ -274,15 +281,33 @@ impl ClusterLeader {
     ) -> Result<(i64, i64)> {
         // Even while direct waiting is paused (`direct_off`): a grant over
         // our connection is what gets a late reply undone.
-        let node = call
-            .keys
-            .first()
-            .and_then(|key| self.masters.master_of(key));
-        let Some(node) = node else {
-            return self.call(call, deadline);
+        let on_master = |node: Arc<Node>, redirected: &dyn Fn(Error) -> Result<(i64, i64)>| {
+            let outcome = node.call(call, Some(undo), deadline);
+            self.on_master(&node, outcome, redirected)
         };
-        let outcome = node.call(call, Some(undo), deadline);
-        self.on_master(&node, outcome, || self.call(call, deadline))
+        let moved_again = |e: Error| Err(e.unsent());
+        on_master(self.master_for_grant(call)?, &|e: Error| {
+            if e.server_code() == Some("ASK") {
+                return self.call(call, deadline);
+            }
+            self.masters.refresh();
+            on_master(self.master_for_grant(call)?, &moved_again)
+        })
+    }
+
+    /// The master our slot map last named for a grant's key, or a *not
+    /// sent* error.
+    fn master_for_grant(&self, call: &Call<'_>) -> Result<Arc<Node>> {
+        call.keys
+            .first()
+            .and_then(|key| self.masters.last_known(key))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Connection,
+                    "no master of this name's slot could be found in the cluster's slot map",
+                )
+                .unsent()
+            })
     }
 
     /// Runs a script at most once, on its key's master over our own
@@ -410,7 +435,7 @@ impl ClusterLeader {
         // as through the cluster connection.
         let until = Instant::now() + self.response;
         let outcome = within(until, || node.eval(lua, keys, args, Some(Instant::now())));
-        self.on_master(&node, outcome, routed)
+        self.on_master(&node, outcome, |_| routed())
     }
 
     pub(crate) fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
