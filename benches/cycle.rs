@@ -13,7 +13,9 @@ mod support;
 
 use common::Server;
 use redlease::Client;
-use support::{mean, quick, raw_con, scale, us, RawLockScripts, RawMultiScripts};
+use support::{
+    mean, quick, raw_con, scale, us, BareFencedScripts, RawLockScripts, RawMultiScripts,
+};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -46,6 +48,10 @@ fn main() {
         &common::lua_source("lock_acquire_all.lua"),
         &common::lua_source("lock_release.lua"),
     );
+    // The least any fenced lock does (see `BareFencedScripts`), for one
+    // name and for three in one run each way.
+    let bare = BareFencedScripts::new(&["bench:bare"]);
+    let bare_multi = BareFencedScripts::new(&["bench:bm:a", "bench:bm:b", "bench:bm:c"]);
     let lock = client.lock("bench:cycle");
     let multi = client.multi_lock(["bench:m:a", "bench:m:b", "bench:m:c"]);
     lock.acquire().unwrap().release().unwrap();
@@ -57,6 +63,7 @@ fn main() {
     let (mut cycle_ratio, mut multi_ratio, mut scripts_ratio, mut own_ratio) =
         (vec![], vec![], vec![], vec![]);
     let (mut multi_floor, mut multi_own) = (vec![], vec![]);
+    let (mut bare_ratio, mut bare_multi_ratio) = (vec![], vec![]);
     for _ in 0..blocks {
         let e = mean(per_block, || {
             let _: i64 = one.invoke(&mut raw).unwrap();
@@ -83,6 +90,10 @@ fn main() {
             multi.acquire().unwrap().release().unwrap();
         });
         let ms = mean(per_block, || raw_multi.cycle(&mut raw));
+        let b = mean(per_block, || bare.cycle(&mut raw));
+        let bm = mean(per_block, || bare_multi.cycle(&mut raw));
+        bare_ratio.push(us(b) / us(r));
+        bare_multi_ratio.push(us(bm) / us(b));
         multi_floor.push(us(ms) / us(sc));
         multi_own.push(us(m) / us(ms));
         cycle_ratio.push(us(c) / us(r));
@@ -99,6 +110,7 @@ fn main() {
     let (cr, mr) = (median(cycle_ratio), median(multi_ratio));
     let (sr, or) = (median(scripts_ratio), median(own_ratio));
     let (mf, mo) = (median(multi_floor), median(multi_own));
+    let (bf, bmf) = (median(bare_ratio), median(bare_multi_ratio));
     println!("redlease cycle benchmark (interleaved, {blocks} blocks of {per_block})");
     println!(
         "{:<56} {rtt:>8.1} us",
@@ -121,6 +133,10 @@ fn main() {
         "uncontended acquire + release"
     );
     println!(
+        "{:<56} {bf:>8.3}x the raw lock (the floor of any lock that hands out fences)",
+        "floor: a bare fenced lock (INCR + SET PX; GET + DEL)"
+    );
+    println!(
         "{:<56} {multi_us:>8.1} us = {mr:.3}x one lock's cycle (target <= 1.3)",
         "multi-lock of 3 names, acquire + release"
     );
@@ -133,6 +149,10 @@ fn main() {
         "multi-lock of 3 names, acquire + release"
     );
     println!(
-        "{{\"bench\":\"cycle\",\"idle_rtt_us\":{rtt:.1},\"raw_lock_us\":{raw_us:.1},\"cycle_ratio\":{cr:.3},\"scripts_ratio\":{sr:.3},\"own_overhead\":{or:.3},\"multi_lock_ratio\":{mr:.3},\"multi_scripts_ratio\":{mf:.3},\"multi_own_overhead\":{mo:.3}}}"
+        "{:<56} {bmf:>8.3}x the bare fenced lock of one name (the floor of any multi-lock)",
+        "floor: a bare fenced lock of 3 names, one run each way"
+    );
+    println!(
+        "{{\"bench\":\"cycle\",\"idle_rtt_us\":{rtt:.1},\"raw_lock_us\":{raw_us:.1},\"cycle_ratio\":{cr:.3},\"scripts_ratio\":{sr:.3},\"own_overhead\":{or:.3},\"multi_lock_ratio\":{mr:.3},\"multi_scripts_ratio\":{mf:.3},\"multi_own_overhead\":{mo:.3},\"bare_fenced_ratio\":{bf:.3},\"bare_multi_ratio\":{bmf:.3}}}"
     );
 }

@@ -149,3 +149,69 @@ impl RawMultiScripts {
         assert_eq!(codes, vec![1; self.names.len()]);
     }
 }
+
+/// The least any fenced lock does, as raw scripts, for one name or several
+/// in one run: the acquire checks that no name is held, draws each name's
+/// fence from a counter (`INCR`, never lapsing) and sets each lock to
+/// `token#fence` with its lease; the release deletes the names whose lock
+/// still holds the token. No waiter queue, no fence floor, no counter
+/// expiry, no wake-up: what fencing tokens alone cost the server, the floor
+/// of the uncontended target for any lock that hands out fences, and of a
+/// multi-lock's against one lock's.
+pub struct BareFencedScripts {
+    acquire: redis::Script,
+    release: redis::Script,
+    names: Vec<String>,
+}
+
+/// See [`BareFencedScripts`]. KEYS: each name's lock and counter; ARGV:
+/// token, lease.
+const BARE_ACQUIRE: &str = "local locks = {} \
+    for i = 1, #KEYS, 2 do locks[#locks + 1] = KEYS[i] end \
+    if redis.call('EXISTS', unpack(locks)) > 0 then return 0 end \
+    local out = {} \
+    for i = 1, #KEYS, 2 do \
+      local f = redis.call('INCR', KEYS[i + 1]) \
+      redis.call('SET', KEYS[i], ARGV[1] .. '#' .. f, 'PX', ARGV[2]) \
+      out[#out + 1] = f \
+    end \
+    return out";
+
+/// KEYS: each name's lock; ARGV: each name's `token#fence`.
+const BARE_RELEASE: &str = "local gone = {} \
+    for i = 1, #KEYS do \
+      if redis.call('GET', KEYS[i]) == ARGV[i] then gone[#gone + 1] = KEYS[i] end \
+    end \
+    if #gone == 0 then return 0 end \
+    return redis.call('DEL', unpack(gone))";
+
+impl BareFencedScripts {
+    pub fn new(names: &[&str]) -> BareFencedScripts {
+        BareFencedScripts {
+            acquire: redis::Script::new(BARE_ACQUIRE),
+            release: redis::Script::new(BARE_RELEASE),
+            names: names.iter().map(|n| n.to_string()).collect(),
+        }
+    }
+
+    pub fn cycle(&self, con: &mut redis::Connection) {
+        let token = format!("rl:bench:{}", uuid::Uuid::new_v4().simple());
+        let mut acquire = self.acquire.prepare_invoke();
+        for name in &self.names {
+            acquire
+                .key(format!("{{{name}}}"))
+                .key(format!("{{{name}}}:fence"));
+        }
+        acquire.arg(&token).arg(30_000);
+        let fences: Vec<i64> = acquire.invoke(con).unwrap();
+        assert_eq!(fences.len(), self.names.len());
+        let mut release = self.release.prepare_invoke();
+        for (name, fence) in self.names.iter().zip(&fences) {
+            release
+                .key(format!("{{{name}}}"))
+                .arg(format!("{token}#{fence}"));
+        }
+        let gone: i64 = release.invoke(con).unwrap();
+        assert_eq!(gone as usize, self.names.len());
+    }
+}
