@@ -16,14 +16,11 @@ use crate::scripts::{
 };
 use crate::wakeup::{deadline_after, waited, Turns};
 
-#[derive(Debug)]
 struct Keys {
     /// The name as given (for messages and events).
     name: Arc<[u8]>,
     lock: Arc<[u8]>,
     fence: Vec<u8>,
-    /// The fence floor of the counter's server or slot (lua/fence.lua).
-    floor: Vec<u8>,
     /// The holder's note (`LockGuard::annotate`).
     note: Vec<u8>,
     /// The waiter queue and its deadlines (lua/queue.lua).
@@ -31,18 +28,20 @@ struct Keys {
     queue_deadlines: Vec<u8>,
     /// Prefix of a waiter's grant list (the waiter's token follows).
     grant_prefix: Vec<u8>,
+    /// The keys of lua/lock_acquire.lua, lua/lock_release.lua and
+    /// lua/lock_watch.lua, made once: every call of an acquisition shares
+    /// them (see `PreparedCall::keys`).
+    scripted: Arc<[Vec<u8>]>,
+    /// The look at the name alone (`Lock::look` with no waiter), made at
+    /// its first use: it names no token, so every hold through this
+    /// handle shares it.
+    name_look: std::sync::OnceLock<Arc<PreparedCall>>,
 }
 
 impl Keys {
-    /// The keys of lua/lock_acquire.lua and lua/lock_release.lua.
-    fn scripted(&self) -> Vec<Vec<u8>> {
-        vec![
-            self.lock.to_vec(),
-            self.fence.clone(),
-            self.queue.clone(),
-            self.queue_deadlines.clone(),
-            self.floor.clone(),
-        ]
+    /// See [`Keys::scripted`](struct@Keys).
+    fn scripted(&self) -> Arc<[Vec<u8>]> {
+        self.scripted.clone()
     }
 }
 
@@ -225,15 +224,33 @@ impl fmt::Debug for Lock {
 
 impl Lock {
     pub(crate) fn new(client: Client, name: &[u8], fair: bool) -> Lock {
-        let core = Core::new(client, name, |client, n| Keys {
-            name: n.name().clone(),
-            lock: n.key(schema::LOCK).into(),
-            fence: n.key(schema::FENCE),
-            floor: client.backend().fence_floor(&n.key(schema::FENCE)),
-            note: n.key(schema::NOTE),
-            queue: n.key(schema::QUEUE),
-            queue_deadlines: n.key(schema::QUEUE_DEADLINES),
-            grant_prefix: n.key(schema::GRANT),
+        let core = Core::new(client, name, |client, n| {
+            let (lock, fence, queue, queue_deadlines) = (
+                n.key(schema::LOCK),
+                n.key(schema::FENCE),
+                n.key(schema::QUEUE),
+                n.key(schema::QUEUE_DEADLINES),
+            );
+            let floor = client.backend().fence_floor(&fence);
+            Keys {
+                name: n.name().clone(),
+                scripted: Arc::from([
+                    lock.clone(),
+                    fence.clone(),
+                    queue.clone(),
+                    queue_deadlines.clone(),
+                    // The fence floor of the counter's server or slot
+                    // (lua/fence.lua).
+                    floor,
+                ]),
+                lock: lock.into(),
+                fence,
+                note: n.key(schema::NOTE),
+                queue,
+                queue_deadlines,
+                grant_prefix: n.key(schema::GRANT),
+                name_look: std::sync::OnceLock::new(),
+            }
         });
         Lock { core, fair }
     }
@@ -403,7 +420,11 @@ impl Lock {
         // a hold of it is released to waiters or shortened, however it was
         // taken. Where waiters block at all.
         let look = |waiter: &[u8]| self.look(keys, &announce, waiter);
-        let name_look = (!backend.is_redlock() && backend.grants_directly()).then(|| look(b""));
+        let name_look = (!backend.is_redlock() && backend.grants_directly()).then(|| {
+            keys.name_look
+                .get_or_init(|| Arc::new(look(b"")))
+                .clone()
+        });
         let direct = blocks.then(|| Direct {
             list: open,
             into: own,
@@ -531,7 +552,7 @@ impl Lock {
             .backend()
             .confirm(&crate::backend::Call {
                 lua: &LOCK_RELEASE,
-                keys: &keys.scripted(),
+                keys: &keys.scripted,
                 args: &args.argv(),
             })
             .map_err(|e| e.about("lock", &keys.name))?;
@@ -540,7 +561,10 @@ impl Lock {
             // Opened to the waiters: should the blocked one whose pop takes
             // it be frozen or gone, a look just after the claim window
             // hands it on, as after a release.
-            let look = std::sync::Arc::new(self.look(keys, &announce, b""));
+            let look = keys
+                .name_look
+                .get_or_init(|| Arc::new(self.look(keys, &announce, b"")))
+                .clone();
             lease::look_after_opening(&self.core.client, look);
         }
         self.core.client.wakeup().notify_local(&keys.lock);

@@ -428,7 +428,7 @@ impl RwLock {
                 .client
                 .backend()
                 .grants_directly()
-                .then(|| self.watch(keys, b"")),
+                .then(|| Arc::new(self.watch(keys, b""))),
         }
     }
 
@@ -503,7 +503,9 @@ impl RwLock {
                 // order promised beyond it (as a plain lock's).
                 ordered: false,
             }),
-            look: backend.grants_directly().then(|| self.watch(keys, b"")),
+            look: backend
+                .grants_directly()
+                .then(|| Arc::new(self.watch(keys, b""))),
         }
     }
 

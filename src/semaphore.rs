@@ -394,7 +394,7 @@ impl Semaphore {
                 // (lua/sem_acquire.lua); a plain one promises no order.
                 ordered: false,
             }),
-            look: backend.grants_directly().then(|| look(b"")),
+            look: backend.grants_directly().then(|| Arc::new(look(b""))),
         }
     }
 }

@@ -146,13 +146,24 @@ impl<'a> Call<'a> {
 #[derive(Clone)]
 pub(crate) struct PreparedCall {
     pub(crate) lua: &'static Lua,
-    pub(crate) keys: Vec<Vec<u8>>,
+    /// Shared: a handle's calls name the same keys, made once per handle
+    /// (an acquisition builds several calls; each key copied into each
+    /// was most of the allocations its spec cost).
+    pub(crate) keys: Arc<[Vec<u8>]>,
     pub(crate) args: Vec<Vec<u8>>,
 }
 
 impl PreparedCall {
-    pub(crate) fn new(lua: &'static Lua, keys: Vec<Vec<u8>>, args: Vec<Vec<u8>>) -> PreparedCall {
-        PreparedCall { lua, keys, args }
+    pub(crate) fn new(
+        lua: &'static Lua,
+        keys: impl Into<Arc<[Vec<u8>]>>,
+        args: Vec<Vec<u8>>,
+    ) -> PreparedCall {
+        PreparedCall {
+            lua,
+            keys: keys.into(),
+            args,
+        }
     }
 
     pub(crate) fn call(&self) -> Call<'_> {

@@ -72,7 +72,7 @@ pub(crate) struct Spec {
     /// Direct grant, where the backend allows it (see [`Direct`]).
     pub(crate) direct: Option<Direct>,
     /// A lock's look at its name alone (see `Held::look`).
-    pub(crate) look: Option<PreparedCall>,
+    pub(crate) look: Option<Arc<PreparedCall>>,
 }
 
 impl Spec {
@@ -313,7 +313,6 @@ fn hold_with(
         let due = first.map(|first| at + first / 3);
         renewal::keep_alive(client.backend(), &state, known, valid, lease, &extend, due);
     }
-    let look = look.map(Arc::new);
     let held = Arc::new(Held {
         token,
         fence: fence.max(0) as u64,
