@@ -5,9 +5,10 @@
 //! `Core` of their own keys and add only what is theirs.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use crate::backend::PreparedCall;
 use crate::client::{Client, Names};
 use crate::error::{Error, Result};
 use crate::lease::Reentry;
@@ -19,6 +20,8 @@ pub(crate) struct Core<K> {
     pub(crate) lease: Option<Duration>,
     /// `Some(false)`: this handle refuses re-entry; `None`: the client's.
     pub(crate) reentrant: Option<bool>,
+    /// The look at the name alone (see [`Core::name_look`]).
+    name_look: Arc<OnceLock<Arc<PreparedCall>>>,
 }
 
 // Not derived: that would ask `K: Clone`, and the keys are shared.
@@ -29,6 +32,7 @@ impl<K> Clone for Core<K> {
             keys: self.keys.clone(),
             lease: self.lease,
             reentrant: self.reentrant,
+            name_look: self.name_look.clone(),
         }
     }
 }
@@ -50,7 +54,16 @@ impl<K> Core<K> {
             keys,
             lease: None,
             reentrant: None,
+            name_look: Arc::default(),
         }
+    }
+
+    /// The renewal thread's look at the name alone, with no waiter (see
+    /// `lease::Spec::look`), made by `make` at its first use and shared by
+    /// every hold through this handle and its clones: it names no token,
+    /// where each acquisition used to build its own.
+    pub(crate) fn name_look(&self, make: impl FnOnce() -> PreparedCall) -> Arc<PreparedCall> {
+        self.name_look.get_or_init(|| Arc::new(make())).clone()
     }
 
     /// The keys, or the invalid name's error.

@@ -32,14 +32,10 @@ struct Keys {
     /// lua/lock_watch.lua, made once: every call of an acquisition shares
     /// them (see `PreparedCall::keys`).
     scripted: Arc<[Vec<u8>]>,
-    /// The look at the name alone (`Lock::look` with no waiter), made at
-    /// its first use: it names no token, so every hold through this
-    /// handle shares it.
-    name_look: std::sync::OnceLock<Arc<PreparedCall>>,
 }
 
 impl Keys {
-    /// See [`Keys::scripted`](struct@Keys).
+    /// The shared keys of the scripts (see the field).
     fn scripted(&self) -> Arc<[Vec<u8>]> {
         self.scripted.clone()
     }
@@ -249,7 +245,6 @@ impl Lock {
                 queue,
                 queue_deadlines,
                 grant_prefix: n.key(schema::GRANT),
-                name_look: std::sync::OnceLock::new(),
             }
         });
         Lock { core, fair }
@@ -420,11 +415,8 @@ impl Lock {
         // a hold of it is released to waiters or shortened, however it was
         // taken. Where waiters block at all.
         let look = |waiter: &[u8]| self.look(keys, &announce, waiter);
-        let name_look = (!backend.is_redlock() && backend.grants_directly()).then(|| {
-            keys.name_look
-                .get_or_init(|| Arc::new(look(b"")))
-                .clone()
-        });
+        let name_look = (!backend.is_redlock() && backend.grants_directly())
+            .then(|| self.core.name_look(|| look(b"")));
         let direct = blocks.then(|| Direct {
             list: open,
             into: own,
@@ -561,10 +553,7 @@ impl Lock {
             // Opened to the waiters: should the blocked one whose pop takes
             // it be frozen or gone, a look just after the claim window
             // hands it on, as after a release.
-            let look = keys
-                .name_look
-                .get_or_init(|| Arc::new(self.look(keys, &announce, b"")))
-                .clone();
+            let look = self.core.name_look(|| self.look(keys, &announce, b""));
             lease::look_after_opening(&self.core.client, look);
         }
         self.core.client.wakeup().notify_local(&keys.lock);

@@ -34,21 +34,42 @@ struct Keys {
     grant_prefix: Vec<u8>,
     /// Waiting readers (lua/rw_read_acquire.lua).
     waiting_readers: Vec<u8>,
+    /// The keys of every read-write lock script that reads or changes the
+    /// holds (lua/rw_*.lua), in their one order, made once: an
+    /// acquisition's calls share them (see `PreparedCall::keys`).
+    scripted: Arc<[Vec<u8>]>,
 }
 
 impl Keys {
-    /// The keys of every read-write lock script that reads or changes the
-    /// holds (lua/rw_*.lua), in their one order.
-    fn scripted(&self) -> Vec<Vec<u8>> {
-        vec![
-            self.writer.to_vec(),
-            self.readers.clone(),
-            self.fence.clone(),
-            self.writer_queue.clone(),
-            self.writer_deadlines.clone(),
-            self.waiting_readers.clone(),
-            self.floor.clone(),
-        ]
+    fn new(client: &Client, n: crate::client::Names) -> Keys {
+        let fence = n.key(schema::FENCE);
+        let mut keys = Keys {
+            name: n.name().clone(),
+            writer: n.key(schema::RW_WRITER).into(),
+            readers: n.key(schema::RW_READERS),
+            writer_queue: n.key(schema::RW_WRITER_QUEUE),
+            writer_deadlines: n.key(schema::RW_WRITER_DEADLINES),
+            floor: client.backend().fence_floor(&fence),
+            fence,
+            grant_prefix: n.key(schema::RW_GRANT),
+            waiting_readers: n.key(schema::RW_WAITING_READERS),
+            scripted: Arc::new([]),
+        };
+        keys.scripted = Arc::from([
+            keys.writer.to_vec(),
+            keys.readers.clone(),
+            keys.fence.clone(),
+            keys.writer_queue.clone(),
+            keys.writer_deadlines.clone(),
+            keys.waiting_readers.clone(),
+            keys.floor.clone(),
+        ]);
+        keys
+    }
+
+    /// The shared keys of the scripts (see the field).
+    fn scripted(&self) -> Arc<[Vec<u8>]> {
+        self.scripted.clone()
     }
 }
 
@@ -190,17 +211,7 @@ impl fmt::Debug for RwLock {
 
 impl RwLock {
     pub(crate) fn new(client: Client, name: &[u8]) -> RwLock {
-        let core = Core::new(client, name, |client, n| Keys {
-            name: n.name().clone(),
-            writer: n.key(schema::RW_WRITER).into(),
-            readers: n.key(schema::RW_READERS),
-            writer_queue: n.key(schema::RW_WRITER_QUEUE),
-            writer_deadlines: n.key(schema::RW_WRITER_DEADLINES),
-            fence: n.key(schema::FENCE),
-            floor: client.backend().fence_floor(&n.key(schema::FENCE)),
-            grant_prefix: n.key(schema::RW_GRANT),
-            waiting_readers: n.key(schema::RW_WAITING_READERS),
-        });
+        let core = Core::new(client, name, Keys::new);
         RwLock { core }
     }
 
@@ -245,7 +256,7 @@ impl RwLock {
         // to them.
         let backend = self.core.client.backend();
         if backend.grants_directly() {
-            let look = std::sync::Arc::new(self.watch(keys, b""));
+            let look = self.core.name_look(|| self.watch(keys, b""));
             drop(crate::renewal::watch_for(
                 backend,
                 look,
@@ -428,7 +439,7 @@ impl RwLock {
                 .client
                 .backend()
                 .grants_directly()
-                .then(|| Arc::new(self.watch(keys, b""))),
+                .then(|| self.core.name_look(|| self.watch(keys, b""))),
         }
     }
 
@@ -505,7 +516,7 @@ impl RwLock {
             }),
             look: backend
                 .grants_directly()
-                .then(|| Arc::new(self.watch(keys, b""))),
+                .then(|| self.core.name_look(|| self.watch(keys, b""))),
         }
     }
 

@@ -22,22 +22,35 @@ struct Keys {
     name: Arc<[u8]>,
     permits: Arc<[u8]>,
     count: Vec<u8>,
-    queue: Vec<u8>,
-    queue_deadlines: Vec<u8>,
     /// Prefix of a waiter's grant list (its member follows).
     grant_prefix: Vec<u8>,
+    /// The keys of lua/sem_acquire.lua, sem_release.lua and the others
+    /// that hand permits on (sem_grant.lua), made once: an acquisition's
+    /// calls share them (see `PreparedCall::keys`).
+    scripted: Arc<[Vec<u8>]>,
 }
 
 impl Keys {
-    /// The keys of lua/sem_acquire.lua, sem_release.lua and the others
-    /// that hand permits on (sem_grant.lua).
-    fn scripted(&self) -> Vec<Vec<u8>> {
-        vec![
-            self.permits.to_vec(),
-            self.count.clone(),
-            self.queue.clone(),
-            self.queue_deadlines.clone(),
-        ]
+    fn new(n: crate::client::Names) -> Keys {
+        let (permits, count, queue, queue_deadlines) = (
+            n.key(schema::SEM),
+            n.key(schema::SEM_COUNT),
+            n.key(schema::SEM_QUEUE),
+            n.key(schema::SEM_QUEUE_DEADLINES),
+        );
+        Keys {
+            name: n.name().clone(),
+            // Its waiter queue and the queue's deadlines go only here.
+            scripted: Arc::from([permits.clone(), count.clone(), queue, queue_deadlines]),
+            permits: permits.into(),
+            count,
+            grant_prefix: n.key(schema::SEM_GRANT),
+        }
+    }
+
+    /// The shared keys of the scripts (see the field).
+    fn scripted(&self) -> Arc<[Vec<u8>]> {
+        self.scripted.clone()
     }
 }
 
@@ -77,14 +90,7 @@ impl fmt::Debug for Semaphore {
 
 impl Semaphore {
     pub(crate) fn new(client: Client, name: &[u8], permits: u32, fair: bool) -> Semaphore {
-        let core = Core::new(client, name, |_, n| Keys {
-            name: n.name().clone(),
-            permits: n.key(schema::SEM).into(),
-            count: n.key(schema::SEM_COUNT),
-            queue: n.key(schema::SEM_QUEUE),
-            queue_deadlines: n.key(schema::SEM_QUEUE_DEADLINES),
-            grant_prefix: n.key(schema::SEM_GRANT),
-        });
+        let core = Core::new(client, name, |_, n| Keys::new(n));
         Semaphore {
             core,
             permits,
@@ -241,14 +247,16 @@ impl Semaphore {
             // Offered to the waiters: should the blocked one whose pop takes
             // the offer be frozen or gone, a look just after the claim
             // window hands it on, as after a release.
-            let offer = self.offer(keys);
-            let args = WatchArgs {
-                waiter: b"",
-                entry: lease::ROOM_ENTRY,
-                offer: &offer,
-            };
-            let look = PreparedCall::new(&SEM_WATCH, keys.scripted(), args.argv());
-            lease::look_after_opening(&self.core.client, Arc::new(look));
+            let look = self.core.name_look(|| {
+                let offer = self.offer(keys);
+                let args = WatchArgs {
+                    waiter: b"",
+                    entry: lease::ROOM_ENTRY,
+                    offer: &offer,
+                };
+                PreparedCall::new(&SEM_WATCH, keys.scripted(), args.argv())
+            });
+            lease::look_after_opening(&self.core.client, look);
         }
         wakeup.notify_local(&keys.permits);
         Ok(removed.clamp(0, u32::MAX as i64) as u32)
@@ -394,7 +402,9 @@ impl Semaphore {
                 // (lua/sem_acquire.lua); a plain one promises no order.
                 ordered: false,
             }),
-            look: backend.grants_directly().then(|| Arc::new(look(b""))),
+            look: backend
+                .grants_directly()
+                .then(|| self.core.name_look(|| look(b""))),
         }
     }
 }
