@@ -393,7 +393,7 @@ impl Lock {
             };
             PreparedCall::new(&LOCK_RELEASE, keys.scripted(), args.argv())
         };
-        let leave = queues.then(|| release(true));
+        let leave = queues.then(|| Arc::new(release(true)));
         // Waiters block on the name's open list, moving what they pop into
         // their own (lua/queue.lua hand_on).
         let open = schema::open_list(&keys.grant_prefix);

@@ -400,6 +400,7 @@ impl RwLock {
             };
             PreparedCall::new(&RW_READ_RELEASE, keys.scripted(), args.argv())
         };
+        let leave = waits.then(|| Arc::new(release(true)));
         let grant = ReadAcquireArgs {
             token: &t,
             lease_ms: &ms,
@@ -427,8 +428,8 @@ impl RwLock {
             ),
             // A waiting reader's entry goes when it gives up, and behind a
             // late grant.
-            leave: waits.then(|| release(true)),
-            undo: waits.then(|| release(true)),
+            undo: leave.clone(),
+            leave,
             direct: None,
             // The last reader's release may hand the write hold to a writer
             // that then freezes, and a shortened read lease may lapse: a
@@ -477,6 +478,7 @@ impl RwLock {
             };
             PreparedCall::new(&RW_WRITE_RELEASE, keys.scripted(), args.argv())
         };
+        let leave = waits.then(|| Arc::new(release(true)));
         Spec {
             what: "write lock",
             name: keys.name.clone(),
@@ -499,8 +501,8 @@ impl RwLock {
             // Withdraw our queue entry so readers need not wait for it, and
             // hand on a write hold granted meanwhile; also behind a late
             // grant. A try has neither.
-            leave: waits.then(|| release(true)),
-            undo: waits.then(|| release(true)),
+            undo: leave.clone(),
+            leave,
             // Writers block on the open list, moving what they pop into
             // their own (lua/rw_grant.lua rw_open).
             direct: blocks.then(|| Direct {

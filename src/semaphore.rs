@@ -350,7 +350,7 @@ impl Semaphore {
             };
             PreparedCall::new(&SEM_RELEASE, keys.scripted(), args.argv())
         };
-        let leave = release(true);
+        let leave = Arc::new(release(true));
         // The renewal thread's look at the semaphore (lua/sem_watch.lua):
         // for this waiter while it is blocked, and (no member) for the
         // name once a release offered its permits to the waiters.

@@ -148,7 +148,7 @@ impl<'a> Acquisition<'a> {
     fn send(&self, block: Option<Duration>) -> Result<Blocked> {
         let backend = self.client.backend();
         let spec = &self.spec;
-        let undo = spec.undo.as_ref().unwrap_or(&spec.release).call();
+        let undo = spec.undo.as_deref().unwrap_or(&spec.release).call();
         match (block, &spec.direct) {
             (Some(block), Some(d)) => {
                 // A grant may come with the pop: keep the renewal thread

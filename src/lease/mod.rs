@@ -63,12 +63,13 @@ pub(crate) struct Spec {
     pub(crate) extend: PreparedCall,
     /// Withdraws what a waiting attempt leaves besides a hold (a fair-queue
     /// entry, a writer's intent), after giving up.
-    pub(crate) leave: Option<PreparedCall>,
+    pub(crate) leave: Option<Arc<PreparedCall>>,
     /// What is written behind a grant whose reply is late, to run after
     /// it whatever it did; `None`: `release`. A lock's waiter leaves its
     /// queue with it too, or its entry would sit at the head until it
     /// lapsed, and a release would grant it to a token nobody uses.
-    pub(crate) undo: Option<PreparedCall>,
+    /// Mostly `leave` itself, shared.
+    pub(crate) undo: Option<Arc<PreparedCall>>,
     /// Direct grant, where the backend allows it (see [`Direct`]).
     pub(crate) direct: Option<Direct>,
     /// A lock's look at its name alone (see `Held::look`).
