@@ -23,15 +23,19 @@ struct Keys {
     fence: Vec<u8>,
     /// The holder's note (`LockGuard::annotate`).
     note: Vec<u8>,
-    /// The waiter queue and its deadlines (lua/queue.lua).
-    queue: Vec<u8>,
-    queue_deadlines: Vec<u8>,
     /// Prefix of a waiter's grant list (the waiter's token follows).
     grant_prefix: Vec<u8>,
     /// The keys of lua/lock_acquire.lua, lua/lock_release.lua and
-    /// lua/lock_watch.lua, made once: every call of an acquisition shares
-    /// them (see `PreparedCall::keys`).
+    /// lua/lock_watch.lua (the lock, its fencing counter, its waiter queue
+    /// and the queue's deadlines: lua/queue.lua, its fence floor), made
+    /// once: every call of an acquisition shares them (see
+    /// `PreparedCall::keys`).
     scripted: Arc<[Vec<u8>]>,
+    /// lua/lock_extend.lua's keys: the lock alone, or (a hold a pop may
+    /// have taken, claimed at its first extension) with the queue and its
+    /// deadlines; made once, as `scripted`.
+    extended: Arc<[Vec<u8>]>,
+    extended_claiming: Arc<[Vec<u8>]>,
 }
 
 impl Keys {
@@ -239,11 +243,11 @@ impl Lock {
                     // (lua/fence.lua).
                     floor,
                 ]),
+                extended: Arc::from([lock.clone()]),
+                extended_claiming: Arc::from([lock.clone(), queue, queue_deadlines]),
                 lock: lock.into(),
                 fence,
                 note: n.key(schema::NOTE),
-                queue,
-                queue_deadlines,
                 grant_prefix: n.key(schema::GRANT),
             }
         });
@@ -479,15 +483,11 @@ impl Lock {
     ) -> PreparedCall {
         let (keys, prefix, entry) = match claim {
             Some(entry) => (
-                vec![
-                    keys.lock.to_vec(),
-                    keys.queue.clone(),
-                    keys.queue_deadlines.clone(),
-                ],
+                keys.extended_claiming.clone(),
                 keys.grant_prefix.clone(),
                 millis(entry),
             ),
-            None => (vec![keys.lock.to_vec()], Vec::new(), b"0".to_vec()),
+            None => (keys.extended.clone(), Vec::new(), b"0".to_vec()),
         };
         PreparedCall::new(
             &LOCK_EXTEND,
