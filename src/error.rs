@@ -195,12 +195,19 @@ impl Error {
 
     /// The server's error code, when the error is a server's reply.
     pub(crate) fn server_code(&self) -> Option<&str> {
-        self.source
-            .as_deref()
-            .and_then(|s| {
-                (s as &(dyn std::error::Error + 'static)).downcast_ref::<RedisErrorText>()
-            })
-            .and_then(RedisErrorText::code)
+        self.redis_text().and_then(RedisErrorText::code)
+    }
+
+    /// Where a Cluster redirection (`MOVED`, `ASK`) sends the command:
+    /// `host:port`.
+    pub(crate) fn redirected_to(&self) -> Option<&str> {
+        self.redis_text().and_then(|t| t.redirect.as_deref())
+    }
+
+    fn redis_text(&self) -> Option<&RedisErrorText> {
+        self.source.as_deref().and_then(|s| {
+            (s as &(dyn std::error::Error + 'static)).downcast_ref::<RedisErrorText>()
+        })
     }
 
     /// Whether the command was never sent (no connection could be had), so
@@ -391,12 +398,15 @@ pub struct RedisErrorText {
     kind: redis::ErrorKind,
     code: Option<String>,
     text: String,
+    /// A redirection's target (see `Error::redirected_to`).
+    redirect: Option<String>,
 }
 
 impl RedisErrorText {
     fn of(err: redis::RedisError) -> RedisErrorText {
         RedisErrorText {
             kind: err.kind(),
+            redirect: err.redirect_node().map(|(addr, _)| addr.to_owned()),
             // The scripts' own codes are how the library recognises them
             // (see `From<RedisError>`); the message already says what they
             // mean, so they are not shown again.

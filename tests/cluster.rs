@@ -287,6 +287,59 @@ fn master_reads(cons: &mut [redis::Connection], reset: bool) -> u64 {
     total
 }
 
+/// Reproduction (review): nodes set to `cluster-preferred-endpoint-type
+/// unknown-endpoint` answer `CLUSTER SLOTS` with no host ("the one you
+/// asked"). Our slot map refused such an answer, so grants found no master
+/// ("no master of this name's slot could be found") and renewal renewed
+/// nothing (a 900 ms lease was lost after 3 s). The asked node's host now
+/// stands for the missing one: a lock and a permit are taken and kept
+/// past several leases.
+#[test]
+fn nodes_that_name_no_host_in_their_slot_map_still_serve() {
+    if !common::needs_version(
+        "nodes_that_name_no_host_in_their_slot_map_still_serve",
+        7,
+        0,
+        "cluster-preferred-endpoint-type",
+    ) {
+        return;
+    }
+    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    let ports = ports(&cluster);
+    for &port in &ports {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-preferred-endpoint-type")
+            .arg("unknown-endpoint")
+            .query(&mut con(port))
+            .unwrap();
+    }
+    let slots: redis::Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query(&mut con(ports[0]))
+        .unwrap();
+    assert!(format!("{slots:?}").contains("nil"), "{slots:?}");
+    let c = Client::builder()
+        .cluster(urls_of(&ports))
+        .watchdog_timeout(Duration::from_millis(900))
+        .build()
+        .unwrap();
+    let lock = c.lock("nohost").try_acquire().unwrap().expect("free");
+    let permit = c
+        .semaphore("nohost:sem", 2)
+        .try_acquire()
+        .unwrap()
+        .expect("free");
+    std::thread::sleep(Duration::from_secs(3));
+    let (lock_held, permit_held) = (lock.is_held(), permit.is_held());
+    drop((lock, permit));
+    cluster.stop();
+    assert!(
+        lock_held && permit_held,
+        "lock {lock_held}, permit {permit_held}"
+    );
+}
+
 /// Reproduction (issue: a multi-lock in one round trip): on Cluster a
 /// multi-lock's names go as one pipeline per master, all masters at once,
 /// and so do their releases. Before, they were taken one by one: 9 names

@@ -133,7 +133,7 @@ impl Masters {
             let Ok(reply) = asked else {
                 continue;
             };
-            let Some(ranges) = parse_slots(reply) else {
+            let Some(ranges) = parse_slots(reply, &node.addr()) else {
                 continue;
             };
             let mut nodes = HashMap::new();
@@ -152,6 +152,19 @@ impl Masters {
         }
         // Nobody answered: still suspects next time.
         state.suspects = suspects;
+    }
+
+    /// Our node for the master at `addr` (`host:port`), as a redirection
+    /// names it: the map's own, or a new one kept in the map until it is
+    /// read again.
+    pub(super) fn node_for(&self, addr: &str) -> Arc<Node> {
+        let mut state = crate::mutex::lock(&self.state);
+        if let Some(node) = state.nodes.get(addr) {
+            return node.clone();
+        }
+        let node = Arc::new(self.node_at(addr));
+        state.nodes.insert(Arc::from(addr), node.clone());
+        node
     }
 
     /// A node for `addr` (`host:port`) with the seed's settings.
@@ -224,7 +237,10 @@ impl Masters {
 }
 
 /// `CLUSTER SLOTS` as sorted `(first, last, "host:port")` master ranges.
-pub(super) fn parse_slots(reply: Value) -> Option<Vec<(u16, u16, Arc<str>)>> {
+/// `asked`: the address of the node that answered (`host:port`), whose
+/// host stands for an empty or missing one.
+pub(super) fn parse_slots(reply: Value, asked: &str) -> Option<Vec<(u16, u16, Arc<str>)>> {
+    let asked_host = asked.rsplit_once(':').map_or(asked, |(host, _)| host);
     let Value::Array(entries) = reply else {
         return None;
     };
@@ -237,16 +253,24 @@ pub(super) fn parse_slots(reply: Value) -> Option<Vec<(u16, u16, Arc<str>)>> {
         else {
             return None;
         };
+        // An empty or missing (`nil`: `cluster-preferred-endpoint-type
+        // unknown-endpoint`) host means "the host you asked"; `?`, a host
+        // the node does not know, makes the map unusable. A map refused
+        // here left grants without a master (see `ClusterLeader::grant`).
         let host = match master.first()? {
             Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
             Value::SimpleString(s) => s.clone(),
+            Value::Nil => String::new(),
             _ => return None,
+        };
+        let host = if host.is_empty() {
+            asked_host.to_owned()
+        } else {
+            host
         };
         let Value::Int(port) = master.get(1)? else {
             return None;
         };
-        // An empty host means "the node you asked"; the seed's own address
-        // would be a guess, so such a map is not used.
         if host.is_empty() || host == "?" {
             return None;
         }

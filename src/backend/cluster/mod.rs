@@ -89,6 +89,22 @@ fn refused_for_now(code: &str) -> bool {
     matches!(code, "CLUSTERDOWN" | "TRYAGAIN")
 }
 
+/// How many `MOVED` redirections one call follows (see
+/// `ClusterLeader::following_moves`).
+const MOVES: usize = 2;
+
+/// A redirection still after [`MOVES`]: the slot keeps moving (a
+/// resharding, nodes whose views disagree). Nothing ran; waiters ride it
+/// out like an outage.
+fn kept_moving(e: Error) -> Error {
+    Error::new(
+        ErrorKind::Connection,
+        "the name's slot kept moving between masters; the script did not run",
+    )
+    .with_source(e)
+    .unsent()
+}
+
 /// A master's part of a batch: its packed pipeline, how many script loads
 /// and calls it holds, and the undos of its calls.
 type MasterPart<'a> = (Vec<u8>, usize, usize, Option<Vec<Call<'a>>>);
@@ -268,11 +284,11 @@ impl ClusterLeader {
     /// [`Masters::last_known`]): a grant that went through the cluster
     /// connection whenever the map was stale (after any failed call) left
     /// its late grant in place, holding the name for a whole lease. A
-    /// master that says `MOVED` (nothing ran) is left for the one a map
-    /// read now names; `ASK` (a slot being migrated) goes through the
-    /// cluster connection, which follows it to the importing master. Other
-    /// failures are the judge of attempts' to ride out (see
-    /// [`ClusterLeader::on_master`]).
+    /// `MOVED` (nothing ran) is followed to the master it names (see
+    /// [`ClusterLeader::following_moves`]); an `ASK` (a slot being
+    /// migrated) goes through the cluster connection, which follows it to
+    /// the importing master. Other failures are the judge of attempts' to
+    /// ride out (see [`ClusterLeader::on_master`]).
     pub(crate) fn grant(
         &self,
         call: &Call<'_>,
@@ -281,18 +297,46 @@ impl ClusterLeader {
     ) -> Result<(i64, i64)> {
         // Even while direct waiting is paused (`direct_off`): a grant over
         // our connection is what gets a late reply undone.
-        let on_master = |node: Arc<Node>, redirected: &dyn Fn(Error) -> Result<(i64, i64)>| {
-            let outcome = node.call(call, Some(undo), deadline);
-            self.on_master(&node, outcome, redirected)
-        };
-        let moved_again = |e: Error| Err(e.unsent());
-        on_master(self.master_for_grant(call)?, &|e: Error| {
+        let node = self.master_for_grant(call)?;
+        let (node, outcome) = self.following_moves(node, call, Some(undo), deadline);
+        self.on_master(&node, outcome, |e| {
             if e.server_code() == Some("ASK") {
                 return self.call(call, deadline);
             }
-            self.masters.refresh();
-            on_master(self.master_for_grant(call)?, &moved_again)
+            Err(kept_moving(e))
         })
+    }
+
+    /// `call` on `node` over our own connection, and where it answers
+    /// `MOVED` (nothing ran: the slot has another master), on the master
+    /// the redirection names, as the cluster connection would, up to
+    /// [`MOVES`] times: the slot map is not read again on the way (it is
+    /// marked stale, and read again at most once a second), since a node
+    /// whose view lags could name the old master again, and reading it
+    /// asks the known masters one after another, a stalled one for a
+    /// whole response timeout. Returns the last node asked and its
+    /// outcome (a redirection still, after as many).
+    fn following_moves<T: FromRedisValue>(
+        &self,
+        mut node: Arc<Node>,
+        call: &Call<'_>,
+        undo: Option<&Call<'_>>,
+        deadline: Option<Instant>,
+    ) -> (Arc<Node>, Result<T>) {
+        for _ in 0..MOVES {
+            let outcome = node.call(call, undo, deadline);
+            let to = match &outcome {
+                Err(e) if e.server_code() == Some("MOVED") => e.redirected_to(),
+                _ => None,
+            };
+            let Some(to) = to else {
+                return (node, outcome);
+            };
+            self.direct_off();
+            node = self.masters.node_for(to);
+        }
+        let outcome = node.call(call, undo, deadline);
+        (node, outcome)
     }
 
     /// The master our slot map last named for a grant's key, or a *not
@@ -314,9 +358,10 @@ impl ClusterLeader {
     /// connection: never through the cluster connection, which sends a
     /// call again after its connection dropped (a latch would count down
     /// twice; a release run twice finds its own work done and reports the
-    /// lease lost). A slot that moved is looked up once more; a master
-    /// that cannot be reached, or a slot being migrated (`ASK`), is a *not
-    /// sent* error.
+    /// lease lost). A slot that moved is followed to the master its
+    /// `MOVED` names; a master that cannot be reached has the map read
+    /// again and the call made once more; a slot being migrated (`ASK`) is
+    /// a *not sent* error.
     pub(crate) fn once<T: FromRedisValue>(&self, call: &Call<'_>) -> Result<T> {
         let Some(key) = call.keys.first() else {
             return Err(Error::invalid("a script without keys cannot be routed"));
@@ -329,19 +374,17 @@ impl ClusterLeader {
             }) else {
                 break;
             };
-            match node.call(call, None, None) {
-                Err(e) if e.server_code() == Some("MOVED") || e.is_unsent() => {
-                    // Not run: the slot has another master now, or this
-                    // one could not be reached (a failover may have
-                    // replaced it). Read the map again.
-                    if e.is_unsent() {
-                        self.master_failed(&node);
-                    } else {
-                        self.direct_off();
-                    }
+            // A `MOVED` is followed to the master it names.
+            let (node, outcome) = self.following_moves(node, call, None, None);
+            match outcome {
+                Err(e) if e.is_unsent() => {
+                    // Not run: this master could not be reached (a
+                    // failover may have replaced it). Read the map again.
+                    self.master_failed(&node);
                     self.masters.refresh();
                     last = Some(e.unsent());
                 }
+                Err(e) if e.server_code() == Some("MOVED") => return Err(kept_moving(e)),
                 Err(e) if e.server_code() == Some("ASK") => {
                     return Err(Error::new(
                         ErrorKind::Connection,
