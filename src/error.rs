@@ -200,6 +200,7 @@ impl Error {
 
     /// Where a Cluster redirection (`MOVED`, `ASK`) sends the command:
     /// `host:port`.
+    #[cfg(feature = "cluster")]
     pub(crate) fn redirected_to(&self) -> Option<&str> {
         self.redis_text().and_then(|t| t.redirect.as_deref())
     }
@@ -399,6 +400,7 @@ pub struct RedisErrorText {
     code: Option<String>,
     text: String,
     /// A redirection's target (see `Error::redirected_to`).
+    #[cfg(feature = "cluster")]
     redirect: Option<String>,
 }
 
@@ -406,6 +408,7 @@ impl RedisErrorText {
     fn of(err: redis::RedisError) -> RedisErrorText {
         RedisErrorText {
             kind: err.kind(),
+            #[cfg(feature = "cluster")]
             redirect: err.redirect_node().map(|(addr, _)| addr.to_owned()),
             // The scripts' own codes are how the library recognises them
             // (see `From<RedisError>`); the message already says what they
