@@ -237,10 +237,20 @@ impl Masters {
 }
 
 /// `CLUSTER SLOTS` as sorted `(first, last, "host:port")` master ranges.
+/// The host of `asked` (`host:port`, the node that answered) where a node
+/// names none (`cluster-preferred-endpoint-type unknown-endpoint`: "the
+/// host you asked"), else `host` itself.
+pub(super) fn or_asked_host<'a>(host: &'a str, asked: &'a str) -> &'a str {
+    if host.is_empty() {
+        asked.rsplit_once(':').map_or(asked, |(h, _)| h)
+    } else {
+        host
+    }
+}
+
 /// `asked`: the address of the node that answered (`host:port`), whose
-/// host stands for an empty or missing one.
+/// host stands for an empty or missing one (see [`or_asked_host`]).
 pub(super) fn parse_slots(reply: Value, asked: &str) -> Option<Vec<(u16, u16, Arc<str>)>> {
-    let asked_host = asked.rsplit_once(':').map_or(asked, |(host, _)| host);
     let Value::Array(entries) = reply else {
         return None;
     };
@@ -263,11 +273,7 @@ pub(super) fn parse_slots(reply: Value, asked: &str) -> Option<Vec<(u16, u16, Ar
             Value::Nil => String::new(),
             _ => return None,
         };
-        let host = if host.is_empty() {
-            asked_host.to_owned()
-        } else {
-            host
-        };
+        let host = or_asked_host(&host, asked).to_owned();
         let Value::Int(port) = master.get(1)? else {
             return None;
         };

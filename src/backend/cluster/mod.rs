@@ -332,8 +332,16 @@ impl ClusterLeader {
             let Some(to) = to else {
                 return (node, outcome);
             };
+            // `:port`, where the nodes name no host: the host that answered.
+            let to = match to.rsplit_once(':') {
+                Some((host, port)) => {
+                    let asked = node.addr();
+                    format!("{}:{port}", masters::or_asked_host(host, &asked))
+                }
+                None => to.to_owned(),
+            };
             self.direct_off();
-            node = self.masters.node_for(to);
+            node = self.masters.node_for(&to);
         }
         let outcome = node.call(call, undo, deadline);
         (node, outcome)
