@@ -247,19 +247,25 @@ impl Semaphore {
             // Offered to the waiters: should the blocked one whose pop takes
             // the offer be frozen or gone, a look just after the claim
             // window hands it on, as after a release.
-            let look = self.core.name_look(|| {
-                let offer = self.offer(keys);
-                let args = WatchArgs {
-                    waiter: b"",
-                    entry: lease::ROOM_ENTRY,
-                    offer: &offer,
-                };
-                PreparedCall::new(&SEM_WATCH, keys.scripted(), args.argv())
-            });
+            let look = self
+                .core
+                .name_look(|| self.watch(keys, &self.offer(keys), b""));
             lease::look_after_opening(&self.core.client, look);
         }
         wakeup.notify_local(&keys.permits);
         Ok(removed.clamp(0, u32::MAX as i64) as u32)
+    }
+
+    /// The renewal thread's look at the semaphore (lua/sem_watch.lua): for
+    /// a `waiter` while it is blocked, and (none) for the name once a
+    /// release or a forced release offered its permits to the waiters.
+    fn watch(&self, keys: &Keys, offer: &Offer<'_>, waiter: &[u8]) -> PreparedCall {
+        let args = WatchArgs {
+            waiter,
+            entry: lease::ROOM_ENTRY,
+            offer,
+        };
+        PreparedCall::new(&SEM_WATCH, keys.scripted(), args.argv())
     }
 
     /// Where an offer of this semaphore's permits goes (lua/sem_grant.lua).
@@ -351,17 +357,7 @@ impl Semaphore {
             PreparedCall::new(&SEM_RELEASE, keys.scripted(), args.argv())
         };
         let leave = Arc::new(release(true));
-        // The renewal thread's look at the semaphore (lua/sem_watch.lua):
-        // for this waiter while it is blocked, and (no member) for the
-        // name once a release offered its permits to the waiters.
-        let look = |waiter: &[u8]| {
-            let args = WatchArgs {
-                waiter,
-                entry: lease::ROOM_ENTRY,
-                offer: &offer,
-            };
-            PreparedCall::new(&SEM_WATCH, keys.scripted(), args.argv())
-        };
+        let look = |waiter: &[u8]| self.watch(keys, &offer, waiter);
         // Waiters block on the name's open list, moving what they pop
         // into their own (lua/sem_grant.lua sem_offer).
         let own = [keys.grant_prefix.as_slice(), &member].concat();

@@ -307,14 +307,11 @@ fn nodes_that_name_no_host_in_their_slot_map_still_serve() {
     }
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
     let ports = ports(&cluster);
-    for &port in &ports {
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("cluster-preferred-endpoint-type")
-            .arg("unknown-endpoint")
-            .query(&mut con(port))
-            .unwrap();
-    }
+    config_set_all(
+        &ports,
+        "cluster-preferred-endpoint-type",
+        "unknown-endpoint",
+    );
     let slots: redis::Value = redis::cmd("CLUSTER")
         .arg("SLOTS")
         .query(&mut con(ports[0]))

@@ -302,9 +302,7 @@ fn a_lock_tried_twice_with_a_stopped_master_is_free_once_it_runs() {
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     let mut tries = Vec::new();
     for _ in 0..2 {
-        let t = Instant::now();
-        let r = lock.try_acquire();
-        tries.push((t.elapsed(), r.map(|g| g.is_some()).map_err(|e| e.kind())));
+        tries.push(timed_try(&lock));
     }
     unsafe { libc::kill(pid, libc::SIGCONT) };
     println!("FIGURES two tries with a stopped master, timeouts {t_out:?}: {tries:?}");
@@ -394,9 +392,7 @@ fn a_moved_grant_does_not_wait_for_stopped_masters() {
         let to_id = m.ids[to].clone();
         m.set(from, "NODE", &to_id);
         m.set(to, "NODE", &to_id);
-        let t = Instant::now();
-        let got = c.lock(&name).try_acquire();
-        tries.push((t.elapsed(), got.map(|g| g.is_some()).map_err(|e| e.kind())));
+        tries.push(timed_try(&c.lock(&name)));
         for &pid in &stopped {
             unsafe { libc::kill(pid, libc::SIGCONT) };
         }
@@ -437,9 +433,7 @@ fn a_stopped_master_bounds_try_acquire() {
         if start.elapsed() > Duration::from_millis(4_000) {
             break;
         }
-        let t = Instant::now();
-        let r = lock.try_acquire();
-        times.push((t.elapsed(), r.map(|g| g.is_some()).map_err(|e| e.kind())));
+        times.push(timed_try(&lock));
         std::thread::sleep(Duration::from_millis(2_050));
     }
     unsafe { libc::kill(pid, libc::SIGCONT) };
@@ -687,14 +681,7 @@ fn a_stopped_master_does_not_hold_up_reads_on_the_others() {
     }
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
     let ports = ports(&cluster);
-    for p in &ports {
-        let _: () = redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("cluster-require-full-coverage")
-            .arg("no")
-            .query(&mut con(*p))
-            .unwrap();
-    }
+    config_set_all(&ports, "cluster-require-full-coverage", "no");
     let urls = urls_of(&ports);
     let response = Duration::from_millis(300);
     let c = Client::builder()

@@ -47,6 +47,11 @@ pub fn raw_con(url: &str) -> redis::Connection {
     redis::Client::open(info).unwrap().get_connection().unwrap()
 }
 
+/// A fresh owner token as the library's scripts take it (`rl:`, no `#`).
+fn owner_token() -> String {
+    format!("rl:bench:{}", uuid::Uuid::new_v4().simple())
+}
+
 /// The server's one fence floor (lua/fence.lua), the last key of each
 /// lock script.
 const FENCE_FLOOR: &str = "redlease:fence-floor";
@@ -93,7 +98,7 @@ impl RawLockScripts {
     }
 
     pub fn cycle(&self, con: &mut redis::Connection) {
-        let token = format!("rl:bench:{}", uuid::Uuid::new_v4().simple());
+        let token = owner_token();
         let (keys, prefix) = lock_keys(&self.name);
         let mut acquire = self.acquire.prepare_invoke();
         let mut release = self.release.prepare_invoke();
@@ -131,7 +136,7 @@ impl RawMultiScripts {
     }
 
     pub fn cycle(&self, con: &mut redis::Connection) {
-        let token = format!("rl:bench:{}", uuid::Uuid::new_v4().simple());
+        let token = owner_token();
         let mut acquire = self.acquire.prepare_invoke();
         let mut release = self.release.prepare_invoke();
         acquire.arg(&token);
@@ -195,7 +200,7 @@ impl BareFencedScripts {
     }
 
     pub fn cycle(&self, con: &mut redis::Connection) {
-        let token = format!("rl:bench:{}", uuid::Uuid::new_v4().simple());
+        let token = owner_token();
         let mut acquire = self.acquire.prepare_invoke();
         for name in &self.names {
             acquire

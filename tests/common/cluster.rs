@@ -160,6 +160,26 @@ pub fn con(port: u16) -> redis::Connection {
         .unwrap()
 }
 
+/// `CONFIG SET <key> <value>` on every node.
+pub fn config_set_all(ports: &[u16], key: &str, value: &str) {
+    for &port in ports {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(key)
+            .arg(value)
+            .query(&mut con(port))
+            .unwrap();
+    }
+}
+
+/// A `try_acquire` of `lock`, timed: how long it took, and whether it
+/// got the lock (or the error's kind).
+pub fn timed_try(lock: &redlease::Lock) -> (Duration, Result<bool, redlease::ErrorKind>) {
+    let t = Instant::now();
+    let r = lock.try_acquire();
+    (t.elapsed(), r.map(|g| g.is_some()).map_err(|e| e.kind()))
+}
+
 /// The nodes' URLs.
 pub fn urls_of(ports: &[u16]) -> Vec<String> {
     ports

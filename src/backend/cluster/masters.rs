@@ -155,9 +155,15 @@ impl Masters {
     }
 
     /// Our node for the master at `addr` (`host:port`), as a redirection
-    /// names it: the map's own, or a new one kept in the map until it is
-    /// read again.
-    pub(super) fn node_for(&self, addr: &str) -> Arc<Node> {
+    /// from `asked` names it (`:port` where the nodes name no host: see
+    /// [`or_asked_host`]): the map's own, or a new one kept in the map
+    /// until it is read again.
+    pub(super) fn node_for(&self, addr: &str, asked: &Node) -> Arc<Node> {
+        let addr = match addr.rsplit_once(':') {
+            Some((host, port)) => format!("{}:{port}", or_asked_host(host, &asked.addr())),
+            None => addr.to_owned(),
+        };
+        let addr = addr.as_str();
         let mut state = crate::mutex::lock(&self.state);
         if let Some(node) = state.nodes.get(addr) {
             return node.clone();
