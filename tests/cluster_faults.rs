@@ -776,3 +776,73 @@ fn a_multi_lock_try_with_a_stopped_master_is_bounded_and_leaves_nothing() {
         "took {took:?}"
     );
 }
+
+/// Reproduction: a name whose slot is being migrated, its keys not on the
+/// old master (a name nobody held), got `ASK`, which the grant sent on
+/// through the cluster connection: `try_acquire` of a lock, a permit, a
+/// read lock and a fair lock each failed with `Err(Server, Ask)`, and
+/// `acquire_timeout` gave up at once, during a routine resharding. Nothing
+/// ran anywhere (the importing master refuses a script whose keys it does
+/// not all have): a not-sent refusal for now, which waiters ride out, and
+/// an acquire waiting across the end of the migration gets the name.
+#[test]
+fn a_name_whose_slot_is_being_migrated_is_refused_for_now_and_waited_for() {
+    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    let ports = ports(&cluster);
+    let c = client_timed(urls_of(&ports), Duration::from_millis(400));
+    let kinds = ["lock", "semaphore", "read lock", "fair lock"];
+    let mut tries = Vec::new();
+    for (i, kind) in kinds.iter().enumerate() {
+        let name = format!("ask:{i}");
+        c.lock(&name).is_locked().unwrap(); // the slot map read
+        let mut m = Migration::start(&ports, &name);
+        let tried = match *kind {
+            "lock" => c.lock(&name).try_acquire().map(|g| g.is_some()),
+            "semaphore" => c.semaphore(&name, 2).try_acquire().map(|p| p.is_some()),
+            "read lock" => c.rw_lock(&name).try_read().map(|g| g.is_some()),
+            _ => c.fair_lock(&name).try_acquire().map(|g| g.is_some()),
+        };
+        tries.push((
+            *kind,
+            tried.map_err(|e| (e.kind(), e.is_ambiguous(), e.to_string())),
+        ));
+        for node in 0..m.cons.len() {
+            m.set(node, "STABLE", "");
+        }
+    }
+    // A waiter across the migration's end: the slot handed to the
+    // importing master after 600 ms.
+    let name = "ask:wait";
+    c.lock(name).is_locked().unwrap();
+    let mut m = Migration::start(&ports, name);
+    let waiter = {
+        let c = c.clone();
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            let got = c.lock(name).acquire_timeout(Duration::from_secs(5));
+            (
+                t.elapsed(),
+                got.map(|g| g.is_some()).map_err(|e| e.to_string()),
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_millis(600));
+    let to_id = m.ids[m.to].clone();
+    for node in 0..m.cons.len() {
+        m.set(node, "NODE", &to_id);
+    }
+    let (took, waited) = waiter.join().unwrap();
+    println!("FIGURES tries in a slot being migrated: {tries:?}; a waiter across its end: {waited:?} after {took:?}");
+    cluster.stop();
+    for (kind, r) in &tries {
+        assert!(
+            matches!(r, Err((redlease::ErrorKind::Connection, false, _))),
+            "{kind}: {r:?}"
+        );
+    }
+    assert_eq!(waited, Ok(true), "after {took:?}");
+    assert!(
+        took >= Duration::from_millis(500),
+        "got in before the slot moved: {took:?}"
+    );
+}

@@ -89,6 +89,24 @@ fn kept_moving(e: Error) -> Error {
     .unsent()
 }
 
+/// An `ASK`: the name's slot is being migrated and its keys are not on
+/// the old master (a name nobody held, or whose keys moved already).
+/// Nothing ran, and following it would run nothing either: the importing
+/// master refuses a script whose keys it does not all have (`TRYAGAIN`),
+/// and every granting script names keys that do not exist yet (a queue,
+/// a counter). A refusal for now, not sent, that waiters ride out until
+/// the slot has moved (then its `MOVED` is followed). Through the cluster
+/// connection it was `Err(Server)`: an `acquire` gave up at once during a
+/// resharding.
+fn migrating(e: Error) -> Error {
+    Error::new(
+        ErrorKind::Connection,
+        "this name's slot is being migrated between masters; the script did not run",
+    )
+    .with_source(e)
+    .unsent()
+}
+
 /// A master's part of a batch: its packed pipeline, how many script loads
 /// and calls it holds, and the undos of its calls.
 type MasterPart<'a> = (Vec<u8>, usize, usize, Option<Vec<Call<'a>>>);
@@ -270,9 +288,9 @@ impl ClusterLeader {
     /// its late grant in place, holding the name for a whole lease. A
     /// `MOVED` (nothing ran) is followed to the master it names (see
     /// [`ClusterLeader::following_moves`]); an `ASK` (a slot being
-    /// migrated) goes through the cluster connection, which follows it to
-    /// the importing master. Other failures are the judge of attempts' to
-    /// ride out (see [`ClusterLeader::on_master`]).
+    /// migrated) is a refusal for now (see [`migrating`]), so no grant
+    /// goes anywhere without its undo. Other failures are the judge of
+    /// attempts' to ride out (see [`ClusterLeader::on_master`]).
     pub(crate) fn grant(
         &self,
         call: &Call<'_>,
@@ -284,10 +302,11 @@ impl ClusterLeader {
         let node = self.master_for_grant(call)?;
         let (node, outcome) = self.following_moves(node, call, Some(undo), deadline);
         self.on_master(&node, outcome, |e| {
-            if e.server_code() == Some("ASK") {
-                return self.call(call, deadline);
-            }
-            Err(kept_moving(e))
+            Err(if e.server_code() == Some("ASK") {
+                migrating(e)
+            } else {
+                kept_moving(e)
+            })
         })
     }
 
@@ -369,14 +388,7 @@ impl ClusterLeader {
                     last = Some(e.unsent());
                 }
                 Err(e) if e.server_code() == Some("MOVED") => return Err(kept_moving(e)),
-                Err(e) if e.server_code() == Some("ASK") => {
-                    return Err(Error::new(
-                        ErrorKind::Connection,
-                        "this name's slot is being migrated between masters; the script did not run",
-                    )
-                    .with_source(e)
-                    .unsent());
-                }
+                Err(e) if e.server_code() == Some("ASK") => return Err(migrating(e)),
                 Err(e) => {
                     // Late or broken: it may have run, so it is not sent
                     // again; the map is read again, asking this one last.
@@ -400,15 +412,6 @@ impl ClusterLeader {
     /// A pooled cluster connection, or a *not sent* error.
     fn conn(&self) -> Result<r2d2::PooledConnection<Routed>> {
         self.pool.get().map_err(|e| Error::from(e).unsent())
-    }
-
-    /// Runs one script once (the cluster connection routes it by slot).
-    pub(crate) fn call<T: FromRedisValue>(
-        &self,
-        call: &Call<'_>,
-        _deadline: Option<std::time::Instant>,
-    ) -> Result<T> {
-        self.routed(|con| call.lua.call(call.keys, call.args).invoke(con))
     }
 
     /// Runs `f` on a pooled cluster connection, due within one response
