@@ -312,6 +312,23 @@ impl From<redis::RedisError> for Error {
             error.interrupted =
                 io_error_of(&err).is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted);
             error
+        } else if text
+            .to_ascii_lowercase()
+            .contains("attempted to access a non local key")
+        {
+            // A script stopped part-way on a Cluster node whose slot began
+            // migrating under it (a key it had removed, touched again, is
+            // asked for on the importing node): what it wrote before stays.
+            // "Script attempted to access a non local key" (Redis 7),
+            // "Lua script attempted …" (6.2), "Attempted …" (Valkey).
+            // Ambiguous, like a lost reply: an acquisition cleans up after
+            // it (token-checked), waiters ride it out, and a release asks
+            // again. As a server error it said nothing ran, and failed an
+            // `acquire` during a resharding.
+            e(
+                ErrorKind::Connection,
+                "a script stopped part-way: its name's slot began moving between masters (what it wrote before stays)",
+            )
         } else if code == "WRONGTYPE" || text.contains("WRONGTYPE") {
             e(
                 ErrorKind::WrongType,

@@ -116,6 +116,36 @@ impl Migration {
         cmd.query::<()>(&mut self.cons[node]).unwrap();
     }
 
+    /// `MIGRATE`s `keys` (of the slot) from `from` to `to` (on 127.0.0.1,
+    /// `to_port`).
+    pub fn migrate(&mut self, to_port: u16, keys: &[String]) {
+        if keys.is_empty() {
+            return;
+        }
+        redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(to_port)
+            .arg("")
+            .arg(0)
+            .arg(5_000)
+            .arg("KEYS")
+            .arg(keys)
+            .query::<()>(&mut self.cons[self.from])
+            .unwrap();
+    }
+
+    /// Hands the slot to `to` on every node, the importing one first (as
+    /// `redis-cli --cluster` does).
+    pub fn finish(&mut self) {
+        let to_id = self.ids[self.to].clone();
+        let (from, to) = (self.from, self.to);
+        let others = (0..self.cons.len()).filter(|n| *n != from && *n != to);
+        let order: Vec<usize> = [to, from].into_iter().chain(others).collect();
+        for node in order {
+            self.set(node, "NODE", &to_id);
+        }
+    }
+
     /// The keys of the slot still on `from`.
     pub fn keys_left(&mut self) -> Vec<String> {
         redis::cmd("CLUSTER")
