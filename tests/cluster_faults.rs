@@ -943,7 +943,7 @@ fn contention_across_a_resharding_sees_no_server_errors() {
                 .unwrap();
             let mut ctr = con(counter_port);
             std::thread::spawn(move || {
-                let mut note = |what: String| *errors.lock().unwrap().entry(what).or_default() += 1;
+                let note = |what: String| *errors.lock().unwrap().entry(what).or_default() += 1;
                 for n in 0..100_000u32 {
                     if stop.load(Ordering::Relaxed) {
                         break;
