@@ -207,7 +207,7 @@ struct Entry {
     /// last tenth of a lease, where the wait is half of what is left) was
     /// taken at once with the batch at hand, and again after its reply: a
     /// renewal the server kept refusing (`TRYAGAIN` while its slot was
-    /// being migrated) was sent every 120 µs, 406 times in 2 s for one
+    /// being migrated) was sent every 120 µs, 333–406 times in 2 s for one
     /// lease of 900 ms.
     retrying: bool,
 }

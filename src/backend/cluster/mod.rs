@@ -90,7 +90,9 @@ fn kept_moving(e: Error) -> Error {
 }
 
 /// An `ASK`: the name's slot is being migrated and its keys are not on
-/// the old master (a name nobody held, or whose keys moved already).
+/// the old master (a slot where the library has no key yet, or whose keys
+/// moved already; a slot's fence floor stays once one of its names was
+/// granted, and then the old master answers `TRYAGAIN` instead).
 /// Nothing ran, and following it would run nothing either: the importing
 /// master refuses a script whose keys it does not all have (`TRYAGAIN`),
 /// and every granting script names keys that do not exist yet (a queue,
