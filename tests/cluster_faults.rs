@@ -810,6 +810,19 @@ fn a_name_whose_slot_is_being_migrated_is_refused_for_now_and_waited_for() {
             m.set(node, "STABLE", "");
         }
     }
+    // A read in the same window (a script of two keys, neither on either
+    // master): it was `Err(Server, Ask)` too, through the cluster
+    // connection.
+    let name = "ask:read";
+    c.lock(name).is_locked().unwrap();
+    let mut m = Migration::start(&ports, name);
+    let read = c
+        .semaphore(name, 2)
+        .available()
+        .map_err(|e| (e.kind(), e.is_ambiguous(), e.to_string()));
+    for node in 0..m.cons.len() {
+        m.set(node, "STABLE", "");
+    }
     // A waiter across the migration's end: the slot handed to the
     // importing master after 600 ms.
     let name = "ask:wait";
@@ -832,7 +845,7 @@ fn a_name_whose_slot_is_being_migrated_is_refused_for_now_and_waited_for() {
         m.set(node, "NODE", &to_id);
     }
     let (took, waited) = waiter.join().unwrap();
-    println!("FIGURES tries in a slot being migrated: {tries:?}; a waiter across its end: {waited:?} after {took:?}");
+    println!("FIGURES tries in a slot being migrated: {tries:?}; a read: {read:?}; a waiter across its end: {waited:?} after {took:?}");
     cluster.stop();
     for (kind, r) in &tries {
         assert!(
@@ -840,6 +853,13 @@ fn a_name_whose_slot_is_being_migrated_is_refused_for_now_and_waited_for() {
             "{kind}: {r:?}"
         );
     }
+    assert!(
+        matches!(
+            read,
+            Ok(2) | Err((redlease::ErrorKind::Connection, false, _))
+        ),
+        "available(): {read:?}"
+    );
     assert_eq!(waited, Ok(true), "after {took:?}");
     assert!(
         took >= Duration::from_millis(500),

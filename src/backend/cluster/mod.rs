@@ -458,8 +458,16 @@ impl ClusterLeader {
         // calls kept failing until it read the slots again, while our map
         // is read again within a second. These scripts are harmless to
         // repeat: the cluster connection takes them where our map is
-        // stale, or the master redirects.
-        let routed = || self.routed(|con| lua.call(keys, args).invoke(con));
+        // stale, or the master redirects. Where it still meets `ASK` (a
+        // script whose keys are split by a migration: the importing master
+        // refuses it too), it is refused for now, not a server error.
+        let routed = || {
+            self.routed(|con| lua.call(keys, args).invoke(con))
+                .map_err(|e| match e.server_code() {
+                    Some("ASK") => migrating(e),
+                    _ => e,
+                })
+        };
         let Some(node) = keys.first().and_then(|k| self.masters.master_of(k)) else {
             return routed();
         };
