@@ -1036,3 +1036,59 @@ fn contention_across_a_resharding_sees_no_server_errors() {
     let server: Vec<_> = errors.keys().filter(|k| k.contains("Server")).collect();
     assert!(server.is_empty(), "server errors: {errors:?}");
 }
+
+/// Reproduction (review): a waiter blocked on its master while the name's
+/// slot moved away under it (the holder's key migrated alone, the rest
+/// 1.5 s later) got the name by a plain grant after its block ended, and
+/// the guard was lost at once: its lease was counted from before the
+/// block, and nothing renewed it (`is_held()` false from the start, the
+/// key gone within its lease, `release()` `LockLost`). One extension now
+/// sets the lease from when it was sent: the guard is held, and renewed.
+#[test]
+fn a_waiter_granted_after_its_slot_moved_under_its_block_holds_the_name() {
+    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    let ports = ports(&cluster);
+    let client = || {
+        Client::builder()
+            .cluster(urls_of(&ports))
+            .response_timeout(Duration::from_millis(400))
+            .connect_timeout(Duration::from_millis(400))
+            .watchdog_timeout(Duration::from_millis(900))
+            .build()
+            .unwrap()
+    };
+    let (holder, w) = (client(), client());
+    let name = "blocked:moved";
+    let g = holder.lock(name).acquire().unwrap();
+    let waiter = std::thread::spawn(move || {
+        let t = Instant::now();
+        let got = w.lock(name).acquire_timeout(Duration::from_secs(6));
+        let took = t.elapsed();
+        let Ok(Some(g)) = got else {
+            return Err(format!("{:?} after {took:?}", got.map(|g| g.is_some())));
+        };
+        let at_once = g.is_held();
+        std::thread::sleep(Duration::from_millis(1_200));
+        let later = g.is_held();
+        let released = g.release().map_err(|e| e.kind());
+        Ok((took, at_once, later, released))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let mut m = Migration::start(&ports, name);
+    let to_port = ports[m.to];
+    m.migrate(to_port, &[format!("{{{name}}}")]);
+    std::thread::sleep(Duration::from_millis(1_500));
+    drop(g);
+    let rest = m.keys_left();
+    m.migrate(to_port, &rest);
+    m.finish();
+    let outcome = waiter.join().unwrap();
+    println!("FIGURES a waiter granted after its slot moved (lease 900 ms): (took, held at once, held 1.2 s later, release) {outcome:?}");
+    cluster.stop();
+    let (_, at_once, later, released) = outcome.unwrap();
+    assert!(
+        at_once && later,
+        "held at once {at_once}, 1.2 s later {later}"
+    );
+    assert_eq!(released, Ok(()));
+}

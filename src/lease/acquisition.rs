@@ -136,6 +136,15 @@ impl<'a> Acquisition<'a> {
                 ..
             }) => Ok(Attempt::Acquired(match short {
                 Some((from, first)) => (fence, from.max(at), Some(first)),
+                // Granted by a call made after a block that took nothing (a
+                // script behind a pop that timed out; on Cluster, a plain
+                // grant after the slot moved under the block): its lease
+                // counts from before the block, maybe long ago, and the
+                // guard was lost at once. One extension sets it from now
+                // (see `taken_by_pop`).
+                None if block.is_some() && at.elapsed() >= self.spec.lease / 3 => {
+                    (fence, at, Some(self.spec.lease))
+                }
                 None => (fence, at, None),
             })),
             Ok(Blocked {
