@@ -257,6 +257,18 @@ fn client_timed(urls: Vec<String>, t_out: Duration) -> Client {
         .unwrap()
 }
 
+/// A client of `ports` whose calls wait at most 400 ms and whose leases
+/// last 900 ms: a migration outlasts a lease.
+fn client_short_lease(ports: &[u16]) -> Client {
+    Client::builder()
+        .cluster(urls_of(ports))
+        .response_timeout(Duration::from_millis(400))
+        .connect_timeout(Duration::from_millis(400))
+        .watchdog_timeout(Duration::from_millis(900))
+        .build()
+        .unwrap()
+}
+
 /// Whether every name is free within 5 s, asked by a client of its own
 /// (once a stopped master runs again, its late grants must be undone);
 /// prints the names still held otherwise.
@@ -867,17 +879,11 @@ fn a_name_whose_slot_is_being_migrated_is_refused_for_now_and_waited_for() {
     );
 }
 
-/// The calls of `EVALSHA` the server `con` refused so far (`INFO
-/// commandstats`: `rejected_calls`, Redis 6.2 and later).
+/// The calls of `EVALSHA` the server `con` refused so far.
 fn evalsha_rejected(con: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
-    info.lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .and_then(|l| {
-            l.split(',')
-                .find_map(|f| f.strip_prefix("rejected_calls="))
-                .and_then(|v| v.trim().parse().ok())
-        })
+    common::commandstat_field(con, "rejected_calls")
+        .get("evalsha")
+        .copied()
         .unwrap_or(0)
 }
 
@@ -892,11 +898,7 @@ fn evalsha_rejected(con: &mut redis::Connection) -> u64 {
 fn a_refused_renewal_is_retried_at_its_pace_not_in_a_loop() {
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
     let ports = ports(&cluster);
-    let c = Client::builder()
-        .cluster(urls_of(&ports))
-        .watchdog_timeout(Duration::from_millis(900))
-        .build()
-        .unwrap();
+    let c = client_short_lease(&ports);
     let name = "refused:renewal";
     let g = c.lock(name).acquire().unwrap();
     let mut m = Migration::start(&ports, name);
@@ -954,13 +956,7 @@ fn contention_across_a_resharding_sees_no_server_errors() {
                 grants.clone(),
                 errors.clone(),
             );
-            let c = Client::builder()
-                .cluster(urls_of(&ports))
-                .response_timeout(Duration::from_millis(400))
-                .connect_timeout(Duration::from_millis(400))
-                .watchdog_timeout(Duration::from_millis(900))
-                .build()
-                .unwrap();
+            let c = client_short_lease(&ports);
             let mut ctr = con(counter_port);
             std::thread::spawn(move || {
                 let note = |what: String| *errors.lock().unwrap().entry(what).or_default() += 1;
@@ -1048,16 +1044,7 @@ fn contention_across_a_resharding_sees_no_server_errors() {
 fn a_waiter_granted_after_its_slot_moved_under_its_block_holds_the_name() {
     let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
     let ports = ports(&cluster);
-    let client = || {
-        Client::builder()
-            .cluster(urls_of(&ports))
-            .response_timeout(Duration::from_millis(400))
-            .connect_timeout(Duration::from_millis(400))
-            .watchdog_timeout(Duration::from_millis(900))
-            .build()
-            .unwrap()
-    };
-    let (holder, w) = (client(), client());
+    let (holder, w) = (client_short_lease(&ports), client_short_lease(&ports));
     let name = "blocked:moved";
     let g = holder.lock(name).acquire().unwrap();
     let waiter = std::thread::spawn(move || {

@@ -239,16 +239,27 @@ pub fn no_poll(url: &str) -> redlease::Client {
 /// made inside scripts included), by name.
 #[allow(dead_code)]
 pub fn commandstats(con: &mut redis::Connection) -> std::collections::BTreeMap<String, u64> {
+    commandstat_field(con, "calls")
+}
+
+/// One field of every command's `INFO commandstats` line (`calls`,
+/// `rejected_calls` on Redis 6.2 and later, ...), by command name.
+#[allow(dead_code)]
+pub fn commandstat_field(
+    con: &mut redis::Connection,
+    field: &str,
+) -> std::collections::BTreeMap<String, u64> {
     let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+    let prefix = format!("{field}=");
     info.lines()
         .filter_map(|l| {
             let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest
+            let value = rest
                 .split(',')
-                .find_map(|f| f.strip_prefix("calls="))?
+                .find_map(|f| f.strip_prefix(prefix.as_str()))?
                 .parse()
                 .ok()?;
-            Some((name.to_string(), calls))
+            Some((name.to_string(), value))
         })
         .collect()
 }
