@@ -10,7 +10,7 @@ use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys as schema;
 use crate::lease::{ROOM_CHUNK, ROOM_ENTRY};
-use crate::scripts::{millis, LATCH_COUNT_DOWN, LATCH_LOOK, LATCH_SET};
+use crate::scripts::{millis, Parts, LATCH_COUNT_DOWN, LATCH_LOOK, LATCH_SET};
 use crate::wakeup::{blocks_now, deadline_after, waited, Attempt, Turns};
 
 /// How long a round's opening list lives (lua/latch_count_down.lua): every
@@ -132,8 +132,8 @@ impl CountDownLatch {
             .backend()
             .once(&Call {
                 lua: &LATCH_SET,
-                keys: &[key.to_vec()],
-                args: &[count.to_string().into_bytes(), round.as_bytes().to_vec()],
+                keys: Parts::Owned(&[key.to_vec()]),
+                args: Parts::Owned(&[count.to_string().into_bytes(), round.as_bytes().to_vec()]),
             })
             .map_err(|e| e.about("latch", name))?;
         Ok(set == 1)
@@ -151,12 +151,12 @@ impl CountDownLatch {
             .backend()
             .once(&Call {
                 lua: &LATCH_COUNT_DOWN,
-                keys: &[key.to_vec(), waiters_key(key), blocked_key(key)],
-                args: &[
+                keys: Parts::Owned(&[key.to_vec(), waiters_key(key), blocked_key(key)]),
+                args: Parts::Owned(&[
                     wakeup.channel(key).to_vec(),
                     wakeup.message(key),
                     millis(OPENING_LIFE),
-                ],
+                ]),
             })
             .map_err(|e| e.about("latch", name))?;
         if left == 0 && !round.is_empty() {
@@ -220,8 +220,8 @@ impl CountDownLatch {
         ];
         let look = Call {
             lua: &LATCH_LOOK,
-            keys: &keys,
-            args: &args,
+            keys: Parts::Owned(&keys),
+            args: Parts::Owned(&args),
         };
         let backend = self.client.backend();
         let (seen, popped) = backend.look_blocking(&look, &list, block, deadline)?;

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::PreparedCall;
+use crate::backend::{Joined, PreparedCall};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::handle::Core;
@@ -12,7 +12,7 @@ use crate::keys as schema;
 use crate::lease::{self, lease_controls, Direct, Holding, PopAlone, Spec, ThreadBound};
 use crate::reentrancy::{self, HoldKey, Mode};
 use crate::scripts::{
-    millis, word, LOCK_ACQUIRE, LOCK_ACQUIRE_ALL, LOCK_EXTEND, LOCK_RELEASE, LOCK_WATCH,
+    millis, word, Parts, LOCK_ACQUIRE, LOCK_ACQUIRE_ALL, LOCK_EXTEND, LOCK_RELEASE, LOCK_WATCH,
 };
 use crate::wakeup::{deadline_after, waited, Turns};
 
@@ -109,13 +109,13 @@ const ACQUIRE_KEYS: usize = 4;
 /// nothing (lua/lock_acquire_all.lua), from their grants as tries for one
 /// token (`Lock::try_spec`): one script run instead of one per name.
 /// `None` when the grants do not share the token and the fence floor.
-pub(crate) fn grant_all(grants: &[&PreparedCall]) -> Option<PreparedCall> {
+pub(crate) fn grant_all<'a>(grants: &[&'a PreparedCall]) -> Option<Joined<'a>> {
     let first = grants.first()?;
     let token = first.args.get(ACQUIRE_TOKEN)?;
     let floor = first.keys.get(ACQUIRE_KEYS)?;
-    let mut keys = Vec::with_capacity(grants.len() * ACQUIRE_KEYS + 1);
-    let mut args = Vec::with_capacity(grants.len() * 2 + 1);
-    args.push(token.clone());
+    let mut keys: Vec<&[u8]> = Vec::with_capacity(grants.len() * ACQUIRE_KEYS + 1);
+    let mut args: Vec<&[u8]> = Vec::with_capacity(grants.len() * 2 + 1);
+    args.push(token);
     for g in grants {
         if g.keys.len() != ACQUIRE_KEYS + 1
             || g.keys.get(ACQUIRE_KEYS) != Some(floor)
@@ -123,12 +123,16 @@ pub(crate) fn grant_all(grants: &[&PreparedCall]) -> Option<PreparedCall> {
         {
             return None;
         }
-        keys.extend_from_slice(&g.keys[..ACQUIRE_KEYS]);
-        args.push(g.args.get(ACQUIRE_LEASE)?.clone());
-        args.push(g.args.get(ACQUIRE_PREFIX)?.clone());
+        keys.extend(g.keys[..ACQUIRE_KEYS].iter().map(Vec::as_slice));
+        args.push(g.args.get(ACQUIRE_LEASE)?);
+        args.push(g.args.get(ACQUIRE_PREFIX)?);
     }
-    keys.push(floor.clone());
-    Some(PreparedCall::new(&LOCK_ACQUIRE_ALL, keys, args))
+    keys.push(floor);
+    Some(Joined {
+        lua: &LOCK_ACQUIRE_ALL,
+        keys,
+        args,
+    })
 }
 
 /// lua/lock_release.lua's arguments, by name.
@@ -544,8 +548,8 @@ impl Lock {
             .backend()
             .confirm(&crate::backend::Call {
                 lua: &LOCK_RELEASE,
-                keys: &keys.scripted,
-                args: &args.argv(),
+                keys: Parts::Owned(&keys.scripted),
+                args: Parts::Owned(&args.argv()),
             })
             .map_err(|e| e.about("lock", &keys.name))?;
         let backend = self.core.client.backend();
@@ -676,12 +680,12 @@ impl LockGuard {
             .backend()
             .confirm(&crate::backend::Call {
                 lua: &crate::scripts::LOCK_NOTE,
-                keys: &[keys.lock.to_vec(), keys.note.clone()],
-                args: &[
+                keys: Parts::Owned(&[keys.lock.to_vec(), keys.note.clone()]),
+                args: Parts::Owned(&[
                     self.inner.held().token.as_bytes().to_vec(),
                     note.as_bytes().to_vec(),
                     self.inner.held().fence.to_string().into_bytes(),
-                ],
+                ]),
             })
             .map_err(|e| e.about("lock", &keys.name))?;
         Ok(stored == 1)

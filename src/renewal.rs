@@ -27,6 +27,7 @@ use redis::Value;
 use crate::backend::{Backend, Call, PreparedCall};
 use crate::lease_state::LeaseState;
 use crate::monotonic::nanos;
+use crate::scripts::Parts;
 
 /// One lease to keep alive.
 pub(crate) struct Renewal {
@@ -604,8 +605,8 @@ fn io_worker(id: usize, rx: Receiver<(Arc<Backend>, Vec<Entry>)>, done: Sender<D
                 .iter()
                 .map(|e| Call {
                     lua: e.renewal.script.lua,
-                    keys: &e.renewal.script.keys,
-                    args: &e.renewal.script.args,
+                    keys: Parts::Owned(&e.renewal.script.keys),
+                    args: Parts::Owned(&e.renewal.script.args),
                 })
                 .collect();
             let replies = backend.eval_batch(&calls, limit);

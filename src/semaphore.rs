@@ -11,8 +11,8 @@ use crate::handle::Core;
 use crate::keys as schema;
 use crate::lease::{self, lease_controls, Direct, Holding, Spec, ThreadBound};
 use crate::scripts::{
-    millis, word, SEM_ACQUIRE, SEM_FORCE_RELEASE, SEM_RELEASE, SEM_RESIZE, SEM_STATE, SEM_WATCH,
-    ZSET_EXTEND,
+    millis, word, Parts, SEM_ACQUIRE, SEM_FORCE_RELEASE, SEM_RELEASE, SEM_RESIZE, SEM_STATE,
+    SEM_WATCH, ZSET_EXTEND,
 };
 use crate::wakeup::{deadline_after, waited, Turns};
 
@@ -212,13 +212,15 @@ impl Semaphore {
             .backend()
             .confirm(&Call {
                 lua: &SEM_RELEASE,
-                keys: &keys.scripted(),
-                args: &ReleaseArgs {
-                    member: id.member.as_bytes(),
-                    offer: &self.offer(keys),
-                    leave: false,
-                }
-                .argv(),
+                keys: Parts::Owned(&keys.scripted()),
+                args: Parts::Owned(
+                    &ReleaseArgs {
+                        member: id.member.as_bytes(),
+                        offer: &self.offer(keys),
+                        leave: false,
+                    }
+                    .argv(),
+                ),
             })
             .map_err(|e| e.about("semaphore", &keys.name))?;
         wakeup.notify_local(&keys.permits);
@@ -238,8 +240,8 @@ impl Semaphore {
             .backend()
             .confirm(&Call {
                 lua: &SEM_FORCE_RELEASE,
-                keys: &keys.scripted(),
-                args: &self.offer(keys).force_release_argv(),
+                keys: Parts::Owned(&keys.scripted()),
+                args: Parts::Owned(&self.offer(keys).force_release_argv()),
             })
             .map_err(|e| e.about("semaphore", &keys.name))?;
         let backend = self.core.client.backend();

@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 use crate::error::{redact_url, Error, ErrorKind, Result};
 use crate::scripts::Lua;
+pub(crate) use crate::scripts::Parts;
 
 pub(crate) use node::{identify, Blocked, Node, Pop};
 pub(crate) use pool::Manager;
@@ -100,8 +101,8 @@ impl Tls {
 #[derive(Clone, Copy)]
 pub(crate) struct Call<'a> {
     pub(crate) lua: &'static Lua,
-    pub(crate) keys: &'a [Vec<u8>],
-    pub(crate) args: &'a [Vec<u8>],
+    pub(crate) keys: Parts<'a>,
+    pub(crate) args: Parts<'a>,
 }
 
 impl<'a> Call<'a> {
@@ -113,7 +114,7 @@ impl<'a> Call<'a> {
         Call {
             lua: self.lua,
             keys: self.keys,
-            args,
+            args: Parts::Owned(args),
         }
     }
 
@@ -132,11 +133,11 @@ impl<'a> Call<'a> {
             c
         };
         cmd.arg(self.keys.len());
-        for k in self.keys {
-            cmd.arg(k.as_slice());
+        for k in self.keys.iter() {
+            cmd.arg(k);
         }
-        for a in self.args {
-            cmd.arg(a.as_slice());
+        for a in self.args.iter() {
+            cmd.arg(a);
         }
         cmd
     }
@@ -169,8 +170,8 @@ impl PreparedCall {
     pub(crate) fn call(&self) -> Call<'_> {
         Call {
             lua: self.lua,
-            keys: &self.keys,
-            args: &self.args,
+            keys: Parts::Owned(&self.keys),
+            args: Parts::Owned(&self.args),
         }
     }
 
@@ -185,7 +186,7 @@ impl PreparedCall {
     /// One script run instead of several: each run costs the server about
     /// 10 µs of its own (setting up the run, its closures) before any of
     /// the script's calls.
-    pub(crate) fn together(calls: &[&PreparedCall]) -> Option<PreparedCall> {
+    pub(crate) fn together<'a>(calls: &[&'a PreparedCall]) -> Option<Joined<'a>> {
         let first = calls.first()?;
         let (keys, args) = first.lua.per_name?;
         let floor = first.keys.last()?;
@@ -198,14 +199,36 @@ impl PreparedCall {
         if !calls.iter().all(fits) {
             return None;
         }
-        let mut all_keys = Vec::with_capacity(calls.len() * keys + 1);
-        let mut all_args = Vec::with_capacity(calls.len() * args);
+        let mut all_keys: Vec<&[u8]> = Vec::with_capacity(calls.len() * keys + 1);
+        let mut all_args: Vec<&[u8]> = Vec::with_capacity(calls.len() * args);
         for c in calls {
-            all_keys.extend_from_slice(&c.keys[..keys]);
-            all_args.extend_from_slice(&c.args);
+            all_keys.extend(c.keys[..keys].iter().map(Vec::as_slice));
+            all_args.extend(c.args.iter().map(Vec::as_slice));
         }
-        all_keys.push(floor.clone());
-        Some(PreparedCall::new(first.lua, all_keys, all_args))
+        all_keys.push(floor);
+        Some(Joined {
+            lua: first.lua,
+            keys: all_keys,
+            args: all_args,
+        })
+    }
+}
+
+/// Several calls as one, borrowing their keys and arguments (see
+/// [`PreparedCall::together`]).
+pub(crate) struct Joined<'a> {
+    pub(crate) lua: &'static Lua,
+    pub(crate) keys: Vec<&'a [u8]>,
+    pub(crate) args: Vec<&'a [u8]>,
+}
+
+impl Joined<'_> {
+    pub(crate) fn call(&self) -> Call<'_> {
+        Call {
+            lua: self.lua,
+            keys: Parts::Borrowed(&self.keys),
+            args: Parts::Borrowed(&self.args),
+        }
     }
 }
 

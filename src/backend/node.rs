@@ -320,7 +320,7 @@ impl Node {
         deadline: Option<Instant>,
     ) -> Result<T> {
         let mut con = self.conn(deadline)?;
-        match call.lua.invoke::<T, _, _>(&mut *con, call.keys, call.args) {
+        match call.lua.invoke::<T>(&mut *con, call.keys, call.args) {
             Ok(v) => Ok(v),
             Err(e) => Err(self.fail(&mut con, e, on_timeout.map(std::slice::from_ref))),
         }
@@ -618,8 +618,8 @@ impl Node {
         deadline: Option<Instant>,
     ) -> Result<(Value, bool)> {
         let plain = || -> Result<(Value, bool)> {
-            let keys: Vec<&[u8]> = look.keys.iter().map(Vec::as_slice).collect();
-            let args: Vec<&[u8]> = look.args.iter().map(Vec::as_slice).collect();
+            let keys: Vec<&[u8]> = look.keys.iter().collect();
+            let args: Vec<&[u8]> = look.args.iter().collect();
             Ok((self.eval(look.lua, &keys, &args, deadline)?, false))
         };
         let mut pipe = redis::pipe();
@@ -770,7 +770,7 @@ impl Node {
             }
         }
         for call in calls {
-            packed.extend_from_slice(&call.lua.packed(call.keys, call.args));
+            call.lua.pack_into(&mut packed, call.keys, call.args);
         }
         (packed, loads.len())
     }
@@ -851,9 +851,7 @@ impl Node {
             Ok(n) => {
                 // WAIT answered: the connection is in step; undo and say
                 // what the undo found.
-                let undone = undo
-                    .lua
-                    .invoke::<i64, _, _>(&mut *con, undo.keys, undo.args);
+                let undone = undo.lua.invoke::<i64>(&mut *con, undo.keys, undo.args);
                 let outcome = match undone {
                     Ok(1) => "released it".to_owned(),
                     Ok(_) => "it was already gone".to_owned(),
@@ -1073,7 +1071,7 @@ pub(crate) fn warn_if_evicting(con: &mut dyn redis::ConnectionLike) {
 fn popped_args(call: &Call<'_>) -> Vec<Vec<u8>> {
     call.args
         .iter()
-        .cloned()
+        .map(<[u8]>::to_vec)
         .chain(std::iter::once(b"popped".to_vec()))
         .collect()
 }

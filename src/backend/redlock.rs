@@ -17,7 +17,7 @@ use redis::{FromRedisValue, Value};
 use super::pool::batch;
 use super::{fan_out, Call, Node};
 use crate::error::{Error, ErrorKind, Result};
-use crate::scripts::FENCE_RAISE;
+use crate::scripts::{Parts, FENCE_RAISE};
 
 /// What a lease loses to clock drift between independent masters: 1 % of
 /// the lease plus 2 ms, subtracted at acquisition and at every renewal.
@@ -285,8 +285,8 @@ impl Redlock {
         let args = [f.into_bytes(), ms.into_bytes()];
         let raise = Call {
             lua: &FENCE_RAISE,
-            keys: &keys,
-            args: &args,
+            keys: Parts::Owned(&keys),
+            args: Parts::Owned(&args),
         };
         let confirmed = self
             .call_all::<i64>(&raise, None)

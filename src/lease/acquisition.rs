@@ -332,8 +332,8 @@ fn withdraw(client: &Client, sent: &[Spec], ambiguous: bool) {
     for spec in sent {
         if let Some(leave) = &spec.leave {
             let c = leave.call();
-            let keys: Vec<&[u8]> = c.keys.iter().map(|k| k.as_slice()).collect();
-            let args: Vec<&[u8]> = c.args.iter().map(|a| a.as_slice()).collect();
+            let keys: Vec<&[u8]> = c.keys.iter().collect();
+            let args: Vec<&[u8]> = c.args.iter().collect();
             let left: Result<redis::Value> = backend.eval(c.lua, &keys, &args);
             if left.is_err_and(|e| unreachable(&e)) {
                 return;

@@ -29,6 +29,7 @@ use crate::error::{Error, Result};
 use crate::lease_state::LeaseState;
 use crate::reentrancy::{self, Held, HoldKey};
 use crate::renewal;
+use crate::scripts::Parts;
 use crate::signal::LostSignal;
 use crate::wakeup::Turns;
 
@@ -718,8 +719,8 @@ pub(crate) fn force_remove(client: &Client, keys: &[Vec<u8>], wake: &[u8]) -> Re
     let wakeup = client.wakeup();
     let removed = client.backend().confirm(&crate::backend::Call {
         lua: &crate::scripts::FORCE_UNLOCK,
-        keys,
-        args: &[wakeup.channel(wake).to_vec(), wakeup.message(wake)],
+        keys: Parts::Owned(keys),
+        args: Parts::Owned(&[wakeup.channel(wake).to_vec(), wakeup.message(wake)]),
     })?;
     wakeup.notify_local(wake);
     Ok(removed == 1)
