@@ -27,7 +27,6 @@ use redis::Value;
 use crate::backend::{Backend, Call, PreparedCall};
 use crate::lease_state::LeaseState;
 use crate::monotonic::nanos;
-use crate::scripts::Parts;
 
 /// One lease to keep alive.
 pub(crate) struct Renewal {
@@ -601,14 +600,7 @@ fn io_worker(id: usize, rx: Receiver<(Arc<Backend>, Vec<Entry>)>, done: Sender<D
                 .min()
                 .unwrap_or_default()
                 .min(backend.timeouts().response);
-            let calls: Vec<Call<'_>> = chunk
-                .iter()
-                .map(|e| Call {
-                    lua: e.renewal.script.lua,
-                    keys: Parts::Owned(&e.renewal.script.keys),
-                    args: Parts::Owned(&e.renewal.script.args),
-                })
-                .collect();
+            let calls: Vec<Call<'_>> = chunk.iter().map(|e| e.renewal.script.call()).collect();
             let replies = backend.eval_batch(&calls, limit);
             drop(calls);
             let report = Done {

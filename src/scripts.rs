@@ -271,26 +271,8 @@ impl<'a> From<&'a [Vec<u8>]> for Parts<'a> {
     }
 }
 
-impl<'a> From<&'a Vec<Vec<u8>>> for Parts<'a> {
-    fn from(p: &'a Vec<Vec<u8>>) -> Parts<'a> {
-        Parts::Owned(p)
-    }
-}
-
-impl<'a, const N: usize> From<&'a [Vec<u8>; N]> for Parts<'a> {
-    fn from(p: &'a [Vec<u8>; N]) -> Parts<'a> {
-        Parts::Owned(p)
-    }
-}
-
 impl<'a> From<&'a [&'a [u8]]> for Parts<'a> {
     fn from(p: &'a [&'a [u8]]) -> Parts<'a> {
-        Parts::Borrowed(p)
-    }
-}
-
-impl<'a, const N: usize> From<&'a [&'a [u8]; N]> for Parts<'a> {
-    fn from(p: &'a [&'a [u8]; N]) -> Parts<'a> {
         Parts::Borrowed(p)
     }
 }
