@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::{Joined, PreparedCall};
+use crate::backend::{Joined, JoinedArgs, PreparedCall};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::handle::Core;
@@ -12,7 +12,7 @@ use crate::keys as schema;
 use crate::lease::{self, lease_controls, Direct, Holding, PopAlone, Spec, ThreadBound};
 use crate::reentrancy::{self, HoldKey, Mode};
 use crate::scripts::{
-    millis, word, Parts, LOCK_ACQUIRE, LOCK_ACQUIRE_ALL, LOCK_EXTEND, LOCK_RELEASE, LOCK_WATCH,
+    millis, Args, Parts, LOCK_ACQUIRE, LOCK_ACQUIRE_ALL, LOCK_EXTEND, LOCK_RELEASE, LOCK_WATCH,
 };
 use crate::wakeup::{deadline_after, waited, Turns};
 
@@ -55,12 +55,11 @@ struct Announce {
 }
 
 impl Announce {
-    fn argv(&self) -> [Vec<u8>; 3] {
-        [
-            self.channel.clone(),
-            self.message.clone(),
-            word(self.queued, "queued"),
-        ]
+    /// Its three arguments, in the scripts' order.
+    fn push_to(&self, args: &mut Args) {
+        args.push(&self.channel);
+        args.push(&self.message);
+        args.push_word(self.queued, "queued");
     }
 }
 
@@ -81,19 +80,16 @@ struct AcquireArgs<'a> {
 }
 
 impl AcquireArgs<'_> {
-    fn argv(&self) -> Vec<Vec<u8>> {
-        let [channel, message, queued] = self.announce.argv();
-        vec![
-            self.token.to_vec(),
-            self.lease_ms.to_vec(),
-            millis(self.queue_ttl),
-            self.grant_prefix.to_vec(),
-            millis(self.claim),
-            channel,
-            message,
-            queued,
-            word(self.blocks, "block"),
-        ]
+    fn argv(&self) -> Args {
+        let mut a = Args::new();
+        a.push(self.token);
+        a.push(self.lease_ms);
+        a.push_millis(self.queue_ttl);
+        a.push(self.grant_prefix);
+        a.push_millis(self.claim);
+        self.announce.push_to(&mut a);
+        a.push_word(self.blocks, "block");
+        a
     }
 }
 
@@ -131,7 +127,7 @@ pub(crate) fn grant_all<'a>(grants: &[&'a PreparedCall]) -> Option<Joined<'a>> {
     Some(Joined {
         lua: &LOCK_ACQUIRE_ALL,
         keys,
-        args,
+        args: JoinedArgs::Picked(args),
     })
 }
 
@@ -153,21 +149,20 @@ struct ReleaseArgs<'a> {
 }
 
 impl ReleaseArgs<'_> {
-    fn argv(&self) -> Vec<Vec<u8>> {
-        let [channel, message, queued] = self.announce.argv();
-        vec![
-            self.token.to_vec(),
-            channel,
-            message,
-            self.grant_prefix.to_vec(),
-            millis(self.claim),
-            word(self.force, "force"),
-            word(self.keep, "keep"),
-            queued,
-            word(self.leave, "leave"),
-            // The hold's fence, put in by the hold (see `RELEASE_FENCE`).
-            Vec::new(),
-        ]
+    fn argv(&self) -> Args {
+        let mut a = Args::new();
+        a.push(self.token);
+        a.push(&self.announce.channel);
+        a.push(&self.announce.message);
+        a.push(self.grant_prefix);
+        a.push_millis(self.claim);
+        a.push_word(self.force, "force");
+        a.push_word(self.keep, "keep");
+        a.push_word(self.announce.queued, "queued");
+        a.push_word(self.leave, "leave");
+        // The hold's fence, put in by the hold (see `RELEASE_FENCE`).
+        a.push(b"");
+        a
     }
 }
 
@@ -189,17 +184,14 @@ struct WatchArgs<'a> {
 }
 
 impl WatchArgs<'_> {
-    fn argv(&self) -> Vec<Vec<u8>> {
-        let [channel, message, queued] = self.announce.argv();
-        vec![
-            self.waiter.to_vec(),
-            millis(self.entry),
-            self.grant_prefix.to_vec(),
-            millis(self.claim),
-            channel,
-            message,
-            queued,
-        ]
+    fn argv(&self) -> Args {
+        let mut a = Args::new();
+        a.push(self.waiter);
+        a.push_millis(self.entry);
+        a.push(self.grant_prefix);
+        a.push_millis(self.claim);
+        self.announce.push_to(&mut a);
+        a
     }
 }
 
@@ -493,11 +485,10 @@ impl Lock {
             ),
             None => (keys.extended.clone(), Vec::new(), b"0".to_vec()),
         };
-        PreparedCall::new(
-            &LOCK_EXTEND,
-            keys,
-            vec![token.to_vec(), prefix, entry, Vec::new(), lease_ms],
-        )
+        let args: Args = [token, &prefix, &entry, b"", &lease_ms]
+            .into_iter()
+            .collect();
+        PreparedCall::new(&LOCK_EXTEND, keys, args)
     }
 
     /// Where and how a hand-over of this lock is announced: every waiter
@@ -549,7 +540,7 @@ impl Lock {
             .confirm(&crate::backend::Call {
                 lua: &LOCK_RELEASE,
                 keys: Parts::Owned(&keys.scripted),
-                args: Parts::Owned(&args.argv()),
+                args: Parts::Encoded(&args.argv()),
             })
             .map_err(|e| e.about("lock", &keys.name))?;
         let backend = self.core.client.backend();

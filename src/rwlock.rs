@@ -12,7 +12,7 @@ use crate::keys as schema;
 use crate::lease::{self, lease_controls, Direct, Holding, Spec, ThreadBound};
 use crate::reentrancy::{self, HoldKey, Mode};
 use crate::scripts::{
-    millis, word, LOCK_EXTEND, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WATCH, RW_WRITE_ACQUIRE,
+    Args, LOCK_EXTEND, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WATCH, RW_WRITE_ACQUIRE,
     RW_WRITE_RELEASE, ZSET_EXTEND,
 };
 use crate::wakeup::{deadline_after, waited, Turns};
@@ -96,17 +96,17 @@ struct ReadAcquireArgs<'a> {
 }
 
 impl ReadAcquireArgs<'_> {
-    fn argv(&self) -> Vec<Vec<u8>> {
-        vec![
-            self.token.to_vec(),
-            self.lease_ms.to_vec(),
-            self.own_write.to_vec(),
-            millis(self.waiting),
-            self.open.grant_prefix.to_vec(),
-            millis(self.open.claim),
-            self.open.channel.clone(),
-            self.open.message.clone(),
-        ]
+    fn argv(&self) -> Args {
+        let mut a = Args::new();
+        a.push(self.token);
+        a.push(self.lease_ms);
+        a.push(self.own_write);
+        a.push_millis(self.waiting);
+        a.push(self.open.grant_prefix);
+        a.push_millis(self.open.claim);
+        a.push(&self.open.channel);
+        a.push(&self.open.message);
+        a
     }
 }
 
@@ -124,17 +124,17 @@ struct WriteAcquireArgs<'a> {
 }
 
 impl WriteAcquireArgs<'_> {
-    fn argv(&self) -> Vec<Vec<u8>> {
-        vec![
-            self.token.to_vec(),
-            self.lease_ms.to_vec(),
-            millis(self.queue_ttl),
-            self.open.grant_prefix.to_vec(),
-            millis(self.open.claim),
-            self.open.channel.clone(),
-            self.open.message.clone(),
-            word(self.blocks, "block"),
-        ]
+    fn argv(&self) -> Args {
+        let mut a = Args::new();
+        a.push(self.token);
+        a.push(self.lease_ms);
+        a.push_millis(self.queue_ttl);
+        a.push(self.open.grant_prefix);
+        a.push_millis(self.open.claim);
+        a.push(&self.open.channel);
+        a.push(&self.open.message);
+        a.push_word(self.blocks, "block");
+        a
     }
 }
 
@@ -149,15 +149,15 @@ struct ReleaseArgs<'a> {
 }
 
 impl ReleaseArgs<'_> {
-    fn argv(&self) -> Vec<Vec<u8>> {
-        vec![
-            self.token.to_vec(),
-            self.open.channel.clone(),
-            self.open.message.clone(),
-            self.open.grant_prefix.to_vec(),
-            millis(self.open.claim),
-            word(self.leave, "leave"),
-        ]
+    fn argv(&self) -> Args {
+        let mut a = Args::new();
+        a.push(self.token);
+        a.push(&self.open.channel);
+        a.push(&self.open.message);
+        a.push(self.open.grant_prefix);
+        a.push_millis(self.open.claim);
+        a.push_word(self.leave, "leave");
+        a
     }
 }
 
@@ -171,15 +171,15 @@ struct WatchArgs<'a> {
 }
 
 impl WatchArgs<'_> {
-    fn argv(&self) -> Vec<Vec<u8>> {
-        vec![
-            self.writer.to_vec(),
-            millis(self.entry),
-            self.open.grant_prefix.to_vec(),
-            millis(self.open.claim),
-            self.open.channel.clone(),
-            self.open.message.clone(),
-        ]
+    fn argv(&self) -> Args {
+        let mut a = Args::new();
+        a.push(self.writer);
+        a.push_millis(self.entry);
+        a.push(self.open.grant_prefix);
+        a.push_millis(self.open.claim);
+        a.push(&self.open.channel);
+        a.push(&self.open.message);
+        a
     }
 }
 
@@ -424,7 +424,7 @@ impl RwLock {
             extend: PreparedCall::new(
                 &ZSET_EXTEND,
                 vec![keys.readers.clone()],
-                vec![t.clone(), ms.clone()],
+                [&t, &ms].into_iter().collect(),
             ),
             // A waiting reader's entry goes when it gives up, and behind a
             // late grant.
@@ -496,7 +496,7 @@ impl RwLock {
             extend: PreparedCall::new(
                 &LOCK_EXTEND,
                 vec![keys.writer.to_vec()],
-                vec![t.clone(), Vec::new(), b"0".to_vec(), Vec::new(), ms.clone()],
+                [&t[..], b"", b"0", b"", &ms].into_iter().collect(),
             ),
             // Withdraw our queue entry so readers need not wait for it, and
             // hand on a write hold granted meanwhile; also behind a late

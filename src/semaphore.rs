@@ -11,7 +11,7 @@ use crate::handle::Core;
 use crate::keys as schema;
 use crate::lease::{self, lease_controls, Direct, Holding, Spec, ThreadBound};
 use crate::scripts::{
-    millis, word, Parts, SEM_ACQUIRE, SEM_FORCE_RELEASE, SEM_RELEASE, SEM_RESIZE, SEM_STATE,
+    millis, Args, Parts, SEM_ACQUIRE, SEM_FORCE_RELEASE, SEM_RELEASE, SEM_RESIZE, SEM_STATE,
     SEM_WATCH, ZSET_EXTEND,
 };
 use crate::wakeup::{deadline_after, waited, Turns};
@@ -190,7 +190,7 @@ impl Semaphore {
                 &offer.message,
                 offer.grant_prefix,
                 &millis(offer.claim),
-                &mode(offer.fair),
+                mode(offer.fair),
             ],
         )?;
         wakeup.notify_local(&keys.permits);
@@ -213,7 +213,7 @@ impl Semaphore {
             .confirm(&Call {
                 lua: &SEM_RELEASE,
                 keys: Parts::Owned(&keys.scripted()),
-                args: Parts::Owned(
+                args: Parts::Encoded(
                     &ReleaseArgs {
                         member: id.member.as_bytes(),
                         offer: &self.offer(keys),
@@ -241,7 +241,7 @@ impl Semaphore {
             .confirm(&Call {
                 lua: &SEM_FORCE_RELEASE,
                 keys: Parts::Owned(&keys.scripted()),
-                args: Parts::Owned(&self.offer(keys).force_release_argv()),
+                args: Parts::Encoded(&self.offer(keys).force_release_argv()),
             })
             .map_err(|e| e.about("semaphore", &keys.name))?;
         let backend = self.core.client.backend();
@@ -382,7 +382,7 @@ impl Semaphore {
             extend: PreparedCall::new(
                 &ZSET_EXTEND,
                 vec![keys.permits.to_vec(), keys.count.clone()],
-                vec![member.clone(), ms.clone()],
+                [&member, &ms].into_iter().collect(),
             ),
             // Giving up, and undoing a late grant, withdraw the
             // waiter's entry and hand on permits granted meanwhile.
@@ -422,21 +422,25 @@ struct Offer<'a> {
 
 impl Offer<'_> {
     /// lua/sem_force_release.lua's arguments.
-    fn force_release_argv(&self) -> Vec<Vec<u8>> {
-        vec![
-            self.channel.clone(),
-            self.message.clone(),
-            self.grant_prefix.to_vec(),
-            millis(self.claim),
-            self.permits.to_string().into_bytes(),
-            mode(self.fair),
-        ]
+    fn force_release_argv(&self) -> Args {
+        let mut a = Args::new();
+        a.push(&self.channel);
+        a.push(&self.message);
+        a.push(self.grant_prefix);
+        a.push_millis(self.claim);
+        a.push_number(u64::from(self.permits));
+        a.push(mode(self.fair));
+        a
     }
 }
 
 /// A fair semaphore's mode argument: '1' fair, '0' not.
-fn mode(fair: bool) -> Vec<u8> {
-    if fair { b"1" } else { b"0" }.to_vec()
+fn mode(fair: bool) -> &'static [u8] {
+    if fair {
+        b"1"
+    } else {
+        b"0"
+    }
 }
 
 /// lua/sem_acquire.lua's arguments, by name (its header says what each
@@ -457,20 +461,20 @@ struct AcquireArgs<'a> {
 }
 
 impl AcquireArgs<'_> {
-    fn argv(&self) -> Vec<Vec<u8>> {
-        vec![
-            self.member.to_vec(),
-            self.lease_ms.to_vec(),
-            self.offer.permits.to_string().into_bytes(),
-            self.k.to_string().into_bytes(),
-            mode(self.offer.fair),
-            millis(self.entry),
-            word(self.blocks, "block"),
-            self.offer.grant_prefix.to_vec(),
-            millis(self.offer.claim),
-            self.offer.channel.clone(),
-            self.offer.message.clone(),
-        ]
+    fn argv(&self) -> Args {
+        let mut a = Args::new();
+        a.push(self.member);
+        a.push(self.lease_ms);
+        a.push_number(u64::from(self.offer.permits));
+        a.push_number(u64::from(self.k));
+        a.push(mode(self.offer.fair));
+        a.push_millis(self.entry);
+        a.push_word(self.blocks, "block");
+        a.push(self.offer.grant_prefix);
+        a.push_millis(self.offer.claim);
+        a.push(&self.offer.channel);
+        a.push(&self.offer.message);
+        a
     }
 }
 
@@ -484,17 +488,17 @@ struct ReleaseArgs<'a> {
 }
 
 impl ReleaseArgs<'_> {
-    fn argv(&self) -> Vec<Vec<u8>> {
-        vec![
-            self.member.to_vec(),
-            self.offer.channel.clone(),
-            self.offer.message.clone(),
-            self.offer.grant_prefix.to_vec(),
-            millis(self.offer.claim),
-            self.offer.permits.to_string().into_bytes(),
-            mode(self.offer.fair),
-            word(self.leave, "leave"),
-        ]
+    fn argv(&self) -> Args {
+        let mut a = Args::new();
+        a.push(self.member);
+        a.push(&self.offer.channel);
+        a.push(&self.offer.message);
+        a.push(self.offer.grant_prefix);
+        a.push_millis(self.offer.claim);
+        a.push_number(u64::from(self.offer.permits));
+        a.push(mode(self.offer.fair));
+        a.push_word(self.leave, "leave");
+        a
     }
 }
 
@@ -508,17 +512,17 @@ struct WatchArgs<'a> {
 }
 
 impl WatchArgs<'_> {
-    fn argv(&self) -> Vec<Vec<u8>> {
-        vec![
-            self.waiter.to_vec(),
-            millis(self.entry),
-            self.offer.grant_prefix.to_vec(),
-            millis(self.offer.claim),
-            self.offer.channel.clone(),
-            self.offer.message.clone(),
-            self.offer.permits.to_string().into_bytes(),
-            mode(self.offer.fair),
-        ]
+    fn argv(&self) -> Args {
+        let mut a = Args::new();
+        a.push(self.waiter);
+        a.push_millis(self.entry);
+        a.push(self.offer.grant_prefix);
+        a.push_millis(self.offer.claim);
+        a.push(&self.offer.channel);
+        a.push(&self.offer.message);
+        a.push_number(u64::from(self.offer.permits));
+        a.push(mode(self.offer.fair));
+        a
     }
 }
 

@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use crate::error::{redact_url, Error, ErrorKind, Result};
 use crate::scripts::Lua;
-pub(crate) use crate::scripts::Parts;
+pub(crate) use crate::scripts::{Args, Parts};
 
 pub(crate) use node::{identify, Blocked, Node, Pop};
 pub(crate) use pool::Manager;
@@ -107,14 +107,14 @@ pub(crate) struct Call<'a> {
 
 impl<'a> Call<'a> {
     /// The same script on the same keys with other arguments.
-    pub(crate) fn with_args<'b>(&self, args: &'b [Vec<u8>]) -> Call<'b>
+    pub(crate) fn with_args<'b>(&self, args: &'b Args) -> Call<'b>
     where
         'a: 'b,
     {
         Call {
             lua: self.lua,
             keys: self.keys,
-            args: Parts::Owned(args),
+            args: Parts::Encoded(args),
         }
     }
 
@@ -151,14 +151,14 @@ pub(crate) struct PreparedCall {
     /// (an acquisition builds several calls; each key copied into each
     /// was most of the allocations its spec cost).
     pub(crate) keys: Arc<[Vec<u8>]>,
-    pub(crate) args: Vec<Vec<u8>>,
+    pub(crate) args: Args,
 }
 
 impl PreparedCall {
     pub(crate) fn new(
         lua: &'static Lua,
         keys: impl Into<Arc<[Vec<u8>]>>,
-        args: Vec<Vec<u8>>,
+        args: Args,
     ) -> PreparedCall {
         PreparedCall {
             lua,
@@ -171,7 +171,7 @@ impl PreparedCall {
         Call {
             lua: self.lua,
             keys: Parts::Owned(&self.keys),
-            args: Parts::Owned(&self.args),
+            args: Parts::Encoded(&self.args),
         }
     }
 
@@ -200,16 +200,16 @@ impl PreparedCall {
             return None;
         }
         let mut all_keys: Vec<&[u8]> = Vec::with_capacity(calls.len() * keys + 1);
-        let mut all_args: Vec<&[u8]> = Vec::with_capacity(calls.len() * args);
+        let mut all_args: Vec<&Args> = Vec::with_capacity(calls.len());
         for c in calls {
             all_keys.extend(c.keys[..keys].iter().map(Vec::as_slice));
-            all_args.extend(c.args.iter().map(Vec::as_slice));
+            all_args.push(&c.args);
         }
         all_keys.push(floor);
         Some(Joined {
             lua: first.lua,
             keys: all_keys,
-            args: all_args,
+            args: JoinedArgs::Runs(all_args),
         })
     }
 }
@@ -219,7 +219,14 @@ impl PreparedCall {
 pub(crate) struct Joined<'a> {
     pub(crate) lua: &'static Lua,
     pub(crate) keys: Vec<&'a [u8]>,
-    pub(crate) args: Vec<&'a [u8]>,
+    pub(crate) args: JoinedArgs<'a>,
+}
+
+/// A [`Joined`] call's arguments: some of each call's, or each call's
+/// whole, one call's after another's.
+pub(crate) enum JoinedArgs<'a> {
+    Picked(Vec<&'a [u8]>),
+    Runs(Vec<&'a Args>),
 }
 
 impl Joined<'_> {
@@ -227,7 +234,10 @@ impl Joined<'_> {
         Call {
             lua: self.lua,
             keys: Parts::Borrowed(&self.keys),
-            args: Parts::Borrowed(&self.args),
+            args: match &self.args {
+                JoinedArgs::Picked(a) => Parts::Borrowed(a),
+                JoinedArgs::Runs(a) => Parts::Runs(a),
+            },
         }
     }
 }

@@ -17,7 +17,7 @@ use redis::{FromRedisValue, Value};
 use super::pool::{pool, Con, Manager};
 use super::source::{client_for, Source};
 use super::wire::Wire;
-use super::{Call, Timeouts};
+use super::{Args, Call, Timeouts};
 use crate::error::{Error, ErrorKind, Result};
 use crate::lease::POPPED_LEASE;
 use crate::monotonic::now_nanos;
@@ -1068,12 +1068,10 @@ pub(crate) fn warn_if_evicting(con: &mut dyn redis::ConnectionLike) {
 /// it, since what the pop took waits on our own list until a script reads
 /// it. Built only where such a script is sent: a lock's granted pop
 /// sends none, and freeing the copy cost its handoff too.
-fn popped_args(call: &Call<'_>) -> Vec<Vec<u8>> {
-    call.args
-        .iter()
-        .map(<[u8]>::to_vec)
-        .chain(std::iter::once(b"popped".to_vec()))
-        .collect()
+fn popped_args(call: &Call<'_>) -> Args {
+    let mut args: Args = call.args.iter().collect();
+    args.push(b"popped");
+    args
 }
 
 /// [`Node::grant_blocking`]'s pipeline, packed, and how many commands it

@@ -85,12 +85,8 @@ impl Spec {
     pub(crate) fn fenced(mut self, fence: i64) -> Spec {
         if let Some(alone) = self.direct.as_ref().and_then(|d| d.alone.as_ref()) {
             let f = fence.max(0).to_string().into_bytes();
-            if let Some(a) = self.release.args.get_mut(alone.release_arg) {
-                a.clone_from(&f);
-            }
-            if let Some(a) = self.extend.args.get_mut(alone.extend_arg) {
-                *a = f;
-            }
+            self.release.args.set(alone.release_arg, &f);
+            self.extend.args.set(alone.extend_arg, &f);
         }
         self
     }
@@ -548,12 +544,10 @@ fn extend(client: &Client, held: &Held, lease: Duration) -> Result<()> {
     // The renewal from now on: the new lease, never shortening (so a
     // renewal sent before this call but run after it cannot undo it).
     let mut renew = PreparedCall::clone(&held.extend);
-    if let Some(last) = renew.args.last_mut() {
-        *last = ms.to_string().into_bytes();
-    }
+    renew.args.set_last(ms.to_string().as_bytes());
     // This call sets the lease exactly, shorter or longer.
     let mut exact = renew.clone();
-    exact.args.push(b"exact".to_vec());
+    exact.args.push(b"exact");
     let renew = Arc::new(renew);
     let valid =
         Duration::from_millis(ms).saturating_sub(Duration::from_millis(1) + backend.drift(lease));
