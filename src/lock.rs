@@ -48,13 +48,14 @@ impl Keys {
 /// Where and how a hand-over is announced (lua/queue.lua `announce`): the
 /// wake-up channel and message, and whether every waiter of the name
 /// queues (`queued`: then only waiters that wait for messages are told).
-struct Announce {
-    channel: Vec<u8>,
+struct Announce<'a> {
+    /// Borrowed from the client's wake-up (the same for most names).
+    channel: std::borrow::Cow<'a, [u8]>,
     message: Vec<u8>,
     queued: bool,
 }
 
-impl Announce {
+impl Announce<'_> {
     /// Its three arguments, in the scripts' order.
     fn push_to(&self, args: &mut Args) {
         args.push(&self.channel);
@@ -73,7 +74,7 @@ struct AcquireArgs<'a> {
     queue_ttl: Duration,
     grant_prefix: &'a [u8],
     claim: Duration,
-    announce: &'a Announce,
+    announce: &'a Announce<'a>,
     /// The waiter blocks in `BLMOVE` from the open list (else it waits for
     /// messages).
     blocks: bool,
@@ -135,7 +136,7 @@ pub(crate) fn grant_all<'a>(grants: &[&'a PreparedCall]) -> Option<Joined<'a>> {
 struct ReleaseArgs<'a> {
     /// The holder's token (a waiter's, with `leave`; none with `force`).
     token: &'a [u8],
-    announce: &'a Announce,
+    announce: &'a Announce<'a>,
     grant_prefix: &'a [u8],
     claim: Duration,
     /// End the lease whoever holds it (`force_unlock`).
@@ -180,7 +181,7 @@ struct WatchArgs<'a> {
     entry: Duration,
     grant_prefix: &'a [u8],
     claim: Duration,
-    announce: &'a Announce,
+    announce: &'a Announce<'a>,
 }
 
 impl WatchArgs<'_> {
@@ -394,10 +395,6 @@ impl Lock {
             PreparedCall::new(&LOCK_RELEASE, keys.scripted(), args.argv())
         };
         let leave = queues.then(|| Arc::new(release(true)));
-        // Waiters block on the name's open list, moving what they pop into
-        // their own (lua/queue.lua hand_on).
-        let open = schema::open_list(&keys.grant_prefix);
-        let own = [keys.grant_prefix.as_slice(), &t].concat();
         let grant = |queue_ttl: Duration, blocks: bool| {
             let args = AcquireArgs {
                 token: &t,
@@ -417,9 +414,11 @@ impl Lock {
         let look = |waiter: &[u8]| self.look(keys, &announce, waiter);
         let name_look = (!backend.is_redlock() && backend.grants_directly())
             .then(|| self.core.name_look(|| look(b"")));
+        // Waiters block on the name's open list, moving what they pop into
+        // their own (lua/queue.lua hand_on).
         let direct = blocks.then(|| Direct {
-            list: open,
-            into: own,
+            list: schema::open_list(&keys.grant_prefix),
+            into: [keys.grant_prefix.as_slice(), &t].concat(),
             // The pop alone takes the lock: the hold's first renewal
             // claims it (the extend below).
             alone: Some(PopAlone {
@@ -455,7 +454,7 @@ impl Lock {
 
     /// The renewal thread's look at the lock (lua/lock_watch.lua), for the
     /// blocked `waiter`, or (empty) for the name alone.
-    fn look(&self, keys: &Keys, announce: &Announce, waiter: &[u8]) -> PreparedCall {
+    fn look(&self, keys: &Keys, announce: &Announce<'_>, waiter: &[u8]) -> PreparedCall {
         let args = WatchArgs {
             waiter,
             entry: lease::ROOM_ENTRY,
@@ -494,10 +493,10 @@ impl Lock {
     /// Where and how a hand-over of this lock is announced: every waiter
     /// queues (all but Redlock), so a release publishes only for a granted
     /// waiter that waits for messages.
-    fn announce(&self, keys: &Keys) -> Announce {
+    fn announce(&self, keys: &Keys) -> Announce<'_> {
         let wakeup = self.core.client.wakeup();
         Announce {
-            channel: wakeup.channel(&keys.lock).to_vec(),
+            channel: wakeup.channel(&keys.lock),
             message: wakeup.message(&keys.lock),
             queued: !self.core.client.backend().is_redlock(),
         }

@@ -458,6 +458,10 @@ impl Shared {
     /// Wakes the local heads of `key`, and every server-ordered waiter.
     fn notify(&self, key: &[u8]) {
         let queues = lock(&self.queues);
+        if queues.is_empty() {
+            // Nobody in this client waits (most releases): no key to build.
+            return;
+        }
         let mut k = (key.to_vec(), false);
         for head in queues.get(&k).into_iter().flat_map(heads) {
             head.signal();
