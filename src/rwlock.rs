@@ -83,6 +83,17 @@ struct Open<'a> {
     message: Vec<u8>,
 }
 
+impl Open<'_> {
+    /// As the acquire and watch scripts take it: grant prefix, claim
+    /// window, wake-up channel and message.
+    fn push_to(&self, a: &mut Args) {
+        a.push(self.grant_prefix);
+        a.push_millis(self.claim);
+        a.push(&self.channel);
+        a.push(&self.message);
+    }
+}
+
 /// lua/rw_read_acquire.lua's arguments, by name (its header says what each
 /// does); `argv` puts them in the script's order.
 struct ReadAcquireArgs<'a> {
@@ -102,10 +113,7 @@ impl ReadAcquireArgs<'_> {
         a.push(self.lease_ms);
         a.push(self.own_write);
         a.push_millis(self.waiting);
-        a.push(self.open.grant_prefix);
-        a.push_millis(self.open.claim);
-        a.push(&self.open.channel);
-        a.push(&self.open.message);
+        self.open.push_to(&mut a);
         a
     }
 }
@@ -129,10 +137,7 @@ impl WriteAcquireArgs<'_> {
         a.push(self.token);
         a.push(self.lease_ms);
         a.push_millis(self.queue_ttl);
-        a.push(self.open.grant_prefix);
-        a.push_millis(self.open.claim);
-        a.push(&self.open.channel);
-        a.push(&self.open.message);
+        self.open.push_to(&mut a);
         a.push_word(self.blocks, "block");
         a
     }
@@ -175,10 +180,7 @@ impl WatchArgs<'_> {
         let mut a = Args::new();
         a.push(self.writer);
         a.push_millis(self.entry);
-        a.push(self.open.grant_prefix);
-        a.push_millis(self.open.claim);
-        a.push(&self.open.channel);
-        a.push(&self.open.message);
+        self.open.push_to(&mut a);
         a
     }
 }

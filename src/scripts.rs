@@ -213,11 +213,7 @@ impl Lua {
         push_decimal(out, 3 + keys.len() + args.len());
         out.extend_from_slice(b"\r\n");
         for part in parts() {
-            out.push(b'$');
-            push_decimal(out, part.len());
-            out.extend_from_slice(b"\r\n");
-            out.extend_from_slice(part);
-            out.extend_from_slice(b"\r\n");
+            push_bulk(out, part);
         }
         for a in encoded {
             out.extend_from_slice(a.resp());
@@ -395,26 +391,19 @@ impl Args {
 
     /// Appends one argument.
     pub(crate) fn push(&mut self, part: &[u8]) {
-        self.resp.push(b'$');
-        push_decimal(&mut self.resp, part.len());
-        self.resp.extend_from_slice(b"\r\n");
-        self.resp.extend_from_slice(part);
-        self.resp.extend_from_slice(b"\r\n");
+        push_bulk(&mut self.resp, part);
         self.count += 1;
     }
 
     /// Appends a duration in whole milliseconds (see [`millis`]).
     pub(crate) fn push_millis(&mut self, d: std::time::Duration) {
-        let mut digits = [0u8; 40];
-        let n = u128_digits(&mut digits, d.as_millis());
-        self.push(n);
+        self.push_number(d.as_millis());
     }
 
     /// Appends a number in decimal.
-    pub(crate) fn push_number(&mut self, n: u64) {
+    pub(crate) fn push_number(&mut self, n: impl Into<u128>) {
         let mut digits = [0u8; 40];
-        let n = u128_digits(&mut digits, u128::from(n));
-        self.push(n);
+        self.push(u128_digits(&mut digits, n.into()));
     }
 
     /// Appends a yes/no argument: the word the script tests for, or empty.
@@ -443,11 +432,7 @@ impl Args {
             return;
         };
         let mut encoded = Vec::with_capacity(part.len() + 24);
-        encoded.push(b'$');
-        push_decimal(&mut encoded, part.len());
-        encoded.extend_from_slice(b"\r\n");
-        encoded.extend_from_slice(part);
-        encoded.extend_from_slice(b"\r\n");
+        push_bulk(&mut encoded, part);
         self.resp.splice(at..end, encoded);
     }
 
@@ -498,6 +483,15 @@ fn run<T: FromRedisValue>(con: &mut dyn ConnectionLike, packed: &[u8]) -> RedisR
     Ok(redis::from_redis_value(
         con.req_packed_command(packed)?.extract_error()?,
     )?)
+}
+
+/// `part` as a RESP bulk string: `$<len>\r\n<bytes>\r\n`.
+fn push_bulk(out: &mut Vec<u8>, part: &[u8]) {
+    out.push(b'$');
+    push_decimal(out, part.len());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(part);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// `n` in decimal, without a `String` of its own.

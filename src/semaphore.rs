@@ -424,13 +424,33 @@ impl Offer<'_> {
     /// lua/sem_force_release.lua's arguments.
     fn force_release_argv(&self) -> Args {
         let mut a = Args::new();
+        self.push_for_release(&mut a);
+        a
+    }
+
+    /// The offer as the acquire and watch scripts take it: grant prefix,
+    /// claim window, wake-up channel and message.
+    fn push_offer(&self, a: &mut Args) {
+        a.push(self.grant_prefix);
+        a.push_millis(self.claim);
+        a.push(&self.channel);
+        a.push(&self.message);
+    }
+
+    /// The offer as the release scripts take it: channel and message first,
+    /// then the grant prefix, claim window, permit count and mode.
+    fn push_for_release(&self, a: &mut Args) {
         a.push(&self.channel);
         a.push(&self.message);
         a.push(self.grant_prefix);
         a.push_millis(self.claim);
-        a.push_number(u64::from(self.permits));
+        self.push_count(a);
+    }
+
+    /// The handle's permit count and mode.
+    fn push_count(&self, a: &mut Args) {
+        a.push_number(self.permits);
         a.push(mode(self.fair));
-        a
     }
 }
 
@@ -465,15 +485,12 @@ impl AcquireArgs<'_> {
         let mut a = Args::new();
         a.push(self.member);
         a.push(self.lease_ms);
-        a.push_number(u64::from(self.offer.permits));
-        a.push_number(u64::from(self.k));
+        a.push_number(self.offer.permits);
+        a.push_number(self.k);
         a.push(mode(self.offer.fair));
         a.push_millis(self.entry);
         a.push_word(self.blocks, "block");
-        a.push(self.offer.grant_prefix);
-        a.push_millis(self.offer.claim);
-        a.push(&self.offer.channel);
-        a.push(&self.offer.message);
+        self.offer.push_offer(&mut a);
         a
     }
 }
@@ -491,12 +508,7 @@ impl ReleaseArgs<'_> {
     fn argv(&self) -> Args {
         let mut a = Args::new();
         a.push(self.member);
-        a.push(&self.offer.channel);
-        a.push(&self.offer.message);
-        a.push(self.offer.grant_prefix);
-        a.push_millis(self.offer.claim);
-        a.push_number(u64::from(self.offer.permits));
-        a.push(mode(self.offer.fair));
+        self.offer.push_for_release(&mut a);
         a.push_word(self.leave, "leave");
         a
     }
@@ -516,12 +528,8 @@ impl WatchArgs<'_> {
         let mut a = Args::new();
         a.push(self.waiter);
         a.push_millis(self.entry);
-        a.push(self.offer.grant_prefix);
-        a.push_millis(self.offer.claim);
-        a.push(&self.offer.channel);
-        a.push(&self.offer.message);
-        a.push_number(u64::from(self.offer.permits));
-        a.push(mode(self.offer.fair));
+        self.offer.push_offer(&mut a);
+        self.offer.push_count(&mut a);
         a
     }
 }
