@@ -9,7 +9,12 @@
 //! floor of the release message they used before, and still use where the
 //! server refuses blocking pops). The three take turns at each place in
 //! the round, each signaller making one round trip before its waiter
-//! blocks; raw connections use TCP_NODELAY.
+//! blocks; raw connections use TCP_NODELAY. Beside them the **guarded
+//! floor**: the library's own server work sent raw, without the library:
+//! its count-down script (lua/latch_count_down.lua, with its prelude) run
+//! by `EVALSHA`, and a raw waiter blocked as the library's waiter blocks
+//! (`BLMOVE` of the round's opening list onto itself, `DEL` behind it).
+//! The latch's distance from it is what the library's client adds.
 //!
 //! Run: `cargo bench --bench latch` (`REDLEASE_BENCH_QUICK=1` for a short
 //! smoke run).
@@ -30,6 +35,7 @@ enum Arm {
     Latch,
     Pop,
     PubSub,
+    Guarded,
 }
 
 fn main() {
@@ -48,6 +54,7 @@ fn main() {
     let rounds = scale(400);
     // One waiting thread for every arm, told which to run.
     let (go_tx, go_rx) = crossbeam_channel::bounded::<(Arm, String)>(1);
+    let count_down = redis::Script::new(&common::lua_source("latch_count_down.lua"));
     let (done_tx, done_rx) = crossbeam_channel::bounded::<Instant>(1);
     let mut pop_con = raw_con(&url);
     let sub = raw_con(&url);
@@ -68,6 +75,20 @@ fn main() {
                 Arm::PubSub => {
                     let _ = ps.get_message().unwrap();
                 }
+                Arm::Guarded => {
+                    // The library's waiter's pop and the DEL behind it.
+                    let (_, _): (String, i64) = redis::pipe()
+                        .cmd("BLMOVE")
+                        .arg(&name)
+                        .arg(&name)
+                        .arg("LEFT")
+                        .arg("RIGHT")
+                        .arg(40)
+                        .cmd("DEL")
+                        .arg(&name)
+                        .query(&mut pop_con)
+                        .unwrap();
+                }
             }
             done_tx.send(Instant::now()).unwrap();
         }
@@ -80,11 +101,22 @@ fn main() {
         .arg("x")
         .invoke(&mut raw)
         .unwrap();
+    // Loaded like the library's: a count-down of a latch with no count.
+    let _: (i64, String) = count_down
+        .key("bench:warm:latch")
+        .key("bench:warm:latch:waiters")
+        .key("bench:warm:latch:blocked")
+        .arg("")
+        .arg("")
+        .arg(60_000)
+        .invoke(&mut raw)
+        .unwrap();
     let mut floor = Vec::with_capacity(rounds);
     let mut wake = Vec::with_capacity(rounds);
     let mut popped = Vec::with_capacity(rounds);
     let mut bare = Vec::with_capacity(rounds);
-    let arms = [Arm::Latch, Arm::Pop, Arm::PubSub];
+    let mut guarded = Vec::with_capacity(rounds);
+    let arms = [Arm::Latch, Arm::Pop, Arm::PubSub, Arm::Guarded];
     for i in 0..rounds {
         // Floor: one round trip after 5 ms idle.
         std::thread::sleep(Duration::from_millis(5));
@@ -99,13 +131,37 @@ fn main() {
             let arm = arms[(i + k) % arms.len()];
             let name = format!("bench:latch:{}", i % 8);
             let latch = counter.count_down_latch(&name);
+            // The guarded floor's latch: counted to 1 in round `r<i>`,
+            // with a waiter registered as blocked (so the count-down
+            // pushes the opening), blocked on the round's opening list.
+            let g = format!("bench:guarded:{}", i % 8);
+            let opening = format!("{g}#r{i}:open");
             match arm {
                 Arm::Latch => assert!(latch.try_set_count(1).unwrap()),
+                Arm::Guarded => {
+                    let _: () = redis::pipe()
+                        .cmd("SET")
+                        .arg(&g)
+                        .arg(format!("1:r{i}"))
+                        .ignore()
+                        .cmd("SET")
+                        .arg(format!("{g}:blocked"))
+                        .arg(1)
+                        .arg("PX")
+                        .arg(60_000)
+                        .ignore()
+                        .query(&mut raw)
+                        .unwrap();
+                }
                 _ => {
                     let _: String = redis::cmd("PING").query(&mut raw).unwrap();
                 }
             }
-            go_tx.send((arm, name)).unwrap();
+            let waits_on = match arm {
+                Arm::Guarded => opening.clone(),
+                _ => name,
+            };
+            go_tx.send((arm, waits_on)).unwrap();
             std::thread::sleep(Duration::from_millis(5)); // the waiter blocks
             let t = Instant::now();
             match arm {
@@ -120,6 +176,18 @@ fn main() {
                 Arm::PubSub => {
                     let _: i64 = publish.key("bench:raw").arg("x").invoke(&mut raw).unwrap();
                 }
+                Arm::Guarded => {
+                    let (left, _): (i64, String) = count_down
+                        .key(&g)
+                        .key(format!("{g}:waiters"))
+                        .key(format!("{g}:blocked"))
+                        .arg("")
+                        .arg("")
+                        .arg(60_000)
+                        .invoke(&mut raw)
+                        .unwrap();
+                    assert_eq!(left, 0);
+                }
             }
             let returned = done_rx.recv_timeout(Duration::from_secs(40)).unwrap();
             let took = returned.saturating_duration_since(t);
@@ -127,6 +195,7 @@ fn main() {
                 Arm::Latch => wake.push(took),
                 Arm::Pop => popped.push(took),
                 Arm::PubSub => bare.push(took),
+                Arm::Guarded => guarded.push(took),
             }
         }
     }
@@ -136,6 +205,8 @@ fn main() {
     wake.sort();
     popped.sort();
     bare.sort();
+    guarded.sort();
+    let g50 = percentile(&guarded, 0.5);
     let b50 = percentile(&bare, 0.5);
     let p50 = percentile(&popped, 0.5);
     let p99 = percentile(&popped, 0.99);
@@ -174,6 +245,13 @@ fn main() {
         us(b50) / us(f50)
     );
     println!(
+        "{:<44} {:>9.1} us   {:.2}x the BLPOP floor (the library's server work, no library); the latch {:.2}x it",
+        "guarded floor: its script raw -> BLMOVE returns",
+        us(g50),
+        us(g50) / us(p50),
+        us(w50) / us(g50)
+    );
+    println!(
         "{:<44} {:.2}x (target <= 1.25), p99 {:.2}x",
         "the latch against the raw BLPOP wake-up, p50",
         us(w50) / us(p50),
@@ -185,7 +263,7 @@ fn main() {
         us(w50) / us(b50)
     );
     println!(
-        "{{\"bench\":\"latch\",\"wake_vs_pop_p50\":{:.2},\"wake_vs_pop_p99\":{:.2},\"wake_vs_raw_p50\":{:.2},\"floor_p50_us\":{:.1},\"wake_p50_us\":{:.1},\"wake_p99_us\":{:.1},\"pop_p50_us\":{:.1},\"wake_p50_ratio\":{:.2},\"wake_p99_ratio\":{:.2},\"raw_pubsub_p50_ratio\":{:.2}}}",
+        "{{\"bench\":\"latch\",\"wake_vs_pop_p50\":{:.2},\"wake_vs_pop_p99\":{:.2},\"wake_vs_raw_p50\":{:.2},\"floor_p50_us\":{:.1},\"wake_p50_us\":{:.1},\"wake_p99_us\":{:.1},\"pop_p50_us\":{:.1},\"wake_p50_ratio\":{:.2},\"wake_p99_ratio\":{:.2},\"raw_pubsub_p50_ratio\":{:.2},\"guarded_vs_pop_p50\":{:.2},\"wake_vs_guarded_p50\":{:.2}}}",
         us(w50) / us(p50),
         us(w99) / us(p99),
         us(w50) / us(b50),
@@ -195,6 +273,8 @@ fn main() {
         us(p50),
         us(w50) / us(f50),
         us(w99) / us(f50),
-        us(b50) / us(f50)
+        us(b50) / us(f50),
+        us(g50) / us(p50),
+        us(w50) / us(g50)
     );
 }
