@@ -54,7 +54,21 @@ fn main() {
     let rounds = scale(400);
     // One waiting thread for every arm, told which to run.
     let (go_tx, go_rx) = crossbeam_channel::bounded::<(Arm, String)>(1);
+    // The guarded floor's signaller: the library's count-down of latch
+    // `g`, sent raw; its reply is the count left.
     let count_down = redis::Script::new(&common::lua_source("latch_count_down.lua"));
+    let count_down_raw = |con: &mut redis::Connection, g: &str| -> i64 {
+        let (left, _): (i64, String) = count_down
+            .key(g)
+            .key(format!("{g}:waiters"))
+            .key(format!("{g}:blocked"))
+            .arg("")
+            .arg("")
+            .arg(60_000)
+            .invoke(con)
+            .unwrap();
+        left
+    };
     let (done_tx, done_rx) = crossbeam_channel::bounded::<Instant>(1);
     let mut pop_con = raw_con(&url);
     let sub = raw_con(&url);
@@ -102,15 +116,7 @@ fn main() {
         .invoke(&mut raw)
         .unwrap();
     // Loaded like the library's: a count-down of a latch with no count.
-    let _: (i64, String) = count_down
-        .key("bench:warm:latch")
-        .key("bench:warm:latch:waiters")
-        .key("bench:warm:latch:blocked")
-        .arg("")
-        .arg("")
-        .arg(60_000)
-        .invoke(&mut raw)
-        .unwrap();
+    count_down_raw(&mut raw, "bench:warm:latch");
     let mut floor = Vec::with_capacity(rounds);
     let mut wake = Vec::with_capacity(rounds);
     let mut popped = Vec::with_capacity(rounds);
@@ -135,7 +141,6 @@ fn main() {
             // with a waiter registered as blocked (so the count-down
             // pushes the opening), blocked on the round's opening list.
             let g = format!("bench:guarded:{}", i % 8);
-            let opening = format!("{g}#r{i}:open");
             match arm {
                 Arm::Latch => assert!(latch.try_set_count(1).unwrap()),
                 Arm::Guarded => {
@@ -158,7 +163,7 @@ fn main() {
                 }
             }
             let waits_on = match arm {
-                Arm::Guarded => opening.clone(),
+                Arm::Guarded => format!("{g}#r{i}:open"),
                 _ => name,
             };
             go_tx.send((arm, waits_on)).unwrap();
@@ -176,18 +181,7 @@ fn main() {
                 Arm::PubSub => {
                     let _: i64 = publish.key("bench:raw").arg("x").invoke(&mut raw).unwrap();
                 }
-                Arm::Guarded => {
-                    let (left, _): (i64, String) = count_down
-                        .key(&g)
-                        .key(format!("{g}:waiters"))
-                        .key(format!("{g}:blocked"))
-                        .arg("")
-                        .arg("")
-                        .arg(60_000)
-                        .invoke(&mut raw)
-                        .unwrap();
-                    assert_eq!(left, 0);
-                }
+                Arm::Guarded => assert_eq!(count_down_raw(&mut raw, &g), 0),
             }
             let returned = done_rx.recv_timeout(Duration::from_secs(40)).unwrap();
             let took = returned.saturating_duration_since(t);
