@@ -362,6 +362,10 @@ fn a_grant_follows_moved_past_a_node_whose_view_lags() {
             t.elapsed(),
             got.map(|g| g.is_some()).map_err(|e| e.to_string()),
         ));
+        // The lag ends here: a node left naming `from` would tell `to`
+        // its claim is stale once `from`'s epoch rises past it (when
+        // `from` takes a later name's slot), and this slot would bounce.
+        m.set(lagging, "NODE", &to_id);
     }
     println!("FIGURES acquires past a lagging node's view: {outcomes:?}");
     cluster.stop();

@@ -93,6 +93,26 @@ impl Migration {
             })
             .expect("the slot's master");
         let to = (from + 1) % cons.len();
+        // `to` takes the slot (`SETSLOT … NODE` on the importing node) by
+        // bumping its config epoch past every epoch it knows, and a node
+        // that still names `from` gives way to the higher epoch. Had `to`
+        // not yet heard of a bump `from` made a moment ago (as `to` of an
+        // earlier migration), its new epoch could come out at or below
+        // `from`'s: a node still naming `from` then tells `to` its claim is
+        // stale (an UPDATE message), `to` hands the slot back to `from`,
+        // which redirects to `to`, and the slot MOVEs between the two for
+        // good (Redis 6.2 under load: an acquire met MOVED for its whole
+        // 3 s). So the migration waits until gossip has brought `to`
+        // `from`'s epoch; then `to`'s is the highest a node may name.
+        let from_epoch = epoch(&mut cons[from], "cluster_my_epoch");
+        let t = Instant::now();
+        while epoch(&mut cons[to], "cluster_current_epoch") < from_epoch {
+            assert!(
+                t.elapsed() < Duration::from_secs(15),
+                "node {to} has not heard of epoch {from_epoch} in 15 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let mut m = Migration {
             cons,
             slot,
@@ -155,6 +175,15 @@ impl Migration {
             .query(&mut self.cons[self.from])
             .unwrap()
     }
+}
+
+/// The number `CLUSTER INFO` gives for `field` on `con`'s node.
+fn epoch(con: &mut redis::Connection, field: &str) -> u64 {
+    let info: String = redis::cmd("CLUSTER").arg("INFO").query(con).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in CLUSTER INFO: {info}"))
 }
 
 /// Moves the slot of `{name}` (with its keys) from its master to the next
