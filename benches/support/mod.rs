@@ -220,3 +220,151 @@ impl BareFencedScripts {
         assert_eq!(gone as usize, self.names.len());
     }
 }
+
+/// Raw connections to several servers, used as the library's Redlock uses
+/// its masters (src/backend/fan_out.rs): each step writes every server's
+/// request first, then reads every reply, so the servers work at the same
+/// time. Over one connection it is the same event on one server.
+pub struct RawFanOut {
+    cons: Vec<redis::Connection>,
+    del: redis::Script,
+    acquire: redis::Script,
+    release: redis::Script,
+    bare: BareFencedScripts,
+}
+
+impl RawFanOut {
+    /// `acquire`, `release`: lua/lock_acquire.lua and lua/lock_release.lua
+    /// as the library sends them.
+    pub fn new(urls: &[String], acquire: &str, release: &str) -> RawFanOut {
+        let mut fan = RawFanOut {
+            cons: urls.iter().map(|u| raw_con(u)).collect(),
+            del: redis::Script::new(
+                "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+            ),
+            acquire: redis::Script::new(acquire),
+            release: redis::Script::new(release),
+            bare: BareFencedScripts::new(&[]),
+        };
+        for con in &mut fan.cons {
+            let scripts = [&fan.del, &fan.acquire, &fan.release];
+            for script in scripts
+                .into_iter()
+                .chain([&fan.bare.acquire, &fan.bare.release])
+            {
+                script.load(con).unwrap();
+            }
+        }
+        fan
+    }
+
+    /// One step: `packed` to every server, then every reply.
+    fn step(&mut self, packed: &[u8]) -> Vec<redis::Value> {
+        for con in &mut self.cons {
+            con.send_packed_command(packed).unwrap();
+        }
+        self.cons
+            .iter_mut()
+            .map(|con| con.recv_response().unwrap())
+            .collect()
+    }
+
+    /// The raw reference lock's cycle on every server at once: `SET NX
+    /// PX`, then the token-checked `EVALSHA` delete.
+    pub fn reference_cycle(&mut self, name: &str) {
+        let token = owner_token();
+        let set = redis::cmd("SET")
+            .arg(name)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .get_packed_command();
+        for v in self.step(&set) {
+            assert_eq!(v, redis::Value::Okay);
+        }
+        let del = redis::cmd("EVALSHA")
+            .arg(self.del.get_hash())
+            .arg(1)
+            .arg(name)
+            .arg(&token)
+            .get_packed_command();
+        for v in self.step(&del) {
+            assert_eq!(v, redis::Value::Int(1));
+        }
+    }
+
+    /// The bare fenced lock's cycle (see [`BareFencedScripts`]) on every
+    /// server at once: the least any fenced lock's servers do.
+    pub fn bare_cycle(&mut self, name: &str) {
+        let token = owner_token();
+        let (lock, counter) = (format!("{{{name}}}"), format!("{{{name}}}:fence"));
+        let acquire = redis::cmd("EVALSHA")
+            .arg(self.bare.acquire.get_hash())
+            .arg(2)
+            .arg(&lock)
+            .arg(&counter)
+            .arg(&token)
+            .arg(30_000)
+            .get_packed_command();
+        // Each server's counter draws its own fence; the release takes
+        // each server's own.
+        let fences: Vec<i64> = self
+            .step(&acquire)
+            .into_iter()
+            .map(|v| redis::from_redis_value::<Vec<i64>>(v).unwrap()[0])
+            .collect();
+        for (con, fence) in self.cons.iter_mut().zip(&fences) {
+            let release = redis::cmd("EVALSHA")
+                .arg(self.bare.release.get_hash())
+                .arg(1)
+                .arg(&lock)
+                .arg(format!("{token}#{fence}"))
+                .get_packed_command();
+            con.send_packed_command(&release).unwrap();
+        }
+        for con in &mut self.cons {
+            assert_eq!(con.recv_response().unwrap(), redis::Value::Int(1));
+        }
+    }
+
+    /// The library's lock scripts' cycle on every server at once, with
+    /// the arguments a Redlock client sends (a wake-up channel and
+    /// message, the kept fencing counter) when `redlock`, else those of a
+    /// single server's client (no channel, every waiter queued).
+    pub fn scripts_cycle(&mut self, name: &str, redlock: bool) {
+        let token = owner_token();
+        let (keys, prefix) = lock_keys(name);
+        let (channel, message) = if redlock {
+            ("redlease:wake", format!("bench:{name}"))
+        } else {
+            ("", String::new())
+        };
+        let (queued, keep) = if redlock {
+            ("", "keep")
+        } else {
+            ("queued", "")
+        };
+        let mut acquire = redis::cmd("EVALSHA");
+        acquire.arg(self.acquire.get_hash()).arg(5).arg(&keys[..]);
+        acquire.arg(FENCE_FLOOR).arg(&token).arg(30_000).arg(0);
+        acquire.arg(&prefix).arg(500).arg(channel).arg(&message);
+        acquire.arg(queued).arg("");
+        for v in self.step(&acquire.get_packed_command()) {
+            let (code, _fence): (i64, i64) = redis::from_redis_value(v).unwrap();
+            assert_eq!(code, 1);
+        }
+        let mut release = redis::cmd("EVALSHA");
+        release.arg(self.release.get_hash()).arg(5).arg(&keys[..]);
+        release
+            .arg(FENCE_FLOOR)
+            .arg(&token)
+            .arg(channel)
+            .arg(&message);
+        release.arg(&prefix).arg(500).arg("").arg(keep).arg(queued);
+        release.arg("").arg("");
+        for v in self.step(&release.get_packed_command()) {
+            assert_eq!(v, redis::Value::Int(1));
+        }
+    }
+}
