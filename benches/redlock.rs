@@ -4,11 +4,12 @@
 //!
 //! - Redlock cycle (acquire + release on 5 local masters) ÷ the same cycle
 //!   on one server, healthy and with 2 of the 5 masters down. Beside the
-//!   healthy one, its floors on this machine: the raw reference lock and
-//!   the library's own scripts, each sent to 5 masters at once (every
-//!   request written, then every reply read, as the library does) ÷ sent
-//!   to one — five servers and the client share the machine's cores, so
-//!   the ratio is bounded below by what five servers' work costs here.
+//!   healthy one, its floors on this machine: the raw reference lock, a
+//!   bare fenced lock and the library's own scripts, each sent to 5
+//!   masters at once (every request written, then every reply read, as
+//!   the library does) ÷ sent to one — five servers and the client share
+//!   the machine's cores, so the ratio is bounded below by what five
+//!   servers' work costs here.
 //! - Renewal of 10,000 leases over 3 servers with one stalled (SIGSTOP)
 //!   for twice the lease: leases on the healthy servers must all survive.
 //!   Once with three single-server clients, once with one Redlock client
@@ -33,8 +34,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// The same events without the library, on the same servers: the raw
-/// reference lock and the library's two lock scripts, each sent by one
-/// thread to one server, and to every master at once.
+/// reference lock, a bare fenced lock and the library's two lock scripts,
+/// each sent by one thread to one server, and to every master at once.
 struct Floors {
     one: RawFanOut,
     all: RawFanOut,
