@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use common::Server;
 use redlease::Client;
-use support::{mean, scale, us, RawFanOut};
+use support::{mean, scale, us, RawFanOut, Sender};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -80,8 +80,12 @@ fn cycles(single: &Client, red: &Client, n: usize, mut floors: Option<&mut Floor
             }));
             let raw1 = us(mean(per_block, || f.one.reference_cycle("bench:raw")));
             let raw5 = us(mean(per_block, || f.all.reference_cycle("bench:raw")));
-            let sc1 = us(mean(per_block, || f.one.scripts_cycle("bench:sc1", false)));
-            let sc5 = us(mean(per_block, || f.all.scripts_cycle("bench:sc5", true)));
+            let sc1 = us(mean(per_block, || {
+                f.one.scripts_cycle("bench:sc1", Sender::Single)
+            }));
+            let sc5 = us(mean(per_block, || {
+                f.all.scripts_cycle("bench:sc5", Sender::Redlock)
+            }));
             v[3].push(rtt);
             v[4].push(raw5 / raw1);
             v[5].push(sc5 / sc1);

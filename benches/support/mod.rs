@@ -70,11 +70,44 @@ fn lock_keys(name: &str) -> ([String; 4], String) {
     )
 }
 
-/// lua/lock_release.lua's ten arguments for `token`'s release of the name
-/// under `prefix`: no wake-up channel, every waiter queued.
-fn release_args(call: &mut redis::ScriptInvocation<'_>, token: &str, prefix: &str) {
-    call.arg(token).arg("").arg("").arg(prefix).arg(500);
-    call.arg("").arg("").arg("queued").arg("").arg("");
+/// How a client sends the lock scripts: a single server's (no wake-up
+/// channel, every waiter queued) or Redlock's (a wake-up channel and
+/// message, the fencing counter kept), as `MONITOR` shows them.
+#[derive(Clone, Copy)]
+pub enum Sender {
+    Single,
+    Redlock,
+}
+
+impl Sender {
+    /// (channel, message, ARGV 'queued', ARGV 'keep') for the name `name`.
+    fn wake(self, name: &str) -> (&'static str, String, &'static str, &'static str) {
+        match self {
+            Sender::Single => ("", String::new(), "queued", ""),
+            Sender::Redlock => ("redlease:wake", format!("bench:{name}"), "", "keep"),
+        }
+    }
+}
+
+/// lua/lock_acquire.lua's nine arguments for `token`'s uncontended
+/// acquire of the name `name` (grant prefix `prefix`): a 30 s lease, no
+/// queue entry, not blocking.
+fn acquire_argv(token: &str, name: &str, prefix: &str, by: Sender) -> Vec<String> {
+    let (channel, message, queued, _) = by.wake(name);
+    let argv = [
+        token, "30000", "0", prefix, "500", channel, &message, queued, "",
+    ];
+    argv.map(str::to_owned).to_vec()
+}
+
+/// lua/lock_release.lua's ten arguments for `token`'s release of the
+/// name `name` (grant prefix `prefix`).
+fn release_argv(token: &str, name: &str, prefix: &str, by: Sender) -> Vec<String> {
+    let (channel, message, queued, keep) = by.wake(name);
+    let argv = [
+        token, channel, &message, prefix, "500", "", keep, queued, "", "",
+    ];
+    argv.map(str::to_owned).to_vec()
 }
 
 /// The library's lock scripts (lua/lock_acquire.lua, lua/lock_release.lua,
@@ -104,11 +137,8 @@ impl RawLockScripts {
         let mut release = self.release.prepare_invoke();
         acquire.key(&keys[..]).key(FENCE_FLOOR);
         release.key(&keys[..]).key(FENCE_FLOOR);
-        // Token, lease, no queue entry, grant prefix, claim window, no
-        // wake-up channel, every waiter queued (lua/lock_acquire.lua).
-        acquire.arg(&token).arg(30_000).arg(0).arg(&prefix).arg(500);
-        acquire.arg("").arg("").arg("queued").arg("");
-        release_args(&mut release, &token, &prefix);
+        acquire.arg(acquire_argv(&token, &self.name, &prefix, Sender::Single));
+        release.arg(release_argv(&token, &self.name, &prefix, Sender::Single));
         let _: (i64, i64) = acquire.invoke(con).unwrap();
         let code: i64 = release.invoke(con).unwrap();
         assert_eq!(code, 1);
@@ -144,7 +174,7 @@ impl RawMultiScripts {
             let (keys, prefix) = lock_keys(name);
             acquire.key(&keys[..]).arg(30_000).arg(&prefix);
             release.key(&keys[..]);
-            release_args(&mut release, &token, &prefix);
+            release.arg(release_argv(&token, name, &prefix, Sender::Single));
         }
         acquire.key(FENCE_FLOOR);
         release.key(FENCE_FLOOR);
@@ -203,9 +233,8 @@ impl BareFencedScripts {
         let token = owner_token();
         let mut acquire = self.acquire.prepare_invoke();
         for name in &self.names {
-            acquire
-                .key(format!("{{{name}}}"))
-                .key(format!("{{{name}}}:fence"));
+            let (keys, _) = lock_keys(name);
+            acquire.key(&keys[..2]);
         }
         acquire.arg(&token).arg(30_000);
         let fences: Vec<i64> = acquire.invoke(con).unwrap();
@@ -298,12 +327,13 @@ impl RawFanOut {
     /// server at once: the least any fenced lock's servers do.
     pub fn bare_cycle(&mut self, name: &str) {
         let token = owner_token();
-        let (lock, counter) = (format!("{{{name}}}"), format!("{{{name}}}:fence"));
+        let (keys, _) = lock_keys(name);
+        let (lock, counter) = (&keys[0], &keys[1]);
         let acquire = redis::cmd("EVALSHA")
             .arg(self.bare.acquire.get_hash())
             .arg(2)
-            .arg(&lock)
-            .arg(&counter)
+            .arg(lock)
+            .arg(counter)
             .arg(&token)
             .arg(30_000)
             .get_packed_command();
@@ -318,7 +348,7 @@ impl RawFanOut {
             let release = redis::cmd("EVALSHA")
                 .arg(self.bare.release.get_hash())
                 .arg(1)
-                .arg(&lock)
+                .arg(lock)
                 .arg(format!("{token}#{fence}"))
                 .get_packed_command();
             con.send_packed_command(&release).unwrap();
@@ -329,40 +359,22 @@ impl RawFanOut {
     }
 
     /// The library's lock scripts' cycle on every server at once, with
-    /// the arguments a Redlock client sends (a wake-up channel and
-    /// message, the kept fencing counter) when `redlock`, else those of a
-    /// single server's client (no channel, every waiter queued).
-    pub fn scripts_cycle(&mut self, name: &str, redlock: bool) {
+    /// the arguments `by` sends.
+    pub fn scripts_cycle(&mut self, name: &str, by: Sender) {
         let token = owner_token();
         let (keys, prefix) = lock_keys(name);
-        let (channel, message) = if redlock {
-            ("redlease:wake", format!("bench:{name}"))
-        } else {
-            ("", String::new())
-        };
-        let (queued, keep) = if redlock {
-            ("", "keep")
-        } else {
-            ("queued", "")
-        };
         let mut acquire = redis::cmd("EVALSHA");
         acquire.arg(self.acquire.get_hash()).arg(5).arg(&keys[..]);
-        acquire.arg(FENCE_FLOOR).arg(&token).arg(30_000).arg(0);
-        acquire.arg(&prefix).arg(500).arg(channel).arg(&message);
-        acquire.arg(queued).arg("");
+        acquire.arg(FENCE_FLOOR);
+        acquire.arg(acquire_argv(&token, name, &prefix, by));
         for v in self.step(&acquire.get_packed_command()) {
             let (code, _fence): (i64, i64) = redis::from_redis_value(v).unwrap();
             assert_eq!(code, 1);
         }
         let mut release = redis::cmd("EVALSHA");
         release.arg(self.release.get_hash()).arg(5).arg(&keys[..]);
-        release
-            .arg(FENCE_FLOOR)
-            .arg(&token)
-            .arg(channel)
-            .arg(&message);
-        release.arg(&prefix).arg(500).arg("").arg(keep).arg(queued);
-        release.arg("").arg("");
+        release.arg(FENCE_FLOOR);
+        release.arg(release_argv(&token, name, &prefix, by));
         for v in self.step(&release.get_packed_command()) {
             assert_eq!(v, redis::Value::Int(1));
         }
