@@ -4,9 +4,9 @@
 //! so a server that dribbles a reply — one byte just inside the timeout,
 //! then the next — holds a call for as many timeouts as the reply has
 //! bytes (8.4 s for a 1 s timeout, measured). Plain TCP connections are
-//! therefore our own: redis-rs's RESP parser reading through a socket
-//! whose timeout is cut, before each read, to what is left of the call's
-//! budget. A call that has not got its whole reply by then fails as timed
+//! therefore our own: replies framed by `resp.rs` as they are read
+//! through a socket whose timeout is cut, before each read, to what is
+//! left of the call's budget. A call that has not got its whole reply by then fails as timed
 //! out (and its connection is retired by the caller, as for any timeout).
 //!
 //! Writes share the deadline. TLS connections are ours too (rustls over
@@ -23,6 +23,7 @@ use redis::{ConnectionLike, RedisError, RedisResult, Value};
 
 use super::Tls;
 
+mod resp;
 mod socket;
 #[cfg(feature = "tls-rustls")]
 mod tls;
@@ -123,7 +124,7 @@ impl Wire {
 
     /// The next value a subscriber connection sends, waiting at most
     /// `tick`: `None` when nothing came. A value the tick cut in two is
-    /// finished by the next call (the parser keeps what it has read).
+    /// finished by the next call (`Replies` keeps what it has read).
     pub(crate) fn next_push(&mut self, tick: Duration) -> RedisResult<Option<Value>> {
         let Wire::Own(own) = self else {
             return Err(
@@ -137,7 +138,7 @@ impl Wire {
         let taken = sock.taken;
         sock.start();
         sock.taken = taken;
-        match own.parser.parse_value(&mut own.stream) {
+        match own.replies.next(&mut own.stream) {
             Ok(v) => {
                 own.stream.sock().taken = 0;
                 Ok(Some(as_resp2(v)))
@@ -266,7 +267,7 @@ impl redis::cluster::Connect for Wire {
 /// Our TCP connection, plain or TLS.
 pub(crate) struct Own {
     stream: Stream,
-    parser: redis::Parser,
+    replies: resp::Replies,
     /// False once a read or write failed: the stream may be mid-reply.
     open: bool,
     db: i64,
@@ -390,7 +391,7 @@ impl Own {
         };
         let mut own = Own {
             stream: Stream::new(sock, host, tls)?,
-            parser: redis::Parser::new(),
+            replies: resp::Replies::new(),
             open: true,
             db: settings.db(),
         };
@@ -532,7 +533,7 @@ impl Own {
     /// One reply, by the deadline set by [`Deadlined::start`].
     fn recv(&mut self) -> RedisResult<Value> {
         loop {
-            match self.parser.parse_value(&mut self.stream) {
+            match self.replies.next(&mut self.stream) {
                 Ok(Value::Push { .. }) => continue,
                 Ok(v) => return Ok(v),
                 Err(e) => {
@@ -602,7 +603,7 @@ mod tests {
                 armed: [None, None],
                 taken: 0,
             }),
-            parser: redis::Parser::new(),
+            replies: resp::Replies::new(),
             open: true,
             db: 0,
         }
