@@ -46,6 +46,11 @@ pub(super) struct Replies {
     /// How far the value at `at` is framed, kept across reads, so a value
     /// that arrives in many reads is scanned once, not once per read.
     framing: Framing,
+    /// Set by a reply that is not RESP: where the next one starts is
+    /// unknown, so every later call fails too (the connection is retired
+    /// by its callers already; this keeps a caller that went on anyway
+    /// from reading a half-framed value as a whole one).
+    broken: bool,
 }
 
 impl Replies {
@@ -55,6 +60,7 @@ impl Replies {
             at: 0,
             filled: 0,
             framing: Framing::default(),
+            broken: false,
         }
     }
 
@@ -62,13 +68,22 @@ impl Replies {
     /// What was read of a value that is still incomplete when a read
     /// fails (a timeout) stays for the next call.
     pub(super) fn next(&mut self, from: &mut impl Read) -> RedisResult<Value> {
+        if self.broken {
+            return Err(malformed("an earlier reply was not RESP"));
+        }
         loop {
             let unread = &self.buf[self.at..self.filled];
-            if let Some(end) = self.framing.advance(unread)? {
+            let framed = self.framing.advance(unread);
+            self.broken = framed.is_err();
+            if let Some(end) = framed? {
                 let one = &unread[..end];
                 let value = match build(one) {
                     Some((v, _)) => v,
-                    None => redis::parse_redis_value(one)?,
+                    None => {
+                        let parsed = redis::parse_redis_value(one);
+                        self.broken = parsed.is_err();
+                        parsed?
+                    }
                 };
                 self.framing = Framing::default();
                 self.at += end;
@@ -92,6 +107,12 @@ impl Replies {
             self.buf.copy_within(self.at..self.filled, 0);
             self.filled -= self.at;
             self.at = 0;
+            // A buffer a large value grew is given back here too: reads
+            // that each end inside a value never leave it empty.
+            if self.buf.len() > KEEP && self.filled < self.buf.len() / 4 {
+                self.buf.truncate((self.filled * 2).max(INITIAL));
+                self.buf.shrink_to_fit();
+            }
         }
         if self.filled == self.buf.len() {
             let size = (self.buf.len() * 2).max(INITIAL);
@@ -278,7 +299,7 @@ fn element(b: &[u8], resume: Resume) -> RedisResult<Found> {
 /// is of a kind built here and well formed; `None` hands the whole reply
 /// to redis-rs's parser.
 fn build(b: &[u8]) -> Option<(Value, usize)> {
-    let (text, end) = line(&b[1..])?;
+    let (text, end) = line(b.get(1..)?)?;
     let end = end + 1;
     let body = &b[end..];
     Some(match b[0] {
@@ -458,6 +479,24 @@ mod tests {
             "{:?}",
             got[0].as_ref().err()
         );
+    }
+
+    /// After a reply that is not RESP every call fails (a second call
+    /// after the depth error read the half-framed value as whole, and
+    /// panicked: found by an adversarial review).
+    #[test]
+    fn a_reply_that_is_not_resp_breaks_the_stream_for_good() {
+        for stream in [b"*1\r\n".repeat(100), b"?x\r\n:1\r\n".to_vec()] {
+            let mut from = Pieces {
+                data: &stream,
+                step: 1 << 16,
+            };
+            let mut replies = Replies::new();
+            for _ in 0..3 {
+                let r = replies.next(&mut from);
+                assert!(r.as_ref().is_err_and(|e| !e.is_io_error()), "{r:?}");
+            }
+        }
     }
 
     /// A type byte that no value starts with is refused at once, not
