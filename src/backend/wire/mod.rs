@@ -6,8 +6,9 @@
 //! bytes (8.4 s for a 1 s timeout, measured). Plain TCP connections are
 //! therefore our own: replies framed by `resp.rs` as they are read
 //! through a socket whose timeout is cut, before each read, to what is
-//! left of the call's budget. A call that has not got its whole reply by then fails as timed
-//! out (and its connection is retired by the caller, as for any timeout).
+//! left of the call's budget. A call that has not got its whole reply by
+//! then fails as timed out (and its connection is retired by the caller,
+//! as for any timeout).
 //!
 //! Writes share the deadline. TLS connections are ours too (rustls over
 //! the same socket, verified against the configured roots or the

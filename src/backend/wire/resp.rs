@@ -6,7 +6,7 @@
 //! Why not redis-rs's parser for all: it is a `combine` parser, generic
 //! and deep, and a waiter's first reply after a long block is parsed by a
 //! CPU whose caches went cold meanwhile. On the handoff's critical path it
-//! took 5–9 µs from the pop's bytes arriving to its value (probe,
+//! took 5.4–8.3 µs from the pop's bytes arriving to its value (probe,
 //! 2026-11-27, a 2-core VM); this takes a fraction of that, and it does
 //! not zero a read buffer before every read.
 //!
@@ -24,8 +24,8 @@ use redis::{ErrorKind, RedisError, RedisResult, Value};
 /// redis-rs's own limit on nesting (`MAX_RECURSE_DEPTH`).
 const MAX_DEPTH: usize = 100;
 
-/// The buffer's size when empty; it doubles while a value needs more.
-const INITIAL: usize = 8 << 10;
+/// Bytes one read asks for: the scratch buffer every read lands in.
+const READ: usize = 16 << 10;
 
 /// A buffer kept after a large value is given back above this size.
 const KEEP: usize = 1 << 20;
@@ -39,10 +39,16 @@ const MAX_ELEMENTS: u64 = 1 << 22;
 
 /// The unparsed bytes of one connection's replies.
 pub(super) struct Replies {
+    /// Read and not yet handed out: `buf[at..]` is unparsed. It grows
+    /// only by what arrived (never zeroed ahead of the data: growing a
+    /// zeroed buffer to 128 MiB under a 64 MiB flood doubled the peak
+    /// memory of a hostile server's test, and took 3.4 s of its 4 s in a
+    /// debug build).
     buf: Vec<u8>,
-    /// `buf[at..filled]` is read and not parsed yet.
     at: usize,
-    filled: usize,
+    /// Where each read lands before it is appended to `buf` (allocated
+    /// at the first read).
+    scratch: Vec<u8>,
     /// How far the value at `at` is framed, kept across reads, so a value
     /// that arrives in many reads is scanned once, not once per read.
     framing: Framing,
@@ -58,7 +64,7 @@ impl Replies {
         Replies {
             buf: Vec::new(),
             at: 0,
-            filled: 0,
+            scratch: Vec::new(),
             framing: Framing::default(),
             broken: false,
         }
@@ -72,7 +78,11 @@ impl Replies {
             return Err(malformed("an earlier reply was not RESP"));
         }
         loop {
-            let unread = &self.buf[self.at..self.filled];
+            let unread = &self.buf[self.at..];
+            // Framed before it is built: nothing is allocated for what a
+            // server announced and did not send. Building finds each
+            // element's line again, a few bytes each: cheaper than
+            // keeping what framing found for values this small.
             let framed = self.framing.advance(unread);
             self.broken = framed.is_err();
             if let Some(end) = framed? {
@@ -85,12 +95,12 @@ impl Replies {
                         parsed?
                     }
                 };
-                self.framing = Framing::default();
+                self.framing.reset();
                 self.at += end;
-                if self.at == self.filled {
+                if self.at == self.buf.len() {
                     self.at = 0;
-                    self.filled = 0;
-                    if self.buf.len() > KEEP {
+                    self.buf.clear();
+                    if self.buf.capacity() > KEEP {
                         self.buf = Vec::new();
                     }
                 }
@@ -100,28 +110,25 @@ impl Replies {
         }
     }
 
-    /// Reads once more into the buffer, after what is unparsed (moved to
-    /// its front), growing it when that fills it.
+    /// Reads once more, appending to what is unparsed (moved to the
+    /// buffer's front first).
     fn fill(&mut self, from: &mut impl Read) -> RedisResult<()> {
         if self.at > 0 {
-            self.buf.copy_within(self.at..self.filled, 0);
-            self.filled -= self.at;
+            self.buf.drain(..self.at);
             self.at = 0;
             // A buffer a large value grew is given back here too: reads
             // that each end inside a value never leave it empty.
-            if self.buf.len() > KEEP && self.filled < self.buf.len() / 4 {
-                self.buf.truncate((self.filled * 2).max(INITIAL));
-                self.buf.shrink_to_fit();
+            if self.buf.capacity() > KEEP && self.buf.len() < self.buf.capacity() / 4 {
+                self.buf.shrink_to(self.buf.len() * 2);
             }
         }
-        if self.filled == self.buf.len() {
-            let size = (self.buf.len() * 2).max(INITIAL);
-            self.buf.resize(size, 0);
+        if self.scratch.is_empty() {
+            self.scratch = vec![0; READ];
         }
-        match from.read(&mut self.buf[self.filled..]) {
+        match from.read(&mut self.scratch) {
             Ok(0) => Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
             Ok(n) => {
-                self.filled += n;
+                self.buf.extend_from_slice(&self.scratch[..n]);
                 Ok(())
             }
             Err(e) => Err(e.into()),
@@ -187,6 +194,15 @@ impl Default for Resume {
 }
 
 impl Framing {
+    /// Ready for the next value; the stack of open aggregates keeps its
+    /// room, so an array reply costs no allocation of its own here.
+    fn reset(&mut self) {
+        self.pos = 0;
+        self.open.clear();
+        self.elements = 0;
+        self.resume = Resume::default();
+    }
+
     /// The value's length once it is all in `b` (which starts with it and
     /// only grows between calls); `None` until then; an error where the
     /// bytes cannot be a value (nothing read later could mend them).
@@ -574,7 +590,7 @@ mod tests {
         let mut replies = Replies::new();
         let r = replies.next(&mut from);
         assert!(r.is_err_and(|e| e.is_io_error()));
-        assert!(replies.buf.len() <= INITIAL);
+        assert!(replies.buf.capacity() <= READ);
     }
 
     #[test]
@@ -593,7 +609,7 @@ mod tests {
         let mut replies = Replies::new();
         assert_eq!(replies.next(&mut from).unwrap(), Value::BulkString(big));
         assert_eq!(replies.next(&mut from).unwrap(), Value::Int(1));
-        assert!(replies.buf.len() <= KEEP);
+        assert!(replies.buf.capacity() <= KEEP);
     }
 
     /// Random values of every kind, in random pieces, against redis-rs.
