@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use common::Server;
 use redis::Commands;
 use redlease::Client;
-use support::{percentile, quick, raw_con, scale, us};
+use support::{arm_order, percentile, quick, raw_con, scale, us};
 
 fn client(url: &str) -> Client {
     Client::builder().url(url).build().unwrap()
@@ -227,10 +227,10 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
         let t0 = Instant::now();
         let _: i64 = one.invoke(&mut idle_con).unwrap();
         idle.push(t0.elapsed());
-        // The arms take turns at each place in the round: which one runs
-        // first, or after which, changed a floor by half in this setup.
-        for i in 0..arms.len() {
-            let arm = arms[(round + i) % arms.len()];
+        // The arms run in a new order each round (`arm_order`): which one
+        // runs first, or after which, changed a floor by half in this setup.
+        for i in arm_order(round, arms.len()) {
+            let arm = arms[i];
             // Each releaser makes one round trip just before its waiter
             // blocks (the library's holder takes the lock): a connection
             // idle since the round began was slower to wake.

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use common::Server;
 use redlease::Client;
-use support::{percentile, raw_con, scale, us};
+use support::{arm_order, percentile, raw_con, scale, us};
 
 /// One arm of a round.
 #[derive(Clone, Copy)]
@@ -129,12 +129,12 @@ fn main() {
         let t = Instant::now();
         let _: String = redis::cmd("PING").query(&mut raw).unwrap();
         floor.push(t.elapsed());
-        // The arms take turns at each place in the round (a fixed order
-        // measured one arm against a server and machine the other had just
-        // woken), and each signaller makes one round trip before its waiter
-        // blocks (the latch's `try_set_count`).
-        for k in 0..arms.len() {
-            let arm = arms[(i + k) % arms.len()];
+        // The arms run in a new order each round (`arm_order`: a fixed
+        // order measured one arm against a server and machine the other had
+        // just woken), and each signaller makes one round trip before its
+        // waiter blocks (the latch's `try_set_count`).
+        for k in arm_order(i, arms.len()) {
+            let arm = arms[k];
             let name = format!("bench:latch:{}", i % 8);
             let latch = counter.count_down_latch(&name);
             // The guarded floor's latch: counted to 1 in round `r<i>`,
