@@ -53,37 +53,44 @@ local function raise_floor(f)
   end
 end
 
+-- The fence drawn from a counter whose value is `cur` (nil: lapsed), above
+-- the floor `low`, and the server's clock in microseconds if it was read
+-- (`now`: read already, or nil; a lapsed counter reads it once per run).
+local function drawn(cur, low, now)
+  local f
+  if cur then
+    f = as_fence(cur, 'fencing counter') + 1
+  else
+    -- No counter alive: start from the clock, but above every fence this
+    -- server (slot) has drawn.
+    now = now or now_us()
+    f = now
+    if f <= low then
+      f = low + 1
+    end
+  end
+  if f >= FENCE_LIMIT then
+    error('REDLEASE_FOREIGN fence would reach 2^53')
+  end
+  return f, now
+end
+
 -- Everything is read and checked before anything is written: a foreign
 -- floor or counter leaves every key as it was (an INCR first left a small
 -- counter behind, from which fences went backwards once the floor was
--- repaired).
+-- repaired). Writes are plain: a refusal (READONLY on a replica, OOM) comes
+-- back as the server gave it.
 local function next_fences(counters, ttls)
   local low = floor_value()
   local fences, top, now = {}, low, nil
   for i, counter in ipairs(counters) do
-    local cur = redis.call('GET', counter)
     local f
-    if cur then
-      f = as_fence(cur, 'fencing counter') + 1
-    else
-      -- No counter alive: start from the clock, but above every fence this
-      -- server (slot) has drawn.
-      now = now or now_us()
-      f = now
-      if f <= low then
-        f = low + 1
-      end
-    end
-    if f >= FENCE_LIMIT then
-      error('REDLEASE_FOREIGN fence would reach 2^53')
-    end
+    f, now = drawn(redis.call('GET', counter), low, now)
     fences[i] = f
     if f > top then
       top = f
     end
   end
-  -- Plain writes: a refusal (READONLY on a replica, OOM) comes back as the
-  -- server gave it.
   for i, counter in ipairs(counters) do
     redis.call('SET', counter, string.format('%d', fences[i]), 'PX', ttls[i])
   end
@@ -93,8 +100,16 @@ local function next_fences(counters, ttls)
   return fences
 end
 
+-- next_fences for one counter, without its tables: it runs on every
+-- acquisition and every handoff, before the new holder's reply.
 local function next_fence(counter, ttl)
-  return next_fences({counter}, {ttl})[1]
+  local low = floor_value()
+  local f = drawn(redis.call('GET', counter), low)
+  redis.call('SET', counter, string.format('%d', f), 'PX', ttl)
+  if f > low then
+    redis.call('SET', fence_floor, string.format('%d', f))
+  end
+  return f
 end
 
 -- "<token>#<fence>", with the fence written in full (Lua would print a
