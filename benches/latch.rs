@@ -7,9 +7,9 @@
 //! (the floor of the blocking pop the latch's waiters use), and a thread
 //! reading its own subscription, woken by a one-line `PUBLISH` script (the
 //! floor of the release message they used before, and still use where the
-//! server refuses blocking pops). The three take turns at each place in
-//! the round, each signaller making one round trip before its waiter
-//! blocks; raw connections use TCP_NODELAY. Beside them the **guarded
+//! server refuses blocking pops). They run in a new order each round
+//! (`support::arm_order`), each signaller making one round trip before
+//! its waiter blocks; raw connections use TCP_NODELAY. Beside them the **guarded
 //! floor**: the library's own server work sent raw, without the library:
 //! its count-down script (lua/latch_count_down.lua, with its prelude) run
 //! by `EVALSHA`, and a raw waiter blocked as the library's waiter blocks
