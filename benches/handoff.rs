@@ -66,10 +66,12 @@ struct Rounds {
 /// The least server work any fenced queue handoff does (the owner checked,
 /// a fence drawn, the grant written, the next waiter woken with it), as a
 /// raw script: the releaser's side of the `fenced` floor in [`handoff`].
+/// Numbers go to `redis.call` as text, as the library's scripts send them
+/// (a Lua number is printed with %.17g there, about 1.2K instructions).
 const FENCED_RELEASE: &str = "local v = redis.call('GET', KEYS[1]) \
     if v ~= ARGV[1] then return 0 end \
-    local f = redis.call('INCR', KEYS[2]) \
-    redis.call('SET', KEYS[1], 'grant#' .. f, 'PX', 500) \
+    local f = string.format('%d', redis.call('INCR', KEYS[2])) \
+    redis.call('SET', KEYS[1], 'grant#' .. f, 'PX', '500') \
     redis.call('RPUSH', KEYS[3], f) \
     return 1";
 
@@ -89,11 +91,12 @@ const GUARDED_RELEASE: &str = "local v = redis.call('GET', KEYS[1]) \
     if v ~= ARGV[1] then return 0 end \
     if redis.call('EXISTS', KEYS[4]) == 0 then return 0 end \
     local low = tonumber(redis.call('GET', KEYS[5]) or '0') \
-    local f = redis.call('INCR', KEYS[2]) \
-    if f > low then redis.call('SET', KEYS[5], f) end \
-    redis.call('SET', KEYS[1], 'grant#' .. f, 'PX', 500) \
+    local n = redis.call('INCR', KEYS[2]) \
+    local f = string.format('%d', n) \
+    if n > low then redis.call('SET', KEYS[5], f) end \
+    redis.call('SET', KEYS[1], 'grant#' .. f, 'PX', '500') \
     redis.call('RPUSH', KEYS[3], f) \
-    redis.call('PEXPIRE', KEYS[3], 1000) \
+    redis.call('PEXPIRE', KEYS[3], '1000') \
     if redis.call('EXISTS', KEYS[6]) == 1 then redis.call('PUBLISH', KEYS[6], f) end \
     return 1";
 

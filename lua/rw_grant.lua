@@ -85,8 +85,9 @@ local function rw_writer_waits(writer, q, qt, prefix, claim, now)
     if type(pushed) == 'table' then
       return true, claim * 6 -- an ACL without RPUSH: writers wait for messages
     end
-    redis.call('PEXPIRE', open, claim * 2)
-    redis.call('SET', prefix .. 'probe', '1', 'PX', claim)
+    -- Times as text (queue.lua hand_on).
+    redis.call('PEXPIRE', open, string.format('%d', claim * 2))
+    redis.call('SET', prefix .. 'probe', '1', 'PX', string.format('%d', claim))
   end
   return claim
 end

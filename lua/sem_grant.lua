@@ -83,8 +83,9 @@ end
 local function sem_pass(prefix, claim, passes)
   local open = prefix .. 'open'
   redis.call('RPUSH', open, string.format('%d', passes))
-  redis.call('PEXPIRE', open, claim * 2)
-  redis.call('SET', prefix .. 'offer', '1', 'PX', claim)
+  -- Times as text (queue.lua hand_on).
+  redis.call('PEXPIRE', open, string.format('%d', claim * 2))
+  redis.call('SET', prefix .. 'offer', '1', 'PX', string.format('%d', claim))
 end
 
 local function sem_close(prefix)
@@ -142,8 +143,8 @@ local function sem_offer(keys, n, fair, prefix, claim, now, channel, message)
     return false
   end
   -- Outlives the claim: found after it, it proves nobody took the offer.
-  redis.call('PEXPIRE', prefix .. 'open', claim * 2)
-  redis.call('SET', prefix .. 'offer', '1', 'PX', claim)
+  redis.call('PEXPIRE', prefix .. 'open', string.format('%d', claim * 2))
+  redis.call('SET', prefix .. 'offer', '1', 'PX', string.format('%d', claim))
   if redis.call('EXISTS', prefix .. 'told') == 1 then
     publish(channel, message)
   end
