@@ -9,11 +9,12 @@
 //! floor of the release message they used before, and still use where the
 //! server refuses blocking pops). They run in a new order each round
 //! (`support::arm_order`), each signaller making one round trip before
-//! its waiter blocks; raw connections use TCP_NODELAY. Beside them the **guarded
-//! floor**: the library's own server work sent raw, without the library:
-//! its count-down script (lua/latch_count_down.lua, with its prelude) run
-//! by `EVALSHA`, and a raw waiter blocked as the library's waiter blocks
-//! (`BLMOVE` of the round's opening list onto itself, `DEL` behind it).
+//! its waiter blocks; raw connections use TCP_NODELAY. Beside them the
+//! **guarded floor**: the library's own server work sent raw, without the
+//! library: its count-down script (lua/latch_count_down.lua, with its
+//! prelude) run by `EVALSHA`, and a raw waiter blocked as the library's
+//! waiter blocks (`BLMOVE` of the round's opening list onto itself, `DEL`
+//! behind it).
 //! The latch's distance from it is what the library's client adds.
 //!
 //! Run: `cargo bench --bench latch` (`REDLEASE_BENCH_QUICK=1` for a short
