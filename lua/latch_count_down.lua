@@ -33,9 +33,11 @@ if n <= 1 then
   -- distinct command is code a server idle until now runs cold). A
   -- registration lapses at twice its life, so an announcement may still be
   -- made for a waiter that died lately; its list lapses with ARGV[3].
-  redis.call('DEL', KEYS[1])
+  -- The latch and its blocked waiters' registration in one DEL: the latch
+  -- is there (read above), so whatever else it removed is the registration
+  -- (one call fewer before the blocked waiters' replies).
+  local blocked = redis.call('DEL', KEYS[1], KEYS[3]) == 2
   local told = redis.call('DEL', KEYS[2]) == 1
-  local blocked = redis.call('DEL', KEYS[3]) == 1
   if blocked then
     -- Refused (an ACL without RPUSH: its waiters cannot block either, and
     -- wait for the message), the count-down still happens.
