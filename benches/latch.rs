@@ -14,8 +14,15 @@
 //! library: its count-down script (lua/latch_count_down.lua, with its
 //! prelude) run by `EVALSHA`, and a raw waiter blocked as the library's
 //! waiter blocks (`BLMOVE` of the round's opening list onto itself, `DEL`
-//! behind it).
-//! The latch's distance from it is what the library's client adds.
+//! behind it). The latch's distance from it is what the library's client
+//! adds. Between the two, the **bare floor**: the least any latch counted
+//! down on the server and woken by a blocking pop does, as a raw script
+//! (`DECR`; at zero the count removed, one element pushed for every waiter
+//! to pop and put back, its expiry set) and a raw waiter in `BLMOVE` of
+//! that list onto itself. The guarded floor's distance from it is what
+//! this library's latch does on the server beyond that (rounds, the
+//! waiters' registrations, a message for those that cannot block, a
+//! foreign value refused, no key left by a waiter killed while blocked).
 //!
 //! Run: `cargo bench --bench latch` (`REDLEASE_BENCH_QUICK=1` for a short
 //! smoke run).
@@ -36,6 +43,7 @@ enum Arm {
     Latch,
     Pop,
     PubSub,
+    Bare,
     Guarded,
 }
 
@@ -70,6 +78,16 @@ fn main() {
             .unwrap();
         left
     };
+    // The bare floor's signaller: a count-down and, at zero, the opening.
+    let bare_count_down = redis::Script::new(
+        "local n = redis.call('DECR', KEYS[1]) \
+         if n == 0 then \
+           redis.call('DEL', KEYS[1]) \
+           redis.call('RPUSH', KEYS[2], 'open') \
+           redis.call('PEXPIRE', KEYS[2], '60000') \
+         end \
+         return n",
+    );
     let (done_tx, done_rx) = crossbeam_channel::bounded::<Instant>(1);
     let mut pop_con = raw_con(&url);
     let sub = raw_con(&url);
@@ -89,6 +107,16 @@ fn main() {
                 }
                 Arm::PubSub => {
                     let _ = ps.get_message().unwrap();
+                }
+                Arm::Bare => {
+                    let _: String = redis::cmd("BLMOVE")
+                        .arg(&name)
+                        .arg(&name)
+                        .arg("LEFT")
+                        .arg("RIGHT")
+                        .arg(40)
+                        .query(&mut pop_con)
+                        .unwrap();
                 }
                 Arm::Guarded => {
                     // The library's waiter's pop and the DEL behind it.
@@ -118,12 +146,18 @@ fn main() {
         .unwrap();
     // Loaded like the library's: a count-down of a latch with no count.
     count_down_raw(&mut raw, "bench:warm:latch");
+    let _: i64 = bare_count_down
+        .key("bench:warm:bare")
+        .key("bench:warm:bare:open")
+        .invoke(&mut raw)
+        .unwrap();
     let mut floor = Vec::with_capacity(rounds);
     let mut wake = Vec::with_capacity(rounds);
     let mut popped = Vec::with_capacity(rounds);
+    let mut subscribed = Vec::with_capacity(rounds);
     let mut bare = Vec::with_capacity(rounds);
     let mut guarded = Vec::with_capacity(rounds);
-    let arms = [Arm::Latch, Arm::Pop, Arm::PubSub, Arm::Guarded];
+    let arms = [Arm::Latch, Arm::Pop, Arm::PubSub, Arm::Bare, Arm::Guarded];
     for i in 0..rounds {
         // Floor: one round trip after 5 ms idle.
         std::thread::sleep(Duration::from_millis(5));
@@ -142,6 +176,8 @@ fn main() {
             // with a waiter registered as blocked (so the count-down
             // pushes the opening), blocked on the round's opening list.
             let g = format!("bench:guarded:{}", i % 8);
+            // The bare floor's latch: a count of 1, its list per round.
+            let b = format!("bench:bare:{}", i % 8);
             match arm {
                 Arm::Latch => assert!(latch.try_set_count(1).unwrap()),
                 Arm::Guarded => {
@@ -159,12 +195,16 @@ fn main() {
                         .query(&mut raw)
                         .unwrap();
                 }
+                Arm::Bare => {
+                    let _: () = redis::cmd("SET").arg(&b).arg(1).query(&mut raw).unwrap();
+                }
                 _ => {
                     let _: String = redis::cmd("PING").query(&mut raw).unwrap();
                 }
             }
             let waits_on = match arm {
                 Arm::Guarded => format!("{g}#r{i}:open"),
+                Arm::Bare => format!("{b}#r{i}:open"),
                 _ => name,
             };
             go_tx.send((arm, waits_on)).unwrap();
@@ -182,6 +222,14 @@ fn main() {
                 Arm::PubSub => {
                     let _: i64 = publish.key("bench:raw").arg("x").invoke(&mut raw).unwrap();
                 }
+                Arm::Bare => {
+                    let left: i64 = bare_count_down
+                        .key(&b)
+                        .key(format!("{b}#r{i}:open"))
+                        .invoke(&mut raw)
+                        .unwrap();
+                    assert_eq!(left, 0);
+                }
                 Arm::Guarded => assert_eq!(count_down_raw(&mut raw, &g), 0),
             }
             let returned = done_rx.recv_timeout(Duration::from_secs(40)).unwrap();
@@ -189,7 +237,8 @@ fn main() {
             match arm {
                 Arm::Latch => wake.push(took),
                 Arm::Pop => popped.push(took),
-                Arm::PubSub => bare.push(took),
+                Arm::PubSub => subscribed.push(took),
+                Arm::Bare => bare.push(took),
                 Arm::Guarded => guarded.push(took),
             }
         }
@@ -199,10 +248,12 @@ fn main() {
     floor.sort();
     wake.sort();
     popped.sort();
+    subscribed.sort();
     bare.sort();
     guarded.sort();
     let g50 = percentile(&guarded, 0.5);
-    let b50 = percentile(&bare, 0.5);
+    let bare50 = percentile(&bare, 0.5);
+    let b50 = percentile(&subscribed, 0.5);
     let p50 = percentile(&popped, 0.5);
     let p99 = percentile(&popped, 0.99);
     let f50 = percentile(&floor, 0.5);
@@ -240,10 +291,17 @@ fn main() {
         us(b50) / us(f50)
     );
     println!(
-        "{:<44} {:>9.1} us   {:.2}x the BLPOP floor (the library's server work, no library); the latch {:.2}x it",
+        "{:<44} {:>9.1} us   {:.2}x the BLPOP floor (the least any latch counted down on the server does)",
+        "bare floor: DECR, DEL, RPUSH, PEXPIRE -> BLMOVE",
+        us(bare50),
+        us(bare50) / us(p50)
+    );
+    println!(
+        "{:<44} {:>9.1} us   {:.2}x the BLPOP floor, {:.2}x the bare (the library's server work, no library); the latch {:.2}x it",
         "guarded floor: its script raw -> BLMOVE returns",
         us(g50),
         us(g50) / us(p50),
+        us(g50) / us(bare50),
         us(w50) / us(g50)
     );
     println!(
@@ -258,7 +316,7 @@ fn main() {
         us(w50) / us(b50)
     );
     println!(
-        "{{\"bench\":\"latch\",\"wake_vs_pop_p50\":{:.2},\"wake_vs_pop_p99\":{:.2},\"wake_vs_raw_p50\":{:.2},\"floor_p50_us\":{:.1},\"wake_p50_us\":{:.1},\"wake_p99_us\":{:.1},\"pop_p50_us\":{:.1},\"wake_p50_ratio\":{:.2},\"wake_p99_ratio\":{:.2},\"raw_pubsub_p50_ratio\":{:.2},\"guarded_vs_pop_p50\":{:.2},\"wake_vs_guarded_p50\":{:.2}}}",
+        "{{\"bench\":\"latch\",\"wake_vs_pop_p50\":{:.2},\"wake_vs_pop_p99\":{:.2},\"wake_vs_raw_p50\":{:.2},\"floor_p50_us\":{:.1},\"wake_p50_us\":{:.1},\"wake_p99_us\":{:.1},\"pop_p50_us\":{:.1},\"wake_p50_ratio\":{:.2},\"wake_p99_ratio\":{:.2},\"raw_pubsub_p50_ratio\":{:.2},\"bare_vs_pop_p50\":{:.2},\"guarded_vs_pop_p50\":{:.2},\"wake_vs_guarded_p50\":{:.2}}}",
         us(w50) / us(p50),
         us(w99) / us(p99),
         us(w50) / us(b50),
@@ -269,6 +327,7 @@ fn main() {
         us(w50) / us(f50),
         us(w99) / us(f50),
         us(b50) / us(f50),
+        us(bare50) / us(p50),
         us(g50) / us(p50),
         us(w50) / us(g50)
     );
