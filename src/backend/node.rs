@@ -629,7 +629,7 @@ impl Node {
             .arg(list)
             .arg("LEFT")
             .arg("RIGHT")
-            .arg(format!("{:.3}", block.as_secs_f64().max(0.001)));
+            .arg(block_timeout(block));
         pipe.cmd("DEL").arg(list);
         let packed = pipe.get_packed_pipeline();
         let Some((replies, _)) = self.exchange_blocking(&packed, 3, block, deadline, None)? else {
@@ -1074,12 +1074,22 @@ fn popped_args(call: &Call<'_>) -> Args {
     args
 }
 
+/// A blocking pop's timeout as the server reads it, in seconds: whole
+/// milliseconds, rounded down (a pop never outlasts the wait it was sent
+/// for), and never 0, which would block for ever. Written from integers: a
+/// float printed to three places took more work than the rest of the
+/// pipeline's arguments.
+fn block_timeout(block: Duration) -> String {
+    let ms = block.as_millis().max(1);
+    format!("{}.{:03}", ms / 1000, ms % 1000)
+}
+
 /// [`Node::grant_blocking`]'s pipeline, packed, and how many commands it
 /// holds: the pop, and behind it the granting script, or (with
 /// [`Pop::holder`]) the own list's expiry and a look at the lock.
 fn pop_pipeline(pop: &Pop<'_>, block: Duration, behind: Option<&Call<'_>>) -> (Vec<u8>, usize) {
     let mut pipe = redis::pipe();
-    let timeout = format!("{:.3}", block.as_secs_f64().max(0.001));
+    let timeout = block_timeout(block);
     pipe.cmd("BLMOVE")
         .arg(pop.list)
         .arg(pop.into)
@@ -1129,4 +1139,20 @@ fn popped_grant(
         popped: true,
         short: Some((at, Duration::from_millis(ms as u64))),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::block_timeout;
+    use std::time::Duration;
+
+    #[test]
+    fn a_block_timeout_is_whole_milliseconds_rounded_down_and_never_zero() {
+        assert_eq!(block_timeout(Duration::ZERO), "0.001");
+        assert_eq!(block_timeout(Duration::from_micros(999)), "0.001");
+        assert_eq!(block_timeout(Duration::from_micros(1_999)), "0.001");
+        assert_eq!(block_timeout(Duration::from_millis(250)), "0.250");
+        assert_eq!(block_timeout(Duration::from_secs(60)), "60.000");
+        assert_eq!(block_timeout(Duration::from_millis(75_042)), "75.042");
+    }
 }
