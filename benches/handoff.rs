@@ -535,7 +535,13 @@ fn main() {
             .unwrap();
     }
     let mem2 = info_field(&mut con, "memory", "used_memory");
-    let keys_left: u64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    // Every key but the server's fence floor (one per server, never
+    // removed: fences never go back, lua/fence.lua).
+    let left: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    let keys_left = left
+        .iter()
+        .filter(|k| k.as_str() != "redlease:fence-floor")
+        .count();
     let per_lease = (mem_held as f64 - mem0 as f64) / 1_000.0;
     let per_name = (mem2 as f64 - mem1 as f64) / names as f64;
 
@@ -601,7 +607,7 @@ fn main() {
         busy / base
     );
     println!(
-        "{:<52} {:.0} B per held lease; {:.2} B and {} keys left per released name ({} names)",
+        "{:<52} {:.0} B per held lease; {:.2} B per released name, {} keys left after {} names (the fence floor apart)",
         "footprint", per_lease, per_name, keys_left, names
     );
     println!(
