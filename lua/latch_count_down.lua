@@ -16,11 +16,14 @@
 -- ARGV[2]  wake-up message for the latch key; "#<round>" is appended, so
 --          the message names this round's opening and nothing else
 -- ARGV[3]  how long the opening list lives, in milliseconds
--- Returns  {count left, round}: {0, round} = this call opened the latch,
---          {0, ""} = it had no count
+-- Returns  the round (a string) when this call opened the latch; otherwise
+--          the count left (an integer), 0 when it had no count. Never an
+--          array: turning a Lua table into a reply costs the server about
+--          5K instructions (its checks for error, status, double, map and
+--          set fields), before the blocked waiters' replies go out
 local v = redis.call('GET', KEYS[1])
 if not v then
-  return {0, ''}
+  return 0
 end
 local n, round = string.match(v, '^(%d+):(.+)$')
 n = tonumber(n)
@@ -49,7 +52,7 @@ if n <= 1 then
   if told then
     publish(ARGV[1], ARGV[2] .. '#' .. round)
   end
-  return {0, round}
+  return round
 end
 redis.call('SET', KEYS[1], (n - 1) .. ':' .. round)
-return {n - 1, round}
+return n - 1

@@ -145,8 +145,10 @@ impl CountDownLatch {
     pub fn count_down(&self) -> Result<()> {
         let (key, name) = self.key()?;
         let wakeup = self.client.wakeup();
-        // Never repeated: a second run would count down twice.
-        let (left, round): (i64, Vec<u8>) = self
+        // Never repeated: a second run would count down twice. The reply
+        // is the round when this call opened the latch, else the count
+        // left (lua/latch_count_down.lua).
+        let reply: redis::Value = self
             .client
             .backend()
             .once(&Call {
@@ -159,8 +161,16 @@ impl CountDownLatch {
                 ]),
             })
             .map_err(|e| e.about("latch", name))?;
-        if left == 0 && !round.is_empty() {
-            wakeup.notify_local(&round_key(key, &round));
+        match reply {
+            redis::Value::BulkString(round) => wakeup.notify_local(&round_key(key, &round)),
+            redis::Value::Int(_) => {}
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::Server,
+                    "a latch's count-down got a reply that is neither a round nor a count",
+                )
+                .about("latch", name))
+            }
         }
         Ok(())
     }

@@ -157,3 +157,41 @@ fn releases_succeed_without_channel_rights() {
         "{keys:?}"
     );
 }
+
+/// Under the ACL line before direct grants, a latch's waiters wait for
+/// its message, and a client ignores the messages it published itself:
+/// a waiter in the client whose count-down opened the latch is woken by
+/// the round that count-down's reply names (`notify_local`), not by a
+/// poll (30 s here).
+#[test]
+fn a_latch_waiter_in_the_client_that_opens_it_is_woken_at_once() {
+    let server = Server::start();
+    let url = restricted_user(&server, &ACL.replace(" +blpop +blmove +lpop +rpush", ""));
+    let c = Client::builder()
+        .url(&url)
+        .key_prefix("myapp:")
+        .fallback_poll(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let latch = c.count_down_latch("same");
+    assert!(latch.try_set_count(1).unwrap());
+    let w = c.clone();
+    let t = std::thread::spawn(move || {
+        let start = Instant::now();
+        let opened = w
+            .count_down_latch("same")
+            .wait_timeout(Duration::from_secs(20))
+            .unwrap();
+        (opened, start.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let opened_at = Instant::now();
+    latch.count_down().unwrap();
+    let (opened, waited) = t.join().unwrap();
+    assert!(opened);
+    assert!(
+        waited < Duration::from_secs(10),
+        "the waiter was not woken by its own client's count-down ({:?} after it)",
+        opened_at.elapsed()
+    );
+}
