@@ -64,10 +64,11 @@ fn main() {
     // One waiting thread for every arm, told which to run.
     let (go_tx, go_rx) = crossbeam_channel::bounded::<(Arm, String)>(1);
     // The guarded floor's signaller: the library's count-down of latch
-    // `g`, sent raw; its reply is the count left.
+    // `g`, sent raw; its reply is the round when it opened the latch (the
+    // count left is then 0), else the count left.
     let count_down = redis::Script::new(&common::lua_source("latch_count_down.lua"));
     let count_down_raw = |con: &mut redis::Connection, g: &str| -> i64 {
-        let (left, _): (i64, String) = count_down
+        let reply: redis::Value = count_down
             .key(g)
             .key(format!("{g}:waiters"))
             .key(format!("{g}:blocked"))
@@ -76,7 +77,11 @@ fn main() {
             .arg(60_000)
             .invoke(con)
             .unwrap();
-        left
+        match reply {
+            redis::Value::Int(left) => left,
+            redis::Value::BulkString(_) => 0,
+            other => panic!("a count-down replied {other:?}"),
+        }
     };
     // The bare floor's signaller: a count-down and, at zero, the opening.
     let bare_count_down = redis::Script::new(
