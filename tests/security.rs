@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::Server;
@@ -37,6 +38,28 @@ fn restricted_user(server: &Server, acl: &str) -> String {
     format!("redis://app:s3cret@127.0.0.1:{}/", server.port())
 }
 
+/// A client of the restricted user (keys under `myapp:`) whose waiters
+/// look for themselves only every `poll`.
+fn app_client(url: &str, poll: Duration) -> Client {
+    Client::builder()
+        .url(url)
+        .key_prefix("myapp:")
+        .fallback_poll(poll)
+        .build()
+        .unwrap()
+}
+
+/// A thread of `c` waiting up to `limit` for latch `name`: whether it
+/// opened, and how long the wait took.
+fn wait_on_latch(c: &Client, name: &str, limit: Duration) -> JoinHandle<(bool, Duration)> {
+    let (c, name) = (c.clone(), name.to_owned());
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        let opened = c.count_down_latch(&name).wait_timeout(limit).unwrap();
+        (opened, start.elapsed())
+    })
+}
+
 fn every_primitive_under(acl: &str) {
     let server = Server::start();
     let url = restricted_user(&server, acl);
@@ -52,12 +75,7 @@ fn every_primitive_under(acl: &str) {
     std::thread::sleep(Duration::from_millis(1_000));
     assert!(g.is_held());
     // A waiter in another client is woken through the allowed channel.
-    let other = Client::builder()
-        .url(&url)
-        .key_prefix("myapp:")
-        .fallback_poll(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let other = app_client(&url, Duration::from_secs(30));
     let o = other.clone();
     let t = std::thread::spawn(move || {
         o.lock("a")
@@ -71,15 +89,7 @@ fn every_primitive_under(acl: &str) {
     assert!(other.wakeups_delivered() >= 1);
     // A latch waiter is woken too.
     assert!(c.count_down_latch("l").try_set_count(1).unwrap());
-    let o = other.clone();
-    let t = std::thread::spawn(move || {
-        let start = Instant::now();
-        let opened = o
-            .count_down_latch("l")
-            .wait_timeout(Duration::from_secs(10))
-            .unwrap();
-        (opened, start.elapsed())
-    });
+    let t = wait_on_latch(&other, "l", Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(200));
     c.count_down_latch("l").count_down().unwrap();
     let (opened, waited) = t.join().unwrap();
@@ -167,23 +177,10 @@ fn releases_succeed_without_channel_rights() {
 fn a_latch_waiter_in_the_client_that_opens_it_is_woken_at_once() {
     let server = Server::start();
     let url = restricted_user(&server, &ACL.replace(" +blpop +blmove +lpop +rpush", ""));
-    let c = Client::builder()
-        .url(&url)
-        .key_prefix("myapp:")
-        .fallback_poll(Duration::from_secs(30))
-        .build()
-        .unwrap();
+    let c = app_client(&url, Duration::from_secs(30));
     let latch = c.count_down_latch("same");
     assert!(latch.try_set_count(1).unwrap());
-    let w = c.clone();
-    let t = std::thread::spawn(move || {
-        let start = Instant::now();
-        let opened = w
-            .count_down_latch("same")
-            .wait_timeout(Duration::from_secs(20))
-            .unwrap();
-        (opened, start.elapsed())
-    });
+    let t = wait_on_latch(&c, "same", Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(300));
     let opened_at = Instant::now();
     latch.count_down().unwrap();
