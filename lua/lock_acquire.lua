@@ -23,14 +23,15 @@
 --          own list. Otherwise it waits for release messages.
 -- ARGV[10] 'popped' (optional): this script runs right behind that pop: a
 --          fence found on the waiter's own list is an open grant it took
--- Returns  {1, fence}  acquired, with the lease set to ARGV[2] (taken by a
---                      pop: the lesser of that and twice ARGV[5]): the lock
---                      was free with no live waiter ahead, or open and
---                      taken by this waiter, or already held by this token
---                      (a retry after a lost reply: a hold is counted once
---                      and keeps its fence)
---          {0, ms}     wait; ms = the holder's remaining lease (or the
---                      claim window of a hand-over made from here)
+-- Returns  fence (an integer): acquired, with the lease set to ARGV[2]
+--          (taken by a pop: the lesser of that and twice ARGV[5]): the lock
+--          was free with no live waiter ahead, or open and taken by this
+--          waiter, or already held by this token (a retry after a lost
+--          reply: a hold is counted once and keeps its fence)
+--          ms (text): wait; ms = the holder's remaining lease (or the claim
+--          window of a hand-over made from here)
+--          (Scalars, not a table: a table reply costs Redis about 5K
+--          instructions; src/backend/answer.rs.)
 -- Errors   WRONGTYPE (key is not a string), REDLEASE_FOREIGN (a string not
 --          written by redlease, a holder without expiry, or a counter that
 --          is not a positive integer).
@@ -49,12 +50,12 @@ if holder then
   local owner = string.match(holder, '^[^#]*')
   if owner == me then
     redis.call('PEXPIRE', lock, lease)
-    return {1, tonumber(string.match(holder, '#(%d+)$')) or 0}
+    return tonumber(string.match(holder, '#(%d+)$')) or 0
   end
   -- Open to the waiters: ours if our pop took it (queue.lua).
   local fence = queue_take_open(lock, holder, q, qt, prefix, me, lease, ttl, tonumber(ARGV[5]), took, blocks)
   if fence then
-    return {1, fence}
+    return fence
   end
   if string.sub(holder, 1, 3) ~= 'rl:' then
     return redis.error_reply('REDLEASE_FOREIGN lock key holds a value not written by redlease')
@@ -68,7 +69,7 @@ if holder then
   if ttl > 0 then
     queue_join(q, qt, prefix, me, ttl, blocks)
   end
-  return {0, pttl}
+  return string.format('%d', pttl)
 end
 if redis.call('EXISTS', open) == 1 then
   -- A hand-over's claim window passed with its fence still on the open
@@ -83,7 +84,7 @@ if head == nil or head == me then
   if head then
     queue_leave(q, qt, prefix, me, blocks)
   end
-  return {1, fence}
+  return fence
 end
 -- Free, yet a live waiter is ahead (the holder's lease ran out with nobody
 -- to hand the lock on): open it to the waiters now, then wait.
@@ -92,4 +93,4 @@ announce(ARGV[6], ARGV[7], ARGV[8], told)
 if ttl > 0 then
   queue_join(q, qt, prefix, me, ttl, blocks)
 end
-return {0, tonumber(ARGV[5])}
+return ARGV[5]

@@ -19,9 +19,10 @@
 -- ARGV[6]  claim window of a hand-over or a probe, in milliseconds
 -- ARGV[7]  wake-up channel, ARGV[8] wake-up message: for a hand-over made
 --          from here
--- Returns  {1, 0} acquired (again when the same token asks again: a retry
---          after a lost reply re-grants, it never adds a second hold);
---          {0, ms} wait (ms = what blocks us, -1 unknown)
+-- Returns  0 (an integer: no fence) acquired (again when the same token
+--          asks again: a retry after a lost reply re-grants, it never adds
+--          a second hold);
+--          ms (text): wait (ms = what blocks us, -1 unknown)
 -- Errors   WRONGTYPE / REDLEASE_FOREIGN when the keys hold foreign data.
 local writer, readers, counter, q, qt, rq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local prefix, claim = ARGV[5], tonumber(ARGV[6])
@@ -50,7 +51,7 @@ local function wait(ms)
       redis.call('PEXPIRE', rq, ttl * 2)
     end
   end
-  return {0, ms}
+  return string.format('%d', ms)
 end
 local function enter()
   if redis.call('ZREM', rq, ARGV[1]) == 1 and redis.call('ZCOUNT', rq, '(' .. now, '+inf') > 0 then
@@ -61,7 +62,7 @@ local function enter()
   redis.call('ZADD', readers, expiry, ARGV[1])
   local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
   redis.call('PEXPIRE', readers, tonumber(last[2]) - now)
-  return {1, 0}
+  return 0
 end
 if redis.call('ZSCORE', readers, ARGV[1]) then
   return enter()

@@ -23,10 +23,10 @@
 -- ARGV[9]  'popped' (optional): this script runs right behind that pop: a
 --          fence found on the writer's own list is an open grant it took,
 --          'probe' a reader asking whether a writer is alive (rw_grant.lua)
--- Returns  {1, fence} acquired (taken by a pop: for the lesser of ARGV[2]
---          and twice the claim, which the client raises at once; again,
---          with the same fence, when the same token asks again);
---          {0, ms} wait: ms until the writer's lease or the first reader's
+-- Returns  fence (an integer): acquired (taken by a pop: for the lesser of
+--          ARGV[2] and twice the claim, which the client raises at once;
+--          again, with the same fence, when the same token asks again);
+--          ms (text): wait: ms until the writer's lease or the first reader's
 --          lease ends (at most five claims for a queued writer: when its
 --          process's first look is due), or the claim of a hand-over made
 --          here (-1 unknown)
@@ -57,7 +57,7 @@ if holder then
   local owner = string.match(holder, '^[^#]*')
   if owner == me then
     redis.call('PEXPIRE', writer, lease)
-    return {1, tonumber(string.match(holder, '#(%d+)$')) or 0}
+    return tonumber(string.match(holder, '#(%d+)$')) or 0
   end
   -- Open to the writers: ours if our pop took it (queue.lua).
   local fence = queue_take_open(writer, holder, q, qt, prefix, me, lease, ttl, claim, took, blocks)
@@ -65,7 +65,7 @@ if holder then
     if redis.call('EXISTS', q) == 0 then
       redis.call('DEL', prefix .. 'alive') -- no writer waits now
     end
-    return {1, fence}
+    return fence
   end
   local pttl = redis.call('PTTL', writer)
   if pttl == -1 then
@@ -75,7 +75,7 @@ if holder then
     queue_join(q, qt, prefix, me, ttl, blocks)
     rw_alive(prefix, claim)
   end
-  return {0, pttl}
+  return string.format('%d', pttl)
 end
 local now = now_ms()
 local held = rw_readers(readers, now)
@@ -97,7 +97,7 @@ if held > 0 then
     -- lapses, to keep it up while readers wait behind this writer.
     wait = math.min(wait, claim * 5)
   end
-  return {0, wait}
+  return string.format('%d', wait)
 end
 local head = queue_head(q, qt)
 if head == nil or head == me then
@@ -109,7 +109,7 @@ if head == nil or head == me then
       redis.call('DEL', prefix .. 'alive') -- no writer waits now
     end
   end
-  return {1, fence}
+  return fence
 end
 -- Free, yet a live writer is ahead (the last holder's lease ran out with
 -- nobody to hand the lock on): open it to the writers now, then wait.
@@ -117,4 +117,4 @@ if ttl > 0 then
   queue_join(q, qt, prefix, me, ttl, blocks)
 end
 rw_open(writer, readers, counter, q, qt, prefix, claim, ARGV[6], ARGV[7], now)
-return {0, claim}
+return string.format('%d', claim)

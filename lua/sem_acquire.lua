@@ -23,11 +23,12 @@
 --          from here, to waiters that wait for messages
 -- ARGV[12] 'popped' (optional): this script runs right behind that pop: a
 --          value found on the waiter's own list is an offer it took
--- Returns  {1, 0} acquired, with the lease set to ARGV[2] (taken by a pop:
---          the lesser of that and twice ARGV[9], which the client raises
---          at once); again when the same member asks again (a retry after
---          a lost reply re-grants, it never takes a second permit);
---          {0, ms} wait (ms until the first permit expires, or the claim
+-- Returns  0 (an integer: no fence) acquired, with the lease set to ARGV[2]
+--          (taken by a pop: the lesser of that and twice ARGV[9], which the
+--          client raises at once); again when the same member asks again
+--          (a retry after a lost reply re-grants, it never takes a second
+--          permit);
+--          ms (text): wait (ms until the first permit expires, or the claim
 --          window of an offer made or passed on from here; -1 unknown)
 -- Errors   REDLEASE_MISMATCH when holders use another permit count;
 --          WRONGTYPE / REDLEASE_FOREIGN when the keys hold foreign data
@@ -71,7 +72,7 @@ if redis.call('ZSCORE', permits, me) then
   if took then
     sem_pass(prefix, claim, passes) -- not ours to use: the next one's
   end
-  return {1, 0}
+  return 0
 end
 if used == 0 then
   stored = nil
@@ -121,12 +122,12 @@ if took then
         sem_close(prefix)
         publish(ARGV[10], ARGV[11])
         queue()
-        return {0, claim}
+        return string.format('%d', claim)
       end
       if passes + 1 < redis.call('ZCARD', qt) then
         sem_pass(prefix, claim, passes + 1)
         queue()
-        return {0, claim}
+        return string.format('%d', claim)
       end
       -- (Not in the queue, e.g. purged: everyone queued is ahead.)
       local rank = redis.call('ZRANK', KEYS[3], me)
@@ -147,7 +148,7 @@ if took then
     sem_close(prefix)
     -- What is left goes on to the next waiter.
     sem_offer(keys, n, fair, prefix, claim, now, ARGV[10], ARGV[11])
-    return {1, 0}
+    return 0
   end
   queue()
   if fair then
@@ -163,7 +164,7 @@ if took then
     sem_close(prefix)
     redis.call('SET', prefix .. 'spent', string.format('%d', n - used), 'PX', claim * 150)
   end
-  return {0, wait_ms()}
+  return string.format('%d', wait_ms())
 end
 sem_purge(keys, prefix)
 -- An offer in flight is the blocked waiters' first; in a fair semaphore
@@ -191,21 +192,21 @@ if not ahead and used + k <= n then
     sem_close(prefix)
     sem_offer(keys, n, fair, prefix, claim, now, ARGV[10], ARGV[11])
   end
-  return {1, 0}
+  return 0
 end
 queue()
 -- Free permits and waiters first in line, yet no offer (the holder's lease
 -- ran out with nobody to hand its permits on, or the waiters ahead died):
 -- offer them now. If the waiters ahead are gone, this one takes the offer.
 if used < n and sem_offer(keys, n, fair, prefix, claim, now, ARGV[10], ARGV[11]) then
-  return {0, claim}
+  return string.format('%d', claim)
 end
 if fair then
   -- Behind one first in line whose request does not fit: look when its
   -- place would lapse, should it die (lua/sem_watch.lua).
   local held = redis.call('PTTL', prefix .. 'head')
   if held > 0 and redis.call('GET', prefix .. 'head') ~= me then
-    return {0, held + 50}
+    return string.format('%d', held + 50)
   end
 end
-return {0, wait_ms()}
+return string.format('%d', wait_ms())

@@ -3,9 +3,9 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use redis::Value;
+use redis::{FromRedisValue, Value};
 
-use crate::backend::{Backend, PreparedCall};
+use crate::backend::{Answer, Backend, PreparedCall};
 use crate::client::Client;
 use crate::error::Result;
 use crate::lease::Spec;
@@ -299,13 +299,11 @@ impl MultiLock {
         let granted = match &replies {
             Ok(values) if values.len() == specs.len() => values
                 .iter()
-                .map(
-                    |v| match redis::FromRedisValue::from_redis_value(v.clone()) {
-                        Ok((1i64, fence)) => Ok(fence),
-                        Ok((_, _)) => Err(true),
-                        Err(_) => Err(false),
-                    },
-                )
+                .map(|v| match Answer::from_redis_value(v.clone()) {
+                    Ok(Answer::Granted(fence)) => Ok(fence),
+                    Ok(Answer::Busy(_)) => Err(true),
+                    Err(_) => Err(false),
+                })
                 .collect(),
             _ => vec![Err(false); specs.len()],
         };

@@ -202,7 +202,7 @@ fn a_terabyte_message_cannot_fill_a_redlock_subscribers_memory() {
     // The hostile master says "wait" to every acquire, and floods the
     // subscription; two real masters hold the name for someone else.
     let (hostile, stop) = hostile_server(|cmd| match cmd {
-        "EVALSHA" | "EVAL" => Reply::Bytes(b"*2\r\n:0\r\n:5000\r\n".to_vec()),
+        "EVALSHA" | "EVAL" => Reply::Bytes(b"$4\r\n5000\r\n".to_vec()),
         "SUBSCRIBE" => Reply::Flood(FLOOD.to_vec()),
         "SCRIPT" => Reply::Bytes(b"$40\r\n0000000000000000000000000000000000000000\r\n".to_vec()),
         _ => Reply::Bytes(b":0\r\n".to_vec()),

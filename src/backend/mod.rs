@@ -2,7 +2,7 @@
 //! a Redis Cluster, or a Redlock quorum of independent masters.
 //!
 //! The backend speaks scripts, keys and arguments only; it knows nothing of
-//! locks. Scripts that *grant* reply `{1, value}` or `{0, wait_ms}`; scripts
+//! locks. Scripts that *grant* reply a fence or a wait ([`Answer`]); scripts
 //! that *confirm* (release, extend) reply `1` or `0`. On one server those
 //! replies pass through; on Redlock they are votes, combined by majority,
 //! so a primitive written against these calls works on every topology.
@@ -12,6 +12,7 @@
 //! lifecycle's job (`lease/`), which knows that every granting script
 //! re-grants the same hold to the same token.
 
+mod answer;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod fan_out;
@@ -34,6 +35,7 @@ use crate::error::{redact_url, Error, ErrorKind, Result};
 use crate::scripts::Lua;
 pub(crate) use crate::scripts::{Args, Parts};
 
+pub(crate) use answer::Answer;
 pub(crate) use node::{identify, Blocked, Node, Pop};
 pub(crate) use pool::Manager;
 use redlock::Redlock;
@@ -648,7 +650,7 @@ impl Backend {
         .map_err(|e| e.at(place))
     }
 
-    /// Runs a granting script once: `{1, value}` or `{0, wait_ms}`. `undo`
+    /// Runs a granting script once: a fence or a wait ([`Answer`]). `undo`
     /// is the token-checked release of what the script may have granted: it
     /// follows a late reply on the same connection, and on Redlock it
     /// cleans up a failed attempt on every master. `fence` names the fencing
@@ -662,7 +664,7 @@ impl Backend {
         lease: Duration,
         fence: Option<&[u8]>,
         deadline: Option<Instant>,
-    ) -> Result<(i64, i64)> {
+    ) -> Result<Answer> {
         let place = &self.place;
         (match (&self.kind, self.replica_ack) {
             (Kind::Redlock(r), _) => r.grant(call, undo, lease, fence),

@@ -17,7 +17,7 @@ use redis::{FromRedisValue, Value};
 use super::pool::{pool, Con, Manager};
 use super::source::{client_for, Source};
 use super::wire::Wire;
-use super::{Args, Call, Timeouts};
+use super::{Answer, Args, Call, Timeouts};
 use crate::error::{Error, ErrorKind, Result};
 use crate::lease::POPPED_LEASE;
 use crate::monotonic::now_nanos;
@@ -70,8 +70,8 @@ pub(crate) struct Pop<'a> {
 /// What [`Node::grant_blocking`] came to.
 #[derive(Debug)]
 pub(crate) struct Blocked {
-    /// The grant's answer: `(1, fence)` granted, `(0, ms)` busy for `ms`.
-    pub(crate) reply: (i64, i64),
+    /// The grant's answer.
+    pub(crate) reply: Answer,
     /// The pop took a grant's wake-up.
     pub(crate) popped: bool,
     /// A grant taken by a pop has a first lease this short, from no
@@ -690,7 +690,7 @@ impl Node {
             Err(e) if e.server_code() == Some("NOPERM") => {
                 self.refuse_blocking("LPOP behind BLMOVE", &e.to_string());
                 Ok(Blocked {
-                    reply: (0, -1),
+                    reply: Answer::Busy(-1),
                     popped: false,
                     short: None,
                 })
@@ -733,14 +733,14 @@ impl Node {
             Value::ServerError(e) if e.code() == "NOPERM" => {
                 self.refuse_blocking("LPOP behind BLMOVE", e.details().unwrap_or(""));
                 Ok(Blocked {
-                    reply: (0, -1),
+                    reply: Answer::Busy(-1),
                     popped: false,
                     short: None,
                 })
             }
             Value::ServerError(e) => Err(redis::RedisError::from(e).into()),
             reply => Ok(Blocked {
-                reply: <(i64, i64)>::from_redis_value(reply).map_err(redis::RedisError::from)?,
+                reply: Answer::from_redis_value(reply).map_err(redis::RedisError::from)?,
                 popped,
                 short: None,
             }),
@@ -827,13 +827,13 @@ impl Node {
         replicas: u32,
         timeout: Duration,
         deadline: Option<Instant>,
-    ) -> Result<(i64, i64)> {
+    ) -> Result<Answer> {
         let mut con = self.conn(deadline)?;
-        let reply: (i64, i64) = match call.lua.invoke(&mut *con, call.keys, call.args) {
+        let reply: Answer = match call.lua.invoke(&mut *con, call.keys, call.args) {
             Ok(r) => r,
             Err(e) => return Err(self.fail(&mut con, e, Some(std::slice::from_ref(undo)))),
         };
-        if reply.0 != 1 {
+        if !matches!(reply, Answer::Granted(_)) {
             return Ok(reply);
         }
         // WAIT answers after at most `timeout` (at least 1 ms: `build`
@@ -1134,7 +1134,7 @@ fn popped_grant(
         return None;
     }
     Some(Blocked {
-        reply: (1, std::str::from_utf8(fence).ok()?.parse::<i64>().ok()?),
+        reply: Answer::Granted(std::str::from_utf8(fence).ok()?.parse::<i64>().ok()?),
         popped: true,
         short: Some((at, Duration::from_millis(ms as u64))),
     })

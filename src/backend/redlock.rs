@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use redis::{FromRedisValue, Value};
 
 use super::pool::batch;
-use super::{fan_out, Call, Node};
+use super::{fan_out, Answer, Call, Node};
 use crate::error::{Error, ErrorKind, Result};
 use crate::scripts::{Parts, FENCE_RAISE};
 
@@ -188,9 +188,9 @@ impl Redlock {
         undo: &Call<'_>,
         lease: Duration,
         fence: Option<&[u8]>,
-    ) -> Result<(i64, i64)> {
+    ) -> Result<Answer> {
         let start = Instant::now();
-        let votes = self.call_all::<(i64, i64)>(call, Some(undo));
+        let votes = self.call_all::<Answer>(call, Some(undo));
         let mut grants = 0;
         let mut best = 0;
         let mut granted = Vec::new();
@@ -200,12 +200,12 @@ impl Redlock {
         let mut last_err = None;
         for v in votes {
             match v {
-                Ok((1, value)) => {
+                Ok(Answer::Granted(value)) => {
                     grants += 1;
                     best = best.max(value);
                     granted.push(value);
                 }
-                Ok((_, ms)) if ms > 0 => wait = Some(wait.map_or(ms, |w: i64| w.min(ms))),
+                Ok(Answer::Busy(ms)) if ms > 0 => wait = Some(wait.map_or(ms, |w: i64| w.min(ms))),
                 Ok(_) => {}
                 Err(e) => {
                     errors += 1;
@@ -238,7 +238,7 @@ impl Redlock {
                 .checked_sub(start.elapsed() + drift(lease))
                 .is_some_and(|v| !v.is_zero());
             if agreed && valid {
-                return Ok((1, best));
+                return Ok(Answer::Granted(best));
             }
         }
         self.undo(undo);
@@ -264,7 +264,9 @@ impl Redlock {
         }
         // Split votes: retry soon, jittered so contenders fall out of step.
         let jitter = 5 + (uuid::Uuid::new_v4().as_u128() % 45) as i64;
-        Ok((0, wait.map_or(jitter, |w| w.min(jitter.max(w / 4)))))
+        Ok(Answer::Busy(
+            wait.map_or(jitter, |w| w.min(jitter.max(w / 4))),
+        ))
     }
 
     /// Runs `undo` on every master.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{hold, taken_by_pop, valid_for, Grant, Reentry, Spec, ROOM_CHUNK};
-use crate::backend::{Blocked, Pop};
+use crate::backend::{Answer, Blocked, Pop};
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease_state::LeaseState;
@@ -131,7 +131,7 @@ impl<'a> Acquisition<'a> {
         let at = Instant::now();
         match self.send(block) {
             Ok(Blocked {
-                reply: (1, fence),
+                reply: Answer::Granted(fence),
                 short,
                 ..
             }) => Ok(Attempt::Acquired(match short {
@@ -148,7 +148,8 @@ impl<'a> Acquisition<'a> {
                 None => (fence, at, None),
             })),
             Ok(Blocked {
-                reply: (_, wait), ..
+                reply: Answer::Busy(wait),
+                ..
             }) => Ok(self.on_busy(at, wait)),
             Err(e) => Err(self.on_error(e)?),
         }

@@ -54,7 +54,8 @@ pub(crate) struct Spec {
     pub(crate) lease: Duration,
     /// Renewed by the watchdog (or a fixed lease).
     pub(crate) watchdog: bool,
-    /// `{1, fence}` granted / `{0, wait_ms}` busy; re-grants to the same token.
+    /// A fence granted or a wait ([`Answer`](crate::backend::Answer));
+    /// re-grants to the same token.
     pub(crate) grant: PreparedCall,
     /// The fencing counter `grant` draws from (Redlock agrees on it).
     pub(crate) fence: Option<Vec<u8>>,

@@ -21,7 +21,7 @@ use super::node::warn_if_evicting;
 use super::pool::pool;
 use super::source::client_for;
 use super::wire::{with_tls, within, Wire};
-use super::{Blocked, Call, Node, Pop, Timeouts};
+use super::{Answer, Blocked, Call, Node, Pop, Timeouts};
 use crate::error::{Error, ErrorKind, Result};
 use crate::scripts::Lua;
 
@@ -298,7 +298,7 @@ impl ClusterLeader {
         call: &Call<'_>,
         undo: &Call<'_>,
         deadline: Option<Instant>,
-    ) -> Result<(i64, i64)> {
+    ) -> Result<Answer> {
         // Even while direct waiting is paused (`direct_off`): a grant over
         // our connection is what gets a late reply undone.
         let node = self.master_for_grant(call)?;
