@@ -71,13 +71,20 @@ if holder then
   end
   return string.format('%d', pttl)
 end
-if redis.call('EXISTS', open) == 1 then
-  -- A hand-over's claim window passed with its fence still on the open
-  -- list: no waiter was blocked for all of it, so the entries left are of
-  -- waiters that died or went away. Live ones queue again when they look.
-  redis.call('DEL', open, q, qt, prefix .. 'told')
+-- Free. Nobody queued and no hand-over left open is the usual case, and
+-- one call tells it (the queue's head read from an empty queue was a call
+-- of its own, and the reply an empty table).
+local head = nil
+if redis.call('EXISTS', open, q) > 0 then
+  if redis.call('EXISTS', open) == 1 then
+    -- A hand-over's claim window passed with its fence still on the open
+    -- list: no waiter was blocked for all of it, so the entries left are
+    -- of waiters that died or went away. Live ones queue again when they
+    -- look.
+    redis.call('DEL', open, q, qt, prefix .. 'told')
+  end
+  head = queue_head(q, qt)
 end
-local head = queue_head(q, qt)
 if head == nil or head == me then
   local fence = next_fence(counter, lease)
   redis.call('SET', lock, holder_value(me, fence), 'PX', lease)

@@ -593,3 +593,48 @@ fn a_unix_socket_url_works_with_waiters() {
     assert_eq!(t.join().unwrap(), (true, true));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The server's clock in milliseconds (the queue's deadlines are on it).
+fn server_ms(con: &mut redis::Connection) -> u64 {
+    let t: Vec<String> = redis::cmd("TIME").query(con).unwrap();
+    t[0].parse::<u64>().unwrap() * 1000 + t[1].parse::<u64>().unwrap() / 1000
+}
+
+/// A free name whose queue holds a live waiter (its holder's lease ran out
+/// with nobody to hand it on) is not taken by a newcomer: the newcomer's
+/// attempt opens it to the waiters and waits. A hand-over nobody took,
+/// left on the open list, is cleared by the next acquisition. The
+/// uncontended acquisition tells both apart from the usual case (nothing
+/// queued, nothing open) in one call, and this is what that call must not
+/// skip.
+#[test]
+fn a_free_name_with_a_live_waiter_queued_is_not_taken_by_a_newcomer() {
+    let server = Server::start();
+    let c = client(&server);
+    let mut con = server.con();
+    // A waiter queued, alive for another minute, not blocked right now.
+    let deadline = server_ms(&mut con) + 60_000;
+    let _: () = con.zadd("{ahead}:queue", "rl:live:w", 1).unwrap();
+    let _: () = con.zadd("{ahead}:queue:t", "rl:live:w", deadline).unwrap();
+    let got = c.lock("ahead").try_acquire().unwrap();
+    assert!(
+        got.is_none(),
+        "a newcomer took a name a live waiter queued for"
+    );
+    let value: String = con.get("{ahead}").unwrap();
+    assert!(
+        value.starts_with("rl:grant#"),
+        "not opened to the waiters: {value}"
+    );
+    // A hand-over's fence left on the open list, the queue gone with its
+    // waiters: the next acquisition of the free name clears it.
+    let _: () = con.rpush("{left}:grant:open", "7").unwrap();
+    let g = c
+        .lock("left")
+        .try_acquire()
+        .unwrap()
+        .expect("a dead hand-over kept the name");
+    let open: bool = con.exists("{left}:grant:open").unwrap();
+    assert!(!open, "the dead hand-over's list stayed");
+    drop(g);
+}
