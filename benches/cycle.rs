@@ -14,7 +14,8 @@ mod support;
 use common::Server;
 use redlease::Client;
 use support::{
-    mean, quick, raw_con, scale, us, BareFencedScripts, RawLockScripts, RawMultiScripts,
+    mean, quick, raw_con, scale, us, BareFencedScripts, GuardedFencedScripts, RawLockScripts,
+    RawMultiScripts,
 };
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -52,6 +53,8 @@ fn main() {
     // name and for three in one run each way.
     let bare = BareFencedScripts::new(&["bench:bare"]);
     let bare_multi = BareFencedScripts::new(&["bench:bm:a", "bench:bm:b", "bench:bm:c"]);
+    // The least with this library's guarantees (see `GuardedFencedScripts`).
+    let guarded = GuardedFencedScripts::new("bench:guarded");
     let lock = client.lock("bench:cycle");
     let multi = client.multi_lock(["bench:m:a", "bench:m:b", "bench:m:c"]);
     lock.acquire().unwrap().release().unwrap();
@@ -63,7 +66,7 @@ fn main() {
     let (mut cycle_ratio, mut multi_ratio, mut scripts_ratio, mut own_ratio) =
         (vec![], vec![], vec![], vec![]);
     let (mut multi_floor, mut multi_own) = (vec![], vec![]);
-    let (mut bare_ratio, mut bare_multi_ratio) = (vec![], vec![]);
+    let (mut bare_ratio, mut bare_multi_ratio, mut guarded_ratio) = (vec![], vec![], vec![]);
     for _ in 0..blocks {
         let e = mean(per_block, || {
             let _: i64 = one.invoke(&mut raw).unwrap();
@@ -92,7 +95,9 @@ fn main() {
         let ms = mean(per_block, || raw_multi.cycle(&mut raw));
         let b = mean(per_block, || bare.cycle(&mut raw));
         let bm = mean(per_block, || bare_multi.cycle(&mut raw));
+        let g = mean(per_block, || guarded.cycle(&mut raw));
         bare_ratio.push(us(b) / us(r));
+        guarded_ratio.push(us(g) / us(r));
         bare_multi_ratio.push(us(bm) / us(b));
         multi_floor.push(us(ms) / us(sc));
         multi_own.push(us(m) / us(ms));
@@ -111,6 +116,7 @@ fn main() {
     let (sr, or) = (median(scripts_ratio), median(own_ratio));
     let (mf, mo) = (median(multi_floor), median(multi_own));
     let (bf, bmf) = (median(bare_ratio), median(bare_multi_ratio));
+    let gf = median(guarded_ratio);
     println!("redlease cycle benchmark (interleaved, {blocks} blocks of {per_block})");
     println!(
         "{:<56} {rtt:>8.1} us",
@@ -137,6 +143,10 @@ fn main() {
         "floor: a bare fenced lock (INCR + SET PX; GET + DEL)"
     );
     println!(
+        "{:<56} {gf:>8.3}x the raw lock (the floor of a lock with this library's guarantees)",
+        "floor: + queue check, fence floor, clock, no key left"
+    );
+    println!(
         "{:<56} {multi_us:>8.1} us = {mr:.3}x one lock's cycle (target <= 1.3)",
         "multi-lock of 3 names, acquire + release"
     );
@@ -153,6 +163,6 @@ fn main() {
         "floor: a bare fenced lock of 3 names, one run each way"
     );
     println!(
-        "{{\"bench\":\"cycle\",\"idle_rtt_us\":{rtt:.1},\"raw_lock_us\":{raw_us:.1},\"cycle_ratio\":{cr:.3},\"scripts_ratio\":{sr:.3},\"own_overhead\":{or:.3},\"multi_lock_ratio\":{mr:.3},\"multi_scripts_ratio\":{mf:.3},\"multi_own_overhead\":{mo:.3},\"bare_fenced_ratio\":{bf:.3},\"bare_multi_ratio\":{bmf:.3}}}"
+        "{{\"bench\":\"cycle\",\"idle_rtt_us\":{rtt:.1},\"raw_lock_us\":{raw_us:.1},\"cycle_ratio\":{cr:.3},\"scripts_ratio\":{sr:.3},\"own_overhead\":{or:.3},\"multi_lock_ratio\":{mr:.3},\"multi_scripts_ratio\":{mf:.3},\"multi_own_overhead\":{mo:.3},\"bare_fenced_ratio\":{bf:.3},\"bare_multi_ratio\":{bmf:.3},\"guarded_fenced_ratio\":{gf:.3}}}"
     );
 }

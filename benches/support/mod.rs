@@ -275,6 +275,81 @@ impl BareFencedScripts {
     }
 }
 
+/// The least an uncontended cycle does with this library's guarantees
+/// (GUARANTEES.md), as two flat raw scripts for one name: besides
+/// [`BareFencedScripts`]' work, the acquire asks in one call whether
+/// anybody is queued or a hand-over is open (a newcomer must not take a
+/// name from a live waiter), and draws the fence above the server's fence
+/// floor, from the clock when the name's counter has lapsed (fences never
+/// go back, after a lapse, a lost key or a clock step), raising the floor;
+/// the counter gets an expiry, and the release removes it with the lock,
+/// the open list and the note when nobody is queued (a name nobody holds
+/// or waits for leaves no key). Not in it, and in the library's scripts:
+/// the preludes' functions, the blocking waiter's paths, the checks for
+/// foreign data, the wake-up. The floor of the uncontended target for a
+/// lock that keeps these promises.
+pub struct GuardedFencedScripts {
+    acquire: redis::Script,
+    release: redis::Script,
+    name: String,
+}
+
+/// See [`GuardedFencedScripts`]. KEYS: lock, counter, open list, queue,
+/// fence floor; ARGV: token, lease.
+const GUARDED_ACQUIRE: &str = "if redis.call('GET', KEYS[1]) then return 0 end \
+    if redis.call('EXISTS', KEYS[3], KEYS[4]) > 0 then return 0 end \
+    local low = tonumber(redis.call('GET', KEYS[5]) or '0') \
+    local cur = redis.call('GET', KEYS[2]) \
+    local f \
+    if cur then f = tonumber(cur) + 1 else \
+      local t = redis.call('TIME') \
+      f = tonumber(t[1]) * 1000000 + tonumber(t[2]) \
+      if f <= low then f = low + 1 end \
+    end \
+    local s = string.format('%d', f) \
+    redis.call('SET', KEYS[2], s, 'PX', ARGV[2]) \
+    if f > low then redis.call('SET', KEYS[5], s) end \
+    redis.call('SET', KEYS[1], ARGV[1] .. '#' .. s, 'PX', ARGV[2]) \
+    return f";
+
+/// KEYS: lock, counter, queue, open list, note; ARGV: token.
+const GUARDED_RELEASE: &str = "local v = redis.call('GET', KEYS[1]) \
+    if not v or string.match(v, '^[^#]*') ~= ARGV[1] then return 0 end \
+    if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end \
+    redis.call('DEL', KEYS[1], KEYS[4], KEYS[5], KEYS[2]) \
+    return 1";
+
+impl GuardedFencedScripts {
+    pub fn new(name: &str) -> GuardedFencedScripts {
+        GuardedFencedScripts {
+            acquire: redis::Script::new(GUARDED_ACQUIRE),
+            release: redis::Script::new(GUARDED_RELEASE),
+            name: name.to_owned(),
+        }
+    }
+
+    pub fn cycle(&self, con: &mut redis::Connection) {
+        let token = owner_token();
+        let ([lock, counter, queue, _], prefix) = lock_keys(&self.name);
+        let (open, note) = (format!("{prefix}open"), format!("{lock}:note"));
+        let fence: i64 = self
+            .acquire
+            .key(&[&lock, &counter, &open, &queue, FENCE_FLOOR][..])
+            .arg(&token)
+            .arg(30_000)
+            .invoke(con)
+            .unwrap();
+        assert!(fence > 0, "not granted");
+        let code: i64 = self
+            .release
+            .key(&[&lock, &counter, &queue, &open, &note][..])
+            .arg(&token)
+            .invoke(con)
+            .unwrap();
+        assert_eq!(code, 1);
+    }
+}
+
 /// Raw connections to several servers, used as the library's Redlock uses
 /// its masters (src/backend/fan_out.rs): each step writes every server's
 /// request first, then reads every reply, so the servers work at the same
