@@ -163,8 +163,12 @@ impl RawLockScripts {
         release.key(&keys[..]).key(FENCE_FLOOR);
         acquire.arg(acquire_argv(&token, &self.name, &prefix, Sender::Single));
         release.arg(release_argv(&token, &self.name, &prefix, Sender::Single));
-        // A grant is the fence, an integer (a wait would be text).
-        let _fence: i64 = acquire.invoke(con).unwrap();
+        // A grant is the fence, an integer; a wait is text.
+        let granted: redis::Value = acquire.invoke(con).unwrap();
+        assert!(
+            matches!(granted, redis::Value::Int(_)),
+            "not granted: {granted:?}"
+        );
         let code: i64 = release.invoke(con).unwrap();
         assert_eq!(code, 1);
     }
