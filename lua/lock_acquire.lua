@@ -100,4 +100,5 @@ announce(ARGV[6], ARGV[7], ARGV[8], told)
 if ttl > 0 then
   queue_join(q, qt, prefix, me, ttl, blocks)
 end
+-- The claim window as the client sent it (whole milliseconds, digits).
 return ARGV[5]

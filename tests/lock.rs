@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{client, client_with, eventually, Server};
+use common::{client, client_with, eventually, server_ms, Server};
 use redis::Commands;
 use redlease::{Client, ErrorKind};
 
@@ -592,12 +592,6 @@ fn a_unix_socket_url_works_with_waiters() {
     latch.count_down().unwrap();
     assert_eq!(t.join().unwrap(), (true, true));
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// The server's clock in milliseconds (the queue's deadlines are on it).
-fn server_ms(con: &mut redis::Connection) -> u64 {
-    let t: Vec<String> = redis::cmd("TIME").query(con).unwrap();
-    t[0].parse::<u64>().unwrap() * 1000 + t[1].parse::<u64>().unwrap() / 1000
 }
 
 /// A free name whose queue holds a live waiter (its holder's lease ran out

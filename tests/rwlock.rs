@@ -177,8 +177,7 @@ fn a_dead_writers_queue_entry_holds_readers_back_briefly() {
     let reader = c.rw_lock("intent").read().unwrap();
     // A writer that queued and "died" (we plant its entries as it would).
     let mut con = server.con();
-    let t: Vec<String> = redis::cmd("TIME").query(&mut con).unwrap();
-    let now_ms: u64 = t[0].parse::<u64>().unwrap() * 1000 + t[1].parse::<u64>().unwrap() / 1000;
+    let now_ms = common::server_ms(&mut con);
     for (key, score) in [
         ("{intent}:rw:wq", now_ms * 1000),
         ("{intent}:rw:wq:t", now_ms + 75_000),

@@ -287,8 +287,7 @@ fn fair_queue_survives_waiters_that_give_up_or_die() {
         .arg("rl:dead:w")
         .query(&mut con)
         .unwrap();
-    let t: Vec<String> = redis::cmd("TIME").query(&mut con).unwrap();
-    let now_ms: u64 = t[0].parse::<u64>().unwrap() * 1000 + t[1].parse::<u64>().unwrap() / 1000;
+    let now_ms = common::server_ms(&mut con);
     let _: () = redis::cmd("ZADD")
         .arg("{q}:queue:t")
         .arg(now_ms + 300)

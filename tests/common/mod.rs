@@ -157,6 +157,13 @@ pub fn tls_server(
     (server, certs, dir, format!("rediss://127.0.0.1:{port}/"))
 }
 
+/// The server's clock in milliseconds (a queue's deadlines are on it, so
+/// entries planted by a test must be too).
+pub fn server_ms(con: &mut redis::Connection) -> u64 {
+    let t: Vec<String> = redis::cmd("TIME").query(con).unwrap();
+    t[0].parse::<u64>().unwrap() * 1000 + t[1].parse::<u64>().unwrap() / 1000
+}
+
 /// Polls `cond` every 5 ms until it holds or `limit` passes.
 pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + limit;
