@@ -77,6 +77,15 @@ if holder then
   end
   return string.format('%d', pttl)
 end
+-- The usual free case in one call: nobody reads, no writer is queued and no
+-- hand-over or probe was left open. None of the checks below can then
+-- find anything (they read the readers, clear a stale open list and read
+-- the queue's head), nor is the clock needed.
+if redis.call('EXISTS', readers, q, open) == 0 then
+  local fence = next_fence(counter, lease)
+  redis.call('SET', writer, holder_value(me, fence), 'PX', lease)
+  return fence
+end
 local now = now_ms()
 local held = rw_readers(readers, now)
 local top = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{client, client_with, eventually, no_poll, Server};
+use redis::Commands;
 use redlease::{Client, ErrorKind};
 
 #[test]
@@ -243,6 +244,43 @@ fn a_live_queued_writer_holds_new_readers_back() {
     }
     drop(reader);
     assert!(t.join().unwrap().is_some());
+}
+
+#[test]
+fn a_free_write_hold_with_a_live_writer_queued_is_not_taken_by_a_newcomer() {
+    let server = Server::start();
+    let c = client(&server);
+    let mut con = server.con();
+    // A writer queued, alive for another minute, not blocked right now.
+    let deadline = common::server_ms(&mut con) + 60_000;
+    let _: () = con.zadd("{ahead}:rw:wq", "rl:live:w", 1).unwrap();
+    let _: () = con.zadd("{ahead}:rw:wq:t", "rl:live:w", deadline).unwrap();
+    let got = c.rw_lock("ahead").try_write().unwrap();
+    assert!(
+        got.is_none(),
+        "a newcomer took a write hold a live writer queued for"
+    );
+    let value: String = con.get("{ahead}:rw:w").unwrap();
+    assert!(
+        value.starts_with("rl:grant#"),
+        "not opened to the writers: {value}"
+    );
+    // A hand-over's fence left on the open list, the queue gone with its
+    // writers: the next write acquisition of the free name clears it.
+    let _: () = con.rpush("{left}:rw:grant:open", "7").unwrap();
+    let g = c
+        .rw_lock("left")
+        .try_write()
+        .unwrap()
+        .expect("a dead hand-over kept the write hold");
+    let open: bool = con.exists("{left}:rw:grant:open").unwrap();
+    assert!(!open, "the dead hand-over's list stayed");
+    drop(g);
+    // A reader holds, nothing else: a writer waits for it.
+    let r = c.rw_lock("read").read().unwrap();
+    let got = client(&server).rw_lock("read").try_write().unwrap();
+    assert!(got.is_none(), "a writer took a name a reader holds");
+    drop(r);
 }
 
 #[test]
