@@ -36,6 +36,15 @@ end
 if holder and redis.call('PTTL', writer) == -1 then
   return redis.error_reply('REDLEASE_FOREIGN writer key has no expiry (redlease always sets one)')
 end
+-- The first reader of a free name, in one call: nobody reads, no writer is
+-- queued and no reader waits. The checks below could then find nothing
+-- (lapsed readers, a waiting writer, readers to tell), and this reader's
+-- lease is the set's whole life.
+if not holder and redis.call('EXISTS', readers, q, rq) == 0 then
+  redis.call('ZADD', readers, now + tonumber(ARGV[2]), ARGV[1])
+  redis.call('PEXPIRE', readers, ARGV[2])
+  return 0
+end
 local held = rw_readers(readers, now)
 local top = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
 if top[2] and tonumber(top[2]) == math.huge then

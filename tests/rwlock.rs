@@ -284,6 +284,57 @@ fn a_free_write_hold_with_a_live_writer_queued_is_not_taken_by_a_newcomer() {
 }
 
 #[test]
+fn a_first_reader_yields_to_queued_writers_keeps_other_leases_and_leaves_no_wait() {
+    let server = Server::start();
+    let c = client(&server);
+    let mut con = server.con();
+    // A writer queued, alive for another minute, not blocked right now:
+    // the first reader of the free name opens it to the writers instead.
+    let deadline = common::server_ms(&mut con) + 60_000;
+    let _: () = con.zadd("{wq}:rw:wq", "rl:live:w", 1).unwrap();
+    let _: () = con.zadd("{wq}:rw:wq:t", "rl:live:w", deadline).unwrap();
+    let got = c.rw_lock("wq").try_read().unwrap();
+    assert!(got.is_none(), "a reader passed a live queued writer");
+    let value: String = con.get("{wq}:rw:w").unwrap();
+    assert!(
+        value.starts_with("rl:grant#"),
+        "not opened to the writers: {value}"
+    );
+    // Another reader holds for two more minutes: a new reader with a
+    // shorter lease must not cut the set's life to its own.
+    let far = common::server_ms(&mut con) + 120_000;
+    let _: () = con.zadd("{long}:rw:r", "rl:long:r", far).unwrap();
+    let _: () = con.pexpire("{long}:rw:r", 120_000).unwrap();
+    let r = c.rw_lock("long").read().unwrap();
+    let life: i64 = con.pttl("{long}:rw:r").unwrap();
+    assert!(life > 60_000, "the readers' set lives {life} ms only");
+    drop(r);
+    // A reader that waited for a writer is struck from the waiting
+    // readers once it gets in.
+    let w = c.rw_lock("waited").write().unwrap();
+    let r = no_poll(&server.url());
+    let t = std::thread::spawn(move || {
+        r.rw_lock("waited")
+            .read_timeout(Duration::from_secs(20))
+            .unwrap()
+            .map(|g| g.release())
+    });
+    let waiting = eventually(Duration::from_secs(10), || {
+        con.exists::<_, bool>("{waited}:rw:rq").unwrap()
+    });
+    assert!(waiting, "the reader never registered as waiting");
+    drop(w);
+    // The reader got in and left again (its release does not touch the
+    // waiting readers).
+    t.join()
+        .unwrap()
+        .expect("the reader never got in")
+        .unwrap();
+    let left: bool = con.exists("{waited}:rw:rq").unwrap();
+    assert!(!left, "a reader that got in is still listed as waiting");
+}
+
+#[test]
 fn write_release_wakes_readers_and_renewal_covers_both() {
     let server = Server::start();
     let c = client_with(&server, |b| b.watchdog_timeout(Duration::from_millis(300)));
