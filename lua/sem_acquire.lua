@@ -49,6 +49,18 @@ end
 local passes = took and (tonumber(took) or 0)
 local now = now_ms()
 local stored = redis.call('GET', count)
+-- A free semaphore, in one call: no permit held, nobody queued or first in
+-- line, no offer open or left behind, and this member took no offer. None
+-- of the checks below can then find anything, and this permit's lease is
+-- the set's whole life. (The count was read first: a foreign type there
+-- is an error, not overwritten.)
+if not took and k <= n and redis.call('EXISTS', permits, KEYS[3], qt, prefix .. 'open',
+    prefix .. 'offer', prefix .. 'head', prefix .. 'told') == 0 then
+  redis.call('ZADD', permits, now + tonumber(ARGV[2]), me)
+  redis.call('PEXPIRE', permits, ARGV[2])
+  redis.call('SET', count, ARGV[3], 'PX', ARGV[2])
+  return 0
+end
 local used = sem_used(permits, now)
 -- redlease scores every permit with a finite expiry; one that never
 -- expires would hold its permits forever.

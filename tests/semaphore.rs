@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{client, client_with, eventually, Server};
+use redis::Commands;
 use redlease::{Client, ErrorKind};
 
 fn occupancy_never_exceeds(fair: bool) {
@@ -48,6 +49,44 @@ fn occupancy_never_exceeds(fair: bool) {
         clients[0].semaphore("api", limit).available().unwrap(),
         limit
     );
+}
+
+#[test]
+fn a_free_semaphore_is_taken_only_when_nothing_stands_in_the_way() {
+    let server = Server::start();
+    let c = client(&server);
+    let mut con = server.con();
+    let later = common::server_ms(&mut con) + 60_000;
+    // Each planted alone, on a name of its own: what a newcomer must wait
+    // behind although no permit is held, or what it must clear.
+    // A permit held by another, all five of them.
+    let _: () = con.zadd("{held}:sem", "5:rl:other", later).unwrap();
+    let _: () = con.pexpire("{held}:sem", 60_000).unwrap();
+    let got = c.semaphore("held", 5).try_acquire().unwrap();
+    assert!(got.is_none(), "a permit was taken beyond the count");
+    // A live waiter queued, in a fair semaphore.
+    let _: () = con.zadd("{queued}:sem:queue:t", "1:rl:live:w", later).unwrap();
+    let got = c.fair_semaphore("queued", 5).try_acquire().unwrap();
+    assert!(got.is_none(), "a newcomer passed a live waiter of a fair semaphore");
+    // An offer in flight to the blocked waiters.
+    let _: () = con.set_ex("{offered}:sem:grant:offer", "1", 60).unwrap();
+    let got = c.semaphore("offered", 5).try_acquire().unwrap();
+    assert!(got.is_none(), "a newcomer took permits offered to the blocked waiters");
+    // Another member first in line, in a fair semaphore.
+    let _: () = con.set_ex("{first}:sem:grant:head", "1:rl:first", 60).unwrap();
+    let got = c.fair_semaphore("first", 5).try_acquire().unwrap();
+    assert!(got.is_none(), "a newcomer passed the one first in line");
+    // An offer nobody took (its list outlived it): cleared by the next
+    // acquisition, which takes a permit.
+    let _: () = con.rpush("{left}:sem:grant:open", "0").unwrap();
+    let p = c
+        .semaphore("left", 5)
+        .try_acquire()
+        .unwrap()
+        .expect("a dead offer kept the permits");
+    let open: bool = con.exists("{left}:sem:grant:open").unwrap();
+    assert!(!open, "the dead offer's list stayed");
+    drop(p);
 }
 
 #[test]
