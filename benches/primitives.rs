@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::Server;
 use redlease::Client;
-use support::{mean, quick, scale, us};
+use support::{arm_order, quick, scale, us};
 
 /// Runs `threads` threads doing `work` until `run_for` passes; returns the
 /// per-thread counts and the elapsed time.
@@ -63,27 +63,42 @@ fn main() {
         Duration::from_secs(3)
     };
 
-    let evalsha = mean(n, || {
-        let _: i64 = one.invoke(&mut raw).unwrap();
-    });
-
-    // Semaphore acquire + release.
+    // The uncontended cycles and their floor (two `EVALSHA` of a one-line
+    // script: a cycle is two round trips), interleaved: each round runs a
+    // block of every arm, in a new order each round, so that the machine's
+    // drift from one moment to the next falls on every arm alike.
     let sem = client.semaphore("bench:sem", 4);
-    let sem_cycle = mean(n, || {
-        sem.acquire().unwrap().release().unwrap();
-    });
     let fair_sem = client.fair_semaphore("bench:fsem", 4);
-    let fair_sem_cycle = mean(n, || {
-        fair_sem.acquire().unwrap().release().unwrap();
-    });
-    // Read and write cycles, uncontended.
     let rw = client.rw_lock("bench:rw");
-    let read_cycle = mean(n, || {
-        rw.read().unwrap().release().unwrap();
-    });
-    let write_cycle = mean(n, || {
-        rw.write().unwrap().release().unwrap();
-    });
+    let mut arms: Vec<Box<dyn FnMut() + '_>> = vec![
+        Box::new(|| {
+            let _: i64 = one.invoke(&mut raw).unwrap();
+            let _: i64 = one.invoke(&mut raw).unwrap();
+        }),
+        Box::new(|| sem.acquire().unwrap().release().unwrap()),
+        Box::new(|| fair_sem.acquire().unwrap().release().unwrap()),
+        Box::new(|| rw.read().unwrap().release().unwrap()),
+        Box::new(|| rw.write().unwrap().release().unwrap()),
+    ];
+    const BLOCK: usize = 10;
+    let mut spent = vec![Duration::ZERO; arms.len()];
+    for round in 0..n / BLOCK + 1 {
+        for i in arm_order(round, arms.len()) {
+            let start = Instant::now();
+            for _ in 0..BLOCK {
+                arms[i]();
+            }
+            // Round 0 warms every arm up.
+            if round > 0 {
+                spent[i] += start.elapsed();
+            }
+        }
+    }
+    drop(arms);
+    let per_op = |i: usize| spent[i] / (n / BLOCK * BLOCK) as u32;
+    let (two_evalsha, sem_cycle, fair_sem_cycle, read_cycle, write_cycle) =
+        (per_op(0), per_op(1), per_op(2), per_op(3), per_op(4));
+    let evalsha = two_evalsha / 2;
 
     // 16 readers + 1 writer, each in its own client (separate owners).
     let writes = Arc::new(AtomicU64::new(0));
@@ -135,7 +150,7 @@ fn main() {
     println!("redlease primitives benchmark (floor measured in this run)");
     println!(
         "{:<40} {:>10.1} us",
-        "floor: EVALSHA 'return 1'",
+        "floor: EVALSHA 'return 1' (interleaved)",
         us(evalsha)
     );
     for (label, d) in [
