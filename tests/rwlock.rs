@@ -326,10 +326,7 @@ fn a_first_reader_yields_to_queued_writers_keeps_other_leases_and_leaves_no_wait
     drop(w);
     // The reader got in and left again (its release does not touch the
     // waiting readers).
-    t.join()
-        .unwrap()
-        .expect("the reader never got in")
-        .unwrap();
+    t.join().unwrap().expect("the reader never got in").unwrap();
     let left: bool = con.exists("{waited}:rw:rq").unwrap();
     assert!(!left, "a reader that got in is still listed as waiting");
 }

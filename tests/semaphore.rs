@@ -65,15 +65,25 @@ fn a_free_semaphore_is_taken_only_when_nothing_stands_in_the_way() {
     let got = c.semaphore("held", 5).try_acquire().unwrap();
     assert!(got.is_none(), "a permit was taken beyond the count");
     // A live waiter queued, in a fair semaphore.
-    let _: () = con.zadd("{queued}:sem:queue:t", "1:rl:live:w", later).unwrap();
+    let _: () = con
+        .zadd("{queued}:sem:queue:t", "1:rl:live:w", later)
+        .unwrap();
     let got = c.fair_semaphore("queued", 5).try_acquire().unwrap();
-    assert!(got.is_none(), "a newcomer passed a live waiter of a fair semaphore");
+    assert!(
+        got.is_none(),
+        "a newcomer passed a live waiter of a fair semaphore"
+    );
     // An offer in flight to the blocked waiters.
     let _: () = con.set_ex("{offered}:sem:grant:offer", "1", 60).unwrap();
     let got = c.semaphore("offered", 5).try_acquire().unwrap();
-    assert!(got.is_none(), "a newcomer took permits offered to the blocked waiters");
+    assert!(
+        got.is_none(),
+        "a newcomer took permits offered to the blocked waiters"
+    );
     // Another member first in line, in a fair semaphore.
-    let _: () = con.set_ex("{first}:sem:grant:head", "1:rl:first", 60).unwrap();
+    let _: () = con
+        .set_ex("{first}:sem:grant:head", "1:rl:first", 60)
+        .unwrap();
     let got = c.fair_semaphore("first", 5).try_acquire().unwrap();
     assert!(got.is_none(), "a newcomer passed the one first in line");
     // An offer nobody took (its list outlived it): cleared by the next
