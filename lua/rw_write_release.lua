@@ -26,11 +26,8 @@
 local writer, readers, counter, q, qt, rq = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local me, prefix, claim = ARGV[1], ARGV[4], tonumber(ARGV[5])
 local open = prefix .. 'open'
--- The server's clock, read once something needs it (the usual release,
--- with nobody waiting, does not).
-local now = nil
+local now = now_ms()
 local function readers_wait()
-  now = now or now_ms()
   return redis.call('ZCOUNT', rq, '(' .. now, '+inf') > 0
 end
 local v = redis.call('GET', writer)
@@ -61,19 +58,12 @@ end
 if not v or string.match(v, '^[^#]*') ~= me then
   return 0
 end
--- The counter goes with the hold: a fresh one starts above it
--- (fence.lua), and a name nobody holds leaves no key. With no writer
--- queued and no reader waiting, nobody is to be handed the hold or told
--- (one call says so).
-if redis.call('EXISTS', q, rq) == 0 then
-  redis.call('DEL', writer, counter)
-  return 1
-end
 redis.call('DEL', writer)
-now = now or now_ms()
 if rw_open(writer, readers, counter, q, qt, prefix, claim, ARGV[2], ARGV[3], now) then
   return 2
 end
+-- The counter goes with the hold: a fresh one starts above it
+-- (fence.lua), and a name nobody holds leaves no key.
 redis.call('DEL', counter)
 if readers_wait() then
   publish(ARGV[2], ARGV[3])

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{client, client_with, eventually, server_ms, Server};
+use common::{client, client_with, eventually, Server};
 use redis::Commands;
 use redlease::{Client, ErrorKind};
 
@@ -607,9 +607,12 @@ fn a_free_name_with_a_live_waiter_queued_is_not_taken_by_a_newcomer() {
     let c = client(&server);
     let mut con = server.con();
     // A waiter queued, alive for another minute, not blocked right now.
-    let deadline = server_ms(&mut con) + 60_000;
-    let _: () = con.zadd("{ahead}:queue", "rl:live:w", 1).unwrap();
-    let _: () = con.zadd("{ahead}:queue:t", "rl:live:w", deadline).unwrap();
+    common::plant_live_waiter(
+        &mut con,
+        Some("{ahead}:queue"),
+        "{ahead}:queue:t",
+        "rl:live:w",
+    );
     let got = c.lock("ahead").try_acquire().unwrap();
     assert!(
         got.is_none(),

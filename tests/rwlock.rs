@@ -252,9 +252,12 @@ fn a_free_write_hold_with_a_live_writer_queued_is_not_taken_by_a_newcomer() {
     let c = client(&server);
     let mut con = server.con();
     // A writer queued, alive for another minute, not blocked right now.
-    let deadline = common::server_ms(&mut con) + 60_000;
-    let _: () = con.zadd("{ahead}:rw:wq", "rl:live:w", 1).unwrap();
-    let _: () = con.zadd("{ahead}:rw:wq:t", "rl:live:w", deadline).unwrap();
+    common::plant_live_waiter(
+        &mut con,
+        Some("{ahead}:rw:wq"),
+        "{ahead}:rw:wq:t",
+        "rl:live:w",
+    );
     let got = c.rw_lock("ahead").try_write().unwrap();
     assert!(
         got.is_none(),
@@ -290,9 +293,7 @@ fn a_first_reader_yields_to_queued_writers_keeps_other_leases_and_leaves_no_wait
     let mut con = server.con();
     // A writer queued, alive for another minute, not blocked right now:
     // the first reader of the free name opens it to the writers instead.
-    let deadline = common::server_ms(&mut con) + 60_000;
-    let _: () = con.zadd("{wq}:rw:wq", "rl:live:w", 1).unwrap();
-    let _: () = con.zadd("{wq}:rw:wq:t", "rl:live:w", deadline).unwrap();
+    common::plant_live_waiter(&mut con, Some("{wq}:rw:wq"), "{wq}:rw:wq:t", "rl:live:w");
     let got = c.rw_lock("wq").try_read().unwrap();
     assert!(got.is_none(), "a reader passed a live queued writer");
     let value: String = con.get("{wq}:rw:w").unwrap();

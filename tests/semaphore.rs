@@ -65,9 +65,7 @@ fn a_free_semaphore_is_taken_only_when_nothing_stands_in_the_way() {
     let got = c.semaphore("held", 5).try_acquire().unwrap();
     assert!(got.is_none(), "a permit was taken beyond the count");
     // A live waiter queued, in a fair semaphore.
-    let _: () = con
-        .zadd("{queued}:sem:queue:t", "1:rl:live:w", later)
-        .unwrap();
+    common::plant_live_waiter(&mut con, None, "{queued}:sem:queue:t", "1:rl:live:w");
     let got = c.fair_semaphore("queued", 5).try_acquire().unwrap();
     assert!(
         got.is_none(),

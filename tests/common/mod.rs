@@ -164,6 +164,33 @@ pub fn server_ms(con: &mut redis::Connection) -> u64 {
     t[0].parse::<u64>().unwrap() * 1000 + t[1].parse::<u64>().unwrap() / 1000
 }
 
+/// Plants `member` as a waiter alive for another minute and not blocked
+/// right now: its arrival in `queue` (left out where `None`) and its
+/// deadline, on the server's clock, in `deadlines`.
+#[allow(dead_code)]
+pub fn plant_live_waiter(
+    con: &mut redis::Connection,
+    queue: Option<&str>,
+    deadlines: &str,
+    member: &str,
+) {
+    let deadline = server_ms(con) + 60_000;
+    if let Some(queue) = queue {
+        let _: () = redis::cmd("ZADD")
+            .arg(queue)
+            .arg(1)
+            .arg(member)
+            .query(con)
+            .unwrap();
+    }
+    let _: () = redis::cmd("ZADD")
+        .arg(deadlines)
+        .arg(deadline)
+        .arg(member)
+        .query(con)
+        .unwrap();
+}
+
 /// Polls `cond` every 5 ms until it holds or `limit` passes.
 pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + limit;
