@@ -141,10 +141,14 @@ if took then
         queue()
         return string.format('%d', claim)
       end
-      -- (Not in the queue, e.g. purged: everyone queued is ahead.)
-      local rank = redis.call('ZRANK', KEYS[3], me)
-      local last = rank and rank - 1 or -1
-      for _, w in ipairs(redis.call('ZRANGE', KEYS[3], 0, last)) do
+      -- Those ahead: arrival orders are unique (lua/sem_grant.lua
+      -- `sem_join`), so ahead is a lower order. Not in the queue (e.g.
+      -- purged): everyone queued is ahead. (Not ZRANK: the README's ACL
+      -- line grants only the calls the scripts make.)
+      local order = redis.call('ZSCORE', KEYS[3], me)
+      local ahead = order and redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. order)
+        or redis.call('ZRANGE', KEYS[3], 0, -1)
+      for _, w in ipairs(ahead) do
         if not redis.call('ZSCORE', prefix .. 'told', w) then
           sem_leave(keys, prefix, w, true)
         end

@@ -76,7 +76,7 @@ end
 if me == '' then
   return 0
 end
-if head and redis.call('ZRANK', KEYS[3], me) == 1 then
+if head and redis.call('ZRANGE', KEYS[3], 1, 1)[1] == me then
   -- Next in line behind one whose request does not fit: should that one
   -- die, its place lapses, and this look offers what is free.
   return math.max(1, redis.call('PTTL', prefix .. 'head')) + 50

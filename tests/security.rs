@@ -7,6 +7,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::Server;
+use redis::Commands;
 use redlease::{Client, ErrorKind};
 
 /// The README's ACL line, for the prefix `myapp:`.
@@ -191,4 +192,151 @@ fn a_latch_waiter_in_the_client_that_opens_it_is_woken_at_once() {
         "the waiter was not woken by its own client's count-down ({:?} after it)",
         opened_at.elapsed()
     );
+}
+
+/// The README's ACL line is the one these tests run under (bar the
+/// password), and it grants every command a script of `lua/` calls: a
+/// script's call the line leaves out is `NOPERM` for its users on exactly
+/// the path that makes it (`ZRANK`, in a fair semaphore's hand-over, was).
+#[test]
+fn the_readme_acl_line_grants_every_command_the_scripts_call() {
+    let readme = include_str!("../README.md");
+    let line = readme
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("ACL SETUSER app "))
+        .expect("no ACL line in the README");
+    let without_password = |rules: &str| -> Vec<String> {
+        rules
+            .split_whitespace()
+            .filter(|r| !r.starts_with('>'))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        without_password(line),
+        without_password(ACL),
+        "tests/common/mod.rs README_ACL is not the README's line"
+    );
+    let granted: Vec<String> = ACL
+        .split_whitespace()
+        .filter_map(|r| r.strip_prefix('+'))
+        .map(str::to_ascii_uppercase)
+        .collect();
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/lua")).unwrap() {
+        let path = entry.unwrap().path();
+        let lua = std::fs::read_to_string(&path).unwrap();
+        let file = path.file_name().unwrap().to_string_lossy().into_owned();
+        for (call, rest) in lua
+            .split("redis.call('")
+            .skip(1)
+            .map(|r| ("call", r))
+            .chain(lua.split("redis.pcall('").skip(1).map(|r| ("pcall", r)))
+        {
+            let command = rest.split('\'').next().unwrap().to_ascii_uppercase();
+            // `inspect.lua` reads a list's head with `pcall` and goes on
+            // without it: the line need not grant it.
+            if call == "pcall" && command == "LINDEX" {
+                continue;
+            }
+            if !granted.contains(&command) {
+                missing.push(format!("{file}: {command}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "not granted by the README's ACL line: {missing:?}"
+    );
+}
+
+/// A fair semaphore's hand-overs under the README's ACL line, on the two
+/// paths that called `ZRANK` (which the line does not grant: `NOPERM`):
+/// the look of a waiter second in line behind one whose request does not
+/// fit yet (`sem_watch.lua`), and an offer passed along a queue whose
+/// first member is alive but not blocked (`sem_acquire.lua`).
+#[test]
+fn a_fair_semaphore_hands_over_under_the_readme_acl() {
+    let server = Server::start();
+    let url = restricted_user(&server, ACL);
+    // Second in line: one of three permits held, the first in line waits
+    // for three, and the look of the one behind it (the renewal thread's,
+    // made as the restricted user) says when the first one's place would
+    // lapse. A refused look goes unseen by the waiter (the next one, or a
+    // release, does its work), so it is made here.
+    let (q, qt) = ("myapp:{fs}:sem:queue", "myapp:{fs}:sem:queue:t");
+    let mut con = server.con();
+    let later = common::server_ms(&mut con) + 60_000;
+    let _: () = con.zadd("myapp:{fs}:sem", "1:rl:holder", later).unwrap();
+    common::plant_live_waiter(&mut con, Some(q), qt, "3:rl:big");
+    common::plant_live_waiter(&mut con, None, qt, "1:rl:small");
+    let _: () = con.zadd(q, "1:rl:small", 2).unwrap();
+    let _: () = con
+        .set_ex("myapp:{fs}:sem:grant:head", "3:rl:big", 30)
+        .unwrap();
+    let mut app = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let next: Result<i64, _> = redis::cmd("EVAL")
+        .arg(common::lua_source("sem_watch.lua"))
+        .arg(4)
+        .arg(&["myapp:{fs}:sem", "myapp:{fs}:sem:n", q, qt])
+        .arg(&["1:rl:small", "30000", "myapp:{fs}:sem:grant:", "1000"])
+        .arg(&["myapp:redlease:wake:{fs}", "fs", "3", "1"])
+        .query(&mut app);
+    let next = next.map_err(|e| e.to_string());
+    assert!(
+        next.as_ref().is_ok_and(|ms| (29_000..=30_050).contains(ms)),
+        "the look second in line: {next:?}"
+    );
+    // Passed along: a member first in line, alive but not blocked, and
+    // one blocked behind it that the offer reaches.
+    let c = app_client(&url, Duration::from_secs(30));
+    let held = c.fair_semaphore("fs1", 1).acquire().unwrap();
+    common::plant_live_waiter(
+        &mut con,
+        Some("myapp:{fs1}:sem:queue"),
+        "myapp:{fs1}:sem:queue:t",
+        "1:rl:quiet",
+    );
+    let behind = {
+        let c = app_client(&url, Duration::from_secs(30));
+        std::thread::spawn(move || {
+            let got = c
+                .fair_semaphore("fs1", 1)
+                .acquire_timeout(Duration::from_secs(10));
+            got.map(|p| p.is_some()).map_err(|e| e.to_string())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    drop(held);
+    assert_eq!(behind.join().unwrap(), Ok(true));
+    assert_eq!(refused_in_scripts(&server), Vec::<String>::new());
+}
+
+/// The commands `ACL LOG` says a script was refused (the client's own
+/// probes, such as `CONFIG GET`, are refused outside scripts, and
+/// handled).
+fn refused_in_scripts(server: &Server) -> Vec<String> {
+    let log: Vec<Vec<redis::Value>> = redis::cmd("ACL")
+        .arg("LOG")
+        .query(&mut server.con())
+        .unwrap();
+    let text = |v: &redis::Value| match v {
+        redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        other => format!("{other:?}"),
+    };
+    log.iter()
+        .filter_map(|entry| {
+            let field = |name: &str| {
+                entry
+                    .chunks(2)
+                    .find(|kv| text(&kv[0]) == name)
+                    .map(|kv| text(&kv[1]))
+            };
+            (field("context").as_deref() == Some("lua"))
+                .then(|| field("object").unwrap_or_default())
+        })
+        .collect()
 }
