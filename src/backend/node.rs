@@ -79,6 +79,10 @@ pub(crate) struct Blocked {
     /// must not hold the name long); `None`: the full lease, from when the
     /// attempt was sent.
     pub(crate) short: Option<(Instant, Duration)>,
+    /// The grant was made by a call of its own, sent at this instant after
+    /// the block (on Cluster, once the slot moved under the block): its
+    /// full lease counts from then, not from the block's sending.
+    pub(crate) sent: Option<Instant>,
 }
 
 /// One server and its pool.
@@ -684,6 +688,7 @@ impl Node {
                 reply,
                 popped,
                 short: Some((at, POPPED_LEASE)),
+                sent: None,
             }),
             // Reading what the pop took is not allowed (an ACL with BLMOVE
             // but without LPOP): wait for messages instead.
@@ -693,6 +698,7 @@ impl Node {
                     reply: Answer::Busy(-1),
                     popped: false,
                     short: None,
+                    sent: None,
                 })
             }
             Err(e) => Err(e),
@@ -736,6 +742,7 @@ impl Node {
                     reply: Answer::Busy(-1),
                     popped: false,
                     short: None,
+                    sent: None,
                 })
             }
             Value::ServerError(e) => Err(redis::RedisError::from(e).into()),
@@ -743,6 +750,7 @@ impl Node {
                 reply: Answer::from_redis_value(reply).map_err(redis::RedisError::from)?,
                 popped,
                 short: None,
+                sent: None,
             }),
         }
     }
@@ -1137,6 +1145,7 @@ fn popped_grant(
         reply: Answer::Granted(std::str::from_utf8(fence).ok()?.parse::<i64>().ok()?),
         popped: true,
         short: Some((at, Duration::from_millis(ms as u64))),
+        sent: None,
     })
 }
 

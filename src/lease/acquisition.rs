@@ -133,19 +133,24 @@ impl<'a> Acquisition<'a> {
             Ok(Blocked {
                 reply: Answer::Granted(fence),
                 short,
+                sent,
                 ..
-            }) => Ok(Attempt::Acquired(match short {
-                Some((from, first)) => (fence, from.max(at), Some(first)),
-                // Granted by a call made after a block that took nothing (a
-                // script behind a pop that timed out; on Cluster, a plain
-                // grant after the slot moved under the block): its lease
-                // counts from before the block, maybe long ago, and the
-                // guard was lost at once. One extension sets it from now
-                // (see `taken_by_pop`).
-                None if block.is_some() && at.elapsed() >= self.spec.lease / 3 => {
+            }) => Ok(Attempt::Acquired(match (short, sent) {
+                (Some((from, first)), _) => (fence, from.max(at), Some(first)),
+                // Granted by a call of its own after the block (on Cluster,
+                // a plain grant once the slot moved under the block): the
+                // full lease from its sending. Counted from the block's
+                // sending instead, it needed an extension, and one refused
+                // in the slot's last moves lost the guard at once.
+                (None, Some(sent)) => (fence, sent.max(at), None),
+                // Granted by the script behind a pop that timed out: its
+                // lease counts from before the block, maybe long ago, and
+                // the guard was lost at once. One extension sets it from
+                // now (see `taken_by_pop`).
+                (None, None) if block.is_some() && at.elapsed() >= self.spec.lease / 3 => {
                     (fence, at, Some(self.spec.lease))
                 }
-                None => (fence, at, None),
+                (None, None) => (fence, at, None),
             })),
             Ok(Blocked {
                 reply: Answer::Busy(wait),
@@ -200,6 +205,7 @@ impl<'a> Acquisition<'a> {
                     reply,
                     popped: false,
                     short: None,
+                    sent: None,
                 })
             }
         }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use redis_test::server::RedisServer;
 #[cfg(feature = "cluster")]
 pub mod cluster;
+pub mod monitor;
 pub mod netns;
 pub mod proxy;
 pub mod worker;

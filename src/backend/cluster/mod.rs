@@ -220,12 +220,16 @@ impl ClusterLeader {
         deadline: Option<Instant>,
     ) -> Result<Blocked> {
         // Not blocked, nothing popped: the script's plain answer, granted
-        // over our own connection as any grant is.
+        // over our own connection as any grant is. Its lease counts from
+        // its own sending: after a block the slot moved under, that may be
+        // long after the block was sent.
         let plain = || {
+            let sent = Instant::now();
             Ok(Blocked {
                 reply: self.grant(call, undo, deadline)?,
                 popped: false,
                 short: None,
+                sent: Some(sent),
             })
         };
         let Some(node) = call.keys.first().and_then(|k| self.masters.master_of(k)) else {
