@@ -141,14 +141,16 @@ if took then
         queue()
         return string.format('%d', claim)
       end
-      -- Those ahead: arrival orders are unique (lua/sem_grant.lua
-      -- `sem_join`), so ahead is a lower order. Not in the queue (e.g.
-      -- purged): everyone queued is ahead. (Not ZRANK: the README's ACL
-      -- line grants only the calls the scripts make.)
+      -- Those ahead of us, in the queue's order up to us (not ZRANK: the
+      -- README's ACL line grants only the calls the scripts make). Not
+      -- in the queue (e.g. purged): everyone queued is ahead.
       local order = redis.call('ZSCORE', KEYS[3], me)
-      local ahead = order and redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. order)
+      local ahead = order and redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', order)
         or redis.call('ZRANGE', KEYS[3], 0, -1)
       for _, w in ipairs(ahead) do
+        if w == me then
+          break
+        end
         if not redis.call('ZSCORE', prefix .. 'told', w) then
           sem_leave(keys, prefix, w, true)
         end

@@ -310,9 +310,16 @@ fn a_fair_semaphore_hands_over_under_the_readme_acl() {
         })
     };
     std::thread::sleep(Duration::from_millis(300));
+    // And one behind it, alive too: only those ahead lose their place.
+    let (q1, qt1) = ("myapp:{fs1}:sem:queue", "myapp:{fs1}:sem:queue:t");
+    common::plant_live_waiter(&mut con, None, qt1, "1:rl:after");
+    let _: () = con.zadd(q1, "1:rl:after", 100).unwrap();
     drop(held);
     assert_eq!(behind.join().unwrap(), Ok(true));
     assert_eq!(refused_in_scripts(&server), Vec::<String>::new());
+    let quiet: Option<f64> = con.zscore(q1, "1:rl:quiet").unwrap();
+    let after: Option<f64> = con.zscore(q1, "1:rl:after").unwrap();
+    assert_eq!((quiet, after), (None, Some(100.0)), "(ahead, behind)");
 }
 
 /// The commands `ACL LOG` says a script was refused (the client's own
