@@ -13,8 +13,8 @@
 //! **guarded floor**: the library's own server work sent raw, without the
 //! library: its count-down script (lua/latch_count_down.lua, with its
 //! prelude) run by `EVALSHA`, and a raw waiter blocked as the library's
-//! waiter blocks (`BLMOVE` of the round's opening list onto itself, `DEL`
-//! behind it). The latch's distance from it is what the library's client
+//! waiter blocks (`BLMOVE` of the round's opening list onto itself). The
+//! latch's distance from it is what the library's client
 //! adds. Between the two, the **bare floor**: the least any latch counted
 //! down on the server and woken by a blocking pop does, as a raw script
 //! (`DECR`; at zero the count removed, one element pushed for every waiter
@@ -113,27 +113,15 @@ fn main() {
                 Arm::PubSub => {
                     let _ = ps.get_message().unwrap();
                 }
-                Arm::Bare => {
+                // The library's waiter's pop (the guarded floor's) is the
+                // bare floor's too.
+                Arm::Bare | Arm::Guarded => {
                     let _: String = redis::cmd("BLMOVE")
                         .arg(&name)
                         .arg(&name)
                         .arg("LEFT")
                         .arg("RIGHT")
                         .arg(40)
-                        .query(&mut pop_con)
-                        .unwrap();
-                }
-                Arm::Guarded => {
-                    // The library's waiter's pop and the DEL behind it.
-                    let (_, _): (String, i64) = redis::pipe()
-                        .cmd("BLMOVE")
-                        .arg(&name)
-                        .arg(&name)
-                        .arg("LEFT")
-                        .arg("RIGHT")
-                        .arg(40)
-                        .cmd("DEL")
-                        .arg(&name)
                         .query(&mut pop_con)
                         .unwrap();
                 }

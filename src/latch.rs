@@ -16,9 +16,9 @@ use crate::wakeup::{blocks_now, deadline_after, waited, Attempt, Turns};
 /// How long a round's opening list lives (lua/latch_count_down.lua): every
 /// waiter blocked on it is served as soon as the push is made, so it only
 /// needs to outlast a waiter's look and the pop sent right behind it (see
-/// `Node::look_blocking`), and to go soon when the waiters it was pushed
-/// for all died.
-const OPENING_LIFE: Duration = Duration::from_secs(2);
+/// `Node::look_blocking`). Nobody removes it: it lapses by itself, soon,
+/// whether the waiters it was pushed for woke or died.
+const OPENING_LIFE: Duration = Duration::from_millis(500);
 
 /// A named distributed count-down latch (Redisson's `RCountDownLatch`).
 ///
@@ -38,8 +38,8 @@ const OPENING_LIFE: Duration = Duration::from_secs(2);
 ///
 /// Life cycle: the latch exists while its count is above zero. The last
 /// count-down removes its key, so a finished latch leaves nothing in
-/// Redis (the opening's announcement to blocked waiters is removed by the
-/// first of them to wake, or lapses within two seconds if they all died),
+/// Redis (the opening's announcement to blocked waiters lapses by itself
+/// within a second),
 /// `count()` is 0 and waits return at once; `try_set_count` then
 /// starts a new round. A latch whose count never reaches zero does **not**
 /// expire: it stays (one small key) until counted down; waiters with a

@@ -95,12 +95,10 @@ fn every_primitive_under(acl: &str) {
     c.count_down_latch("l").count_down().unwrap();
     let (opened, waited) = t.join().unwrap();
     assert!(opened && waited < Duration::from_secs(3), "{waited:?}");
-    // The opening leaves nothing, whether its waiter blocked or waited
-    // for the message (an opening list pushed for message waiters lingered).
-    let left: Vec<String> = redis::cmd("KEYS")
-        .arg("myapp:*latch*")
-        .query(&mut server.con())
-        .unwrap();
+    // The opening leaves nothing once its list lapses (half a second),
+    // whether its waiter blocked or waited for the message (an opening
+    // list pushed for message waiters lingered).
+    let left = common::keys_left(&server, "myapp:*latch*", Duration::from_secs(3));
     assert!(left.is_empty(), "left behind: {left:?}");
     drop(c.fair_lock("f").acquire().unwrap());
     drop(c.rw_lock("rw").write().unwrap());

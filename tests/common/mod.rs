@@ -193,6 +193,20 @@ pub fn plant_live_waiter(
 }
 
 /// Polls `cond` every 5 ms until it holds or `limit` passes.
+/// The keys matching `pattern` still there after waiting up to `limit`
+/// for them all to go (a finished latch's opening list lapses by itself
+/// within a second); empty when they went.
+#[allow(dead_code)]
+pub fn keys_left(server: &Server, pattern: &str, limit: Duration) -> Vec<String> {
+    let mut con = server.con();
+    let mut left = Vec::new();
+    eventually(limit, || {
+        left = redis::cmd("KEYS").arg(pattern).query(&mut con).unwrap();
+        left.is_empty()
+    });
+    left
+}
+
 pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + limit;
     loop {
