@@ -235,6 +235,8 @@ impl CountDownLatch {
         };
         let backend = self.client.backend();
         let (seen, popped) = backend.look_blocking(&look, &list, block, deadline)?;
+        // Freed off the path of a waiter just woken (see `deferred`).
+        crate::deferred::drop_later((keys, args, list));
         if popped {
             self.client.wakeup().delivered_directly();
             return Ok(true);

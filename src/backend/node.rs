@@ -514,7 +514,7 @@ impl Node {
         let behind = behind.as_ref().map(|args| call.with_args(args));
         let (packed, count) = pop_pipeline(pop, block, behind.as_ref());
         let Some((replies, at)) =
-            self.exchange_blocking(&packed, count, block, deadline, Some(undo))?
+            self.exchange_blocking(packed, count, block, deadline, Some(undo))?
         else {
             // Not blocked (no slot, or the connection broke while it was):
             // look once without blocking, which renews our entry; a grant
@@ -558,7 +558,7 @@ impl Node {
     /// retires the connection, with `undo` (a grant's) written behind it.
     fn exchange_blocking(
         &self,
-        packed: &[u8],
+        packed: Vec<u8>,
         count: usize,
         block: Duration,
         deadline: Option<Instant>,
@@ -570,7 +570,11 @@ impl Node {
         let mut con = self.spare(deadline)?;
         let at = Instant::now();
         let until = at + block + self.timeouts.response;
-        let replies = match con.exchange(packed, count, until, self.timeouts.response) {
+        let replies = con.exchange(&packed, count, until, self.timeouts.response);
+        // The pipeline (a kilobyte for a latch's look) is freed off the
+        // path of the waiter just woken (see `deferred`).
+        crate::deferred::drop_later(packed);
+        let replies = match replies {
             Ok(r) => r,
             Err(e) if e.is_timeout() => {
                 return Err(self.fail(&mut con, e, undo.map(std::slice::from_ref)));
@@ -627,16 +631,16 @@ impl Node {
             let args: Vec<&[u8]> = look.args.iter().collect();
             Ok((self.eval(look.lua, &keys, &args, deadline)?, false))
         };
-        let mut pipe = redis::pipe();
-        pipe.add_command(look.command(true));
-        pipe.cmd("BLMOVE")
+        let packed = redis::pipe()
+            .add_command(look.command(true))
+            .cmd("BLMOVE")
             .arg(list)
             .arg(list)
             .arg("LEFT")
             .arg("RIGHT")
-            .arg(block_timeout(block));
-        let packed = pipe.get_packed_pipeline();
-        let Some((replies, _)) = self.exchange_blocking(&packed, 2, block, deadline, None)? else {
+            .arg(block_timeout(block))
+            .get_packed_pipeline();
+        let Some((replies, _)) = self.exchange_blocking(packed, 2, block, deadline, None)? else {
             return plain();
         };
         let mut replies = replies.into_iter();
