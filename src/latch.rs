@@ -365,6 +365,11 @@ fn parse(v: Option<Vec<u8>>) -> Result<Option<(u64, Vec<u8>)>> {
         )
     };
     let colon = v.iter().position(|&b| b == b':').ok_or_else(foreign)?;
+    // Digits only, as the scripts read it (`%d+`): `u64`'s parser would
+    // also take a sign ("+1:x"), which the scripts call foreign.
+    if colon == 0 || !v[..colon].iter().all(u8::is_ascii_digit) {
+        return Err(foreign());
+    }
     let n = std::str::from_utf8(&v[..colon])
         .ok()
         .and_then(|n| n.parse::<u64>().ok())

@@ -113,6 +113,12 @@ fn latch_rejects_bad_input_and_foreign_data() {
         c.count_down_latch("bare").count_down().unwrap_err().kind(),
         ErrorKind::WrongType
     );
+    // A sign is foreign to the scripts, and so to every read (`count`
+    // took "+1" for a count of 1).
+    let _: () = con.set("{signed}:latch", "+1:x").unwrap();
+    let l = c.count_down_latch("signed");
+    assert_eq!(l.count().unwrap_err().kind(), ErrorKind::WrongType);
+    assert_eq!(l.count_down().unwrap_err().kind(), ErrorKind::WrongType);
     let _: () = con.hset("{hash}:latch", "f", "v").unwrap();
     assert_eq!(
         c.count_down_latch("hash").count_down().unwrap_err().kind(),
