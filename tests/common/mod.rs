@@ -192,7 +192,6 @@ pub fn plant_live_waiter(
         .unwrap();
 }
 
-/// Polls `cond` every 5 ms until it holds or `limit` passes.
 /// The keys matching `pattern` still there after waiting up to `limit`
 /// for them all to go (a finished latch's opening list lapses by itself
 /// within a second); empty when they went.
@@ -207,6 +206,7 @@ pub fn keys_left(server: &Server, pattern: &str, limit: Duration) -> Vec<String>
     left
 }
 
+/// Polls `cond` every 5 ms until it holds or `limit` passes.
 pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + limit;
     loop {
