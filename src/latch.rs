@@ -308,6 +308,8 @@ impl CountDownLatch {
                     turns: Turns::Local(0),
                     deadline,
                     jump: false,
+                    // Its read of the round just now was the first look.
+                    looked: true,
                     direct: blocks().then_some(ROOM_CHUNK),
                     keeps_blocking: false,
                     signalled: Some(&signalled),

@@ -288,6 +288,43 @@ fn latch_waiters_block_on_the_server_without_a_subscription() {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
+/// Reproduction: a latch waiter read the latch twice before it blocked:
+/// once for the round it waits on, and again as the waiting loop's first
+/// attempt, which every primitive makes before it waits. The latch's own
+/// read is that attempt: one read, then the look with the pop behind it.
+#[test]
+fn a_latch_waiter_reads_once_before_it_blocks() {
+    let server = Server::start();
+    let setter = client_with(&server, |b| b);
+    let latch = setter.count_down_latch("once");
+    assert!(latch.try_set_count(1).unwrap());
+    let waiter = client_with(&server, |b| b.fallback_poll(Duration::from_secs(30)));
+    let monitor = common::monitor::Monitor::start(server.port());
+    let w = std::thread::spawn(move || {
+        waiter
+            .count_down_latch("once")
+            .wait_timeout(Duration::from_secs(20))
+            .unwrap()
+    });
+    let mut con = server.con();
+    assert!(eventually(Duration::from_secs(5), || {
+        let info: String = redis::cmd("INFO").arg("clients").query(&mut con).unwrap();
+        info.contains("blocked_clients:1")
+    }));
+    latch.count_down().unwrap();
+    assert!(w.join().unwrap());
+    let seen = monitor.stop();
+    // What the waiter sent, up to its pop (the setter's count-down came
+    // after it blocked).
+    let sent: Vec<String> = seen
+        .iter()
+        .filter(|s| !s.by_script && !["CLIENT", "HELLO", "INFO"].contains(&s.name.as_str()))
+        .take_while(|s| s.name != "BLMOVE")
+        .map(|s| s.name.clone())
+        .collect();
+    assert_eq!(sent, ["GET", "EVAL"], "{seen:?}");
+}
+
 /// Reproduction (review): a blocked latch waiter learns of the opening from
 /// its pop alone; a latch that opened without that announcement (counted
 /// down by an older client, or its key removed) went unseen, and

@@ -53,6 +53,7 @@ pub(super) fn attempt(
         turns: spec.turns,
         deadline,
         jump: spec.jump,
+        looked: false,
         direct: match &spec.direct {
             Some(_) if client.backend().grants_directly() => Some(ROOM_CHUNK),
             _ => None,

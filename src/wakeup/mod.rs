@@ -74,6 +74,11 @@ pub(crate) struct Wait<'a> {
     /// Skip this client's local queue (a downgrade must not wait behind
     /// waiters that wait for itself).
     pub(crate) jump: bool,
+    /// The caller's own look, just made, found the key busy (a latch
+    /// reads its round before it knows what to wait on): that was the
+    /// first attempt, so the loop makes none before it waits, and the
+    /// first one blocks at once where waiting is direct.
+    pub(crate) looked: bool,
     /// Block on the server for a direct grant, this long per round trip.
     pub(crate) direct: Option<Duration>,
     /// Block until the deadline however near it is, rather than wait for
@@ -296,6 +301,7 @@ impl Wakeup {
             turns,
             deadline,
             jump,
+            looked,
             direct,
             keeps_blocking,
             signalled,
@@ -314,7 +320,7 @@ impl Wakeup {
         );
         // Fast path: nobody of ours is queued, so trying first is fair.
         let tried = server || jump || !self.shared.has_queue(key, line);
-        if tried {
+        if tried && !looked {
             if let Some(outcome) = try_first(&mut tries, &mut attempt) {
                 return outcome;
             }

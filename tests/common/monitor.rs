@@ -18,6 +18,8 @@ pub struct Seen {
     pub at: f64,
     pub name: String,
     pub first: String,
+    /// Run by a script (`[0 lua]`), not sent by a client.
+    pub by_script: bool,
 }
 
 pub struct Monitor {
@@ -74,11 +76,12 @@ impl Monitor {
 fn parse(line: &str) -> Option<Seen> {
     let line = line.strip_prefix('+')?;
     let (at, rest) = line.split_once(' ')?;
-    let (_, rest) = rest.split_once("] ")?;
+    let (source, rest) = rest.split_once("] ")?;
     let mut quoted = rest.split('"').skip(1).step_by(2);
     Some(Seen {
         at: at.parse().ok()?,
         name: quoted.next()?.to_ascii_uppercase(),
         first: quoted.next().unwrap_or("").to_owned(),
+        by_script: source.ends_with(" lua"),
     })
 }
