@@ -390,6 +390,56 @@ fn a_short_latch_wait_keeps_its_deadline() {
     assert!(opened && waited < Duration::from_millis(800), "{waited:?}");
 }
 
+/// Reproduction (review): a wait whose first block came out at one
+/// millisecond (a deadline just over a second away: the block ends a
+/// second before it) sent `BLMOVE … 0.001`, which Redis 6.2 reads as 0 and
+/// blocks for ever (it truncates 0.001 × 1000, 0.999…): the wait ended
+/// with an error at the read's own limit, about a second late. Deadlines
+/// around that edge, for a lock and a latch side by side; every wait ends
+/// with `false`/`None` by its deadline and the server's clock tick.
+#[test]
+fn a_wait_whose_block_is_a_millisecond_keeps_its_deadline() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let _held = holder.lock("edge:lock").acquire().unwrap();
+    assert!(holder.count_down_latch("edge").try_set_count(1).unwrap());
+    let waiter = client_with(&server, |b| b.fallback_poll(Duration::from_secs(30)));
+    for micros in (1_001_100..=1_002_700).step_by(200) {
+        let limit = Duration::from_micros(micros);
+        let timed = |f: Box<dyn FnOnce() -> String + Send>| {
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                let outcome = f();
+                (outcome, t.elapsed())
+            })
+        };
+        let (l, c) = (waiter.clone(), waiter.clone());
+        let lock = timed(Box::new(move || {
+            format!(
+                "{:?}",
+                l.lock("edge:lock")
+                    .acquire_timeout(limit)
+                    .map(|g| g.is_some())
+            )
+        }));
+        let latch = timed(Box::new(move || {
+            format!("{:?}", c.count_down_latch("edge").wait_timeout(limit))
+        }));
+        for (what, waited, expected) in [("lock", lock, "Ok(false)"), ("latch", latch, "Ok(false)")]
+        {
+            let (outcome, took) = waited.join().unwrap();
+            assert_eq!(
+                outcome, expected,
+                "{what} within {limit:?}: {outcome} after {took:?}"
+            );
+            assert!(
+                took < limit + Duration::from_millis(600),
+                "{what} within {limit:?} took {took:?}"
+            );
+        }
+    }
+}
+
 /// Reproduction (review): a wait longer than the lease handed out a guard
 /// already lost (its lease counted from when the blocking call was sent),
 /// and the name stayed held, unrenewed, for a whole lease.

@@ -1088,10 +1088,14 @@ fn popped_args(call: &Call<'_>) -> Args {
 
 /// A blocking pop's timeout as the server reads it, in seconds: whole
 /// milliseconds, rounded down (a pop never outlasts the wait it was sent
-/// for), and never 0, which would block for ever. Written from integers: a
-/// float printed to three places cost about 1.8K instructions a block.
+/// for, but by the server's clock tick, which it ends on anyway), and
+/// never under 2 ms. A 0 blocks for ever, and so does `0.001` on Redis
+/// 6.2, which truncates 0.001 × 1000 in long doubles (0.999…) to 0: a
+/// wait whose block came out at a millisecond then ended with an error
+/// at the read's limit, a response timeout late. Written from integers:
+/// a float printed to three places cost about 1.8K instructions a block.
 fn block_timeout(block: Duration) -> String {
-    let ms = block.as_millis().max(1);
+    let ms = block.as_millis().max(2);
     format!("{}.{:03}", ms / 1000, ms % 1000)
 }
 
@@ -1159,10 +1163,13 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn a_block_timeout_is_whole_milliseconds_rounded_down_and_never_zero() {
-        assert_eq!(block_timeout(Duration::ZERO), "0.001");
-        assert_eq!(block_timeout(Duration::from_micros(999)), "0.001");
-        assert_eq!(block_timeout(Duration::from_micros(1_999)), "0.001");
+    fn a_block_timeout_is_whole_milliseconds_rounded_down_and_never_under_two() {
+        // `0.001` blocks for ever on Redis 6.2 (see `block_timeout`).
+        assert_eq!(block_timeout(Duration::ZERO), "0.002");
+        assert_eq!(block_timeout(Duration::from_micros(999)), "0.002");
+        assert_eq!(block_timeout(Duration::from_micros(1_999)), "0.002");
+        assert_eq!(block_timeout(Duration::from_micros(2_999)), "0.002");
+        assert_eq!(block_timeout(Duration::from_millis(3)), "0.003");
         assert_eq!(block_timeout(Duration::from_millis(250)), "0.250");
         assert_eq!(block_timeout(Duration::from_secs(60)), "60.000");
         assert_eq!(block_timeout(Duration::from_millis(75_042)), "75.042");
