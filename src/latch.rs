@@ -281,11 +281,15 @@ impl CountDownLatch {
         let token = self.client.new_token();
         let waiter = |blocking: bool| (!blocking).then_some(&*token);
         let round = match self
-            .read(key, waiter(blocks()))
+            .client
+            .wakeup()
+            .look(deadline, || self.read(key, waiter(blocks())))
             .map_err(|e| e.about("latch", name))?
         {
-            None => return Ok(Some(())),
-            Some((_, round)) => round,
+            // The deadline passed while the server could not be reached.
+            None => return Ok(None),
+            Some(None) => return Ok(Some(())),
+            Some(Some((_, round))) => round,
         };
         // Wait on this round's opening. Where the server lets waiters block,
         // the client's first waiter blocks there (`direct`), in a look with a

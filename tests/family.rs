@@ -76,6 +76,46 @@ fn latch_counts_down_across_clients_and_wakes_every_waiter() {
     latch.wait().unwrap();
 }
 
+/// Reproduction (review): a latch's wait read the latch once before its
+/// waiting loop, outside it, so a server restart or outage at that moment
+/// ended the wait with an error at once (a pooled connection the restart
+/// had closed: `Connection reset`), where a lock's wait rides it out. The
+/// read is judged as the loop's attempts are now: repeated when its
+/// connection broke at once, waited out within the outage tolerance.
+#[test]
+fn a_latch_wait_rides_out_a_restart_and_an_outage_at_its_start() {
+    let mut server = Server::start();
+    let waiter = client_with(&server, |b| b);
+    let latch = waiter.count_down_latch("restart");
+    // A connection in the waiter's pool, which the restart closes.
+    assert_eq!(latch.count().unwrap(), 0);
+    server.restart();
+    let setter = client(&server);
+    assert!(setter.count_down_latch("restart").try_set_count(1).unwrap());
+    let w = {
+        let latch = latch.clone();
+        std::thread::spawn(move || latch.wait_timeout(Duration::from_secs(10)))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    setter.count_down_latch("restart").count_down().unwrap();
+    let opened = w.join().unwrap();
+    assert!(matches!(opened, Ok(true)), "{opened:?}");
+    // The server down when the wait starts, back 500 ms later.
+    assert!(setter.count_down_latch("restart").try_set_count(1).unwrap());
+    server.stop();
+    let t = Instant::now();
+    let w = std::thread::spawn(move || latch.wait_timeout(Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_millis(500));
+    server.restart();
+    // The data went with the server: the latch is open.
+    let opened = w.join().unwrap();
+    assert!(
+        matches!(opened, Ok(true)),
+        "{opened:?} after {:?}",
+        t.elapsed()
+    );
+}
+
 #[test]
 fn latch_rejects_bad_input_and_foreign_data() {
     let server = Server::start();

@@ -403,6 +403,41 @@ impl Wakeup {
         }
     }
 
+    /// A look a waiter makes before it knows what to wait on (a latch
+    /// reads its round), judged as [`Wakeup::acquire`]'s attempts are: one
+    /// whose connection broke at once (a pooled connection a restart
+    /// closed) is repeated, and an unreachable server is ridden out within
+    /// the outage tolerance, never past the deadline. `look` must be safe
+    /// to repeat. `None`: the deadline passed first.
+    pub(crate) fn look<T>(
+        &self,
+        deadline: Option<Instant>,
+        mut look: impl FnMut() -> Result<T>,
+    ) -> Result<Option<T>> {
+        let mut tries = Tries::new(
+            self.shared.outage_tolerance,
+            self.backend.timeouts().response,
+            deadline,
+        );
+        loop {
+            match tries.judge(&mut || look().map(Attempt::Acquired)) {
+                Step::Done(v) => return Ok(Some(v)),
+                Step::Again => continue,
+                Step::Fail(e) => return Err(e),
+                Step::Wait(backoff) => {
+                    let now = Instant::now();
+                    let left = deadline.map(|d| d.saturating_duration_since(now));
+                    if left == Some(Duration::ZERO) {
+                        return tries.timed_out();
+                    }
+                    // An outage's backoff (a look is never busy).
+                    let pause = backoff.unwrap_or(self.shared.fallback);
+                    std::thread::sleep(left.map_or(pause, |l| l.min(pause)));
+                }
+            }
+        }
+    }
+
     /// How long a waiter waits for its subscription: the connect timeout,
     /// and never past its own deadline.
     fn subscribe_by(&self, deadline: Option<Instant>) -> Instant {
