@@ -179,18 +179,25 @@ impl CountDownLatch {
     pub fn count(&self) -> Result<u64> {
         let (key, name) = self.key()?;
         Ok(self
-            .read(key, None)
+            .read(key, None, None)
             .map_err(|e| e.about("latch", name))?
             .map_or(0, |(n, _)| n))
     }
 
     /// The count and round, `None` when the latch has no count. A
     /// waiter (`waiter`: its token) is registered while the latch is
-    /// closed, for one entry lifetime (lua/latch_look.lua).
-    fn read(&self, key: &[u8], waiter: Option<&str>) -> Result<Option<(u64, Vec<u8>)>> {
+    /// closed, for one entry lifetime (lua/latch_look.lua). A waiter's
+    /// read waits for a connection no longer than its `deadline` allows
+    /// (see `Backend::eval_by`).
+    fn read(
+        &self,
+        key: &[u8],
+        waiter: Option<&str>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<(u64, Vec<u8>)>> {
         let backend = self.client.backend();
         let v: Option<Vec<u8>> = match waiter {
-            None => backend.query(redis::cmd("GET").arg(key))?,
+            None => backend.query_by(redis::cmd("GET").arg(key), deadline)?,
             Some(token) => {
                 let life = self
                     .client
@@ -198,10 +205,11 @@ impl CountDownLatch {
                     .entry_life(true)
                     .as_millis()
                     .to_string();
-                backend.eval(
+                backend.eval_by(
                     &LATCH_LOOK,
                     &[key, &waiters_key(key)],
                     &[token.as_bytes(), life.as_bytes()],
+                    deadline,
                 )?
             }
         };
@@ -283,7 +291,7 @@ impl CountDownLatch {
         let round = match self
             .client
             .wakeup()
-            .look(deadline, || self.read(key, waiter(blocks())))
+            .look(deadline, || self.read(key, waiter(blocks()), deadline))
             .map_err(|e| e.about("latch", name))?
         {
             // The deadline passed while the server could not be reached.
@@ -326,7 +334,7 @@ impl CountDownLatch {
                     let open = match block {
                         Some(block) => self.look_blocking(key, &token, &round, block, deadline)?,
                         None => {
-                            let seen = self.read(key, waiter(blocks()))?;
+                            let seen = self.read(key, waiter(blocks()), deadline)?;
                             !matches!(seen, Some((_, r)) if r == round)
                         }
                     };
@@ -343,16 +351,22 @@ impl CountDownLatch {
             // opening from its pop, which the server times out in steps of
             // its clock tick (100 ms): an opening in that step, or one
             // whose announcement this waiter never got, is still seen.
-            if let Ok(seen) = self.read(key, None) {
-                if !matches!(seen, Some((_, r)) if r == round) {
-                    return Ok(Some(()));
-                }
+            // Past the deadline, these calls wait for a connection one
+            // response timeout at most (see `Backend::eval_by`).
+            match self.read(key, None, deadline) {
+                Ok(seen) if !matches!(&seen, Some((_, r)) if *r == round) => return Ok(Some(())),
+                Ok(_) => {}
+                // Not answering: the registration lapses by itself.
+                Err(_) => return opened,
             }
         }
         if !matches!(opened, Ok(Some(()))) {
             // Gave up: no longer waiting (else the entry lapses by itself).
             for set in [waiters_key(key), blocked_key(key)] {
-                let _: Result<i64> = backend.query(redis::cmd("ZREM").arg(set).arg(&*token));
+                let zrem = redis::cmd("ZREM").arg(set).arg(&*token).clone();
+                if backend.query_by::<i64>(&zrem, deadline).is_err() {
+                    break;
+                }
             }
         }
         opened

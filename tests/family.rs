@@ -116,6 +116,36 @@ fn a_latch_wait_rides_out_a_restart_and_an_outage_at_its_start() {
     );
 }
 
+/// Reproduction (review): once a latch's first read was repeated through
+/// an outage, a read that timed out on a paused server was followed by
+/// one that waited a whole connect timeout for a new connection, past the
+/// wait's deadline (`wait_timeout(1 s)` returned after 5.2 s with a 5 s
+/// connect timeout; a lock's wait, whose attempts carry the deadline,
+/// after 1.0 s). Every read of a wait now carries its deadline.
+#[test]
+fn a_latch_wait_on_a_paused_server_ends_by_its_deadline() {
+    let server = Server::start();
+    let setter = client(&server);
+    assert!(setter.count_down_latch("paused").try_set_count(1).unwrap());
+    let waiter = client_with(&server, |b| {
+        b.response_timeout(Duration::from_millis(200))
+            .connect_timeout(Duration::from_secs(5))
+    });
+    let latch = waiter.count_down_latch("paused");
+    assert_eq!(latch.count().unwrap(), 1);
+    server.pause();
+    let t = Instant::now();
+    let outcome = latch.wait_timeout(Duration::from_secs(1));
+    let took = t.elapsed();
+    server.resume();
+    println!("FIGURES wait_timeout(1 s) on a paused server: {outcome:?} after {took:?}");
+    assert!(
+        took < Duration::from_millis(2_200),
+        "{outcome:?} after {took:?}"
+    );
+    assert!(!matches!(outcome, Ok(true)), "{outcome:?}");
+}
+
 #[test]
 fn latch_rejects_bad_input_and_foreign_data() {
     let server = Server::start();

@@ -628,9 +628,23 @@ impl Backend {
         keys: &[&[u8]],
         args: &[&[u8]],
     ) -> Result<T> {
+        self.eval_by(lua, keys, args, None)
+    }
+
+    /// [`Backend::eval`] for a caller with a deadline (a waiter's look):
+    /// on one server its wait for a connection ends with the deadline and
+    /// one response timeout, as a grant's does, not after a whole connect
+    /// timeout. On Cluster every call is bounded by one response timeout.
+    pub(crate) fn eval_by<T: FromRedisValue>(
+        &self,
+        lua: &Lua,
+        keys: &[&[u8]],
+        args: &[&[u8]],
+        deadline: Option<Instant>,
+    ) -> Result<T> {
         let place = &self.place;
         (match &self.kind {
-            Kind::Single(node) => node.eval(lua, keys, args, None),
+            Kind::Single(node) => node.eval(lua, keys, args, deadline),
             #[cfg(feature = "cluster")]
             Kind::Cluster(c) => c.eval(lua, keys, args),
             Kind::Redlock(_) => Err(unsupported()),
@@ -640,9 +654,19 @@ impl Backend {
 
     /// Runs one plain command on the leader (not on Redlock).
     pub(crate) fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
+        self.query_by(cmd, None)
+    }
+
+    /// [`Backend::query`] for a caller with a deadline (see
+    /// [`Backend::eval_by`]).
+    pub(crate) fn query_by<T: FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        deadline: Option<Instant>,
+    ) -> Result<T> {
         let place = &self.place;
         (match &self.kind {
-            Kind::Single(node) => node.query(cmd, None),
+            Kind::Single(node) => node.query(cmd, deadline),
             #[cfg(feature = "cluster")]
             Kind::Cluster(c) => c.query(cmd),
             Kind::Redlock(_) => Err(unsupported()),
