@@ -763,12 +763,8 @@ fn a_reader_behind_a_dead_writer_gets_in_under_a_second() {
     assert!(took < Duration::from_millis(1_600), "took {took:?}");
 }
 
-fn connected_clients(con: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO").arg("clients").query(con).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("connected_clients:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+fn connected_clients(con: &mut redis::Connection) -> usize {
+    common::clients_info(con, "connected_clients")
 }
 
 /// Waiters block on at most `pool_size` connections per server: a fair lock

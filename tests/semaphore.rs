@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{client, client_with, eventually, Server};
+use common::{blocked_clients, client, client_with, eventually, Server};
 use redis::Commands;
 use redlease::{Client, ErrorKind};
 
@@ -239,15 +239,6 @@ fn bad_input() {
         kind(c.semaphore("s", 1).try_acquire()),
         ErrorKind::WrongType
     );
-}
-
-/// Clients blocked on the server now (`INFO clients`).
-fn blocked_clients(con: &mut redis::Connection) -> usize {
-    let info: String = redis::cmd("INFO").arg("clients").query(con).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("blocked_clients:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 /// Waiters must be served in the order they arrived. `queue` is the key of

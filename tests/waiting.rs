@@ -10,7 +10,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::worker::{say, Worker};
-use common::{client_with, commands_between, commandstats, eventually, no_poll, Server};
+use common::{
+    blocked_clients, client_with, commands_between, commandstats, eventually, no_poll, Server,
+};
 use redis::Commands;
 use redlease::Client;
 
@@ -241,28 +243,15 @@ fn latch_waiters_block_on_the_server_without_a_subscription() {
     };
     let mut waiters: Vec<_> = (0..3).map(wait).collect();
     let mut con = server.con();
-    let info = |con: &mut redis::Connection, field: &str| -> u64 {
-        let info: String = redis::cmd("INFO").arg("clients").query(con).unwrap();
-        info.lines()
-            .find_map(|l| {
-                l.strip_prefix(field)?
-                    .strip_prefix(':')?
-                    .trim()
-                    .parse()
-                    .ok()
-            })
-            .unwrap()
-    };
     assert!(
-        eventually(Duration::from_secs(5), || info(&mut con, "blocked_clients")
-            == 3),
+        eventually(Duration::from_secs(5), || blocked_clients(&mut con) == 3),
         "{} connections blocked",
-        info(&mut con, "blocked_clients")
+        blocked_clients(&mut con)
     );
     // A second thread of the first client waits behind its first.
     waiters.push(wait(0));
     std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(info(&mut con, "blocked_clients"), 3);
+    assert_eq!(blocked_clients(&mut con), 3);
     let channels: Vec<String> = redis::cmd("PUBSUB")
         .arg("CHANNELS")
         .query(&mut con)
@@ -308,8 +297,7 @@ fn a_latch_waiter_reads_once_before_it_blocks() {
     });
     let mut con = server.con();
     assert!(eventually(Duration::from_secs(5), || {
-        let info: String = redis::cmd("INFO").arg("clients").query(&mut con).unwrap();
-        info.contains("blocked_clients:1")
+        blocked_clients(&mut con) == 1
     }));
     latch.count_down().unwrap();
     assert!(w.join().unwrap());

@@ -284,6 +284,23 @@ pub fn no_poll(url: &str) -> redlease::Client {
         .unwrap()
 }
 
+/// One count of the server's `INFO clients` now (`blocked_clients`,
+/// `connected_clients`, ...); 0 if absent.
+#[allow(dead_code)]
+pub fn clients_info(con: &mut redis::Connection, field: &str) -> usize {
+    let info: String = redis::cmd("INFO").arg("clients").query(con).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Clients blocked on the server now.
+#[allow(dead_code)]
+pub fn blocked_clients(con: &mut redis::Connection) -> usize {
+    clients_info(con, "blocked_clients")
+}
+
 /// Every command's call count on the server (`INFO commandstats`: calls
 /// made inside scripts included), by name.
 #[allow(dead_code)]
