@@ -309,3 +309,14 @@ pub use signal::LostSignal;
 
 #[doc(hidden)]
 pub use scripts::sent_code as __sent_code;
+
+/// The protocol's timings and the client's pure decision rules, for the
+/// model checker (`check/`), which drives the same rules the library
+/// does. Not part of the API.
+#[doc(hidden)]
+pub mod __protocol {
+    pub use crate::lease::{
+        first_look, GRANT_CLAIM, GRANT_SLICE, NAME_LOOK_AFTER, POPPED_LEASE, ROOM_CHUNK, ROOM_ENTRY,
+    };
+    pub use crate::renewal::{next_look, LOOK_MARGIN, LOOK_MAX, NAME_LOOKS, WAITER_LOOKS};
+}

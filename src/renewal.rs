@@ -495,24 +495,16 @@ impl Scheduler {
                         match value {
                             // Look again when the holder's lease (or the
                             // claim of a hand-over made by this look) ends.
-                            Value::Int(ms) if ms > 0 => {
-                                let next = Duration::from_millis(ms as u64);
-                                // What it found is about to end (within
-                                // a thirtieth of the look's period, such
-                                // as a grant found in its last moments):
-                                // looking at its end again is no new look.
+                            Value::Int(ms) => {
                                 let r = &mut entry.renewal;
-                                if next > r.lease / 30 + LOOK_MARGIN {
-                                    if r.looks_left <= 1 {
-                                        continue;
-                                    }
-                                    r.looks_left -= 1;
-                                }
-                                entry.due = done.sent + (next + LOOK_MARGIN).min(LOOK_MAX);
+                                let Some((after, left)) = next_look(ms, r.looks_left) else {
+                                    continue; // the waiter holds it, or no looks left
+                                };
+                                r.looks_left = left;
+                                entry.due = done.sent + after;
                                 entry.retrying = false;
                                 self.push(entry);
                             }
-                            Value::Int(_) => {} // the waiter holds it
                             _ => self.retry(entry, now),
                         }
                         continue;
@@ -645,15 +637,39 @@ pub(crate) fn keep_alive(
     });
 }
 
+/// What a look's reply (lua/lock_watch.lua, sem_watch.lua, rw_watch.lua:
+/// milliseconds until looking again is useful, or 0 when the waiter holds
+/// it or nothing is left to look after) means for a look with
+/// `looks_left`: `None` when it looks no more, else when it looks next
+/// (from the sending of this look) and how many looks it has left then.
+/// The model checker drives this same rule.
+pub fn next_look(reply_ms: i64, looks_left: u32) -> Option<(Duration, u32)> {
+    if reply_ms <= 0 {
+        return None;
+    }
+    let next = Duration::from_millis(reply_ms as u64);
+    let mut left = looks_left;
+    // What it found is about to end (within a thirtieth of the look's
+    // period, such as a grant found in its last moments): looking at its
+    // end again is no new look.
+    if next > LOOK_PERIOD / 30 + LOOK_MARGIN {
+        if left <= 1 {
+            return None;
+        }
+        left -= 1;
+    }
+    Some(((next + LOOK_MARGIN).min(LOOK_MAX), left))
+}
+
 /// How long after the holder's lease ends a waiter's look is made: the
 /// expiry is the server's, and a look a little late costs less than one
 /// that comes too early and must be made again.
-const LOOK_MARGIN: Duration = Duration::from_millis(20);
+pub const LOOK_MARGIN: Duration = Duration::from_millis(20);
 
 /// The longest time between two looks of one waiter: a lock key can go
 /// without a release (`FLUSHALL`, `DEL`, eviction, a failover without it),
 /// and only a look sees it. A look at a held lock is two commands.
-const LOOK_MAX: Duration = Duration::from_secs(5);
+pub const LOOK_MAX: Duration = Duration::from_secs(5);
 
 /// Has the renewal thread run `look` (lua/lock_watch.lua, whose reply is
 /// how many milliseconds until the next look is useful) from `first` on,
@@ -668,7 +684,7 @@ pub(crate) fn watch(
 }
 
 /// A blocked waiter's looks: as many as it needs while it waits.
-const WAITER_LOOKS: u32 = u32::MAX;
+pub const WAITER_LOOKS: u32 = u32::MAX;
 
 /// How many looks a look at a name alone makes at most (after a release
 /// that opened the name, a shortened lease, a forced unlock): its first,
@@ -678,7 +694,7 @@ const WAITER_LOOKS: u32 = u32::MAX;
 /// again, for as long as the contention lasted: looks piled up (4 clients
 /// taking turns: 10,000 scripts a second in the first second, 42,000 in the
 /// sixth). A blocked waiter's own looks (every 5 s at most) are the rest.
-pub(crate) const NAME_LOOKS: u32 = 2;
+pub const NAME_LOOKS: u32 = 2;
 
 /// [`watch`], for at most `looks` looks.
 pub(crate) fn watch_for(
@@ -709,7 +725,7 @@ pub(crate) fn watch_for(
 /// within a thirtieth of it (100 ms) is taken with the batch at hand (see
 /// `Renewal::early`), and one whose
 /// batch failed is tried again after a tenth (300 ms).
-const LOOK_PERIOD: Duration = Duration::from_secs(3);
+pub const LOOK_PERIOD: Duration = Duration::from_secs(3);
 
 /// Longest lease accepted: a year. Longer ones would overflow `Instant`
 /// arithmetic on some platforms and are a bug rather than an intent.

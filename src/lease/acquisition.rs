@@ -227,7 +227,7 @@ impl<'a> Acquisition<'a> {
         let backend = self.client.backend();
         let look = self.spec.direct.as_ref().and_then(|d| d.watch.as_ref());
         if let (None, Some(look), true) = (&self.watching, look, self.blocks()) {
-            let first = at + Duration::from_millis(wait.max(0) as u64);
+            let first = at + super::first_look(at.elapsed(), wait);
             self.watching = Some(renewal::watch(backend, Arc::new(look.clone()), first));
         }
         Attempt::busy_ms(wait)

@@ -135,25 +135,25 @@ pub(crate) struct PopAlone {
 
 /// How long a waiter that finds no connection to block on waits before it
 /// looks without blocking.
-pub(crate) const GRANT_SLICE: Duration = Duration::from_millis(250);
+pub const GRANT_SLICE: Duration = Duration::from_millis(250);
 
 /// How long a waiter stays blocked in one `BLMOVE` when its wait has no
 /// deadline sooner: it sends nothing in between (its queue entry lives
 /// [`ROOM_ENTRY`], renewed at each block), and it keeps its place among the
 /// blocked waiters all that time.
-pub(crate) const ROOM_CHUNK: Duration = Duration::from_secs(60);
+pub const ROOM_CHUNK: Duration = Duration::from_secs(60);
 
 /// The queue entry life of a waiter blocked in the open list: a chunk and
 /// room for the next round trip. A waiter that dies keeps its entry that
 /// long, yet never stalls the name for more than one claim window: a
 /// release opens the name to the blocked (the dead are not among them),
 /// and a hand-over nobody took purges the queue.
-pub(crate) const ROOM_ENTRY: Duration = Duration::from_secs(75);
+pub const ROOM_ENTRY: Duration = Duration::from_secs(75);
 
 /// How long a hand-over waits on the open list for a blocked waiter to
 /// take it before it lapses (nobody was blocked: every waiter died, or was
 /// between two round trips); the queue is then purged.
-pub(crate) const GRANT_CLAIM: Duration = Duration::from_millis(500);
+pub const GRANT_CLAIM: Duration = Duration::from_millis(500);
 
 /// Checks a lease and returns it in whole milliseconds (at least 1).
 pub(crate) fn lease_millis(lease: Duration) -> Result<u64> {
@@ -230,7 +230,7 @@ pub(crate) fn hold(client: &Client, spec: Spec, grant: Grant, slot: Option<&Hold
 /// The short first lease a waiter gets when its script takes an open
 /// grant its pop took (lua/queue.lua `queue_take_open`): twice the claim
 /// window.
-pub(crate) const POPPED_LEASE: Duration = Duration::from_millis(GRANT_CLAIM.as_millis() as u64 * 2);
+pub const POPPED_LEASE: Duration = Duration::from_millis(GRANT_CLAIM.as_millis() as u64 * 2);
 
 /// A grant taken by a pop from the open list (`spec` already
 /// [`fenced`](Spec::fenced): the claim below names the fence). Its first lease is short
@@ -645,13 +645,34 @@ fn look_after_hand_over(client: &Client, held: &Held) {
     }
 }
 
+/// When a waiter that blocks looks at the name first, counted from the
+/// sending of the attempt that found it busy for `wait` ms, `taken` after
+/// that sending (its reply was read then): when the holder's lease would
+/// end. A reply read later than a hand-over's claim window (the process
+/// froze, the reply was delayed) is stale: a release may have opened the
+/// name meanwhile and, with nobody blocked to take it, the grant lapsed;
+/// only a look finds that, so it looks at once. Found by the model checker
+/// (`check/`, "waiter frozen across a hand-over").
+pub fn first_look(taken: Duration, wait: i64) -> Duration {
+    if taken > GRANT_CLAIM {
+        return taken;
+    }
+    Duration::from_millis(wait.max(0) as u64)
+}
+
+/// When a release that opened the name to its waiters looks at it again
+/// (its first look, before the renewal thread's margin): once the claim
+/// window of its hand-over has passed.
+pub const NAME_LOOK_AFTER: Duration =
+    Duration::from_millis(GRANT_CLAIM.as_millis() as u64 * 11 / 10);
+
 /// [`look_after_hand_over`] with the name's `look`: also after a
 /// `force_unlock` that opened the name.
 pub(crate) fn look_after_opening(client: &Client, look: Arc<PreparedCall>) {
     let state = renewal::watch_for(
         client.backend(),
         look,
-        Instant::now() + GRANT_CLAIM + GRANT_CLAIM / 10,
+        Instant::now() + NAME_LOOK_AFTER,
         renewal::NAME_LOOKS,
     );
     // Nobody finishes it: its replies end it (see lua/lock_watch.lua).

@@ -1,0 +1,137 @@
+//! The bounded configurations `scripts/check.sh` explores, and the known
+//! counterexamples it must go on finding until their fix lands.
+
+use crate::lock::{Faults, LockModel, Op};
+
+/// What a configuration's search must end with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// Every property holds in every state within the bound.
+    Holds,
+    /// A known bug, not fixed yet: the search must find a violation whose
+    /// text contains this (a model that stops finding it has lost
+    /// something, or the bug was fixed: then this becomes `Holds`).
+    Finds(&'static str),
+}
+
+pub struct Config {
+    pub name: &'static str,
+    pub model: LockModel,
+    pub expect: Expect,
+    /// The depth bound of the default check (`--depth` overrides it).
+    pub depth: usize,
+}
+
+impl LockModel {
+    /// The lease the configurations use: short, so that time steps reach
+    /// its end within the horizon (the rules scale with it).
+    pub fn default_lease() -> i64 {
+        3_000
+    }
+}
+
+fn model(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> LockModel {
+    LockModel {
+        ops,
+        faults,
+        lease_ms: LockModel::default_lease(),
+        horizon_ms,
+        response_ms: 2_000,
+        exits: true,
+    }
+}
+
+/// The same, where no client exits after its operations.
+fn staying(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> LockModel {
+    LockModel {
+        exits: false,
+        ..model(ops, faults, horizon_ms)
+    }
+}
+
+/// Every configuration, in the order the check runs them.
+pub fn all() -> Vec<Config> {
+    use Op::*;
+    let two = || vec![vec![Acquire, Release], vec![Acquire, Release]];
+    let three = || {
+        vec![
+            vec![Acquire, Release],
+            vec![Acquire, Release],
+            vec![Acquire, Release],
+        ]
+    };
+    let no_pause = |budget| Faults {
+        freeze: false,
+        crash: false,
+        ..Faults::all(budget)
+    };
+    let no_freeze = |budget| Faults {
+        freeze: false,
+        ..Faults::all(budget)
+    };
+    vec![
+        Config {
+            name: "lock: 2 clients, 2 faults (no freeze)",
+            model: model(two(), no_freeze(2), 12_000),
+            expect: Expect::Holds,
+            depth: 80,
+        },
+        Config {
+            name: "lock: try beside a timed wait, 2 faults",
+            model: model(
+                vec![vec![Try, Release], vec![AcquireFor(1_000), Release]],
+                no_freeze(2),
+                8_000,
+            ),
+            expect: Expect::Holds,
+            depth: 80,
+        },
+        Config {
+            name: "lock: 3 waiters, 1 lost call or clock step, nobody exits",
+            model: staying(three(), no_pause(1), 12_000),
+            expect: Expect::Holds,
+            depth: 80,
+        },
+        // Found "a waiter frozen between its busy reply and its block
+        // misses the hand-over" before `lease::first_look`.
+        Config {
+            name: "lock: 2 clients, freeze or crash, nobody exits",
+            model: staying(two(), Faults::all(1), 12_000),
+            expect: Expect::Holds,
+            depth: 80,
+        },
+        // Known: a holder whose grant came by a pop loses its release (a
+        // lost message) and the releaser of the hand-over exits: the next
+        // live waiter waits for its own look.
+        Config {
+            name: "known: release of a popped grant lost, releaser exits",
+            model: model(three(), no_pause(1), 12_000),
+            expect: Expect::Finds("liveness: the name was free"),
+            depth: 40,
+        },
+        // Known: a waiter whose pop took a hand-over dies (or freezes)
+        // before its claim, and the releaser exits: the next live waiter
+        // waits for its own look (up to 5 s), not the claim + 1 s.
+        Config {
+            name: "known: taker of a hand-over dies, releaser exits",
+            model: model(
+                three(),
+                Faults {
+                    budget: 1,
+                    crash: true,
+                    ..Faults {
+                        budget: 1,
+                        lost_request: false,
+                        lost_reply: false,
+                        crash: false,
+                        freeze: false,
+                        clock_step: false,
+                    }
+                },
+                12_000,
+            ),
+            expect: Expect::Finds("liveness: the name was free"),
+            depth: 40,
+        },
+    ]
+}

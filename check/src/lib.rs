@@ -1,0 +1,11 @@
+//! A model checker for redlease's grant protocol: the library's real Lua
+//! scripts, run by Lua 5.1 over an in-memory keyspace with virtual time,
+//! driven by clients that decide as the library does, through every
+//! interleaving of their calls, faults and time within a bound. See
+//! README.md beside this crate.
+
+pub mod configs;
+pub mod keyspace;
+pub mod lock;
+pub mod search;
+pub mod server;

@@ -1,0 +1,1374 @@
+//! The lock (plain and fair share their scripts) as separate clients use
+//! it: each client a process with one `Client`, running its operations
+//! (acquire and wait, try, release) as the library decides them, with its
+//! renewal thread's renewals, claims and looks; the server running the
+//! library's scripts; faults and time as transitions.
+//!
+//! Where a client rule is restated here rather than called, it names the
+//! code it mirrors; the timings and the look rule are the library's own
+//! (`redlease::__protocol`).
+
+use std::time::Duration;
+
+use redlease::__protocol as p;
+
+use crate::keyspace::{Keyspace, Reply};
+use crate::search::Model;
+use crate::server::Server;
+
+fn ms(d: Duration) -> i64 {
+    d.as_millis() as i64
+}
+
+/// What one client does, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// `acquire()`: waits as long as it takes.
+    Acquire,
+    /// `acquire_timeout(ms)`.
+    AcquireFor(i64),
+    /// `try_acquire()`.
+    Try,
+    /// The guard's `release()` (nothing when the op before it got none).
+    Release,
+}
+
+/// Which faults the search may inject (each counts against the budget).
+#[derive(Clone, Copy, Debug)]
+pub struct Faults {
+    pub budget: u8,
+    pub lost_request: bool,
+    pub lost_reply: bool,
+    pub crash: bool,
+    pub freeze: bool,
+    pub clock_step: bool,
+}
+
+impl Faults {
+    pub fn all(budget: u8) -> Faults {
+        Faults {
+            budget,
+            lost_request: true,
+            lost_reply: true,
+            crash: true,
+            freeze: true,
+            clock_step: true,
+        }
+    }
+}
+
+pub struct LockModel {
+    pub ops: Vec<Vec<Op>>,
+    pub faults: Faults,
+    /// The watchdog lease (renewed every third of it).
+    pub lease_ms: i64,
+    /// Virtual time never passes this.
+    pub horizon_ms: i64,
+    /// How long a call whose request or reply was lost takes to fail (the
+    /// client's response timeout).
+    pub response_ms: i64,
+    /// Whether a client that has done its operations may exit (its
+    /// renewal thread, and the looks it would make, gone with it).
+    pub exits: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Life {
+    Running,
+    Frozen,
+    Crashed,
+    /// Finished its operations and exited: its renewal thread is gone.
+    Exited,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Outcome {
+    Unsent,
+    Ran(Reply),
+    /// The request or its reply was lost: an error after the response
+    /// timeout.
+    Failed,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum CallKind {
+    /// lua/lock_acquire.lua for a waiter that blocks (`'block'`).
+    Grant,
+    /// lua/lock_acquire.lua that never queues.
+    Try,
+    /// lua/lock_acquire.lua with `'popped'`, after a pop that granted
+    /// nothing (`Node::after_pop`).
+    AfterPop,
+    /// The synchronous claim of a grant a pop took long ago
+    /// (`lease::taken_by_pop`): lua/lock_extend.lua with the fence.
+    Claim { fence: i64, since: i64, first: i64 },
+    /// lua/lock_release.lua.
+    Release { fence: i64 },
+    /// lua/lock_release.lua with `'leave'`: a waiter gives up.
+    Leave,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Main {
+    Idle,
+    Call {
+        kind: CallKind,
+        token: u8,
+        at: i64,
+        out: Outcome,
+    },
+    /// Blocked in `BLMOVE open mine` (`Node::grant_blocking`, a lock's pop
+    /// alone). `served`: the pop and its pipeline ran: what it popped, the
+    /// lock's `PTTL` and value.
+    Blocked {
+        token: u8,
+        at: i64,
+        until: i64,
+        seq: u32,
+        served: Option<(Option<Vec<u8>>, i64, Option<Vec<u8>>)>,
+    },
+}
+
+/// What a client believes it holds (its `LeaseState`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Hold {
+    token: u8,
+    fence: i64,
+    /// The lease surely runs until then, in the client's view.
+    valid_until: i64,
+    /// The renewal thread renews (or claims) it then.
+    renew_due: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Look {
+    due: i64,
+    /// The blocked waiter's token, or none for a look at the name alone.
+    waiter: Option<u8>,
+    left: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Client {
+    pc: u8,
+    life: Life,
+    tokens: u8,
+    /// The deadline of the acquisition under way (None: waits for ever).
+    deadline: Option<i64>,
+    main: Main,
+    hold: Option<Hold>,
+    looks: Vec<Look>,
+    /// Tokens an acquisition retired after a lost reply: withdrawn when it
+    /// ends (`Acquisition::finish`, `clean_up`).
+    retired: Vec<u8>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    keys: Keyspace,
+    /// The clients' clock, in milliseconds.
+    now: i64,
+    /// The server's clock minus the clients' (a clock step).
+    offset: i64,
+    clients: Vec<Client>,
+    faults: u8,
+    exits: u8,
+    seq: u32,
+    /// The largest fence the lock key has named.
+    top_fence: i64,
+    /// Every hold's fence and its owner (client, token).
+    fences: Vec<(i64, (u8, u8))>,
+    /// A property broken inside a step (reported by `check`).
+    broken: Option<String>,
+    /// Since when the name has been free (or held by nobody alive) while a
+    /// live waiter waits.
+    free_since: Option<i64>,
+}
+
+#[derive(Clone, Debug)]
+pub enum Action {
+    Start(usize),
+    Run(usize),
+    LoseRequest(usize),
+    LoseReply(usize),
+    Receive(usize),
+    Popped(usize),
+    Renew(usize),
+    Look(usize, usize),
+    Crash(usize),
+    Freeze(usize),
+    Resume(usize),
+    Exit(usize),
+    StepBack,
+    Tick,
+}
+
+const NAME: &str = "{n}";
+const FLOOR: &[u8] = b"redlease:fence-floor";
+const CHANNEL: &[u8] = b"redlease:wake";
+
+fn key(suffix: &str) -> Vec<u8> {
+    format!("{NAME}{suffix}").into_bytes()
+}
+
+fn token(client: usize, n: u8) -> Vec<u8> {
+    format!("rl:c{client}t{n}").into_bytes()
+}
+
+fn b(s: impl ToString) -> Vec<u8> {
+    s.to_string().into_bytes()
+}
+
+/// lua/lock_acquire.lua, lock_release.lua and lock_watch.lua's keys
+/// (`Lock::new`): lock, counter, queue, deadlines, fence floor.
+fn scripted() -> Vec<Vec<u8>> {
+    vec![
+        key(""),
+        key(":fence"),
+        key(":queue"),
+        key(":queue:t"),
+        FLOOR.to_vec(),
+    ]
+}
+
+fn prefix() -> Vec<u8> {
+    key(":grant:")
+}
+
+fn message(client: usize) -> Vec<u8> {
+    format!("c{client}:{NAME}").into_bytes()
+}
+
+impl LockModel {
+    /// lua/lock_acquire.lua's arguments (`AcquireArgs::argv`).
+    fn acquire_args(&self, client: usize, t: u8, queue: bool, popped: bool) -> Vec<Vec<u8>> {
+        let mut a = vec![
+            token(client, t),
+            b(self.lease_ms),
+            b(if queue { ms(p::ROOM_ENTRY) } else { 0 }),
+            prefix(),
+            b(ms(p::GRANT_CLAIM)),
+            CHANNEL.to_vec(),
+            message(client),
+            b"queued".to_vec(),
+            if queue { b"block".to_vec() } else { Vec::new() },
+        ];
+        if popped {
+            a.push(b"popped".to_vec());
+        }
+        a
+    }
+
+    /// lua/lock_release.lua's arguments (`ReleaseArgs::argv`, the hold's
+    /// fence put in by `Spec::fenced`).
+    fn release_args(&self, client: usize, t: u8, leave: bool, fence: Option<i64>) -> Vec<Vec<u8>> {
+        vec![
+            token(client, t),
+            CHANNEL.to_vec(),
+            message(client),
+            prefix(),
+            b(ms(p::GRANT_CLAIM)),
+            Vec::new(),
+            Vec::new(),
+            b"queued".to_vec(),
+            if leave { b"leave".to_vec() } else { Vec::new() },
+            fence.map(b).unwrap_or_default(),
+        ]
+    }
+
+    /// lua/lock_extend.lua's keys and arguments (`Lock::extend`, claiming).
+    fn extend_call(&self, client: usize, t: u8, fence: i64) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+        (
+            vec![key(""), key(":queue"), key(":queue:t")],
+            vec![
+                token(client, t),
+                prefix(),
+                b(ms(p::ROOM_ENTRY)),
+                b(fence),
+                b(self.lease_ms),
+            ],
+        )
+    }
+
+    /// lua/lock_watch.lua's arguments (`WatchArgs::argv`).
+    fn watch_args(&self, client: usize, waiter: Option<u8>) -> Vec<Vec<u8>> {
+        vec![
+            waiter.map(|t| token(client, t)).unwrap_or_default(),
+            b(ms(p::ROOM_ENTRY)),
+            prefix(),
+            b(ms(p::GRANT_CLAIM)),
+            CHANNEL.to_vec(),
+            message(client),
+            b"queued".to_vec(),
+        ]
+    }
+
+    /// The lease's validity in the client's view (`valid_for`: whole
+    /// milliseconds less one).
+    fn valid(&self) -> i64 {
+        self.lease_ms - 1
+    }
+}
+
+fn int(r: &Reply) -> Option<i64> {
+    match r {
+        Reply::Int(n) => Some(*n),
+        _ => None,
+    }
+}
+
+/// A script's "wait ms" reply (text).
+fn busy(r: &Reply) -> Option<i64> {
+    match r {
+        Reply::Bulk(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+impl State {
+    fn server_sync(&mut self) {
+        self.keys.now_us = self.keys.now_us.max((self.now + self.offset) * 1000);
+        self.keys.expire();
+    }
+
+    fn lock_value(&self) -> Option<Vec<u8>> {
+        match self.keys.keys.get(&key("")).map(|e| &e.value) {
+            Some(crate::keyspace::Value::Str(s)) => Some(s.clone()),
+            _ => None,
+        }
+    }
+}
+
+impl LockModel {
+    fn log(log: &mut Option<Vec<String>>, line: impl FnOnce() -> String) {
+        if let Some(l) = log {
+            l.push(line());
+        }
+    }
+
+    fn eval(
+        &self,
+        server: &mut Server,
+        s: &mut State,
+        file: &'static str,
+        keys: &[Vec<u8>],
+        args: &[Vec<u8>],
+        log: &mut Option<Vec<String>>,
+    ) -> Reply {
+        let ran = server.eval(&mut s.keys, file, keys, args);
+        if let Some(l) = log {
+            let shown: Vec<String> = args
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            l.push(format!(
+                "EVALSHA {file} ARGV {:?} -> {}",
+                shown,
+                ran.reply.show()
+            ));
+            l.extend(ran.calls.iter().map(|c| format!("    {c}")));
+        }
+        self.serve(s, log);
+        self.fence_seen(s);
+        ran.reply
+    }
+
+    /// Fences only ever grow on the server: the fence the lock key names
+    /// after a script is never below one it named before.
+    fn fence_seen(&self, s: &mut State) {
+        let Some(v) = s.lock_value() else { return };
+        let Some(at) = v.iter().rposition(|&c| c == b'#') else {
+            return;
+        };
+        let Ok(f) = String::from_utf8_lossy(&v[at + 1..]).parse::<i64>() else {
+            return;
+        };
+        if f < s.top_fence && s.broken.is_none() {
+            s.broken = Some(format!(
+                "fence {f} on the server ({:?}) is below {} drawn before",
+                String::from_utf8_lossy(&v),
+                s.top_fence
+            ));
+        }
+        s.top_fence = s.top_fence.max(f);
+    }
+
+    /// The server serves blocked pops whose list has an element, the
+    /// connection blocked longest first, each with its pipeline behind
+    /// (`pop_pipeline`: `PEXPIRE mine`, `PTTL lock`, `GET lock`).
+    fn serve(&self, s: &mut State, log: &mut Option<Vec<String>>) {
+        let open = [prefix(), b"open".to_vec()].concat();
+        loop {
+            if !s.keys.list_ready(&open) {
+                return;
+            }
+            let next = s
+                .clients
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| match &c.main {
+                    Main::Blocked {
+                        served: None, seq, ..
+                    } if matches!(c.life, Life::Running | Life::Frozen) => Some((*seq, i)),
+                    _ => None,
+                })
+                .min();
+            let Some((_, i)) = next else { return };
+            let Main::Blocked { token: t, .. } = s.clients[i].main.clone() else {
+                return;
+            };
+            let mine = [prefix(), token(i, t)].concat();
+            let moved = s.keys.lmove(&open, &mine).unwrap_or(Reply::Nil);
+            let popped = match moved {
+                Reply::Bulk(f) => Some(f),
+                _ => None,
+            };
+            self.finish_pop(s, i, popped, log);
+        }
+    }
+
+    fn finish_pop(
+        &self,
+        s: &mut State,
+        i: usize,
+        popped: Option<Vec<u8>>,
+        log: &mut Option<Vec<String>>,
+    ) {
+        let Main::Blocked { token: t, .. } = s.clients[i].main.clone() else {
+            return;
+        };
+        let mine = [prefix(), token(i, t)].concat();
+        let mut none = Vec::new();
+        s.keys.run(
+            &[b"PEXPIRE".to_vec(), mine, b(ms(p::GRANT_CLAIM) * 2)],
+            &mut none,
+        );
+        let ttl = int(&s.keys.run(&[b"PTTL".to_vec(), key("")], &mut none)).unwrap_or(-2);
+        let value = match s.keys.run(&[b"GET".to_vec(), key("")], &mut none) {
+            Reply::Bulk(v) => Some(v),
+            _ => None,
+        };
+        Self::log(log, || {
+            format!(
+                "c{i}'s BLMOVE served: {:?}; PTTL {ttl}; GET {:?}",
+                popped.as_deref().map(String::from_utf8_lossy),
+                value.as_deref().map(String::from_utf8_lossy)
+            )
+        });
+        if let Main::Blocked { served, .. } = &mut s.clients[i].main {
+            *served = Some((popped, ttl, value));
+        }
+    }
+
+    fn new_hold(
+        &self,
+        s: &mut State,
+        i: usize,
+        t: u8,
+        fence: i64,
+        valid_until: i64,
+        renew_due: i64,
+    ) -> Result<(), String> {
+        // One grant, one holder: a fence is never handed to two holds.
+        if let Some((c, tk)) = s.fences.iter().find(|(f, _)| *f == fence).map(|(_, o)| *o) {
+            if (c, tk) != (i as u8, t) {
+                return Err(format!(
+                    "fence {fence} was handed to c{c} and again to c{i}"
+                ));
+            }
+        } else {
+            s.fences.push((fence, (i as u8, t)));
+        }
+        let c = &mut s.clients[i];
+        c.hold = Some(Hold {
+            token: t,
+            fence,
+            valid_until,
+            renew_due,
+        });
+        c.main = Main::Idle;
+        c.pc += 1;
+        c.deadline = None;
+        c.looks.retain(|l| l.waiter.is_none());
+        Ok(())
+    }
+
+    /// `Acquisition::finish`'s clean-up of retired tokens' queue entries.
+    fn withdraw(
+        &self,
+        server: &mut Server,
+        s: &mut State,
+        i: usize,
+        log: &mut Option<Vec<String>>,
+    ) {
+        for t in std::mem::take(&mut s.clients[i].retired) {
+            let args = self.release_args(i, t, true, None);
+            self.eval(server, s, "lock_release.lua", &scripted(), &args, log);
+        }
+    }
+
+    /// `lease::taken_by_pop`: a grant a pop took, its first lease `first`
+    /// from `since`.
+    fn taken_by_pop(
+        &self,
+        s: &mut State,
+        i: usize,
+        t: u8,
+        fence: i64,
+        since: i64,
+        first: i64,
+    ) -> Result<(), String> {
+        let first = self.valid().min(first - 1);
+        if s.now - since < first / 3 {
+            return self.new_hold(s, i, t, fence, since + first, since + first / 3);
+        }
+        s.clients[i].main = Main::Call {
+            kind: CallKind::Claim {
+                fence,
+                since,
+                first,
+            },
+            token: t,
+            at: s.now,
+            out: Outcome::Unsent,
+        };
+        Ok(())
+    }
+
+    /// Blocks in the pop (served at once if the open list has a grant).
+    /// `at`: when the call whose busy reply said `wait` was sent.
+    fn block(
+        &self,
+        s: &mut State,
+        i: usize,
+        t: u8,
+        at: i64,
+        wait: i64,
+        log: &mut Option<Vec<String>>,
+    ) {
+        self.block_only(s, i, t, at, wait);
+        self.serve(s, log);
+    }
+
+    fn block_only(&self, s: &mut State, i: usize, t: u8, at: i64, wait: i64) {
+        let now = s.now;
+        let c = &mut s.clients[i];
+        let until = match c.deadline {
+            Some(d) => d.min(now + ms(p::ROOM_CHUNK)),
+            None => now + ms(p::ROOM_CHUNK),
+        };
+        // The renewal thread looks for it from when the holder's lease
+        // would end (`Acquisition::on_busy`, `renewal::watch`).
+        if !c.looks.iter().any(|l| l.waiter == Some(t)) {
+            c.looks.retain(|l| l.waiter.is_none());
+            // `Acquisition::on_busy` → `renewal::watch_for`.
+            let first = at
+                + ms(p::first_look(
+                    Duration::from_millis((now - at) as u64),
+                    wait,
+                ));
+            let due = (first + ms(p::LOOK_MARGIN)).min(now + ms(p::LOOK_MAX));
+            c.looks.push(Look {
+                due,
+                waiter: Some(t),
+                left: p::WAITER_LOOKS,
+            });
+        }
+        s.seq += 1;
+        c.main = Main::Blocked {
+            token: t,
+            at: now,
+            until,
+            seq: s.seq,
+            served: None,
+        };
+    }
+
+    /// A busy reply: block again, or give up at the deadline.
+    fn busy_or_give_up(
+        &self,
+        s: &mut State,
+        i: usize,
+        t: u8,
+        at: i64,
+        wait: i64,
+        log: &mut Option<Vec<String>>,
+    ) {
+        let c = &s.clients[i];
+        if c.deadline.is_some_and(|d| s.now >= d) {
+            s.clients[i].main = Main::Call {
+                kind: CallKind::Leave,
+                token: t,
+                at: s.now,
+                out: Outcome::Unsent,
+            };
+            return;
+        }
+        self.block(s, i, t, at, wait, log);
+    }
+
+    /// A failed grant (a lost request or reply): the token is retired (its
+    /// undo went behind it) and the acquisition tries again with a new one
+    /// (`Acquisition::on_error`), or gives up at its deadline.
+    fn retry(&self, s: &mut State, i: usize, t: u8) {
+        let now = s.now;
+        let c = &mut s.clients[i];
+        c.retired.push(t);
+        c.looks.retain(|l| l.waiter.is_none());
+        c.tokens += 1;
+        let fresh = c.tokens;
+        if c.deadline.is_some_and(|d| now >= d) {
+            c.main = Main::Call {
+                kind: CallKind::Leave,
+                token: fresh,
+                at: now,
+                out: Outcome::Unsent,
+            };
+        } else {
+            c.main = Main::Call {
+                kind: CallKind::Grant,
+                token: fresh,
+                at: now,
+                out: Outcome::Unsent,
+            };
+        }
+    }
+
+    fn call_of(
+        &self,
+        i: usize,
+        kind: &CallKind,
+        t: u8,
+    ) -> (&'static str, Vec<Vec<u8>>, Vec<Vec<u8>>) {
+        match kind {
+            CallKind::Grant => (
+                "lock_acquire.lua",
+                scripted(),
+                self.acquire_args(i, t, true, false),
+            ),
+            CallKind::Try => (
+                "lock_acquire.lua",
+                scripted(),
+                self.acquire_args(i, t, false, false),
+            ),
+            CallKind::AfterPop => (
+                "lock_acquire.lua",
+                scripted(),
+                self.acquire_args(i, t, true, true),
+            ),
+            CallKind::Claim { fence, .. } => {
+                let (k, a) = self.extend_call(i, t, *fence);
+                ("lock_extend.lua", k, a)
+            }
+            CallKind::Release { fence } => (
+                "lock_release.lua",
+                scripted(),
+                self.release_args(i, t, false, Some(*fence)),
+            ),
+            CallKind::Leave => (
+                "lock_release.lua",
+                scripted(),
+                self.release_args(i, t, true, None),
+            ),
+        }
+    }
+
+    fn receive(
+        &self,
+        server: &mut Server,
+        s: &mut State,
+        i: usize,
+        log: &mut Option<Vec<String>>,
+    ) -> Result<(), String> {
+        let Main::Call {
+            kind,
+            token: t,
+            at,
+            out,
+        } = s.clients[i].main.clone()
+        else {
+            return Ok(());
+        };
+        let reply = match out {
+            Outcome::Ran(r) => Some(r),
+            _ => None,
+        };
+        if let Some(Reply::Error(e)) = &reply {
+            return Err(format!("c{i}'s {kind:?} got an error reply: {e}"));
+        }
+        match kind {
+            CallKind::Grant | CallKind::AfterPop => match reply {
+                Some(r) if int(&r).is_some() => {
+                    let fence = int(&r).unwrap_or(0);
+                    self.withdraw(server, s, i, log);
+                    if kind == CallKind::AfterPop {
+                        // Taken from our own list: the short first lease
+                        // from this sending (`Node::after_pop`).
+                        self.taken_by_pop(s, i, t, fence, at, ms(p::POPPED_LEASE))?;
+                    } else {
+                        self.new_hold(s, i, t, fence, at + self.valid(), at + self.lease_ms / 3)?;
+                    }
+                }
+                Some(r) => {
+                    let wait =
+                        busy(&r).ok_or_else(|| format!("c{i}: unexpected reply {}", r.show()))?;
+                    self.busy_or_give_up(s, i, t, at, wait, log);
+                }
+                None => self.retry(s, i, t),
+            },
+            CallKind::Try => {
+                match reply.as_ref().and_then(int) {
+                    Some(fence) => {
+                        return self.new_hold(
+                            s,
+                            i,
+                            t,
+                            fence,
+                            at + self.valid(),
+                            at + self.lease_ms / 3,
+                        )
+                    }
+                    None if reply.is_none() => {
+                        // Maybe ran: released, token-checked (`clean_up`).
+                        let args = self.release_args(i, t, false, None);
+                        self.eval(server, s, "lock_release.lua", &scripted(), &args, log);
+                    }
+                    None => {}
+                }
+                let c = &mut s.clients[i];
+                c.main = Main::Idle;
+                c.pc += 1;
+            }
+            CallKind::Claim {
+                fence,
+                since,
+                first,
+            } => {
+                let until = match reply.as_ref().and_then(int) {
+                    Some(1) => at + self.valid(),
+                    _ => since + first,
+                };
+                return self.new_hold(s, i, t, fence, until, at + self.lease_ms / 3);
+            }
+            CallKind::Release { .. } => {
+                if reply.as_ref().and_then(int) == Some(2) {
+                    // `look_after_hand_over`.
+                    let due = (at + ms(p::NAME_LOOK_AFTER) + ms(p::LOOK_MARGIN))
+                        .min(at + ms(p::LOOK_MAX));
+                    s.clients[i].looks.push(Look {
+                        due,
+                        waiter: None,
+                        left: p::NAME_LOOKS,
+                    });
+                }
+                let c = &mut s.clients[i];
+                c.main = Main::Idle;
+                c.pc += 1;
+            }
+            CallKind::Leave => {
+                self.withdraw(server, s, i, log);
+                let c = &mut s.clients[i];
+                c.main = Main::Idle;
+                c.deadline = None;
+                c.looks.retain(|l| l.waiter.is_none());
+                c.pc += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn popped(&self, s: &mut State, i: usize) -> Result<(), String> {
+        let Main::Blocked {
+            token: t,
+            at,
+            served: Some((popped, ttl, value)),
+            ..
+        } = s.clients[i].main.clone()
+        else {
+            return Ok(());
+        };
+        // `popped_grant`: the pop took the fence of the grant the lock
+        // names, with time left.
+        if let (Some(f), Some(v)) = (&popped, &value) {
+            if ttl > 0 && v.strip_prefix(b"rl:grant#".as_slice()) == Some(f.as_slice()) {
+                let fence: i64 = String::from_utf8_lossy(f).parse().unwrap_or(0);
+                return self.taken_by_pop(s, i, t, fence, at, ttl);
+            }
+        }
+        s.clients[i].main = Main::Call {
+            kind: CallKind::AfterPop,
+            token: t,
+            at: s.now,
+            out: Outcome::Unsent,
+        };
+        Ok(())
+    }
+
+    /// Whether the name is held or being taken by a live party.
+    fn taken_by_live(&self, s: &State) -> bool {
+        let Some(v) = s.lock_value() else {
+            return false;
+        };
+        // Held (not a grant in hand-over): the holder's lease is the
+        // name's, dead or alive; the name falls free when it ends.
+        if !v.starts_with(b"rl:grant#") {
+            return true;
+        }
+        let live = |c: &Client| c.life == Life::Running;
+        for (i, c) in s.clients.iter().enumerate() {
+            if !live(c) {
+                continue;
+            }
+            let mine = |t: u8| {
+                let tok = token(i, t);
+                v.starts_with(&tok) && v.get(tok.len()) == Some(&b'#')
+            };
+            if c.hold.as_ref().is_some_and(|h| {
+                mine(h.token) || v == [b"rl:grant#".as_slice(), b(h.fence).as_slice()].concat()
+            }) {
+                return true;
+            }
+            match &c.main {
+                Main::Call { token: t, .. } if mine(*t) => return true,
+                Main::Call {
+                    kind: CallKind::Claim { fence, .. } | CallKind::Release { fence },
+                    ..
+                } if v == [b"rl:grant#".as_slice(), b(fence).as_slice()].concat() => return true,
+                Main::Blocked {
+                    served: Some((Some(f), _, _)),
+                    ..
+                } if v == [b"rl:grant#".as_slice(), f.as_slice()].concat() => return true,
+                Main::Call {
+                    kind: CallKind::AfterPop,
+                    ..
+                } if v.starts_with(b"rl:grant#") => {
+                    // Its script may take what its pop took.
+                    let mine = [
+                        prefix(),
+                        token(
+                            i,
+                            match &c.main {
+                                Main::Call { token, .. } => *token,
+                                _ => 0,
+                            },
+                        ),
+                    ]
+                    .concat();
+                    if s.keys.list_ready(&mine) {
+                        return true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        false
+    }
+
+    fn live_waiter(&self, s: &State) -> bool {
+        s.clients.iter().any(|c| {
+            c.life == Life::Running
+                && c.deadline.is_none()
+                && matches!(
+                    c.main,
+                    Main::Blocked { .. }
+                        | Main::Call {
+                            kind: CallKind::Grant | CallKind::AfterPop,
+                            out: Outcome::Unsent | Outcome::Ran(_),
+                            ..
+                        }
+                )
+        })
+    }
+
+    /// The next instant something happens by itself, after now.
+    fn next_event(&self, s: &State) -> Option<i64> {
+        let mut t: Vec<i64> = Vec::new();
+        if let Some(e) = s.keys.next_expiry() {
+            t.push(e - s.offset);
+        }
+        for c in &s.clients {
+            if matches!(c.life, Life::Crashed | Life::Exited) {
+                continue;
+            }
+            if let Some(h) = &c.hold {
+                t.push(h.renew_due);
+                t.push(h.valid_until);
+            }
+            t.extend(c.looks.iter().map(|l| l.due));
+            match &c.main {
+                Main::Blocked {
+                    until,
+                    served: None,
+                    ..
+                } => t.push(*until),
+                Main::Call {
+                    at,
+                    out: Outcome::Failed,
+                    ..
+                } => t.push(at + self.response_ms),
+                _ => {}
+            }
+        }
+        t.into_iter().filter(|&x| x > s.now).min()
+    }
+
+    /// Whether a running client has something to do now (time waits for
+    /// it: a request not yet run, a reply in, a timer due).
+    fn urgent(&self, s: &State) -> bool {
+        s.clients.iter().any(|c| {
+            c.life == Life::Running
+                && (c.hold.as_ref().is_some_and(|h| h.renew_due <= s.now)
+                    || c.looks.iter().any(|l| l.due <= s.now)
+                    || match &c.main {
+                        Main::Call {
+                            out: Outcome::Unsent | Outcome::Ran(_),
+                            ..
+                        } => true,
+                        Main::Call {
+                            at,
+                            out: Outcome::Failed,
+                            ..
+                        } => at + self.response_ms <= s.now,
+                        Main::Blocked {
+                            served: Some(_), ..
+                        } => true,
+                        _ => false,
+                    })
+        })
+    }
+}
+
+impl Model for LockModel {
+    type State = State;
+    type Action = Action;
+
+    fn init(&self) -> State {
+        State {
+            keys: Keyspace {
+                keys: Default::default(),
+                now_us: 1_000_000_000_000,
+            },
+            now: 0,
+            offset: 1_000_000_000,
+            clients: (0..self.ops.len())
+                .map(|_| Client {
+                    pc: 0,
+                    life: Life::Running,
+                    tokens: 0,
+                    deadline: None,
+                    main: Main::Idle,
+                    hold: None,
+                    looks: Vec::new(),
+                    retired: Vec::new(),
+                })
+                .collect(),
+            faults: 0,
+            exits: 0,
+            seq: 0,
+            top_fence: 0,
+            fences: Vec::new(),
+            broken: None,
+            free_since: None,
+        }
+    }
+
+    fn actions(&self, s: &State, out: &mut Vec<Action>) {
+        let fault = s.faults < self.faults.budget;
+        for (i, c) in s.clients.iter().enumerate() {
+            match c.life {
+                Life::Frozen => {
+                    out.push(Action::Resume(i));
+                    continue;
+                }
+                Life::Crashed | Life::Exited => continue,
+                Life::Running => {}
+            }
+            if fault && self.faults.crash {
+                out.push(Action::Crash(i));
+            }
+            if fault && self.faults.freeze {
+                out.push(Action::Freeze(i));
+            }
+            match &c.main {
+                Main::Idle => {
+                    let ops = &self.ops[i];
+                    if (c.pc as usize) < ops.len() {
+                        out.push(Action::Start(i));
+                    } else if c.hold.is_none() && self.exits {
+                        out.push(Action::Exit(i));
+                    }
+                }
+                Main::Call {
+                    out: Outcome::Unsent,
+                    ..
+                } => {
+                    out.push(Action::Run(i));
+                    if fault && self.faults.lost_request {
+                        out.push(Action::LoseRequest(i));
+                    }
+                    if fault && self.faults.lost_reply {
+                        out.push(Action::LoseReply(i));
+                    }
+                }
+                Main::Call {
+                    out: Outcome::Ran(_),
+                    ..
+                } => out.push(Action::Receive(i)),
+                Main::Call {
+                    at,
+                    out: Outcome::Failed,
+                    ..
+                } => {
+                    if at + self.response_ms <= s.now {
+                        out.push(Action::Receive(i));
+                    }
+                }
+                Main::Blocked {
+                    served: Some(_), ..
+                } => out.push(Action::Popped(i)),
+                Main::Blocked { .. } => {}
+            }
+            if c.hold.as_ref().is_some_and(|h| h.renew_due <= s.now) {
+                out.push(Action::Renew(i));
+            }
+            for (k, l) in c.looks.iter().enumerate() {
+                if l.due <= s.now {
+                    out.push(Action::Look(i, k));
+                }
+            }
+        }
+        if fault && self.faults.clock_step {
+            out.push(Action::StepBack);
+        }
+        if !self.urgent(s) {
+            if let Some(t) = self.next_event(s) {
+                if t <= self.horizon_ms {
+                    out.push(Action::Tick);
+                }
+            }
+        }
+    }
+
+    fn step(
+        &self,
+        server: &mut Server,
+        s0: &State,
+        a: &Action,
+        log: &mut Option<Vec<String>>,
+    ) -> Result<State, String> {
+        let mut s = s0.clone();
+        s.server_sync();
+        match *a {
+            Action::Start(i) => {
+                let op = self.ops[i][s.clients[i].pc as usize];
+                let now = s.now;
+                let c = &mut s.clients[i];
+                c.tokens += 1;
+                let t = c.tokens;
+                let kind = match op {
+                    Op::Acquire => {
+                        c.deadline = None;
+                        CallKind::Grant
+                    }
+                    Op::AcquireFor(d) => {
+                        c.deadline = Some(now + d);
+                        CallKind::Grant
+                    }
+                    Op::Try => CallKind::Try,
+                    Op::Release => match c.hold.take() {
+                        Some(h) => {
+                            c.main = Main::Call {
+                                kind: CallKind::Release { fence: h.fence },
+                                token: h.token,
+                                at: now,
+                                out: Outcome::Unsent,
+                            };
+                            return self.after(s0, s, log);
+                        }
+                        None => {
+                            c.pc += 1;
+                            return self.after(s0, s, log);
+                        }
+                    },
+                };
+                c.main = Main::Call {
+                    kind,
+                    token: t,
+                    at: now,
+                    out: Outcome::Unsent,
+                };
+            }
+            Action::Run(i) | Action::LoseReply(i) => {
+                let Main::Call { kind, token: t, .. } = s.clients[i].main.clone() else {
+                    return Err("run without a call".into());
+                };
+                let (file, keys, args) = self.call_of(i, &kind, t);
+                let reply = self.eval(server, &mut s, file, &keys, &args, log);
+                let lost = matches!(a, Action::LoseReply(_));
+                if lost {
+                    s.faults += 1;
+                    // A late reply: the grant's undo (its release) is
+                    // written behind it (`Node::fail`).
+                    if matches!(kind, CallKind::Grant | CallKind::AfterPop | CallKind::Try) {
+                        let undo = self.release_args(i, t, false, None);
+                        self.eval(server, &mut s, "lock_release.lua", &scripted(), &undo, log);
+                    }
+                }
+                if let Main::Call { out, .. } = &mut s.clients[i].main {
+                    *out = if lost {
+                        Outcome::Failed
+                    } else {
+                        Outcome::Ran(reply)
+                    };
+                }
+            }
+            Action::LoseRequest(i) => {
+                s.faults += 1;
+                if let Main::Call { out, .. } = &mut s.clients[i].main {
+                    *out = Outcome::Failed;
+                }
+            }
+            Action::Receive(i) => self.receive(server, &mut s, i, log)?,
+            Action::Popped(i) => self.popped(&mut s, i)?,
+            Action::Renew(i) => {
+                let Some(h) = s.clients[i].hold.clone() else {
+                    return Err("renew without a hold".into());
+                };
+                let (keys, args) = self.extend_call(i, h.token, h.fence);
+                let reply = self.eval(server, &mut s, "lock_extend.lua", &keys, &args, log);
+                let now = s.now;
+                let c = &mut s.clients[i];
+                if let Some(h) = &mut c.hold {
+                    match int(&reply) {
+                        Some(1) => {
+                            h.valid_until = h.valid_until.max(now + self.valid());
+                            h.renew_due = now + self.lease_ms / 3;
+                        }
+                        // Lost: the guard says so (`renewal::lost`).
+                        _ => h.valid_until = h.valid_until.min(now),
+                    }
+                    if h.valid_until <= now {
+                        c.hold = None;
+                    }
+                }
+            }
+            Action::Look(i, k) => {
+                let l = s.clients[i].looks[k].clone();
+                let args = self.watch_args(i, l.waiter);
+                let reply = self.eval(server, &mut s, "lock_watch.lua", &scripted(), &args, log);
+                let now = s.now;
+                let c = &mut s.clients[i];
+                c.looks.remove(k);
+                if let Some((after, left)) = p::next_look(int(&reply).unwrap_or(0), l.left) {
+                    c.looks.push(Look {
+                        due: now + ms(after),
+                        waiter: l.waiter,
+                        left,
+                    });
+                    c.looks.sort_by_key(|l| (l.due, l.waiter));
+                }
+            }
+            Action::Crash(i) => {
+                s.faults += 1;
+                let c = &mut s.clients[i];
+                c.life = Life::Crashed;
+                c.hold = None;
+                c.looks.clear();
+                c.main = Main::Idle;
+            }
+            Action::Freeze(i) => {
+                s.faults += 1;
+                s.clients[i].life = Life::Frozen;
+            }
+            Action::Resume(i) => s.clients[i].life = Life::Running,
+            Action::Exit(i) => {
+                s.exits += 1;
+                let c = &mut s.clients[i];
+                c.life = Life::Exited;
+                c.looks.clear();
+            }
+            Action::StepBack => {
+                // The server's clock steps back a second (an NTP step):
+                // fences drawn from it must still grow.
+                s.faults += 1;
+                s.offset -= 1000;
+                s.keys.now_us = (s.now + s.offset) * 1000;
+            }
+            Action::Tick => {
+                let t = self.next_event(&s).ok_or("no event to wait for")?;
+                if let Some(since) = s.free_since {
+                    let bound = since + ms(p::GRANT_CLAIM) + 1000;
+                    if t > bound {
+                        return Err(format!(
+                            "liveness: the name was free from {since} ms with a live waiter waiting, \
+                             and nobody took it by {bound} ms (the claim + 1 s)"
+                        ));
+                    }
+                    if s.faults == 0 && s.exits == 0 {
+                        return Err(format!(
+                            "idle time without a cause: the name was free at {since} ms with a live \
+                             waiter waiting, no party died, froze, exited or lost a message, and time \
+                             passed to {t} ms"
+                        ));
+                    }
+                }
+                s.now = t;
+                s.server_sync();
+                for i in 0..s.clients.len() {
+                    if let Main::Blocked {
+                        until,
+                        served: None,
+                        ..
+                    } = s.clients[i].main
+                    {
+                        if until <= s.now && s.clients[i].life != Life::Crashed {
+                            self.finish_pop(&mut s, i, None, log);
+                        }
+                    }
+                    let now = s.now;
+                    let c = &mut s.clients[i];
+                    if c.hold.as_ref().is_some_and(|h| h.valid_until <= now)
+                        && c.life == Life::Running
+                    {
+                        // Lost by time (`LeaseState`): the guard is dead.
+                        c.hold = None;
+                    }
+                }
+            }
+        }
+        self.after(s0, s, log)
+    }
+
+    fn check(&self, server: &mut Server, s: &State) -> Result<(), String> {
+        if let Some(e) = &s.broken {
+            return Err(e.clone());
+        }
+        let holders: Vec<(usize, &Hold)> = s
+            .clients
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| matches!(c.life, Life::Running | Life::Frozen))
+            .filter_map(|(i, c)| c.hold.as_ref().map(|h| (i, h)))
+            .filter(|(_, h)| h.valid_until > s.now)
+            .collect();
+        if holders.len() > 1 {
+            return Err(format!(
+                "exclusion: c{} and c{} both hold the lock with valid leases",
+                holders[0].0, holders[1].0
+            ));
+        }
+        let v = s.lock_value().unwrap_or_default();
+        for (i, h) in &holders {
+            let tok = token(*i, h.token);
+            let named = v.starts_with(&tok) && v.get(tok.len()) == Some(&b'#');
+            let popped = v == [b"rl:grant#".as_slice(), b(h.fence).as_slice()].concat();
+            if !named && !popped {
+                return Err(format!(
+                    "c{i} believes it holds (fence {}, valid {} ms more) but the server has {:?}",
+                    h.fence,
+                    h.valid_until - s.now,
+                    String::from_utf8_lossy(&v)
+                ));
+            }
+        }
+        // Quiescent: nobody holds, waits or will act. A try succeeds
+        // within the claim + 1 s of the last lease's end, and every key
+        // but the fence floor lapses.
+        let quiet = s.clients.iter().enumerate().all(|(i, c)| match c.life {
+            Life::Crashed | Life::Exited => true,
+            Life::Frozen => false,
+            Life::Running => {
+                c.pc as usize >= self.ops[i].len()
+                    && matches!(c.main, Main::Idle)
+                    && c.hold.is_none()
+            }
+        });
+        if quiet {
+            // A user polling `try_acquire` every 100 ms from the end of
+            // the last lease (a dead holder's) is granted within the claim
+            // + 1 s.
+            let mut probe = s.keys.clone();
+            let held_until = probe
+                .keys
+                .get(&key(""))
+                .and_then(|e| e.expires)
+                .unwrap_or(probe.now_ms())
+                .max(probe.now_ms());
+            let args = self.acquire_args(9, 1, false, false);
+            let mut last = Reply::Nil;
+            let mut granted = false;
+            for k in 0..=((ms(p::GRANT_CLAIM) + 1000) / 100) {
+                probe.now_us = probe.now_us.max((held_until + 100 * k) * 1000);
+                last = server
+                    .eval(&mut probe, "lock_acquire.lua", &scripted(), &args)
+                    .reply;
+                if int(&last).is_some() {
+                    granted = true;
+                    break;
+                }
+            }
+            if !granted {
+                return Err(format!(
+                    "liveness: nobody holds or waits, yet try_acquire every 100 ms for the claim \
+                     + 1 s after the last lease ended got {} at the end",
+                    last.show()
+                ));
+            }
+            let mut later = s.keys.clone();
+            later.now_us += 3_600_000_000;
+            later.expire();
+            let left: Vec<String> = later
+                .keys
+                .keys()
+                .filter(|k| k.as_slice() != FLOOR)
+                .map(|k| String::from_utf8_lossy(k).into_owned())
+                .collect();
+            if !left.is_empty() {
+                return Err(format!("keys of an unused name never lapse: {left:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    fn show(&self, s: &State) -> Vec<String> {
+        let mut out = vec![format!(
+            "t = {} ms (server clock {:+} ms), faults {}, top fence {}, free since {:?}",
+            s.now,
+            s.offset - 1_000_000_000,
+            s.faults,
+            s.top_fence,
+            s.free_since
+        )];
+        for (i, c) in s.clients.iter().enumerate() {
+            out.push(format!(
+                "c{i}: {:?}, op {}/{}, {:?}, hold {:?}, looks {:?}",
+                c.life,
+                c.pc,
+                self.ops[i].len(),
+                c.main,
+                c.hold,
+                c.looks
+            ));
+        }
+        out.extend(s.keys.show().into_iter().map(|l| format!("  {l}")));
+        out
+    }
+}
+
+impl LockModel {
+    /// After every step: where the name stands for the live waiters.
+    fn after(
+        &self,
+        _s0: &State,
+        mut s: State,
+        _log: &mut Option<Vec<String>>,
+    ) -> Result<State, String> {
+        let free = self.live_waiter(&s) && !self.taken_by_live(&s);
+        s.free_since = if free {
+            s.free_since.or(Some(s.now))
+        } else {
+            None
+        };
+        Ok(s)
+    }
+}

@@ -1,0 +1,143 @@
+//! `redlease-check`: the bounded check of every configuration (what
+//! `scripts/check.sh` runs). Exit 0 when every property holds; 1 with the
+//! counterexample's trace (also written to `--trace-dir`) when one fails.
+
+use std::time::Instant;
+
+use redlease_check::configs::Expect;
+use redlease_check::search::{explore, replay, Model, Report};
+use redlease_check::server::Server;
+
+struct Args {
+    depth: Option<usize>,
+    max_states: u64,
+    trace_dir: std::path::PathBuf,
+    only: Option<String>,
+}
+
+fn args() -> Result<Args, String> {
+    let mut a = Args {
+        depth: None,
+        max_states: 3_000_000,
+        trace_dir: "target/check".into(),
+        only: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(x) = it.next() {
+        let mut val = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        match x.as_str() {
+            "--depth" => {
+                a.depth = Some(
+                    val("--depth")?
+                        .parse()
+                        .map_err(|e| format!("--depth: {e}"))?,
+                )
+            }
+            "--max-states" => {
+                a.max_states = val("--max-states")?
+                    .parse()
+                    .map_err(|e| format!("--max-states: {e}"))?
+            }
+            "--trace-dir" => a.trace_dir = val("--trace-dir")?.into(),
+            "--only" => a.only = Some(val("--only")?),
+            "-h" | "--help" => {
+                println!(
+                    "redlease-check [--depth N] [--max-states N] [--only NAME] [--trace-dir DIR]\n\
+                     Explores every configuration (or NAME's) to N steps; exit 0 when no property \
+                     is broken, 1 with a trace when one is."
+                );
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(a)
+}
+
+fn run<M: Model>(name: &str, model: &M, depth: usize, expect: Expect, a: &Args) -> bool {
+    let mut server = Server::new().expect("Lua starts");
+    let r: Report<M::Action> = explore(model, &mut server, depth, a.max_states);
+    let secs = r.elapsed.as_secs_f64().max(1e-9);
+    println!(
+        "{name:<28} {:>9} states {:>10} transitions  depth {:>3}{}  {:>6.1} s  {:>7.0} states/s  {}",
+        r.states,
+        r.transitions,
+        r.depth,
+        if r.bounded { " (bound)" } else { " (all)  " },
+        secs,
+        r.states as f64 / secs,
+        match (&r.violation, expect) {
+            (None, Expect::Holds) => "0 violations",
+            (Some(_), Expect::Holds) => "VIOLATION",
+            (Some((what, _)), Expect::Finds(known)) if what.contains(known) => "found (known, open)",
+            (_, Expect::Finds(_)) => "KNOWN BUG NOT FOUND",
+        }
+    );
+    if let Expect::Finds(known) = expect {
+        let found = r.violation.as_ref().is_some_and(|(w, _)| w.contains(known));
+        if let (true, Some((what, path))) = (found, &r.violation) {
+            let trace = replay(model, &mut server, path);
+            let file = write_trace(a, name, what, &trace);
+            println!(
+                "  {what}\n  trace ({} steps) in {}",
+                path.len(),
+                file.display()
+            );
+        }
+        return found;
+    }
+    if let Some((what, path)) = &r.violation {
+        let trace = replay(model, &mut server, path);
+        let file = write_trace(a, name, what, &trace);
+        println!(
+            "  {what}\n  trace ({} steps) in {}",
+            path.len(),
+            file.display()
+        );
+        for l in trace.iter().take(400) {
+            println!("  | {l}");
+        }
+        return false;
+    }
+    true
+}
+
+fn write_trace(a: &Args, name: &str, what: &str, trace: &[String]) -> std::path::PathBuf {
+    let _ = std::fs::create_dir_all(&a.trace_dir);
+    let slug: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let file = a.trace_dir.join(format!("{slug}.trace"));
+    let text = format!("{name}: {what}\n\n{}\n", trace.join("\n"));
+    let _ = std::fs::write(&file, &text);
+    file
+}
+
+fn main() {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("redlease-check: {e}");
+            std::process::exit(64);
+        }
+    };
+    let started = Instant::now();
+    let mut ok = true;
+    for c in redlease_check::configs::all() {
+        if a.only.as_deref().is_some_and(|o| !c.name.contains(o)) {
+            continue;
+        }
+        ok &= run(c.name, &c.model, a.depth.unwrap_or(c.depth), c.expect, &a);
+    }
+    println!(
+        "{} in {:.1} s",
+        if ok {
+            "every property holds within the bounds"
+        } else {
+            "FAILED"
+        },
+        started.elapsed().as_secs_f64()
+    );
+    std::process::exit(if ok { 0 } else { 1 });
+}
