@@ -100,6 +100,27 @@ pub fn all() -> Vec<Config> {
             expect: Expect::Holds,
             depth: 80,
         },
+        // Known: the waiter blocked longest is frozen (its connection still
+        // blocked, so the server hands it the grant); the releaser's look
+        // finds the grant lapsed and hands it on again, but its second
+        // look is its last: the others wait for their own looks.
+        Config {
+            name: "known: 3 waiters, one frozen while blocked, nobody exits",
+            model: staying(
+                three(),
+                Faults {
+                    budget: 1,
+                    lost_request: false,
+                    lost_reply: false,
+                    crash: false,
+                    freeze: true,
+                    clock_step: false,
+                },
+                10_000,
+            ),
+            expect: Expect::Finds("liveness: the name was free"),
+            depth: 40,
+        },
         // Known: a holder whose grant came by a pop loses its release (a
         // lost message) and the releaser of the hand-over exits: the next
         // live waiter waits for its own look.

@@ -52,6 +52,9 @@ impl std::hash::Hash for Score {
     }
 }
 
+/// A sorted set's members, in Redis's order.
+pub type Members = Vec<(Score, Vec<u8>)>;
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Value {
     Str(Vec<u8>),
@@ -164,7 +167,7 @@ impl Keyspace {
         self.keys.get(k)
     }
 
-    fn zset(&self, k: &[u8]) -> Result<Option<&Vec<(Score, Vec<u8>)>>, Reply> {
+    fn zset(&self, k: &[u8]) -> Result<Option<&Members>, Reply> {
         match self.get(k).map(|e| &e.value) {
             None => Ok(None),
             Some(Value::ZSet(z)) => Ok(Some(z)),
@@ -172,7 +175,7 @@ impl Keyspace {
         }
     }
 
-    fn zset_mut(&mut self, k: &[u8]) -> Result<Option<&mut Vec<(Score, Vec<u8>)>>, Reply> {
+    fn zset_mut(&mut self, k: &[u8]) -> Result<Option<&mut Members>, Reply> {
         match self.keys.get_mut(k).map(|e| &mut e.value) {
             None => Ok(None),
             Some(Value::ZSet(z)) => Ok(Some(z)),

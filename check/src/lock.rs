@@ -108,6 +108,10 @@ enum CallKind {
     Leave,
 }
 
+/// What a served pop's pipeline read: the fence it popped, the lock's
+/// `PTTL` and its value.
+type Served = (Option<Vec<u8>>, i64, Option<Vec<u8>>);
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Main {
     Idle,
@@ -125,7 +129,7 @@ enum Main {
         at: i64,
         until: i64,
         seq: u32,
-        served: Option<(Option<Vec<u8>>, i64, Option<Vec<u8>>)>,
+        served: Option<Served>,
     },
 }
 

@@ -654,7 +654,7 @@ fn look_after_hand_over(client: &Client, held: &Held) {
 /// only a look finds that, so it looks at once. Found by the model checker
 /// (`check/`, "waiter frozen across a hand-over").
 pub fn first_look(taken: Duration, wait: i64) -> Duration {
-    if taken > GRANT_CLAIM {
+    if taken >= GRANT_CLAIM {
         return taken;
     }
     Duration::from_millis(wait.max(0) as u64)

@@ -1,0 +1,153 @@
+//! The checker is itself tested: each deliberate mutation of a script
+//! must be reported as a violation (a checker that passes them would pass
+//! anything).
+
+use redlease_check::configs::all;
+use redlease_check::lock::{Faults, LockModel, Op};
+use redlease_check::search::explore;
+use redlease_check::server::Server;
+
+/// `file`'s code as the library sends it, with `from` replaced by `to`
+/// (which must occur).
+fn mutated(file: &'static str, from: &str, to: &str) -> String {
+    let code = redlease::__sent_code(file).unwrap();
+    assert!(code.contains(from), "{file} no longer contains {from:?}");
+    code.replace(from, to)
+}
+
+fn two_waiters() -> LockModel {
+    LockModel {
+        ops: vec![
+            vec![Op::Acquire, Op::Release],
+            vec![Op::Acquire, Op::Release],
+        ],
+        faults: Faults {
+            budget: 1,
+            lost_request: false,
+            lost_reply: false,
+            crash: true,
+            freeze: false,
+            clock_step: true,
+        },
+        lease_ms: LockModel::default_lease(),
+        horizon_ms: 10_000,
+        response_ms: 2_000,
+        exits: false,
+    }
+}
+
+/// Explores `model` with `files` replaced by their mutations; the
+/// violation found.
+fn violation(model: &LockModel, files: &[(&'static str, String)]) -> Option<String> {
+    let mut server = Server::new().unwrap();
+    for (file, code) in files {
+        server.load(file, code);
+    }
+    explore(model, &mut server, 60, 2_000_000)
+        .violation
+        .map(|(v, _)| v)
+}
+
+#[test]
+fn the_unmutated_scripts_pass_the_same_search() {
+    assert_eq!(violation(&two_waiters(), &[]), None);
+}
+
+#[test]
+fn a_fence_that_does_not_grow_is_reported() {
+    // Every script that draws a fence (acquire, release's hand-over, the
+    // look's hand-over) carries fence.lua.
+    let from = "f = as_fence(cur, 'fencing counter') + 1";
+    let to = "f = as_fence(cur, 'fencing counter')";
+    let files: Vec<_> = ["lock_acquire.lua", "lock_release.lua", "lock_watch.lua"]
+        .into_iter()
+        .map(|f| (f, mutated(f, from, to)))
+        .collect();
+    let v = violation(&two_waiters(), &files).expect("reported");
+    assert!(v.contains("fence"), "{v}");
+}
+
+#[test]
+fn a_release_without_its_ownership_check_is_reported() {
+    let files = [(
+        "lock_release.lua",
+        mutated(
+            "lock_release.lua",
+            "if not v or (force ~= 'force' and not held) then",
+            "if not v then",
+        ),
+    )];
+    // A release by a holder whose lease ran out (frozen past it) then
+    // removes the next holder's lock.
+    let model = LockModel {
+        faults: Faults {
+            budget: 1,
+            lost_request: false,
+            lost_reply: false,
+            crash: false,
+            freeze: true,
+            clock_step: false,
+        },
+        ..two_waiters()
+    };
+    let v = violation(&model, &files).expect("reported");
+    assert!(
+        v.contains("believes it holds") || v.contains("exclusion"),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_claim_of_a_grant_it_did_not_pop_is_reported() {
+    // A popped grant is its popper's alone (queue.lua held_by): without
+    // the fence check, a claim takes whatever grant is open.
+    let from = "if fence and fence ~= '' and v == 'rl:grant#' .. fence then";
+    let to = "if fence and fence ~= '' and string.sub(v, 1, 9) == 'rl:grant#' then";
+    let files: Vec<_> = ["lock_extend.lua", "lock_release.lua"]
+        .into_iter()
+        .map(|f| (f, mutated(f, from, to)))
+        .collect();
+    let model = LockModel {
+        ops: vec![
+            vec![Op::Acquire, Op::Release],
+            vec![Op::Acquire, Op::Release],
+            vec![Op::Acquire, Op::Release],
+        ],
+        faults: Faults {
+            budget: 1,
+            lost_request: false,
+            lost_reply: false,
+            crash: false,
+            freeze: true,
+            clock_step: false,
+        },
+        ..two_waiters()
+    };
+    let v = violation(&model, &files).expect("reported");
+    assert!(
+        v.contains("exclusion") || v.contains("believes it holds") || v.contains("fence"),
+        "{v}"
+    );
+}
+
+#[test]
+fn a_lease_without_its_expiry_is_reported() {
+    let files = [(
+        "lock_acquire.lua",
+        mutated(
+            "lock_acquire.lua",
+            "redis.call('SET', lock, holder_value(me, fence), 'PX', lease)",
+            "redis.call('SET', lock, holder_value(me, fence))",
+        ),
+    )];
+    let v = violation(&two_waiters(), &files).expect("reported");
+    assert!(!v.is_empty());
+}
+
+/// Every configuration of the default check names itself uniquely (trace
+/// files are named after them).
+#[test]
+fn configurations_have_unique_names() {
+    let names: std::collections::HashSet<_> = all().iter().map(|c| c.name).collect();
+    assert_eq!(names.len(), all().len());
+}
