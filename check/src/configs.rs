@@ -1,7 +1,7 @@
 //! The bounded configurations `scripts/check.sh` explores, and the known
 //! counterexamples it must go on finding until their fix lands.
 
-use crate::lock::{Faults, LockModel, Op};
+use crate::lock::{Fault, Faults, LockModel, Op};
 
 /// What a configuration's search must end with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,15 +60,9 @@ pub fn all() -> Vec<Config> {
             vec![Acquire, Release],
         ]
     };
-    let no_pause = |budget| Faults {
-        freeze: false,
-        crash: false,
-        ..Faults::all(budget)
-    };
-    let no_freeze = |budget| Faults {
-        freeze: false,
-        ..Faults::all(budget)
-    };
+    use Fault::{ClockStep, Crash, LostReply, LostRequest};
+    let no_pause = |budget| Faults::only(budget, &[LostRequest, LostReply, ClockStep]);
+    let no_freeze = |budget| Faults::only(budget, &[LostRequest, LostReply, Crash, ClockStep]);
     vec![
         Config {
             name: "lock: 2 clients, 2 faults (no freeze)",
@@ -106,18 +100,7 @@ pub fn all() -> Vec<Config> {
         // look is its last: the others wait for their own looks.
         Config {
             name: "known: 3 waiters, one frozen while blocked, nobody exits",
-            model: staying(
-                three(),
-                Faults {
-                    budget: 1,
-                    lost_request: false,
-                    lost_reply: false,
-                    crash: false,
-                    freeze: true,
-                    clock_step: false,
-                },
-                10_000,
-            ),
+            model: staying(three(), Faults::only(1, &[Fault::Freeze]), 10_000),
             expect: Expect::Finds("liveness: the name was free"),
             depth: 40,
         },
@@ -135,22 +118,7 @@ pub fn all() -> Vec<Config> {
         // waits for its own look (up to 5 s), not the claim + 1 s.
         Config {
             name: "known: taker of a hand-over dies, releaser exits",
-            model: model(
-                three(),
-                Faults {
-                    budget: 1,
-                    crash: true,
-                    ..Faults {
-                        budget: 1,
-                        lost_request: false,
-                        lost_reply: false,
-                        crash: false,
-                        freeze: false,
-                        clock_step: false,
-                    }
-                },
-                12_000,
-            ),
+            model: model(three(), Faults::only(1, &[Fault::Crash]), 12_000),
             expect: Expect::Finds("liveness: the name was free"),
             depth: 40,
         },

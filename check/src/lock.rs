@@ -44,15 +44,32 @@ pub struct Faults {
     pub clock_step: bool,
 }
 
+/// One kind of fault (see [`Faults`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    LostRequest,
+    LostReply,
+    Crash,
+    Freeze,
+    ClockStep,
+}
+
 impl Faults {
+    /// Every kind, `budget` of them in a run.
     pub fn all(budget: u8) -> Faults {
+        use Fault::*;
+        Faults::only(budget, &[LostRequest, LostReply, Crash, Freeze, ClockStep])
+    }
+
+    /// These kinds only, `budget` of them in a run.
+    pub fn only(budget: u8, kinds: &[Fault]) -> Faults {
         Faults {
             budget,
-            lost_request: true,
-            lost_reply: true,
-            crash: true,
-            freeze: true,
-            clock_step: true,
+            lost_request: kinds.contains(&Fault::LostRequest),
+            lost_reply: kinds.contains(&Fault::LostReply),
+            crash: kinds.contains(&Fault::Crash),
+            freeze: kinds.contains(&Fault::Freeze),
+            clock_step: kinds.contains(&Fault::ClockStep),
         }
     }
 }
@@ -550,11 +567,6 @@ impl LockModel {
         wait: i64,
         log: &mut Option<Vec<String>>,
     ) {
-        self.block_only(s, i, t, at, wait);
-        self.serve(s, log);
-    }
-
-    fn block_only(&self, s: &mut State, i: usize, t: u8, at: i64, wait: i64) {
         let now = s.now;
         let c = &mut s.clients[i];
         let until = match c.deadline {
@@ -586,6 +598,7 @@ impl LockModel {
             seq: s.seq,
             served: None,
         };
+        self.serve(s, log);
     }
 
     /// A busy reply: block again, or give up at the deadline.

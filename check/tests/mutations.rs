@@ -3,7 +3,7 @@
 //! anything).
 
 use redlease_check::configs::all;
-use redlease_check::lock::{Faults, LockModel, Op};
+use redlease_check::lock::{Fault, Faults, LockModel, Op};
 use redlease_check::search::explore;
 use redlease_check::server::Server;
 
@@ -21,14 +21,7 @@ fn two_waiters() -> LockModel {
             vec![Op::Acquire, Op::Release],
             vec![Op::Acquire, Op::Release],
         ],
-        faults: Faults {
-            budget: 1,
-            lost_request: false,
-            lost_reply: false,
-            crash: true,
-            freeze: false,
-            clock_step: true,
-        },
+        faults: Faults::only(1, &[Fault::Crash, Fault::ClockStep]),
         lease_ms: LockModel::default_lease(),
         horizon_ms: 10_000,
         response_ms: 2_000,
@@ -80,14 +73,7 @@ fn a_release_without_its_ownership_check_is_reported() {
     // A release by a holder whose lease ran out (frozen past it) then
     // removes the next holder's lock.
     let model = LockModel {
-        faults: Faults {
-            budget: 1,
-            lost_request: false,
-            lost_reply: false,
-            crash: false,
-            freeze: true,
-            clock_step: false,
-        },
+        faults: Faults::only(1, &[Fault::Freeze]),
         ..two_waiters()
     };
     let v = violation(&model, &files).expect("reported");
@@ -113,14 +99,7 @@ fn a_claim_of_a_grant_it_did_not_pop_is_reported() {
             vec![Op::Acquire, Op::Release],
             vec![Op::Acquire, Op::Release],
         ],
-        faults: Faults {
-            budget: 1,
-            lost_request: false,
-            lost_reply: false,
-            crash: false,
-            freeze: true,
-            clock_step: false,
-        },
+        faults: Faults::only(1, &[Fault::Freeze]),
         ..two_waiters()
     };
     let v = violation(&model, &files).expect("reported");
