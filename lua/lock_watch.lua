@@ -20,7 +20,7 @@
 --          or 0: no more looks (a look at the name alone that found a
 --          holder past its first lease, or nobody waiting). Never errors:
 --          it runs in pipelined renewal batches. A look at a held lock is
---          one call.
+--          one call (two for a waiter's look).
 local lock, counter, q, qt = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local me, ttl, prefix, claim = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local pttl = redis.call('PTTL', lock)
@@ -35,6 +35,14 @@ if pttl > 0 then
   if me == '' and (pttl > claim * 2
       or string.match(redis.call('GET', lock) or '', '^[^#]*') == 'rl:grant') then
     return 0
+  end
+  -- A waiter whose entry is gone (the queue was purged or lapsed while
+  -- its process was paused, or flushed) is queued again: the holder's
+  -- release hands the name on only to a queue, and would otherwise end
+  -- with the name free and this waiter blocked until its next look (found
+  -- by the model checker, check/: "3 waiters, one frozen").
+  if me ~= '' and not redis.call('ZSCORE', qt, me) then
+    queue_join(q, qt, prefix, me, ttl, true)
   end
   return pttl
 end

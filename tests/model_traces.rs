@@ -61,3 +61,49 @@ fn a_waiter_whose_busy_reply_came_late_looks_at_once() {
         "granted {took:?} after the call: the name was free from about 0.9 s"
     );
 }
+
+/// Trace "3 waiters, one frozen while blocked" (check/src/configs.rs): a
+/// waiter's queue entry went away while it waited (the queue was purged
+/// while its process was paused; here: deleted by hand, as a `FLUSHALL` or
+/// an eviction would), its look found the lock held and left it unqueued,
+/// and the holder's release then found nobody queued: the name free, the
+/// waiter blocked until its next look (5 s). Now a waiter's look queues it
+/// again.
+#[test]
+#[serial]
+fn a_waiter_whose_queue_entry_went_away_is_queued_again_by_its_look() {
+    let server = Server::start();
+    let holder = client(&server);
+    let waiter = client(&server);
+    let held = holder.lock("requeue").acquire().unwrap();
+    let lock = waiter.lock("requeue");
+    let wait = std::thread::spawn(move || {
+        let got = lock.acquire_timeout(Duration::from_secs(20)).unwrap();
+        (got.is_some(), Instant::now())
+    });
+    let mut con = server.con();
+    assert!(common::eventually(Duration::from_secs(5), || {
+        redis::cmd("EXISTS")
+            .arg("{requeue}:queue")
+            .query::<bool>(&mut con)
+            .unwrap()
+    }));
+    let _: () = redis::cmd("DEL")
+        .arg("{requeue}:queue")
+        .arg("{requeue}:queue:t")
+        .query(&mut con)
+        .unwrap();
+    // The waiter's first look comes 5 s after it blocked (the holder's
+    // lease is 30 s): after it, release.
+    std::thread::sleep(Duration::from_millis(6_000));
+    let released = Instant::now();
+    held.release().unwrap();
+    let (granted, at) = wait.join().unwrap();
+    assert!(granted);
+    let took = at - released;
+    // Before: granted at the waiter's next look, ~4 s after the release.
+    assert!(
+        took < Duration::from_millis(1_500),
+        "granted {took:?} after the release"
+    );
+}

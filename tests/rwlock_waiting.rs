@@ -687,3 +687,45 @@ fn a_reader_behind_a_frozen_writer_handed_the_lock_by_the_last_reader() {
     assert!(took < Duration::from_millis(3_000), "took {took:?}");
     drop(w);
 }
+
+/// Readers waiting in the writer's own `Client` are woken as fast as
+/// readers in another: a writer with a fixed 20 s lease shortens it to
+/// 500 ms (`extend`) and keeps its guard; when the lease ends, the
+/// renewal thread's look (lua/rw_watch.lua) opens the name and publishes
+/// with the client's own id. The subscriber dropped every message of its
+/// own client (it took them for releases, whose local waiters are woken
+/// directly), so these readers waited to their 6 s deadline.
+#[test]
+fn readers_in_the_writers_own_client_wake_when_its_shortened_lease_ends() {
+    let server = Server::start();
+    let own = common::client(&server);
+    let rw = own.rw_lock("same-client").lease(Duration::from_secs(20));
+    let w = rw.write().unwrap();
+    let started = Instant::now();
+    let readers: Vec<_> = [&own, &own]
+        .into_iter()
+        .map(|c| {
+            let rw = c.rw_lock("same-client");
+            std::thread::spawn(move || {
+                let g = rw.read_timeout(Duration::from_secs(6)).unwrap();
+                (g.is_some(), started.elapsed())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    w.extend(Duration::from_millis(500)).unwrap();
+    let mut took = Vec::new();
+    for r in readers {
+        let (got, at) = r.join().unwrap();
+        assert!(got, "a reader in the writer's own client timed out");
+        took.push(at);
+    }
+    drop(w);
+    // The lease ended at ~0.8 s; GUARANTEES promises ~0.2 s after it.
+    for at in &took {
+        assert!(
+            *at < Duration::from_millis(2_500),
+            "readers got in at {took:?}: the lease ended at ~0.8 s"
+        );
+    }
+}

@@ -523,11 +523,15 @@ impl Shared {
         }
     }
 
+    /// A message `<client id>:<key>` wakes this client's waiters of `key`,
+    /// whichever client sent it. Our own client's messages included: a
+    /// release of ours woke the local head directly too (one wake more, at
+    /// worst an attempt that finds the name taken), but the renewal
+    /// thread's looks (a shortened lease that ran out, a semaphore's offer)
+    /// and a grant made for a waiter that waits for messages publish with
+    /// our id and wake nobody else; dropping them left readers in a
+    /// writer's own client waiting to their deadline.
     fn dispatch(&self, payload: &[u8]) {
-        let me = self.me.as_bytes();
-        if payload.len() > me.len() && &payload[..me.len()] == me && payload[me.len()] == b':' {
-            return; // our own release: the local head was woken directly
-        }
         let Some(colon) = payload.iter().position(|&b| b == b':') else {
             return;
         };
