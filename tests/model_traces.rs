@@ -107,3 +107,75 @@ fn a_waiter_whose_queue_entry_went_away_is_queued_again_by_its_look() {
         "granted {took:?} after the release"
     );
 }
+
+/// Trace "semaphore: 2 permits, 3 clients waiting for messages, 1 fault"
+/// (check/src/configs.rs): a waiter that waits for messages goes away
+/// without withdrawing its entry (its withdrawal was lost; a crash does
+/// the same). A release offers the permit, the offer lapses untaken, and
+/// each look (a `try_acquire` too) purged the queue but put the waiters
+/// that wait for messages back, without an expiry on the deadlines' set:
+/// the offer was made again for the gone waiter, a claim window after
+/// another, until its entry's deadline, with nobody holding (the issue's
+/// "semaphore refused ~3 s after faults heal"). Now a lapsed offer
+/// purges them too.
+#[test]
+#[serial]
+fn a_gone_message_waiter_stalls_a_semaphore_no_longer_than_its_offer() {
+    for fair in [false, true] {
+        let server = Server::start();
+        let proxy = Proxy::start(server.port());
+        let sem = |c: &redlease::Client| {
+            if fair {
+                c.fair_semaphore("gone", 1)
+            } else {
+                c.semaphore("gone", 1)
+            }
+        };
+        let holder = client(&server);
+        let gone = redlease::Client::builder()
+            .url(proxy.url())
+            .response_timeout(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let prober = client(&server);
+        // Scripts loaded through the proxy.
+        sem(&gone).acquire().unwrap().release().unwrap();
+        let held = sem(&holder).acquire().unwrap();
+        // Its withdrawal at the deadline never reaches the server.
+        proxy.arm(sha("sem_release.lua"), Fault::Blackhole);
+        let waited = sem(&gone).acquire_timeout(Duration::from_millis(800));
+        assert!(!matches!(waited, Ok(Some(_))), "{fair}: nobody released");
+        assert!(proxy.fired() >= 1, "{fair}: its withdrawal was sent");
+        drop(gone);
+        let released = Instant::now();
+        held.release().unwrap();
+        let probe = sem(&prober);
+        let got = loop {
+            if probe.try_acquire().unwrap().is_some() {
+                break released.elapsed();
+            }
+            assert!(
+                released.elapsed() < Duration::from_secs(12),
+                "{fair}: no permit 12 s after the release"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        // The offer's claim window (0.5 s) and a poll; before: over 12 s
+        // (fair).
+        assert!(
+            got < Duration::from_millis(1_500),
+            "{fair}: a permit only {got:?} after the release, nobody holding"
+        );
+        // Nothing is left without an expiry (before: the waiters'
+        // deadlines, put back by the purge).
+        let mut con = server.con();
+        for key in [
+            "{gone}:sem:queue:t",
+            "{gone}:sem:queue",
+            "{gone}:sem:grant:told",
+        ] {
+            let ttl: i64 = redis::cmd("PTTL").arg(key).query(&mut con).unwrap();
+            assert_ne!(ttl, -1, "{fair}: {key} never expires");
+        }
+    }
+}

@@ -2,6 +2,7 @@
 //! counterexamples it must go on finding until their fix lands.
 
 use crate::lock::{Fault, Faults, LockModel, Op};
+use crate::semaphore::{SemModel, SemOp};
 
 /// What a configuration's search must end with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,9 +15,15 @@ pub enum Expect {
     Finds(&'static str),
 }
 
+/// A model of one primitive.
+pub enum Checked {
+    Lock(LockModel),
+    Semaphore(SemModel),
+}
+
 pub struct Config {
     pub name: &'static str,
-    pub model: LockModel,
+    pub model: Checked,
     pub expect: Expect,
     /// The depth bound of the default check (`--depth` overrides it).
     pub depth: usize,
@@ -30,7 +37,11 @@ impl LockModel {
     }
 }
 
-fn model(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> LockModel {
+fn model(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> Checked {
+    Checked::Lock(lock_model(ops, faults, horizon_ms))
+}
+
+fn lock_model(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> LockModel {
     LockModel {
         ops,
         faults,
@@ -42,11 +53,26 @@ fn model(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> LockModel {
 }
 
 /// The same, where no client exits after its operations.
-fn staying(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> LockModel {
-    LockModel {
+fn staying(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> Checked {
+    Checked::Lock(LockModel {
         exits: false,
-        ..model(ops, faults, horizon_ms)
-    }
+        ..lock_model(ops, faults, horizon_ms)
+    })
+}
+
+/// A semaphore of `permits` whose clients run `ops`.
+fn semaphore(ops: Vec<Vec<SemOp>>, permits: u32, fair: bool, faults: Faults) -> Checked {
+    Checked::Semaphore(SemModel {
+        ops,
+        permits,
+        fair,
+        faults,
+        lease_ms: LockModel::default_lease(),
+        horizon_ms: 12_000,
+        response_ms: 2_000,
+        fallback_ms: 2_000,
+        exits: true,
+    })
 }
 
 /// Every configuration, in the order the check runs them.
@@ -119,6 +145,36 @@ pub fn all() -> Vec<Config> {
             model: model(three(), Faults::only(1, &[Fault::Crash]), 12_000),
             expect: Expect::Finds("liveness: the name was free"),
             depth: 40,
+        },
+        Config {
+            name: "semaphore: 2 permits, 3 clients waiting for messages, 1 fault",
+            model: semaphore(
+                vec![
+                    vec![SemOp::AcquireFor(800), SemOp::Release],
+                    vec![SemOp::AcquireFor(800), SemOp::Release],
+                    vec![SemOp::AcquireFor(800), SemOp::Release],
+                ],
+                2,
+                false,
+                Faults::all(1),
+            ),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        Config {
+            name: "fair semaphore: 2 permits, 3 clients waiting for messages, 1 fault",
+            model: semaphore(
+                vec![
+                    vec![SemOp::AcquireFor(800), SemOp::Release],
+                    vec![SemOp::AcquireFor(800), SemOp::Release],
+                    vec![SemOp::AcquireFor(800), SemOp::Release],
+                ],
+                2,
+                true,
+                Faults::all(1),
+            ),
+            expect: Expect::Holds,
+            depth: 60,
         },
     ]
 }

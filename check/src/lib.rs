@@ -8,4 +8,5 @@ pub mod configs;
 pub mod keyspace;
 pub mod lock;
 pub mod search;
+pub mod semaphore;
 pub mod server;

@@ -16,7 +16,7 @@ use crate::keyspace::{Keyspace, Reply};
 use crate::search::Model;
 use crate::server::Server;
 
-fn ms(d: Duration) -> i64 {
+pub(crate) fn ms(d: Duration) -> i64 {
     d.as_millis() as i64
 }
 
@@ -42,6 +42,8 @@ pub struct Faults {
     pub crash: bool,
     pub freeze: bool,
     pub clock_step: bool,
+    /// A wake-up message lost (models with message waiters).
+    pub lost_message: bool,
 }
 
 /// One kind of fault (see [`Faults`]).
@@ -52,13 +54,24 @@ pub enum Fault {
     Crash,
     Freeze,
     ClockStep,
+    LostMessage,
 }
 
 impl Faults {
     /// Every kind, `budget` of them in a run.
     pub fn all(budget: u8) -> Faults {
         use Fault::*;
-        Faults::only(budget, &[LostRequest, LostReply, Crash, Freeze, ClockStep])
+        Faults::only(
+            budget,
+            &[
+                LostRequest,
+                LostReply,
+                Crash,
+                Freeze,
+                ClockStep,
+                LostMessage,
+            ],
+        )
     }
 
     /// These kinds only, `budget` of them in a run.
@@ -70,6 +83,7 @@ impl Faults {
             crash: kinds.contains(&Fault::Crash),
             freeze: kinds.contains(&Fault::Freeze),
             clock_step: kinds.contains(&Fault::ClockStep),
+            lost_message: kinds.contains(&Fault::LostMessage),
         }
     }
 }
@@ -90,7 +104,7 @@ pub struct LockModel {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Life {
+pub(crate) enum Life {
     Running,
     Frozen,
     Crashed,
@@ -99,7 +113,7 @@ enum Life {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Outcome {
+pub(crate) enum Outcome {
     Unsent,
     Ran(Reply),
     /// The request or its reply was lost: an error after the response
@@ -162,11 +176,11 @@ struct Hold {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct Look {
-    due: i64,
+pub(crate) struct Look {
+    pub(crate) due: i64,
     /// The blocked waiter's token, or none for a look at the name alone.
-    waiter: Option<u8>,
-    left: u32,
+    pub(crate) waiter: Option<u8>,
+    pub(crate) left: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -236,7 +250,7 @@ fn token(client: usize, n: u8) -> Vec<u8> {
     format!("rl:c{client}t{n}").into_bytes()
 }
 
-fn b(s: impl ToString) -> Vec<u8> {
+pub(crate) fn b(s: impl ToString) -> Vec<u8> {
     s.to_string().into_bytes()
 }
 
@@ -331,7 +345,7 @@ impl LockModel {
     }
 }
 
-fn int(r: &Reply) -> Option<i64> {
+pub(crate) fn int(r: &Reply) -> Option<i64> {
     match r {
         Reply::Int(n) => Some(*n),
         _ => None,
@@ -339,7 +353,7 @@ fn int(r: &Reply) -> Option<i64> {
 }
 
 /// A script's "wait ms" reply (text).
-fn busy(r: &Reply) -> Option<i64> {
+pub(crate) fn busy(r: &Reply) -> Option<i64> {
     match r {
         Reply::Bulk(b) => std::str::from_utf8(b).ok()?.parse().ok(),
         _ => None,

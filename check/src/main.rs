@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use redlease_check::configs::Expect;
+use redlease_check::configs::{Checked, Expect};
 use redlease_check::search::{explore, replay, Model, Report};
 use redlease_check::server::Server;
 
@@ -122,7 +122,11 @@ fn main() {
         if a.only.as_deref().is_some_and(|o| !c.name.contains(o)) {
             continue;
         }
-        ok &= run(c.name, &c.model, a.depth.unwrap_or(c.depth), c.expect, &a);
+        let depth = a.depth.unwrap_or(c.depth);
+        ok &= match &c.model {
+            Checked::Lock(m) => run(c.name, m, depth, c.expect, &a),
+            Checked::Semaphore(m) => run(c.name, m, depth, c.expect, &a),
+        };
     }
     println!(
         "{} in {:.1} s",
