@@ -18,7 +18,7 @@ struct Args {
 fn args() -> Result<Args, String> {
     let mut a = Args {
         depth: None,
-        max_states: 3_000_000,
+        max_states: 2_000_000,
         trace_dir: "target/check".into(),
         only: None,
     };

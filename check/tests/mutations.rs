@@ -130,3 +130,40 @@ fn configurations_have_unique_names() {
     let names: std::collections::HashSet<_> = all().iter().map(|c| c.name).collect();
     assert_eq!(names.len(), all().len());
 }
+
+#[test]
+fn a_semaphore_that_grants_past_its_count_is_reported() {
+    use redlease_check::semaphore::{SemModel, SemOp};
+    // The used permits are counted from the set; counted as none, every
+    // waiter is granted.
+    let files = [(
+        "sem_acquire.lua",
+        mutated(
+            "sem_acquire.lua",
+            "local used = sem_used(permits, now)",
+            "local used = sem_used(permits, now) * 0",
+        ),
+    )];
+    let model = SemModel {
+        ops: vec![vec![SemOp::AcquireFor(800), SemOp::Release]; 3],
+        permits: 2,
+        fair: false,
+        faults: Faults::only(0, &[]),
+        lease_ms: LockModel::default_lease(),
+        horizon_ms: 10_000,
+        response_ms: 2_000,
+        fallback_ms: 2_000,
+        exits: true,
+    };
+    let mut server = Server::new().unwrap();
+    let clean = explore(&model, &mut server, 40, 2_000_000).violation;
+    assert!(clean.is_none(), "unmutated: {clean:?}");
+    for (file, code) in &files {
+        server.load(file, code);
+    }
+    let v = explore(&model, &mut server, 40, 2_000_000)
+        .violation
+        .map(|(v, _)| v)
+        .expect("reported");
+    assert!(v.contains("permits"), "{v}");
+}
