@@ -4,6 +4,9 @@
 
 use std::time::Instant;
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use redlease_check::configs::{Checked, Expect};
 use redlease_check::search::{explore, replay, Model, Report};
 use redlease_check::server::Server;
@@ -18,7 +21,7 @@ struct Args {
 fn args() -> Result<Args, String> {
     let mut a = Args {
         depth: None,
-        max_states: 2_000_000,
+        max_states: 2_100_000,
         trace_dir: "target/check".into(),
         only: None,
     };

@@ -3,7 +3,7 @@
 //! search with the shortest path to it.
 
 use std::collections::HashSet;
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::time::{Duration, Instant};
 
 use crate::server::Server;
@@ -45,12 +45,9 @@ pub struct Report<A> {
 }
 
 fn fingerprint<T: Hash>(t: &T) -> u128 {
-    let mut a = std::hash::DefaultHasher::new();
-    t.hash(&mut a);
-    let mut b = std::hash::DefaultHasher::new();
-    0x9e37_79b9_7f4a_7c15_u64.hash(&mut b);
-    t.hash(&mut b);
-    ((a.finish() as u128) << 64) | b.finish() as u128
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    t.hash(&mut h);
+    h.digest128()
 }
 
 /// Explores `model` breadth first up to `max_depth` steps (and at most

@@ -26,6 +26,9 @@ pub struct Server {
     lua: Lua,
     world: Rc<RefCell<World>>,
     scripts: HashMap<&'static str, Function>,
+    /// `KEYS` and `ARGV`, made once and refilled for each run.
+    keys: Table,
+    argv: Table,
 }
 
 /// A script's or command's outcome on the server.
@@ -182,10 +185,15 @@ impl Server {
         redis.set("log", lua.create_function(|_, _: MultiValue| Ok(()))?)?;
         redis.set("LOG_WARNING", 3)?;
         lua.globals().set("redis", redis)?;
+        let (keys, argv) = (lua.create_table()?, lua.create_table()?);
+        lua.globals().set("KEYS", keys.clone())?;
+        lua.globals().set("ARGV", argv.clone())?;
         Ok(Server {
             lua,
             world,
             scripts: HashMap::new(),
+            keys,
+            argv,
         })
     }
 
@@ -246,17 +254,15 @@ impl Server {
 
     fn call(&self, f: &Function, keys: &[Vec<u8>], args: &[Vec<u8>]) -> Reply {
         let result = (|| -> mlua::Result<LuaValue> {
-            let g = self.lua.globals();
-            let k = self.lua.create_table()?;
-            for (i, key) in keys.iter().enumerate() {
-                k.raw_set(i + 1, self.lua.create_string(key)?)?;
+            for (table, items) in [(&self.keys, keys), (&self.argv, args)] {
+                for (i, item) in items.iter().enumerate() {
+                    table.raw_set(i + 1, self.lua.create_string(item)?)?;
+                }
+                // What a longer call before this one left.
+                for i in items.len() + 1..=table.raw_len() {
+                    table.raw_set(i, LuaValue::Nil)?;
+                }
             }
-            let a = self.lua.create_table()?;
-            for (i, arg) in args.iter().enumerate() {
-                a.raw_set(i + 1, self.lua.create_string(arg)?)?;
-            }
-            g.raw_set("KEYS", k)?;
-            g.raw_set("ARGV", a)?;
             f.call::<LuaValue>(())
         })();
         match result {
