@@ -233,6 +233,47 @@ fn unlock_needs_force_and_confirmation() {
     assert!(!c.lock("stuck").is_locked().unwrap());
 }
 
+/// A semaphore's permits are freed too (it printed "was not locked;
+/// nothing to remove" and freed nothing), all of them or one by id, with
+/// the same confirmation.
+#[test]
+fn unlock_frees_a_semaphores_permits() {
+    let server = Server::start();
+    let c = client(&server);
+    let sem = c.semaphore("semr", 3);
+    let kept: Vec<_> = (0..3).map(|_| sem.acquire().unwrap().detach()).collect();
+    assert_eq!(sem.available().unwrap(), 0);
+    let o = run(redlease(&server).args([
+        "unlock",
+        "--force",
+        "--yes",
+        "semr",
+        "--permit",
+        &kept[0].to_string(),
+    ]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(stdout(&o).trim(), "removed");
+    assert_eq!(sem.available().unwrap(), 1);
+    let mut child = redlease(&server)
+        .args(["unlock", "--force", "semr"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"n\n").unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(65));
+    assert_eq!(sem.available().unwrap(), 1);
+    let o = run(redlease(&server).args(["unlock", "--force", "--yes", "semr"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(stdout(&o).trim(), "removed 2 permits");
+    assert_eq!(sem.available().unwrap(), 3);
+    let o =
+        run(redlease(&server).args(["unlock", "--force", "--yes", "semr", "--permit", "nonsense"]));
+    assert_eq!(o.status.code(), Some(64));
+}
+
 #[test]
 fn bad_arguments_give_one_line_errors() {
     let server = Server::start();
@@ -241,6 +282,10 @@ fn bad_arguments_give_one_line_errors() {
         (vec!["run", "x", "--lease", "-1s", "--", "true"], 64),
         (vec!["run", "", "--", "true"], 64),
         (vec!["--url", "nonsense://", "status", "x"], 64),
+        // 0 sends nothing and 99 is no signal: a lost lease would stop
+        // nothing until --kill-after (they were accepted).
+        (vec!["run", "x", "--lost-signal", "0", "--", "true"], 64),
+        (vec!["run", "x", "--lost-signal", "99", "--", "true"], 64),
     ] {
         let o = run(redlease(&server).args(&args));
         assert_eq!(
@@ -259,6 +304,11 @@ fn bad_arguments_give_one_line_errors() {
     ]));
     assert_eq!(o.status.code(), Some(69));
     assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1);
+    // Help never prints the environment's values (REDLEASE_PREFIX's was).
+    let o = run(redlease(&server)
+        .env("REDLEASE_PREFIX", "secret-prefix:")
+        .arg("--help"));
+    assert!(!stdout(&o).contains("secret-prefix"), "{}", stdout(&o));
 }
 
 /// Waits until the command under test wrote `ready` to `log` (its traps

@@ -94,7 +94,13 @@ struct Cli {
     #[arg(long, global = true, value_name = "MASTER")]
     sentinel: Option<String>,
     /// Key prefix (namespace) shared with the applications using the locks.
-    #[arg(long, env = "REDLEASE_PREFIX", default_value = "", global = true)]
+    #[arg(
+        long,
+        env = "REDLEASE_PREFIX",
+        hide_env_values = true,
+        default_value = "",
+        global = true
+    )]
     prefix: String,
     #[command(subcommand)]
     command: Cmd,
@@ -131,16 +137,21 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Remove a lock whoever holds it.
+    /// Remove a lock, a read-write lock's holds or a semaphore's permits,
+    /// whoever holds them.
     Unlock {
         /// The name, as bytes (the form `list` prints).
         name: OsString,
-        /// Required: this breaks mutual exclusion for the current holder.
+        /// Required: this breaks mutual exclusion for the current holders.
         #[arg(long)]
         force: bool,
         /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
+        /// Of a semaphore, free only this permit (the id `Permit::detach`
+        /// returns); otherwise every permit is freed.
+        #[arg(long, value_name = "ID")]
+        permit: Option<String>,
     },
 }
 
@@ -303,7 +314,12 @@ fn main() -> ExitCode {
         Cmd::Run(args) => run(&client, &args),
         Cmd::Status { name, json } => status(&client, name.as_bytes(), json),
         Cmd::List { pattern, json } => list(&client, pattern.as_bytes(), json),
-        Cmd::Unlock { name, force, yes } => unlock(&client, name.as_bytes(), force, yes),
+        Cmd::Unlock {
+            name,
+            force,
+            yes,
+            permit,
+        } => unlock(&client, name.as_bytes(), force, yes, permit.as_deref()),
         Cmd::Doctor { json } => Ok(doctor(&client, json)),
     };
     match result {
@@ -399,22 +415,40 @@ fn connect(cli: &Cli) -> Result<Client, Refused> {
     builder.build().map_err(Refused::Client)
 }
 
-fn unlock(client: &Client, name: &[u8], force: bool, yes: bool) -> redlease::Result<ExitCode> {
+fn unlock(
+    client: &Client,
+    name: &[u8],
+    force: bool,
+    yes: bool,
+    permit: Option<&str>,
+) -> redlease::Result<ExitCode> {
     if !force {
         return Ok(fail(
             EXIT_USAGE,
             "unlock needs --force: it removes the lock from whoever holds it",
         ));
     }
-    if !client.lock(name).is_locked()? {
+    let permit = match permit.map(str::parse::<redlease::PermitId>).transpose() {
+        Ok(p) => p,
+        Err(e) => return Ok(fail(EXIT_USAGE, format!("--permit: {e}"))),
+    };
+    // What is held under the name: a lock, a read-write lock's holds, a
+    // semaphore's permits (a name is usually one of them).
+    let info = client.inspect(name)?;
+    let locked = info.holder.is_some();
+    let rw = info.writer.is_some() || info.readers > 0;
+    let permits = info.permits_in_use > 0;
+    if !(locked || rw || permits) {
         println!("\"{}\" was not locked; nothing to remove", shown(name));
         return Ok(ExitCode::SUCCESS);
     }
     if !yes {
-        eprint!(
-            "Remove the lock \"{}\" from its current holder? [y/N] ",
-            shown(name)
-        );
+        let what = match (&permit, permits) {
+            (Some(id), _) => format!("the permit {id} of \"{}\"", shown(name)),
+            (None, true) => format!("every permit of \"{}\"", shown(name)),
+            (None, false) => format!("the lock \"{}\"", shown(name)),
+        };
+        eprint!("Remove {what} from its current holder? [y/N] ");
         let _ = std::io::stderr().flush();
         let mut answer = String::new();
         let _ = std::io::stdin().lock().read_line(&mut answer);
@@ -422,7 +456,30 @@ fn unlock(client: &Client, name: &[u8], force: bool, yes: bool) -> redlease::Res
             return Ok(fail(EXIT_DECLINED, "not confirmed; nothing removed"));
         }
     }
-    let removed = client.lock(name).force_unlock()?;
-    println!("{}", if removed { "removed" } else { "was not locked" });
+    // The count matters only when none is stored; permits in use store it.
+    let sem = client.semaphore(name, info.permits.unwrap_or(1).max(1) as u32);
+    if let Some(id) = permit {
+        let freed = sem.release_id(&id)?;
+        println!("{}", if freed { "removed" } else { "no such permit" });
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut removed = Vec::new();
+    if locked && client.lock(name).force_unlock()? {
+        removed.push("the lock".to_string());
+    }
+    if rw && client.rw_lock(name).force_unlock()? {
+        removed.push("the read-write lock's holds".to_string());
+    }
+    if permits {
+        let n = sem.force_release_all()?;
+        if n > 0 {
+            removed.push(format!("{n} permit{}", if n == 1 { "" } else { "s" }));
+        }
+    }
+    if removed.is_empty() {
+        println!("was not locked");
+    } else {
+        println!("removed {}", removed.join(", "));
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -14,7 +14,19 @@ pub(crate) fn parse_signal(s: &str) -> Result<i32, String> {
         "USR1" => libc::SIGUSR1,
         "USR2" => libc::SIGUSR2,
         "QUIT" => libc::SIGQUIT,
-        _ => name.parse().map_err(|_| format!("unknown signal {s:?}"))?,
+        _ => {
+            let n: i32 = name.parse().map_err(|_| format!("unknown signal {s:?}"))?;
+            // 0 sends nothing (it only checks the process exists), and a
+            // number past the real-time signals is refused by kill(2): a
+            // lost lease would then stop nothing until --kill-after.
+            if !(1..=libc::SIGRTMAX()).contains(&n) {
+                return Err(format!(
+                    "{n} is not a signal (1 to {} on this system)",
+                    libc::SIGRTMAX()
+                ));
+            }
+            n
+        }
     })
 }
 
