@@ -1,7 +1,8 @@
 //! The bounded configurations `scripts/check.sh` explores, and the known
 //! counterexamples it must go on finding until their fix lands.
 
-use crate::lock::{Fault, Faults, LockModel, Op};
+use crate::lock::{LockModel, Op};
+use crate::parties::{Fault, Faults};
 use crate::semaphore::{SemModel, SemOp};
 
 /// What a configuration's search must end with.

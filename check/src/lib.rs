@@ -7,6 +7,7 @@
 pub mod configs;
 pub mod keyspace;
 pub mod lock;
+pub mod parties;
 pub mod search;
 pub mod semaphore;
 pub mod server;

@@ -13,12 +13,10 @@ use std::time::Duration;
 use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Reply};
+use crate::parties::{b, busy, int, ms, Life, Look, Outcome};
+pub use crate::parties::{Fault, Faults};
 use crate::search::Model;
 use crate::server::Server;
-
-pub(crate) fn ms(d: Duration) -> i64 {
-    d.as_millis() as i64
-}
 
 /// What one client does, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -31,61 +29,6 @@ pub enum Op {
     Try,
     /// The guard's `release()` (nothing when the op before it got none).
     Release,
-}
-
-/// Which faults the search may inject (each counts against the budget).
-#[derive(Clone, Copy, Debug)]
-pub struct Faults {
-    pub budget: u8,
-    pub lost_request: bool,
-    pub lost_reply: bool,
-    pub crash: bool,
-    pub freeze: bool,
-    pub clock_step: bool,
-    /// A wake-up message lost (models with message waiters).
-    pub lost_message: bool,
-}
-
-/// One kind of fault (see [`Faults`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    LostRequest,
-    LostReply,
-    Crash,
-    Freeze,
-    ClockStep,
-    LostMessage,
-}
-
-impl Faults {
-    /// Every kind, `budget` of them in a run.
-    pub fn all(budget: u8) -> Faults {
-        use Fault::*;
-        Faults::only(
-            budget,
-            &[
-                LostRequest,
-                LostReply,
-                Crash,
-                Freeze,
-                ClockStep,
-                LostMessage,
-            ],
-        )
-    }
-
-    /// These kinds only, `budget` of them in a run.
-    pub fn only(budget: u8, kinds: &[Fault]) -> Faults {
-        Faults {
-            budget,
-            lost_request: kinds.contains(&Fault::LostRequest),
-            lost_reply: kinds.contains(&Fault::LostReply),
-            crash: kinds.contains(&Fault::Crash),
-            freeze: kinds.contains(&Fault::Freeze),
-            clock_step: kinds.contains(&Fault::ClockStep),
-            lost_message: kinds.contains(&Fault::LostMessage),
-        }
-    }
 }
 
 pub struct LockModel {
@@ -101,24 +44,6 @@ pub struct LockModel {
     /// Whether a client that has done its operations may exit (its
     /// renewal thread, and the looks it would make, gone with it).
     pub exits: bool,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Life {
-    Running,
-    Frozen,
-    Crashed,
-    /// Finished its operations and exited: its renewal thread is gone.
-    Exited,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Outcome {
-    Unsent,
-    Ran(Reply),
-    /// The request or its reply was lost: an error after the response
-    /// timeout.
-    Failed,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -173,14 +98,6 @@ struct Hold {
     valid_until: i64,
     /// The renewal thread renews (or claims) it then.
     renew_due: i64,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Look {
-    pub(crate) due: i64,
-    /// The blocked waiter's token, or none for a look at the name alone.
-    pub(crate) waiter: Option<u8>,
-    pub(crate) left: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -248,10 +165,6 @@ fn key(suffix: &str) -> Vec<u8> {
 
 fn token(client: usize, n: u8) -> Vec<u8> {
     format!("rl:c{client}t{n}").into_bytes()
-}
-
-pub(crate) fn b(s: impl ToString) -> Vec<u8> {
-    s.to_string().into_bytes()
 }
 
 /// lua/lock_acquire.lua, lock_release.lua and lock_watch.lua's keys
@@ -342,21 +255,6 @@ impl LockModel {
     /// milliseconds less one).
     fn valid(&self) -> i64 {
         self.lease_ms - 1
-    }
-}
-
-pub(crate) fn int(r: &Reply) -> Option<i64> {
-    match r {
-        Reply::Int(n) => Some(*n),
-        _ => None,
-    }
-}
-
-/// A script's "wait ms" reply (text).
-pub(crate) fn busy(r: &Reply) -> Option<i64> {
-    match r {
-        Reply::Bulk(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        _ => None,
     }
 }
 

@@ -15,7 +15,7 @@
 use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Reply};
-use crate::lock::{b, busy, int, ms, Faults, Life, Look, Outcome};
+use crate::parties::{b, busy, int, ms, Faults, Life, Look, Outcome};
 use crate::search::Model;
 use crate::server::Server;
 

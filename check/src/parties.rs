@@ -1,0 +1,111 @@
+//! What every model's clients share: the faults a search may inject, a
+//! client's life, a call's outcome, a look of its renewal thread, and
+//! small readers of replies.
+
+use std::time::Duration;
+
+use crate::keyspace::Reply;
+
+pub(crate) fn ms(d: Duration) -> i64 {
+    d.as_millis() as i64
+}
+
+/// Which faults the search may inject (each counts against the budget).
+#[derive(Clone, Copy, Debug)]
+pub struct Faults {
+    pub budget: u8,
+    pub lost_request: bool,
+    pub lost_reply: bool,
+    pub crash: bool,
+    pub freeze: bool,
+    pub clock_step: bool,
+    /// A wake-up message lost (models with message waiters).
+    pub lost_message: bool,
+}
+
+/// One kind of fault (see [`Faults`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    LostRequest,
+    LostReply,
+    Crash,
+    Freeze,
+    ClockStep,
+    LostMessage,
+}
+
+impl Faults {
+    /// Every kind, `budget` of them in a run.
+    pub fn all(budget: u8) -> Faults {
+        use Fault::*;
+        Faults::only(
+            budget,
+            &[
+                LostRequest,
+                LostReply,
+                Crash,
+                Freeze,
+                ClockStep,
+                LostMessage,
+            ],
+        )
+    }
+
+    /// These kinds only, `budget` of them in a run.
+    pub fn only(budget: u8, kinds: &[Fault]) -> Faults {
+        Faults {
+            budget,
+            lost_request: kinds.contains(&Fault::LostRequest),
+            lost_reply: kinds.contains(&Fault::LostReply),
+            crash: kinds.contains(&Fault::Crash),
+            freeze: kinds.contains(&Fault::Freeze),
+            clock_step: kinds.contains(&Fault::ClockStep),
+            lost_message: kinds.contains(&Fault::LostMessage),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Life {
+    Running,
+    Frozen,
+    Crashed,
+    /// Finished its operations and exited: its renewal thread is gone.
+    Exited,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Outcome {
+    Unsent,
+    Ran(Reply),
+    /// The request or its reply was lost: an error after the response
+    /// timeout.
+    Failed,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Look {
+    pub(crate) due: i64,
+    /// The blocked waiter's token, or none for a look at the name alone.
+    pub(crate) waiter: Option<u8>,
+    pub(crate) left: u32,
+}
+
+pub(crate) fn b(s: impl ToString) -> Vec<u8> {
+    s.to_string().into_bytes()
+}
+
+pub(crate) fn int(r: &Reply) -> Option<i64> {
+    match r {
+        Reply::Int(n) => Some(*n),
+        _ => None,
+    }
+}
+
+/// A script's "wait ms" reply (text).
+pub(crate) fn busy(r: &Reply) -> Option<i64> {
+    match r {
+        Reply::Bulk(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
