@@ -53,6 +53,19 @@ impl LostSignal {
         self.states.iter().any(|s| !s.is_held())
     }
 
+    /// How long the lease surely still runs, from the conservative local
+    /// estimate (no round trip); zero once the hold has ended. A worker
+    /// that needs time to stop cleanly starts stopping once this falls
+    /// below that time (with a watchdog it stays above two thirds of the
+    /// lease while renewals succeed). Of a multi-lock, its soonest end.
+    pub fn expires_in(&self) -> Duration {
+        self.states
+            .iter()
+            .map(|s| s.expires_in())
+            .min()
+            .unwrap_or(Duration::ZERO)
+    }
+
     /// Waits at most `timeout` for the hold to end: `true` as soon as it
     /// has (at once if it already had), `false` if it is still held when
     /// `timeout` passes. Woken by the renewal thread's finding, by a

@@ -2,8 +2,8 @@
 //!
 //! Exit codes: the command's own status when it ran; 75 the wait timed out
 //! (nothing ran; `-E`/`--conflict-exit-code` picks another code, as in
-//! flock(1), so that it cannot be mistaken for the command's own); 73 the lease was lost while the command ran (it was sent
-//! the configured signal); 69 Redis was unreachable or failed; 64 bad
+//! flock(1), so that it cannot be mistaken for the command's own); 73 the command was stopped for its lease: lost, or
+//! about to end (it was sent the configured signal); 69 Redis was unreachable or failed; 64 bad
 //! arguments (bad duration, URL, ...); 65 `unlock` declined at the
 //! confirmation; 126/127 the command could not be started; 128+N the command
 //! was killed by signal N; 130/143 interrupted (SIGINT/SIGTERM) while
@@ -26,6 +26,8 @@ use clap::{Parser, Subcommand};
 
 #[path = "redlease/doctor.rs"]
 mod doctor;
+#[path = "redlease/keeper.rs"]
+mod keeper;
 #[path = "redlease/run.rs"]
 mod run;
 #[path = "redlease/show.rs"]
@@ -299,6 +301,11 @@ fn error_code(e: &redlease::Error) -> u8 {
 }
 
 fn main() -> ExitCode {
+    // `run`'s keeper is this binary started again (see keeper.rs).
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == keeper::KEEP) {
+        return keeper::main(&argv[2..]);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),

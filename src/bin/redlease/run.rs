@@ -40,9 +40,11 @@ pub(crate) struct RunArgs {
     /// Signal sent to the command when the lease is lost.
     #[arg(long, default_value = "TERM", value_parser = parse_signal)]
     lost_signal: i32,
-    /// After the lost-lease signal, how long before SIGKILL.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    kill_after: Duration,
+    /// After the lost-lease signal, how long before SIGKILL. The signal
+    /// goes out early enough that SIGKILL comes before the lease can end.
+    /// Default: 10s, or a third of the lease if that is shorter.
+    #[arg(long, value_parser = parse_duration)]
+    kill_after: Option<Duration>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -57,41 +59,72 @@ impl RunArgs {
 /// How long one slice of waiting lasts: the bound on noticing a signal.
 const WAIT_SLICE: Duration = Duration::from_millis(250);
 
-/// Runs the command as `flock(1)`-style supervisors do: in its own process
-/// group (signals and a lost lease reach every process of it), killed if
-/// redlease dies (Linux: `PR_SET_PDEATHSIG`; elsewhere it runs on), with
-/// redlease as the subreaper of everything it starts (Linux), so the lock
-/// is released only once all of them have exited. When the terminal is
-/// ours, the command's group becomes its foreground group, so Ctrl-C
-/// reaches the command once, from the terminal, and interactive commands
-/// can read it.
-fn supervise(cmd: &mut Command) {
+/// Starts the command under the keeper (see `keeper.rs`): a process of
+/// its own that is the subreaper of everything the command starts, in its
+/// own process group, and kills the whole tree if redlease dies however it
+/// dies. Orders go to it through a pipe only redlease holds the writing end
+/// of; the returned `Keeper` is that end. `terminal`: the command's group
+/// becomes the terminal's foreground group, so Ctrl-C reaches the command
+/// once, from the terminal, and interactive commands can read it.
+fn start_keeper(
+    mut keeper: Command,
+    terminal: bool,
+    args: &RunArgs,
+) -> std::io::Result<(Child, Keeper)> {
     use std::os::unix::process::CommandExt;
-    #[cfg(target_os = "linux")]
-    // SAFETY: prctl on our own process.
-    unsafe {
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fds; both close on exec (the read end is
+    // kept open across the keeper's exec below, and only there).
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
     }
-    // SAFETY: only async-signal-safe calls between fork and exec.
+    let [read, write] = fds;
+    keeper
+        .arg0("redlease")
+        .arg(crate::keeper::KEEP)
+        .arg(read.to_string())
+        .arg(if terminal { "1" } else { "0" })
+        .arg("--")
+        .args(&args.command)
+        .process_group(0);
+    // SAFETY: only fcntl(2) between fork and exec.
     unsafe {
-        cmd.pre_exec(|| {
-            libc::setpgid(0, 0);
-            #[cfg(target_os = "linux")]
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-            if libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgid(libc::getppid()) {
-                // Taking the foreground from a background group raises
-                // SIGTTOU; ignore it for the call, then restore.
-                let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-                libc::tcsetpgrp(0, libc::getpid());
-                libc::signal(libc::SIGTTOU, old);
-            }
+        keeper.pre_exec(move || {
+            libc::fcntl(read, libc::F_SETFD, 0);
             Ok(())
         });
+    }
+    let spawned = keeper.spawn();
+    // SAFETY: our copy of the read end; the keeper has its own.
+    unsafe { libc::close(read) };
+    match spawned {
+        Ok(child) => Ok((child, Keeper(write))),
+        Err(e) => {
+            // SAFETY: the write end is ours and unused.
+            unsafe { libc::close(write) };
+            Err(e)
+        }
+    }
+}
+
+/// The writing end of the keeper's pipe: each byte a signal for the whole
+/// command. Closed when redlease exits (by the kernel, whatever kills it),
+/// which tells the keeper to kill the command.
+struct Keeper(libc::c_int);
+
+impl Keeper {
+    /// Has the keeper send `sig` to every process of the command once.
+    fn signal(&self, sig: i32) {
+        let byte = [sig as u8];
+        // SAFETY: one byte from our buffer to our own pipe. A full pipe
+        // (64 KiB of signals unread) or a gone keeper loses the order;
+        // the keeper being gone is seen by its exit.
+        unsafe { libc::write(self.0, byte.as_ptr().cast(), 1) };
     }
 }
 
 /// Takes the terminal's foreground back after the command (see
-/// `supervise`); only called when redlease had it before.
+/// `start_keeper`); only called when redlease had it before.
 fn restore_terminal() {
     // SAFETY: plain terminal calls on our own stdin.
     unsafe {
@@ -180,10 +213,10 @@ impl Guard {
         })
     }
 
-    fn is_held(&self) -> bool {
+    fn lost_signal(&self) -> redlease::LostSignal {
         match self {
-            Guard::Lock(g) => g.is_held(),
-            Guard::Permit(p) => p.is_held(),
+            Guard::Lock(g) => g.lost_signal(),
+            Guard::Permit(p) => p.lost_signal(),
         }
     }
 
@@ -212,12 +245,17 @@ impl Guard {
         }
     }
 
-    /// The command line of `args`, with its environment: the name, and the
-    /// fence or the permit's id.
-    fn command(&self, args: &RunArgs) -> Command {
-        let mut cmd = Command::new(&args.command[0]);
-        cmd.args(&args.command[1..])
-            .env("REDLEASE_NAME", OsStr::from_bytes(args.name()))
+    /// The keeper (`redlease` itself, see `keeper.rs`) with the command's
+    /// environment: the name, and the fence or the permit's id.
+    fn keeper(&self, args: &RunArgs) -> Command {
+        // Linux: this very binary, even if it was replaced since it started.
+        let exe = if cfg!(target_os = "linux") {
+            std::path::PathBuf::from("/proc/self/exe")
+        } else {
+            std::env::current_exe().unwrap_or_else(|_| "redlease".into())
+        };
+        let mut cmd = Command::new(exe);
+        cmd.env("REDLEASE_NAME", OsStr::from_bytes(args.name()))
             .env_remove("REDLEASE_FENCE")
             .env_remove("REDLEASE_PERMIT_ID");
         // The command gets no secret of ours: a `REDIS_URL` with a password
@@ -253,12 +291,16 @@ static ABANDONED: AtomicBool = AtomicBool::new(false);
 /// away stalls nobody: the server hands the name to waiters blocked on it,
 /// and ours no longer is.
 pub(crate) fn run(client: &Client, args: &RunArgs) -> redlease::Result<ExitCode> {
+    let stop = match Stop::of(args, client.watchdog_timeout()) {
+        Ok(stop) => stop,
+        Err(e) => return Ok(fail(crate::EXIT_USAGE, e)),
+    };
     install_handlers();
     let started = Instant::now();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
         s.spawn(move || {
-            let done = hold_and_run(client, args, &tx);
+            let done = hold_and_run(client, args, stop, &tx);
             let _ = tx.send(Phase::Done(done));
         });
         let mut told_waiting: Option<Instant> = None;
@@ -333,6 +375,7 @@ fn tell_waiting(client: &Client, name: &[u8], started: Instant, told: &mut Optio
 fn hold_and_run(
     client: &Client,
     args: &RunArgs,
+    stop: Stop,
     phase: &std::sync::mpsc::Sender<Phase>,
 ) -> redlease::Result<ExitCode> {
     let name = args.name();
@@ -356,28 +399,27 @@ fn hold_and_run(
             "interrupted before the command started; nothing run",
         ));
     }
-    let mut cmd = held.command(args);
     // SIGCHLD ignored (inherited across exec) would let the kernel reap the
     // command before we could: take the default back.
     // SAFETY: resetting a signal disposition of our own process.
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
+    // Should the keeper die, what is left of the command comes to us.
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl on our own process.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
     // The terminal is handed to the command only if it was ours.
     // SAFETY: plain terminal queries on our stdin.
     let gave_terminal = unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() };
-    supervise(&mut cmd);
-    let child = match cmd.spawn() {
-        Ok(c) => c,
+    let (child, keeper) = match start_keeper(held.keeper(args), gave_terminal, args) {
+        Ok(started) => started,
         Err(e) => {
             held.release()?;
-            let code = if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
-            return Ok(fail(code, format!("cannot run {:?}: {e}", args.command[0])));
+            return Ok(fail(126, format!("cannot start the command's keeper: {e}")));
         }
     };
-    let ran = watch_command(client, args, &held, child);
+    let ran = watch_command(client, args, stop, &held, child, &keeper);
     if gave_terminal {
         restore_terminal();
     }
@@ -391,27 +433,85 @@ struct Ran {
     lost: bool,
 }
 
-/// Sends `sig` to every process of the command: its group `group`, and
-/// any descendant that left the group (setsid, a double fork) but is still
-/// ours (subreaper).
-fn signal_all(group: libc::pid_t, sig: i32) {
-    // SAFETY: kill(2) on our command's group and on our own children.
-    unsafe { libc::kill(group, sig) };
-    // Only those outside the group: the group's members already got it (a
-    // second copy may be handled as a second signal).
+/// When a command is stopped for its lease: the lost-lease signal goes out
+/// as soon as the lease surely runs less than `kill_after` and a margin,
+/// so that SIGKILL, `kill_after` later, comes a margin before the lease
+/// could end and the next holder get in.
+#[derive(Clone, Copy)]
+pub(crate) struct Stop {
+    kill_after: Duration,
+    signal_below: Duration,
+}
+
+impl Stop {
+    /// From `--kill-after` and the lease (`--lease`, or the watchdog's);
+    /// refused when the lease leaves no room for it.
+    pub(crate) fn of(args: &RunArgs, watchdog: Duration) -> Result<Stop, String> {
+        let lease = args.lease.unwrap_or(watchdog);
+        // For the clock rates of two machines and a busy scheduler.
+        let margin = (lease / 10).min(Duration::from_millis(500));
+        let kill_after = args
+            .kill_after
+            .unwrap_or_else(|| (lease / 3).min(Duration::from_secs(10)));
+        // A renewed lease surely runs two thirds of itself just before each
+        // renewal: the signal must not go out then.
+        let room = match args.lease {
+            Some(_) => lease.saturating_sub(margin),
+            None => (lease / 2).saturating_sub(margin),
+        };
+        if kill_after > room {
+            let (what, flag) = match args.lease {
+                Some(_) => ("lease", "--lease"),
+                None => ("watchdog's lease", "--watchdog"),
+            };
+            return Err(format!(
+                "--kill-after {} leaves no room in a {what} of {}: the command must be gone \
+                 before the lease can end; give --kill-after {} or less, or a longer {flag}",
+                millis(kill_after),
+                millis(lease),
+                millis(room)
+            ));
+        }
+        Ok(Stop {
+            kill_after,
+            signal_below: kill_after + margin,
+        })
+    }
+}
+
+/// `1500ms`, `3s`.
+fn millis(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+/// Sends `sig` to every process of the command, through the keeper; and
+/// to any process of it that came to us because the keeper is gone.
+fn signal_all(keeper: &Keeper, keeper_pid: u32, sig: i32) {
+    keeper.signal(sig);
     for pid in children() {
-        if unsafe { libc::getpgid(pid) } != -group {
+        if pid as u32 != keeper_pid {
+            // SAFETY: kill(2) on our own child.
             unsafe { libc::kill(pid, sig) };
         }
     }
 }
 
 /// Supervises the command until it *and every process it started* have
-/// exited: the direct child first, then (we are their subreaper) any
-/// descendant still running, e.g. a background job. Meanwhile it keeps the
-/// holder's note fresh, forwards our signals, and stops the command if the
-/// lease is lost.
-fn watch_command(client: &Client, args: &RunArgs, held: &Guard, mut child: Child) -> Ran {
+/// exited: the keeper exits only then. Meanwhile it keeps the holder's
+/// note fresh, and a thread of its own (see [`stop_when_due`]) forwards
+/// our signals and stops the command before the lease can end.
+fn watch_command(
+    client: &Client,
+    args: &RunArgs,
+    stop: Stop,
+    held: &Guard,
+    mut child: Child,
+    keeper: &Keeper,
+) -> Ran {
     // Say who holds it (host, pid, since), for `status` and `list`; kept
     // fresh every third of the lease while the command runs.
     let note = holder_note();
@@ -420,57 +520,92 @@ fn watch_command(client: &Client, args: &RunArgs, held: &Guard, mut child: Child
     if let Guard::Lock(g) = held {
         let _ = g.annotate(&note);
     }
-    // The command's process group: its pid (it called setpgid(0, 0)).
-    let group = -(child.id() as libc::pid_t);
-    let mut lost_at: Option<Instant> = None;
+    let keeper_pid = child.id();
+    let lease = held.lost_signal();
+    let done = AtomicBool::new(false);
     let mut status = None;
-    loop {
-        if status.is_none() {
-            match child.try_wait() {
-                Ok(Some(s)) => status = Some(s),
-                Ok(None) => {}
-                Err(e) => {
-                    // ECHILD: someone reaped it (SIGCHLD ignored is reset
-                    // before the spawn, but be sure never to loop on it).
-                    eprintln!("redlease: waiting for the command failed: {e}");
-                    status = Some(ExitStatus::from_raw(1 << 8));
+    let lost = std::thread::scope(|s| {
+        let stopper = s.spawn(|| stop_when_due(args, stop, &lease, keeper, keeper_pid, &done));
+        loop {
+            if status.is_none() {
+                match child.try_wait() {
+                    Ok(Some(s)) => status = Some(s),
+                    Ok(None) => {}
+                    Err(e) => {
+                        // ECHILD: someone reaped it (SIGCHLD ignored is
+                        // reset before the spawn, but be sure never to loop
+                        // on it).
+                        eprintln!("redlease: waiting for the command failed: {e}");
+                        status = Some(ExitStatus::from_raw(1 << 8));
+                    }
                 }
             }
-        }
-        if status.is_some() && !reap_descendants() {
-            break;
-        }
-        if let Guard::Lock(g) = held {
-            if noted.elapsed() >= refresh && g.is_held() {
-                let _ = g.annotate(&note);
-                noted = Instant::now();
+            if status.is_some() && !reap_descendants() {
+                break;
             }
+            // A round trip, which a paused server holds up to the response
+            // timeout: never on the stopper's thread.
+            if let Guard::Lock(g) = held {
+                if noted.elapsed() >= refresh && g.is_held() {
+                    let _ = g.annotate(&note);
+                    noted = Instant::now();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
+        done.store(true, Ordering::SeqCst);
+        stopper.join().unwrap_or(true)
+    });
+    Ran { status, lost }
+}
+
+/// The stopper: forwards our signals to the command, and sends it the
+/// lost-lease signal once the lease is lost or surely runs less than
+/// `--kill-after` and a margin (renewals failing, or a fixed lease's end
+/// near), then SIGKILL `--kill-after` later, again every second. Runs until
+/// `done`; returns whether the command was stopped for its lease. No round
+/// trip here: a paused server cannot delay it.
+fn stop_when_due(
+    args: &RunArgs,
+    stop: Stop,
+    lease: &redlease::LostSignal,
+    keeper: &Keeper,
+    keeper_pid: u32,
+    done: &AtomicBool,
+) -> bool {
+    let mut lost_at: Option<Instant> = None;
+    while !done.load(Ordering::SeqCst) {
         for sig in signals(RECEIVED.swap(0, Ordering::SeqCst)) {
-            signal_all(group, sig);
+            signal_all(keeper, keeper_pid, sig);
         }
         match lost_at {
-            None if !held.is_held() => {
-                eprintln!(
-                    "redlease: the lease on \"{}\" was lost; stopping the command",
-                    shown(args.name())
-                );
-                signal_all(group, args.lost_signal);
+            None if lease.is_lost() || lease.expires_in() <= stop.signal_below => {
+                let name = shown(args.name());
+                let left = lease.expires_in().as_millis();
+                if lease.is_lost() {
+                    eprintln!("redlease: the lease on \"{name}\" was lost; stopping the command");
+                } else if args.lease.is_some() {
+                    eprintln!(
+                        "redlease: the lease on \"{name}\" ends in {left} ms; stopping the command so that it is gone by then"
+                    );
+                } else {
+                    eprintln!(
+                        "redlease: renewals of \"{name}\" are failing and its lease surely runs only {left} ms more; stopping the command so that it is gone by then"
+                    );
+                }
+                signal_all(keeper, keeper_pid, args.lost_signal);
                 lost_at = Some(Instant::now());
             }
-            Some(t) if t.elapsed() >= args.kill_after => {
+            Some(t) if t.elapsed() >= stop.kill_after => {
                 // Again every second: a process may have been forked since.
-                signal_all(group, libc::SIGKILL);
-                lost_at = Some(Instant::now() - args.kill_after + Duration::from_secs(1));
+                signal_all(keeper, keeper_pid, libc::SIGKILL);
+                lost_at = Some(Instant::now() - stop.kill_after + Duration::from_secs(1));
             }
             _ => {}
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Ran {
-        status,
-        lost: lost_at.is_some(),
-    }
+    lost_at.is_some()
 }
 
 /// Releases the name once the command is done; `run`'s exit status: the
