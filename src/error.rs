@@ -241,9 +241,24 @@ impl fmt::Debug for Error {
     }
 }
 
+/// The message of a connection that failed (broke, timed out); shown as
+/// one of the two below, by whether the command had been sent.
+const CONNECTION_FAILED: &str = "redis connection failed";
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.kind, self.message)?;
+        // Whether a failed call may have run is what its caller must know
+        // (a release that failed may still free the name), so it is said.
+        let message = match (&*self.message, self.unsent) {
+            (CONNECTION_FAILED, true) => {
+                "redis connection failed before the command was sent; it did not run"
+            }
+            (CONNECTION_FAILED, false) => {
+                "redis connection failed after the command was sent; it may have run (the outcome is unknown)"
+            }
+            (message, _) => message,
+        };
+        write!(f, "{}: {message}", self.kind)?;
         if let Some(about) = &self.about {
             match (&about.primitive, &about.place) {
                 (Some(p), Some(at)) => write!(f, " [{p} at {at}]")?,
@@ -290,6 +305,15 @@ impl From<redis::RedisError> for Error {
                     "authentication failed: wrong or missing username or password",
                 )
             })
+        } else if code == crate::backend::DEPOSED {
+            // Answered by a master the Sentinels have replaced (see
+            // `pool::Deposal`): whatever it did does not count, and the
+            // call goes to the master of record, as after an outage.
+            e(
+                ErrorKind::Connection,
+                "answered by a server the Sentinels no longer name as master (a failover); not counted, the command was not run on the master",
+            )
+            .unsent()
         } else if matches!(
             code,
             "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN"
@@ -308,7 +332,7 @@ impl From<redis::RedisError> for Error {
             || err.is_connection_dropped()
             || err.is_unrecoverable_error() && err.code().is_none()
         {
-            let mut error = e(ErrorKind::Connection, "redis connection failed");
+            let mut error = e(ErrorKind::Connection, CONNECTION_FAILED);
             error.interrupted =
                 io_error_of(&err).is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted);
             error

@@ -1115,3 +1115,33 @@ fn a_waiter_granted_after_its_slot_moved_under_its_block_holds_the_name() {
         (first.unwrap() - granted) * 1e3
     );
 }
+
+/// Issue 53: a release sent to a master that is stopped before it answers
+/// fails with a connection error, and may run when the master resumes (the
+/// issue saw the next holder get in). The error must say its outcome is
+/// unknown: `is_ambiguous()`, and a message that says it may have run.
+#[test]
+fn a_release_whose_master_stopped_says_it_may_have_run() {
+    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    let ports = ports(&cluster);
+    let urls = urls_of(&ports);
+    let t_out = Duration::from_millis(400);
+    let holder = client_timed(urls, t_out);
+    let name = "cl:ambiguous-release";
+    let g = holder
+        .lock(name)
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .unwrap();
+    let m = owner(&ports, name);
+    let pid = cluster.servers[m].process.id() as i32;
+    // SAFETY: kill(2) on a server this test started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let released = g.release();
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let err = released.expect_err("a release on a stopped master cannot succeed");
+    cluster.stop();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(err.is_ambiguous(), "{err}");
+    assert!(err.to_string().contains("may have run"), "{err}");
+}

@@ -319,3 +319,248 @@ fn the_doctor_checks_the_master_and_its_replicas() {
         "{replica}"
     );
 }
+
+/// How many replicas of `master0` a Sentinel knows and sees up.
+fn known_replicas(sentinel: &str) -> usize {
+    let Ok(mut con) = redis::Client::open(sentinel).and_then(|c| c.get_connection()) else {
+        return 0;
+    };
+    let replicas: Vec<Vec<String>> = redis::cmd("SENTINEL")
+        .arg("replicas")
+        .arg("master0")
+        .query(&mut con)
+        .unwrap_or_default();
+    replicas
+        .iter()
+        .filter(|r| r.windows(2).any(|kv| kv[0] == "flags" && kv[1] == "slave"))
+        .count()
+}
+
+/// How many other Sentinels of `master0` a Sentinel knows.
+fn known_sentinels(sentinel: &str) -> usize {
+    let Ok(mut con) = redis::Client::open(sentinel).and_then(|c| c.get_connection()) else {
+        return 0;
+    };
+    redis::cmd("SENTINEL")
+        .arg("sentinels")
+        .arg("master0")
+        .query::<Vec<redis::Value>>(&mut con)
+        .map_or(0, |v| v.len())
+}
+
+/// The master the Sentinels name now, as they say it (`host:port`).
+fn named_master(sentinels: &[String]) -> Option<String> {
+    sentinels.iter().find_map(|s| {
+        let mut con = redis::Client::open(s.as_str())
+            .ok()?
+            .get_connection_with_timeout(Duration::from_millis(300))
+            .ok()?;
+        con.set_read_timeout(Some(Duration::from_millis(300)))
+            .ok()?;
+        let (host, port): (String, String) = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg("master0")
+            .query(&mut con)
+            .ok()?;
+        Some(format!("{host}:{port}"))
+    })
+}
+
+/// Issue 53: a master SIGSTOPped, the Sentinels promote its replica (the
+/// holder renews there, its replicated lease intact), and the old master
+/// comes back still acting as master before the Sentinels demote it. A
+/// waiter must not be granted by it: both guards must never report
+/// `is_held()` at once once the clients have seen the switch (they hear
+/// `+switch-master`, retire every connection to the old master, and treat
+/// a grant or renewal it answers as lost).
+#[test]
+#[serial]
+fn a_deposed_master_never_grants_a_second_holder() {
+    let runs: usize = std::env::var("REDLEASE_FAILOVER_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1);
+    // The issue's leases are 3 s and 5 s; on a loaded machine the failover
+    // takes 3-4 s, which a 3 s lease rarely survives (then there is only one
+    // holder to see), so the test's default is 5 s and 8 s.
+    let leases: Vec<u64> = std::env::var("REDLEASE_FAILOVER_LEASES")
+        .ok()
+        .map(|l| l.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![5_000, 8_000]);
+    for lease in leases {
+        for run in 0..runs {
+            deposed_master_run(Duration::from_millis(lease), run);
+        }
+    }
+}
+
+fn deposed_master_run(lease: Duration, run: usize) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let (cluster, sentinels) = setup();
+    let builder = || {
+        Client::builder()
+            .sentinel(&sentinels, "master0")
+            .watchdog_timeout(lease)
+            .outage_tolerance(Duration::from_secs(30))
+    };
+    let holder = builder().build().unwrap();
+    let waiter = builder().build().unwrap();
+    let old = url(&cluster.servers[0]);
+    let g = holder.lock("two").acquire().unwrap();
+    // Warm the waiter's pool, as a busy service's would be.
+    drop(waiter.lock("warm").acquire().unwrap());
+    let mut replica = redis::Client::open(url(&cluster.servers[1]))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    assert!(common::eventually(Duration::from_secs(10), || replica
+        .exists::<_, bool>("{two}")
+        .unwrap_or(false)));
+    let named_before = named_master(&sentinels).unwrap();
+    // A failover needs every Sentinel to know the replica (they learn it
+    // from the master's INFO, every 10 s): otherwise none is promoted.
+    // And the other Sentinels (they learn each other every 2 s): without
+    // them, no quorum agrees that the master is down.
+    assert!(common::eventually(Duration::from_secs(30), || {
+        sentinels
+            .iter()
+            .all(|s| known_replicas(s) >= 1 && known_sentinels(s) >= sentinels.len() - 1)
+    }));
+    let w_held = Arc::new(AtomicBool::new(false));
+    let w_fence = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let t = {
+        let (w_held, w_fence, stop) = (w_held.clone(), w_fence.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let got = waiter.lock("two").acquire_timeout(Duration::from_secs(40));
+            if let Ok(Some(wg)) = got {
+                w_fence.store(wg.fencing_token(), Ordering::SeqCst);
+                while !stop.load(Ordering::SeqCst) {
+                    w_held.store(wg.is_held(), Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                w_held.store(false, Ordering::SeqCst);
+                let _ = wg.release();
+            }
+        })
+    };
+    // When the replica becomes master, and when a Sentinel announces it
+    // (what the clients hear): the window a deposed master that kept
+    // running could still grant in.
+    let promoted_at = {
+        let replica_url = url(&cluster.servers[1]);
+        std::thread::spawn(move || {
+            let until = Instant::now() + Duration::from_secs(16);
+            let client = redis::Client::open(replica_url).unwrap();
+            let mut con = client.get_connection().ok();
+            while Instant::now() < until {
+                // The promotion kills the replica's client connections.
+                let role = match con.as_mut().map(|c| redis::cmd("ROLE").query(c)) {
+                    Some(Ok(v)) => v,
+                    _ => {
+                        con = client.get_connection().ok();
+                        redis::Value::Nil
+                    }
+                };
+                let first = match &role {
+                    redis::Value::Array(parts) => parts.first(),
+                    _ => None,
+                };
+                if matches!(first, Some(redis::Value::BulkString(r)) if r == b"master")
+                    || matches!(first, Some(redis::Value::SimpleString(r)) if r == "master")
+                {
+                    return Some(Instant::now());
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            None
+        })
+    };
+    let announced_at = {
+        let sentinel = sentinels[0].clone();
+        std::thread::spawn(move || {
+            let mut con = redis::Client::open(sentinel)
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            con.set_read_timeout(Some(Duration::from_secs(16))).unwrap();
+            let mut sub = con.as_pubsub();
+            if let Err(e) = sub.subscribe("+switch-master") {
+                println!("FIGURES deposed master: cannot subscribe: {e}");
+                return None;
+            }
+            match sub.get_message() {
+                Ok(_) => Some(Instant::now()),
+                Err(e) => {
+                    println!("FIGURES deposed master: no announcement: {e}");
+                    None
+                }
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let master_pid = cluster.servers[0].process.id() as i32;
+    // SAFETY: kill(2) on a server process this test started.
+    unsafe { libc::kill(master_pid, libc::SIGSTOP) };
+    let stopped = Instant::now();
+    let mut switched = None;
+    let mut both = 0u32;
+    let mut a_held_after = false;
+    while stopped.elapsed() < Duration::from_secs(16) {
+        if switched.is_none() && named_master(&sentinels).is_some_and(|m| m != named_before) {
+            switched = Some(stopped.elapsed());
+        }
+        if stopped.elapsed() >= Duration::from_millis(5_500)
+            && unsafe { libc::kill(master_pid, 0) } == 0
+        {
+            // SAFETY: as above.
+            unsafe { libc::kill(master_pid, libc::SIGCONT) };
+        }
+        let a = g.is_held();
+        if a && w_held.load(Ordering::SeqCst) {
+            both += 1;
+        }
+        a_held_after = a;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: as above (never leave it stopped).
+    unsafe { libc::kill(master_pid, libc::SIGCONT) };
+    stop.store(true, Ordering::SeqCst);
+    let a_released = g.release();
+    t.join().unwrap();
+    let (promoted_at, announced_at) = (promoted_at.join().unwrap(), announced_at.join().unwrap());
+    if promoted_at.is_none() || announced_at.is_none() {
+        println!(
+            "FIGURES deposed master: promotion seen {promoted_at:?}, announcement {announced_at:?}"
+        );
+    }
+    if let (Some(p), Some(a)) = (promoted_at, announced_at) {
+        println!(
+            "FIGURES deposed master: replica promoted {} ms after the stop, announced (+switch-master) {} ms after the promotion",
+            (p - stopped).as_millis(),
+            a.saturating_duration_since(p).as_millis()
+        );
+    }
+    println!(
+        "FIGURES deposed master (lease {} ms, run {run}): switch named {:?} after the stop; \
+         samples with two holders: {both}; holder still held at the end: {a_held_after} \
+         ({a_released:?}); waiter's fence {}; old master {old}",
+        lease.as_millis(),
+        switched,
+        w_fence.load(Ordering::SeqCst)
+    );
+    if switched.is_none() {
+        common::skip(
+            "a_deposed_master_never_grants_a_second_holder",
+            "Sentinel did not fail over within 16 s",
+        );
+        return;
+    }
+    assert_eq!(
+        both,
+        0,
+        "two holders at once, lease {} ms",
+        lease.as_millis()
+    );
+}

@@ -25,6 +25,8 @@ mod slots;
 mod source;
 mod wire;
 
+pub(crate) use pool::DEPOSED;
+
 use std::time::{Duration, Instant};
 
 use redis::{FromRedisValue, Value};

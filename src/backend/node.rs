@@ -275,10 +275,12 @@ impl Node {
                 }
                 e
             })?;
-            if con.generation >= self.generation.load(Ordering::Acquire) {
+            // Opened before a connection was found dropped, or to a master
+            // the Sentinels have since replaced: retired.
+            if con.generation >= self.generation.load(Ordering::Acquire) && !con.deposed() {
                 return Ok(con);
             }
-            con.broken = true; // opened before a connection was found dropped
+            con.broken = true;
         }
         Err(Error::new(ErrorKind::Pool, "no fresh pooled connection").unsent())
     }
@@ -382,7 +384,7 @@ impl Node {
         self.check_down()?;
         let current = self.generation.load(Ordering::Acquire);
         let mut stash = crate::mutex::lock(&self.spares);
-        stash.retain(|c| c.generation >= current);
+        stash.retain_mut(|c| c.generation >= current && !c.deposed());
         Ok(stash.pop())
     }
 

@@ -66,7 +66,86 @@ pub(crate) struct Con {
     /// The node's generation when this connection was opened (see
     /// `Node::generation`).
     pub(super) generation: u64,
+    /// Sentinel: what tells that its server was deposed.
+    deposal: Option<Deposal>,
 }
+
+/// What a connection to the Sentinels' master checks before it carries a
+/// call and before a reply counts: that the Sentinels have not named
+/// another master since it opened (as this client heard them, see
+/// `sentinel::Named`). A deposed master that was stopped through the
+/// failover comes back still acting as master, granting and renewing,
+/// until the Sentinels reconfigure it; nothing it answers may count.
+#[cfg(feature = "sentinel")]
+pub(crate) struct Deposal {
+    named: std::sync::Arc<super::sentinel::Named>,
+    /// The server this connection went to (`host:port`, as the Sentinel
+    /// named it).
+    addr: String,
+    /// `named`'s epoch when `addr` was last found to be the named master.
+    epoch: u64,
+}
+
+#[cfg(not(feature = "sentinel"))]
+pub(crate) enum Deposal {}
+
+impl Deposal {
+    #[cfg(feature = "sentinel")]
+    pub(super) fn new(
+        named: &std::sync::Arc<super::sentinel::Named>,
+        addr: String,
+        epoch: u64,
+    ) -> Deposal {
+        Deposal {
+            named: named.clone(),
+            addr,
+            epoch,
+        }
+    }
+
+    /// Whether the Sentinels named another master than this connection's
+    /// server since it was last checked. One atomic load while nothing
+    /// changed.
+    fn deposed(&mut self) -> bool {
+        #[cfg(feature = "sentinel")]
+        {
+            let now = self.named.epoch();
+            if now == self.epoch {
+                return false;
+            }
+            match self.named.addr() {
+                Some(named) if named != self.addr => true,
+                _ => {
+                    self.epoch = now;
+                    false
+                }
+            }
+        }
+        #[cfg(not(feature = "sentinel"))]
+        match *self {}
+    }
+
+    /// The error a deposed server's reply becomes: the call did not run on
+    /// the master of record.
+    fn error(&self) -> redis::RedisError {
+        #[cfg(feature = "sentinel")]
+        {
+            redis::make_extension_error(
+                DEPOSED.to_owned(),
+                Some(format!(
+                    "{} is no longer the master the Sentinels name",
+                    self.addr
+                )),
+            )
+        }
+        #[cfg(not(feature = "sentinel"))]
+        match *self {}
+    }
+}
+
+/// The code of [`Deposal::error`], which `Error` maps to a call that did
+/// not run.
+pub(crate) const DEPOSED: &str = "REDLEASE_DEPOSED";
 
 impl Con {
     /// A new connection with read and write timeouts set to `response`:
@@ -77,12 +156,35 @@ impl Con {
         connect: Duration,
         generation: u64,
     ) -> redis::RedisResult<Con> {
-        let inner = Wire::open(&source.client()?, &timeouts.tls, connect, timeouts.response)?;
+        let (client, deposal) = source.target()?;
+        let inner = Wire::open(&client, &timeouts.tls, connect, timeouts.response)?;
         Ok(Con {
             inner,
             broken: false,
             generation,
+            deposal,
         })
+    }
+
+    /// Whether this connection's server was deposed by a failover (see
+    /// [`Deposal`]); such a connection is retired.
+    pub(super) fn deposed(&mut self) -> bool {
+        let deposed = self.deposal.as_mut().is_some_and(Deposal::deposed);
+        self.broken |= deposed;
+        deposed
+    }
+
+    /// `replies`, unless they came from a deposed server: then an error
+    /// that says the call did not run on the master (and the connection is
+    /// retired).
+    fn counted<T>(&mut self, replies: redis::RedisResult<T>) -> redis::RedisResult<T> {
+        if let (Ok(_), Some(deposal)) = (&replies, self.deposal.as_mut()) {
+            if deposal.deposed() {
+                self.broken = true;
+                return Err(deposal.error());
+            }
+        }
+        replies
     }
 
     /// Writes `packed` (`count` commands) and reads their replies (see
@@ -128,7 +230,7 @@ impl Con {
             }
         }
         let _ = self.inner.set_read_timeout(Some(response));
-        result.map(|()| out)
+        self.counted(result.map(|()| out))
     }
 
     /// Writes `calls` (undos) without waiting for their replies, in one
@@ -149,7 +251,8 @@ impl Con {
 
 impl redis::ConnectionLike for Con {
     fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<Value> {
-        self.inner.req_packed_command(cmd)
+        let reply = self.inner.req_packed_command(cmd);
+        self.counted(reply)
     }
 
     fn req_packed_commands(
@@ -158,7 +261,8 @@ impl redis::ConnectionLike for Con {
         offset: usize,
         count: usize,
     ) -> redis::RedisResult<Vec<Value>> {
-        self.inner.req_packed_commands(cmd, offset, count)
+        let replies = self.inner.req_packed_commands(cmd, offset, count);
+        self.counted(replies)
     }
 
     fn get_db(&self) -> i64 {

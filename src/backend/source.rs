@@ -72,11 +72,30 @@ pub(crate) enum Source {
 }
 
 impl Source {
+    /// A client for the server connections go to now.
     pub(super) fn client(&self) -> redis::RedisResult<redis::Client> {
+        self.target().map(|(client, _)| client)
+    }
+
+    /// A client for the server connections go to now; for the Sentinels'
+    /// master, with what a connection to it watches for its deposition
+    /// (see `pool::Deposal`).
+    pub(super) fn target(
+        &self,
+    ) -> redis::RedisResult<(redis::Client, Option<super::pool::Deposal>)> {
         match self {
-            Source::Url(c) => Ok(c.clone()),
+            Source::Url(c) => Ok((c.clone(), None)),
             #[cfg(feature = "sentinel")]
-            Source::Sentinel(s) => s.master(),
+            Source::Sentinel(s) => {
+                // The count first: a switch heard while we connect makes
+                // the connection check its server at its first use.
+                let epoch = s.named().epoch();
+                let (client, addr) = s.master()?;
+                Ok((
+                    client,
+                    Some(super::pool::Deposal::new(s.named(), addr, epoch)),
+                ))
+            }
         }
     }
 }
