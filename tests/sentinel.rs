@@ -564,3 +564,79 @@ fn deposed_master_run(lease: Duration, run: usize) {
         lease.as_millis()
     );
 }
+
+/// Issue 53: a waiter blocked on the master when it is stopped and
+/// replaced. At the switch its blocked connection is shut, so it waits on
+/// the new master at once: the holder's release there reaches it in
+/// about a round trip, not after its block on the stopped server runs out
+/// (up to a look's 5 s plus the response timeout).
+#[test]
+#[serial]
+fn a_waiter_blocked_on_a_replaced_master_waits_on_the_new_one() {
+    let (cluster, sentinels) = setup();
+    let builder = || {
+        Client::builder()
+            .sentinel(&sentinels, "master0")
+            .watchdog_timeout(Duration::from_secs(8))
+            .outage_tolerance(Duration::from_secs(30))
+    };
+    let holder = builder().build().unwrap();
+    let waiter = builder().build().unwrap();
+    let g = holder.lock("moved").acquire().unwrap();
+    let mut replica = redis::Client::open(url(&cluster.servers[1]))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    assert!(common::eventually(Duration::from_secs(10), || replica
+        .exists::<_, bool>("{moved}")
+        .unwrap_or(false)));
+    let named_before = named_master(&sentinels).unwrap();
+    assert!(common::eventually(Duration::from_secs(30), || {
+        sentinels
+            .iter()
+            .all(|s| known_replicas(s) >= 1 && known_sentinels(s) >= sentinels.len() - 1)
+    }));
+    let t = std::thread::spawn(move || {
+        let got = waiter
+            .lock("moved")
+            .acquire_timeout(Duration::from_secs(40));
+        (Instant::now(), got.map(|g| g.is_some()))
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let master_pid = cluster.servers[0].process.id() as i32;
+    // SAFETY: kill(2) on a server process this test started.
+    unsafe { libc::kill(master_pid, libc::SIGSTOP) };
+    let stopped = Instant::now();
+    let switched = common::eventually(Duration::from_secs(20), || {
+        named_master(&sentinels).is_some_and(|m| m != named_before)
+    });
+    if !switched {
+        unsafe { libc::kill(master_pid, libc::SIGCONT) };
+        common::skip(
+            "a_waiter_blocked_on_a_replaced_master_waits_on_the_new_one",
+            "Sentinel did not fail over within 20 s",
+        );
+        return;
+    }
+    // The holder's renewals move to the new master, its lease intact.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let held = g.is_held();
+    let released_at = Instant::now();
+    let released = g.release();
+    let (granted_at, got) = t.join().unwrap();
+    // SAFETY: as above (never leave it stopped).
+    unsafe { libc::kill(master_pid, libc::SIGCONT) };
+    let after = granted_at.saturating_duration_since(released_at);
+    println!(
+        "FIGURES waiter blocked on a replaced master: switch seen {} ms after the stop; \
+         granted {} ms after the release on the new master (holder held: {held}, {released:?})",
+        (released_at - stopped).as_millis() - 1_500,
+        after.as_millis()
+    );
+    assert!(
+        held && released.is_ok(),
+        "the holder lost its lease: {released:?}"
+    );
+    assert_eq!(got.ok(), Some(true));
+    assert!(after < Duration::from_millis(1_500), "{after:?}");
+}

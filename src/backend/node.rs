@@ -572,7 +572,9 @@ impl Node {
         let mut con = self.spare(deadline)?;
         let at = Instant::now();
         let until = at + block + self.timeouts.response;
+        let blocked = con.blocking();
         let replies = con.exchange(&packed, count, until, self.timeouts.response);
+        drop(blocked);
         // The pipeline (a kilobyte for a latch's look) is freed off the
         // path of the waiter just woken (see `deferred`).
         crate::deferred::drop_later(packed);

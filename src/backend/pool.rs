@@ -143,6 +143,13 @@ impl Deposal {
     }
 }
 
+/// A connection registered as blocked in a call (see [`Con::blocking`]),
+/// until dropped.
+#[cfg(feature = "sentinel")]
+pub(super) struct Blocking(#[allow(dead_code)] Option<super::sentinel::BlockedCall>);
+#[cfg(not(feature = "sentinel"))]
+pub(super) struct Blocking;
+
 /// The code of [`Deposal::error`], which `Error` maps to a call that did
 /// not run.
 pub(crate) const DEPOSED: &str = "REDLEASE_DEPOSED";
@@ -172,6 +179,22 @@ impl Con {
         let deposed = self.deposal.as_mut().is_some_and(Deposal::deposed);
         self.broken |= deposed;
         deposed
+    }
+
+    /// Sentinel: registers this connection as blocked in a call until the
+    /// guard is dropped, so that a switch of master ends the call at once
+    /// (see `sentinel::Named::blocking`).
+    pub(super) fn blocking(&self) -> Blocking {
+        #[cfg(feature = "sentinel")]
+        {
+            Blocking(
+                self.deposal
+                    .as_ref()
+                    .and_then(|d| Some(d.named.blocking(&d.addr, self.inner.interrupter()?))),
+            )
+        }
+        #[cfg(not(feature = "sentinel"))]
+        Blocking
     }
 
     /// `replies`, unless they came from a deposed server: then an error

@@ -49,6 +49,25 @@ pub(crate) struct Named {
     epoch: AtomicU64,
     /// The client is gone: the watchers stop.
     closed: AtomicBool,
+    /// Connections blocked in a call now (a waiter's pop), by a number of
+    /// their own, with their server: a switch shuts those to the deposed
+    /// master down, so that their waiters ask the new one at once rather
+    /// than wait out a block on a server that may stay stopped.
+    blocked: Mutex<Vec<(u64, String, std::net::TcpStream)>>,
+    next_blocked: AtomicU64,
+}
+
+/// A blocked call registered with [`Named::blocking`]; unregistered when
+/// dropped.
+pub(crate) struct BlockedCall {
+    named: Arc<Named>,
+    id: u64,
+}
+
+impl Drop for BlockedCall {
+    fn drop(&mut self) {
+        crate::mutex::lock(&self.named.blocked).retain(|(id, _, _)| *id != self.id);
+    }
 }
 
 impl Named {
@@ -62,6 +81,21 @@ impl Named {
         crate::mutex::lock(&self.addr).clone()
     }
 
+    /// Registers a call about to block on `socket`, a connection to
+    /// `server`, until the returned guard is dropped.
+    pub(crate) fn blocking(
+        self: &Arc<Named>,
+        server: &str,
+        socket: std::net::TcpStream,
+    ) -> BlockedCall {
+        let id = self.next_blocked.fetch_add(1, Ordering::Relaxed);
+        crate::mutex::lock(&self.blocked).push((id, server.to_owned(), socket));
+        BlockedCall {
+            named: self.clone(),
+            id,
+        }
+    }
+
     /// Notes `addr` as the named master; `true` if that is a change.
     fn set(&self, addr: &str) -> bool {
         let mut named = crate::mutex::lock(&self.addr);
@@ -71,6 +105,12 @@ impl Named {
         let first = named.is_none();
         *named = Some(addr.to_owned());
         self.epoch.fetch_add(1, Ordering::AcqRel);
+        drop(named);
+        for (_, server, socket) in crate::mutex::lock(&self.blocked).iter() {
+            if server != addr {
+                let _ = socket.shutdown(std::net::Shutdown::Both);
+            }
+        }
         if !first {
             log::warn!(
                 "redlease: the Sentinels named {addr} master; connections to the old master are retired and its replies no longer count"

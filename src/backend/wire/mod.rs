@@ -97,6 +97,17 @@ impl Wire {
         }
     }
 
+    /// A second handle on the TCP socket under this connection (TLS or
+    /// not), to end a call blocked on it from another thread
+    /// (`shutdown`); `None` for Unix sockets and redis-rs's connections.
+    #[cfg_attr(not(feature = "sentinel"), allow(dead_code))]
+    pub(crate) fn interrupter(&self) -> Option<TcpStream> {
+        match self {
+            Wire::Own(own) => own.stream.sock_ref().stream.tcp()?.try_clone().ok(),
+            Wire::Redis(_) => None,
+        }
+    }
+
     /// Each later call's budget (see [`Wire::recv_response`]).
     pub(crate) fn set_read_timeout(&self, budget: Option<Duration>) -> RedisResult<()> {
         match self {

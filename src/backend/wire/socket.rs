@@ -111,7 +111,7 @@ pub(super) enum Socket {
 }
 
 impl Socket {
-    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "cluster", feature = "sentinel")), allow(dead_code))]
     pub(super) fn tcp(&self) -> Option<&TcpStream> {
         match self {
             Socket::Tcp(s) => Some(s),
