@@ -355,8 +355,10 @@ fn a_stopped_command_is_continued_and_term_still_ends_it() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let group = read_pid(&pidf);
+    let command = read_pid(&pidf);
     std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: getpgid only reads.
+    let group = unsafe { libc::getpgid(command) };
     // SAFETY: kill(2) on the command's group, as Ctrl-Z would.
     unsafe { libc::kill(-group, libc::SIGTSTP) };
     std::thread::sleep(Duration::from_millis(300));
@@ -366,7 +368,7 @@ fn a_stopped_command_is_continued_and_term_still_ends_it() {
     // SAFETY: kill(2) on the redlease this test started.
     unsafe { libc::kill(rl.id() as i32, libc::SIGTERM) };
     let status = wait_exit(&mut rl, Duration::from_secs(3));
-    let survived = alive(group);
+    let survived = alive(command);
     if status.is_none() {
         // SAFETY: as above; clean up what the failure left.
         unsafe { libc::kill(-group, libc::SIGKILL) };
@@ -384,4 +386,216 @@ fn a_stopped_command_is_continued_and_term_still_ends_it() {
         status.is_some() && !survived,
         "TERM did not end a stopped command"
     );
+}
+
+/// A closed stderr (its reader went away) must not stop redlease from
+/// stopping the command before its lease ends, nor change its exit codes
+/// (a message written there panicked the thread that stops the command).
+#[test]
+fn a_closed_stderr_changes_nothing() {
+    let server = Server::start();
+    let started = Instant::now();
+    let mut rl = redlease(&server)
+        .args(["run", "closed", "--lease", "2s", "--", "sleep", "6"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(rl.stderr.take());
+    let status = wait_exit(&mut rl, Duration::from_secs(10));
+    assert_eq!(status.and_then(|s| s.code()), Some(73));
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    let mut rl = redlease(&server)
+        .args(["run", "closed", "--", "no-such-command-here"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(rl.stderr.take());
+    let status = wait_exit(&mut rl, Duration::from_secs(10));
+    assert_eq!(status.and_then(|s| s.code()), Some(127));
+}
+
+/// `redlease` (with `args`) started in a new pseudo-terminal: returns its
+/// pid and the terminal's master side. `tostop`: `stty tostop` first;
+/// `stdin_null`: its stdin is `/dev/null`, the terminal still its
+/// controlling one.
+fn in_pty(server: &Server, args: &[&str], tostop: bool, stdin_null: bool) -> (i32, i32) {
+    let exe = std::ffi::CString::new(env!("CARGO_BIN_EXE_redlease")).unwrap();
+    let args: Vec<std::ffi::CString> = std::iter::once("redlease")
+        .chain(args.iter().copied())
+        .map(|a| std::ffi::CString::new(a).unwrap())
+        .collect();
+    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let url = std::ffi::CString::new(format!("REDIS_URL={}", server.url())).unwrap();
+    let path = std::ffi::CString::new("PATH=/usr/local/bin:/usr/bin:/bin").unwrap();
+    let envp = [url.as_ptr(), path.as_ptr(), std::ptr::null()];
+    let null = c"/dev/null";
+    let mut master: libc::c_int = -1;
+    // SAFETY: forkpty, then only async-signal-safe calls in the child.
+    let pid = unsafe {
+        libc::forkpty(
+            &mut master,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert!(pid >= 0, "forkpty failed");
+    if pid == 0 {
+        unsafe {
+            if tostop {
+                let mut t: libc::termios = std::mem::zeroed();
+                libc::tcgetattr(0, &mut t);
+                t.c_lflag |= libc::TOSTOP;
+                libc::tcsetattr(0, libc::TCSANOW, &t);
+            }
+            if stdin_null {
+                let fd = libc::open(null.as_ptr(), libc::O_RDONLY);
+                libc::dup2(fd, 0);
+            }
+            libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    // SAFETY: our own fd.
+    unsafe {
+        let flags = libc::fcntl(master, libc::F_GETFL);
+        libc::fcntl(master, libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
+    (pid, master)
+}
+
+/// Types `bytes` into the terminal.
+fn type_in(master: i32, bytes: &[u8]) {
+    // SAFETY: writing our buffer to our own fd.
+    assert_eq!(
+        unsafe { libc::write(master, bytes.as_ptr().cast(), bytes.len()) },
+        bytes.len() as isize
+    );
+}
+
+/// Waits up to `limit` for `pid` (draining the terminal meanwhile): its
+/// exit code, or `None` (then it is killed, with its group).
+fn pty_exit(pid: i32, master: i32, limit: Duration) -> Option<i32> {
+    let end = Instant::now() + limit;
+    let mut status = 0;
+    let mut code = None;
+    while Instant::now() < end {
+        let mut buf = [0u8; 512];
+        // SAFETY: reading into our buffer from our own fd; waitpid on our
+        // child.
+        unsafe {
+            libc::read(master, buf.as_mut_ptr().cast(), buf.len());
+            if libc::waitpid(pid, &mut status, libc::WNOHANG) == pid {
+                code = Some(if libc::WIFEXITED(status) {
+                    libc::WEXITSTATUS(status)
+                } else {
+                    128 + libc::WTERMSIG(status)
+                });
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if code.is_none() {
+        // SAFETY: cleaning up what this test started.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, &mut status, 0);
+        }
+    }
+    // SAFETY: our own fd.
+    unsafe { libc::close(master) };
+    code
+}
+
+/// With `stty tostop`, redlease (in the background of its terminal while
+/// the command has it) writes its "stopping the command" message without
+/// being stopped by SIGTTOU, and stops the command before its lease ends.
+#[test]
+fn a_terminal_with_tostop_does_not_stop_redlease() {
+    let server = Server::start();
+    let (pid, master) = in_pty(
+        &server,
+        &["run", "tostop", "--lease", "2s", "--", "sleep", "6"],
+        true,
+        false,
+    );
+    let code = pty_exit(pid, master, Duration::from_secs(5));
+    assert_eq!(code, Some(73));
+}
+
+/// stdin not the terminal (a pipe, /dev/null), the terminal still the
+/// controlling one: the command gets its foreground all the same, so
+/// Ctrl-Z typed there is refused (not a stop of redlease itself), a
+/// command can read the terminal, and Ctrl-C ends it.
+#[test]
+fn a_command_whose_stdin_is_not_the_terminal_still_has_the_terminal() {
+    let server = Server::start();
+    let dir = scratch();
+    let out = dir.join("out");
+    let script = format!(
+        "read a < /dev/tty; echo got:$a > {0}; while :; do echo A >> {0}.log; sleep 0.05; done",
+        out.display()
+    );
+    let (pid, master) = in_pty(
+        &server,
+        &["run", "tty", "--", "sh", "-c", &script],
+        false,
+        true,
+    );
+    std::thread::sleep(Duration::from_millis(1_500));
+    type_in(master, b"hello\n");
+    assert!(eventually(Duration::from_secs(5), || {
+        std::fs::read_to_string(&out).is_ok_and(|s| s.contains("got:hello"))
+    }));
+    // Ctrl-Z: refused; the command runs on.
+    type_in(master, &[0x1a]);
+    std::thread::sleep(Duration::from_millis(400));
+    let log = PathBuf::from(format!("{}.log", out.display()));
+    let len = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    std::thread::sleep(Duration::from_millis(500));
+    let grew = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0) > len;
+    // Ctrl-C: ends it.
+    type_in(master, &[0x03]);
+    let code = pty_exit(pid, master, Duration::from_secs(5));
+    assert!(grew, "Ctrl-Z stopped the command (or redlease)");
+    assert_eq!(code, Some(130));
+}
+
+/// Ctrl-C typed into the terminal reaches a descendant that left the
+/// command's group too, once, and redlease ends.
+#[test]
+fn a_terminal_ctrl_c_reaches_a_setsid_descendant_once() {
+    let server = Server::start();
+    let dir = scratch();
+    let log = dir.join("log");
+    let pidf = dir.join("pid");
+    // Not started with `&`: a non-interactive shell ignores SIGINT in its
+    // background jobs, and then no trap can catch it.
+    let script = format!(
+        "setsid sh -c 'echo $$ > {pid}; trap \"echo I >> {log}; exit 0\" INT; \
+         while :; do sleep 0.05; done'",
+        pid = pidf.display(),
+        log = log.display()
+    );
+    let (pid, master) = in_pty(
+        &server,
+        &["run", "ttyint", "--", "sh", "-c", &script],
+        false,
+        false,
+    );
+    let escapee = read_pid(&pidf);
+    std::thread::sleep(Duration::from_millis(300));
+    type_in(master, &[0x03]);
+    let code = pty_exit(pid, master, Duration::from_secs(5));
+    let survived = alive(escapee);
+    kill_if_alive(escapee);
+    assert!(!survived, "the setsid'd process outlived a terminal Ctrl-C");
+    assert_eq!(std::fs::read_to_string(&log).unwrap_or_default(), "I\n");
+    assert!(code.is_some(), "redlease did not end");
 }

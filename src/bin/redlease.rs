@@ -24,6 +24,16 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+/// `eprintln!` that never panics: a closed or full stderr (a pipe whose
+/// reader went away, a terminal we are in the background of) must not
+/// kill the thread that stops the command or the keeper.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 #[path = "redlease/doctor.rs"]
 mod doctor;
 #[path = "redlease/keeper.rs"]
@@ -188,7 +198,7 @@ fn with_password(url: &str, file: &std::path::Path) -> Result<String, String> {
     // Others who can read the file can read the password.
     if let Ok(meta) = std::fs::metadata(file) {
         if meta.permissions().mode() & 0o077 != 0 {
-            eprintln!(
+            say!(
                 "redlease: warning: the password file {} can be read by others (mode {:o}); chmod 600 it",
                 file.display(),
                 meta.permissions().mode() & 0o777
@@ -258,7 +268,7 @@ impl log::Log for StderrLog {
     }
     fn log(&self, r: &log::Record<'_>) {
         if self.enabled(r.metadata()) {
-            eprintln!("[{} {}] {}", r.level(), r.target(), r.args());
+            say!("[{} {}] {}", r.level(), r.target(), r.args());
         }
     }
     fn flush(&self) {}
@@ -288,7 +298,7 @@ fn init_logging(verbose: u8) {
 }
 
 fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {
-    eprintln!("redlease: {msg}");
+    say!("redlease: {msg}");
     ExitCode::from(code)
 }
 

@@ -24,38 +24,64 @@
 //! lease that redlease keeps renewing, so a stop would hold the name for
 //! ever while nothing runs.
 
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// The hidden first argument that makes `redlease` the keeper.
 pub(crate) const KEEP: &str = "__keep";
 
-/// Signals the keeper ignores: those sent to redlease's group or by the
-/// terminal reach the command through redlease (once), and the keeper may
-/// write to a terminal it is in the background of. The command gets the
-/// default handling back before it starts.
-const IGNORED: [i32; 7] = [
+/// Signals the keeper ignores: it may write to a terminal it is in the
+/// background of. The command gets the default handling back before it
+/// starts.
+const IGNORED: [i32; 2] = [libc::SIGTTIN, libc::SIGTTOU];
+
+/// Signals a terminal sends to its foreground group (the keeper's and the
+/// command's), or someone to the whole group: the keeper passes them on to
+/// the processes of the tree outside the group, which did not get them.
+/// Ctrl-Z (SIGTSTP) is caught, not passed on: it is refused.
+const CAUGHT: [i32; 5] = [
     libc::SIGINT,
-    libc::SIGTERM,
-    libc::SIGHUP,
     libc::SIGQUIT,
+    libc::SIGHUP,
+    libc::SIGTERM,
     libc::SIGTSTP,
-    libc::SIGTTIN,
-    libc::SIGTTOU,
 ];
 
-/// How often the keeper looks at the pipe, its children and stopped
-/// processes.
+/// How often the keeper looks at the pipe, its children and signals.
 const TICK: Duration = Duration::from_millis(20);
 
-/// How often the keeper looks for stopped processes in the tree.
+/// How often the keeper looks for stopped processes in the tree, at
+/// least: a larger tree is looked at less often (it reads /proc for each
+/// process), a millisecond more per process, at most every 2 s.
 const STOP_LOOK: Duration = Duration::from_millis(100);
+
+/// Signals in [`CAUGHT`] that reached the keeper from anyone but itself
+/// (its own, to its group, come back to it), one bit per signal.
+static FROM_OUTSIDE: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler;
+    // getpid and an atomic or are async-signal-safe.
+    let from = unsafe { (*info).si_pid() };
+    if from != unsafe { libc::getpid() } && (0..32).contains(&sig) {
+        FROM_OUTSIDE.fetch_or(1 << sig, Ordering::SeqCst);
+    }
+}
 
 /// The keeper's `main`: `redlease __keep FD TERMINAL -- CMD...`, where FD
 /// is the pipe's read end and TERMINAL `1` if the command is to get the
 /// terminal's foreground.
+///
+/// The keeper leads the command's process group (the command joins it),
+/// so what the terminal sends the group — Ctrl-C, Ctrl-\, a hang-up,
+/// Ctrl-Z — reaches the keeper too, which passes it on to the processes
+/// that left the group. Signals for the whole tree go to the group at
+/// once (the keeper ignores its own), except SIGKILL, which goes to each
+/// process but the keeper.
 pub(crate) fn main(args: &[OsString]) -> ExitCode {
     let (Some(fd), Some(terminal), Some(cmd)) = (
         args.first()
@@ -64,15 +90,25 @@ pub(crate) fn main(args: &[OsString]) -> ExitCode {
         args.get(1).map(|a| a == "1"),
         args.get(3..).filter(|c| !c.is_empty()),
     ) else {
-        eprintln!("redlease: {KEEP} is redlease run's own helper, not a command");
+        say!("redlease: {KEEP} is redlease run's own helper, not a command");
         return ExitCode::from(crate::EXIT_USAGE);
     };
-    // SAFETY: process-wide settings of our own single-threaded process.
+    // SAFETY: process-wide settings of our own single-threaded process;
+    // the handler is async-signal-safe (see `on_signal`).
     unsafe {
         #[cfg(target_os = "linux")]
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        // redlease started us as the leader of a group of our own.
+        libc::setpgid(0, 0);
         for sig in IGNORED {
             libc::signal(sig, libc::SIG_IGN);
+        }
+        for sig in CAUGHT {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_signal as *const () as libc::sighandler_t;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut());
         }
         libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
         let flags = libc::fcntl(fd, libc::F_GETFL);
@@ -81,24 +117,23 @@ pub(crate) fn main(args: &[OsString]) -> ExitCode {
     if parent_gone(fd) {
         return ExitCode::from(crate::EXIT_UNAVAILABLE);
     }
-    let keeper = std::process::id() as libc::pid_t;
+    let group = std::process::id() as libc::pid_t;
+    if terminal {
+        crate::run::foreground(group);
+    }
     let mut command = Command::new(&cmd[0]);
-    command.args(&cmd[1..]).process_group(0);
+    command.args(&cmd[1..]).process_group(group);
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         command.pre_exec(move || {
-            if terminal {
-                // SIGTTOU is still ignored here, so taking the foreground
-                // from the background does not stop us.
-                libc::tcsetpgrp(0, libc::getpid());
-            }
+            // Caught signals go back to their defaults by the exec itself.
             for sig in IGNORED {
                 libc::signal(sig, libc::SIG_DFL);
             }
             #[cfg(target_os = "linux")]
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
             // The keeper died before the setting above took: stop here.
-            if libc::getppid() != keeper {
+            if libc::getppid() != group {
                 libc::_exit(137);
             }
             Ok(())
@@ -112,14 +147,15 @@ pub(crate) fn main(args: &[OsString]) -> ExitCode {
             } else {
                 126
             };
-            eprintln!("redlease: cannot run {:?}: {e}", cmd[0]);
+            say!("redlease: cannot run {:?}: {e}", cmd[0]);
             return ExitCode::from(code);
         }
     };
-    let group = child.id() as libc::pid_t;
+    let command = child.id() as libc::pid_t;
     let mut status: Option<u8> = None;
     let mut told_stopped = false;
     let mut looked_for_stops = Instant::now();
+    let mut stop_look = STOP_LOOK;
     loop {
         match read_orders(fd) {
             Orders::Signals(sigs) => {
@@ -132,18 +168,26 @@ pub(crate) fn main(args: &[OsString]) -> ExitCode {
             }
             Orders::ParentGone => return kill_all(group),
         }
-        match reap(group, &mut status) {
+        for sig in crate::signals::signals(FROM_OUTSIDE.swap(0, Ordering::SeqCst)) {
+            if sig != libc::SIGTSTP {
+                signal_outside(group, sig);
+                signal_outside(group, libc::SIGCONT);
+            }
+        }
+        match reap(command, &mut status) {
             Reaped::Running => {}
             Reaped::AllGone => return ExitCode::from(status.unwrap_or(1)),
         }
-        // Every 100 ms: it reads /proc for each process of the tree.
-        if looked_for_stops.elapsed() < STOP_LOOK {
+        if looked_for_stops.elapsed() < stop_look {
             continue;
         }
         looked_for_stops = Instant::now();
-        let stopped = continue_stopped();
+        let tree = descendants();
+        stop_look =
+            (STOP_LOOK + Duration::from_millis(tree.len() as u64)).min(Duration::from_secs(2));
+        let stopped = continue_stopped(&tree);
         if stopped && !told_stopped {
-            eprintln!(
+            say!(
                 "redlease: the command was stopped (Ctrl-Z or SIGSTOP) and is continued: \
                  while it runs it holds the lease, so it cannot be suspended (Ctrl-C ends it)"
             );
@@ -237,6 +281,7 @@ fn reap(command: libc::pid_t, status: &mut Option<u8>) -> Reaped {
 /// (Linux); elsewhere only our own children are known, by the group.
 fn descendants() -> Vec<libc::pid_t> {
     let mut out = Vec::new();
+    let mut seen = HashSet::new();
     let mut next = vec![std::process::id() as libc::pid_t];
     while let Some(pid) = next.pop() {
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -250,7 +295,7 @@ fn descendants() -> Vec<libc::pid_t> {
                 {
                     // A bound against a loop in what /proc showed while
                     // processes came and went.
-                    if out.len() < 100_000 && !out.contains(&child) {
+                    if out.len() < 100_000 && seen.insert(child) {
                         out.push(child);
                         next.push(child);
                     }
@@ -261,28 +306,46 @@ fn descendants() -> Vec<libc::pid_t> {
     out
 }
 
-/// Sends `sig` once to every process of the tree: to the command's group,
-/// then to each descendant outside it (setsid, its own group, a double
-/// fork), whether its parent lives or it came to us.
+/// Sends `sig` once to every process of the tree: to the group (the
+/// keeper ignores its own), then to each descendant outside it (setsid,
+/// its own group, a double fork), whether its parent lives or it came to
+/// us. SIGKILL goes to each process of the group but the keeper instead.
 fn signal_tree(group: libc::pid_t, sig: i32) {
-    let outside: Vec<libc::pid_t> = descendants()
-        .into_iter()
-        // SAFETY: getpgid only reads.
-        .filter(|&p| unsafe { libc::getpgid(p) } != group)
-        .collect();
-    // SAFETY: kill(2) on the command's group and our own descendants.
+    let tree = descendants();
+    // SAFETY: kill(2) on our own group and descendants.
     unsafe {
+        if sig == libc::SIGKILL {
+            for &pid in &tree {
+                libc::kill(pid, sig);
+            }
+            return;
+        }
         libc::kill(-group, sig);
-        for pid in outside {
-            libc::kill(pid, sig);
+    }
+    send_outside(group, &tree, sig);
+}
+
+/// Sends `sig` to the processes of the tree outside the group (which did
+/// not get what was sent to the group).
+fn signal_outside(group: libc::pid_t, sig: i32) {
+    send_outside(group, &descendants(), sig);
+}
+
+fn send_outside(group: libc::pid_t, tree: &[libc::pid_t], sig: i32) {
+    for &pid in tree {
+        // SAFETY: getpgid only reads; kill(2) on our own descendant.
+        unsafe {
+            if libc::getpgid(pid) != group {
+                libc::kill(pid, sig);
+            }
         }
     }
 }
 
 /// Continues every stopped process of the tree; `true` if there was one.
-fn continue_stopped() -> bool {
+fn continue_stopped(tree: &[libc::pid_t]) -> bool {
     let mut any = false;
-    for pid in descendants() {
+    for &pid in tree {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };

@@ -123,15 +123,71 @@ impl Keeper {
     }
 }
 
-/// Takes the terminal's foreground back after the command (see
-/// `start_keeper`); only called when redlease had it before.
-fn restore_terminal() {
-    // SAFETY: plain terminal calls on our own stdin.
-    unsafe {
-        if libc::isatty(0) == 1 && libc::tcgetpgrp(0) != libc::getpgrp() {
+/// The controlling terminal, opened for `tcgetpgrp`/`tcsetpgrp` (closed
+/// when dropped); `None` without one. Not stdin: a command whose stdin is
+/// a pipe may still read the terminal (a password prompt), and Ctrl-C and
+/// Ctrl-Z typed there must reach it, not us.
+struct Terminal(libc::c_int);
+
+impl Terminal {
+    fn open() -> Option<Terminal> {
+        // SAFETY: open(2) of a constant path; the fd is ours.
+        let fd = unsafe {
+            libc::open(
+                c"/dev/tty".as_ptr(),
+                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+            )
+        };
+        (fd >= 0).then_some(Terminal(fd))
+    }
+
+    /// Whether `group` is the terminal's foreground group.
+    fn foreground_is(&self, group: libc::pid_t) -> bool {
+        // SAFETY: tcgetpgrp on our own fd.
+        unsafe { libc::tcgetpgrp(self.0) == group }
+    }
+
+    /// Makes `group` the foreground group; SIGTTOU, which a background
+    /// caller would get, is ignored for the call.
+    fn hand_to(&self, group: libc::pid_t) {
+        // SAFETY: signal and tcsetpgrp on our own process and fd.
+        unsafe {
             let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-            libc::tcsetpgrp(0, libc::getpgrp());
+            libc::tcsetpgrp(self.0, group);
             libc::signal(libc::SIGTTOU, old);
+        }
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        // SAFETY: our own fd, closed once.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+/// The keeper's side: makes its group (the command's) the terminal's
+/// foreground group.
+pub(crate) fn foreground(group: libc::pid_t) {
+    if let Some(tty) = Terminal::open() {
+        tty.hand_to(group);
+    }
+}
+
+/// Whether the terminal's foreground is ours: then the command gets it.
+fn terminal_is_ours() -> bool {
+    // SAFETY: getpgrp has no preconditions.
+    Terminal::open().is_some_and(|tty| tty.foreground_is(unsafe { libc::getpgrp() }))
+}
+
+/// Takes the terminal's foreground back after the command; only called
+/// when redlease had it before.
+fn restore_terminal() {
+    if let Some(tty) = Terminal::open() {
+        // SAFETY: getpgrp has no preconditions.
+        let ours = unsafe { libc::getpgrp() };
+        if !tty.foreground_is(ours) {
+            tty.hand_to(ours);
         }
     }
 }
@@ -409,9 +465,19 @@ fn hold_and_run(
     unsafe {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
+    // While the command runs, redlease is in the background of its
+    // terminal (if it had it) and must not be stopped by it: a message
+    // written there with `stty tostop`, or a stray Ctrl-Z, would stop us,
+    // and the lease would run out with the command still running.
+    // SAFETY: setting dispositions of our own process; the keeper gives
+    // the command the defaults back.
+    unsafe {
+        for sig in [libc::SIGTTOU, libc::SIGTTIN, libc::SIGTSTP] {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+    }
     // The terminal is handed to the command only if it was ours.
-    // SAFETY: plain terminal queries on our stdin.
-    let gave_terminal = unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() };
+    let gave_terminal = terminal_is_ours();
     let (child, keeper) = match start_keeper(held.keeper(args), gave_terminal, args) {
         Ok(started) => started,
         Err(e) => {
@@ -535,7 +601,7 @@ fn watch_command(
                         // ECHILD: someone reaped it (SIGCHLD ignored is
                         // reset before the spawn, but be sure never to loop
                         // on it).
-                        eprintln!("redlease: waiting for the command failed: {e}");
+                        say!("redlease: waiting for the command failed: {e}");
                         status = Some(ExitStatus::from_raw(1 << 8));
                     }
                 }
@@ -583,13 +649,13 @@ fn stop_when_due(
                 let name = shown(args.name());
                 let left = lease.expires_in().as_millis();
                 if lease.is_lost() {
-                    eprintln!("redlease: the lease on \"{name}\" was lost; stopping the command");
+                    say!("redlease: the lease on \"{name}\" was lost; stopping the command");
                 } else if args.lease.is_some() {
-                    eprintln!(
+                    say!(
                         "redlease: the lease on \"{name}\" ends in {left} ms; stopping the command so that it is gone by then"
                     );
                 } else {
-                    eprintln!(
+                    say!(
                         "redlease: renewals of \"{name}\" are failing and its lease surely runs only {left} ms more; stopping the command so that it is gone by then"
                     );
                 }
@@ -634,7 +700,7 @@ fn finish(name: &[u8], held: Guard, ran: Ran) -> redlease::Result<ExitCode> {
         if e.kind() == ErrorKind::LockLost {
             return lost();
         }
-        eprintln!("redlease: release failed: {e}");
+        say!("redlease: release failed: {e}");
     }
     Ok(match (status.code(), status.signal()) {
         (Some(code), _) => ExitCode::from(code as u8),

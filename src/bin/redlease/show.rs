@@ -200,7 +200,7 @@ pub(crate) fn list(client: &Client, pattern: &[u8], json: bool) -> redlease::Res
         }
         if rows.is_empty() {
             // On stderr: a script reading stdout still sees no rows.
-            eprintln!(
+            say!(
                 "redlease: nothing held matches {:?}",
                 String::from_utf8_lossy(pattern)
             );
