@@ -607,7 +607,9 @@ fn redact_user(url: &str) -> String {
 }
 
 /// Every `pass=` and `password=` parameter's value (up to the next `&` or
-/// `#`) replaced by `***`, wherever a `?` starts the parameters.
+/// `#`) replaced by `***`, wherever a `?` starts the parameters. The name
+/// is compared as redis-rs reads it, percent- and plus-decoded
+/// (`pa%73s=` is `pass=`, and authenticates).
 fn redact_params(url: &str) -> String {
     let Some(q) = url.find('?') else {
         return url.to_owned();
@@ -618,7 +620,7 @@ fn redact_params(url: &str) -> String {
         if i > 0 {
             out.push('&');
         }
-        let key = part.split('=').next().unwrap_or("");
+        let key = form_decoded(part.split('=').next().unwrap_or(""));
         let secret = ["pass", "password"]
             .iter()
             .any(|k| key.trim().eq_ignore_ascii_case(k));
@@ -635,6 +637,30 @@ fn redact_params(url: &str) -> String {
         }
     }
     out
+}
+
+/// `text` as a form-encoded query decodes it (`+` a space, `%XX` a
+/// byte); bytes that are not UTF-8 become U+FFFD.
+fn form_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -658,6 +684,26 @@ mod tests {
         );
         assert_eq!(redact_url("redis://host:1"), "redis://host:1");
         assert_eq!(redact_url("not a url"), "not a url");
+    }
+
+    /// Issue 57 item 2: redis-rs decodes parameter names, so `pa%73s=`
+    /// authenticates; its value must be redacted as `pass=`'s is.
+    #[test]
+    fn encoded_password_parameters_lose_their_value() {
+        for url in [
+            "redis+unix:///tmp/r.sock?pa%73s=SECRET",
+            "redis+unix:///tmp/r.sock?%70assword=SECRET",
+            "redis+unix:///tmp/r.sock?db=1&%50%41%53%53=SECRET#x",
+            "redis+unix:///tmp/r.sock?+pass=SECRET",
+        ] {
+            let shown = redact_url(url);
+            assert!(!shown.contains("SECRET"), "{url} -> {shown}");
+            assert!(shown.contains("=***"), "{url} -> {shown}");
+        }
+        assert_eq!(
+            redact_url("redis+unix:///tmp/r.sock?db=%31"),
+            "redis+unix:///tmp/r.sock?db=%31"
+        );
     }
 
     /// Reproduction (newcomer review): three bad URLs read the same, "Redis

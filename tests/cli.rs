@@ -940,6 +940,17 @@ fn a_socket_urls_password_is_redacted_and_kept_from_the_command() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("WRONGpass"), "{err}");
+    // Its name percent-encoded (redis-rs decodes it, and authenticates
+    // with it): redacted all the same (issue 57 item 2).
+    for key in ["pa%73s", "%70assword", "%70%61%73%73"] {
+        let bad = format!("redis+unix://{}?{key}=WRONGpass", sock.display());
+        let o = run(redlease(&server)
+            .env("REDIS_URL", &bad)
+            .args(["run", "sock", "--", "true"]));
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("WRONGpass"), "{key}: {err}");
+    }
 }
 
 /// `-v` says what `run` is doing: on whom it waits (holder, note, age),
