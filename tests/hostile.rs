@@ -385,3 +385,27 @@ fn a_resp3_reply_is_capped_too() {
     assert!(took < Duration::from_secs(5), "took {took:?}");
     assert!(grew < 512, "peak memory grew {grew} MiB");
 }
+
+/// Issue 57 item 3: a server's `HELLO` version with a newline and terminal
+/// escapes forged an `ok` line in `redlease doctor`, cleared the screen
+/// and set the terminal's title. What a server says of itself is shown as
+/// plain text.
+#[test]
+#[serial]
+fn a_servers_self_description_cannot_forge_output() {
+    let (url, stop) = hostile_server_answering(
+        b"+OK\r\n",
+        b"*4\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$53\r\n7.0.0\"}\n\x1b[2J\x1b]0;pwned\x07 ok        FORGED: all good\x1b[8m\r\n",
+        |_| Reply::Bytes(b"-ERR no\r\n".to_vec()),
+    );
+    let client = Client::builder()
+        .url(&url)
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(2))
+        .build();
+    stop.store(true, Ordering::Relaxed);
+    let client = client.expect("a server that answers PING is usable");
+    let shown = client.capabilities().to_string();
+    assert!(!shown.contains(['\n', '\x1b', '\x07', '"']), "{shown:?}");
+    assert!(!shown.contains("FORGED: all good"), "{shown:?}");
+}

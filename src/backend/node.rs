@@ -1034,7 +1034,7 @@ pub(crate) fn identify(con: &mut dyn redis::ConnectionLike) -> Option<String> {
             }
         }
         if let (Some(p), Some(v)) = (product, version) {
-            return Some(format!("{} {v}", titled(&p)));
+            return Some(format!("{} {}", titled(&plain(&p)), plain(&v)));
         }
     }
     let info: String = redis::cmd("INFO").arg("server").query(con).ok()?;
@@ -1045,10 +1045,28 @@ pub(crate) fn identify(con: &mut dyn redis::ConnectionLike) -> Option<String> {
     };
     // Valkey also reports a `redis_version` (7.2.4) for old clients.
     match (field("valkey_version"), field("redis_version")) {
-        (Some(v), _) => Some(format!("Valkey {v}")),
-        (None, Some(v)) => Some(format!("Redis {v}")),
+        (Some(v), _) => Some(format!("Valkey {}", plain(&v))),
+        (None, Some(v)) => Some(format!("Redis {}", plain(&v))),
         _ => None,
     }
+}
+
+/// What a server says of itself, made safe to print anywhere: at most 32
+/// characters of those a name or version is written with (`7.0.15`,
+/// `8.0.0-rc1+build`), each other one a `?`. A hostile server's version
+/// with a newline and terminal escapes forged `doctor` lines, cleared the
+/// screen and set the terminal's title.
+fn plain(said: &str) -> String {
+    said.chars()
+        .take(32)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+' | '_' | '~') {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect()
 }
 
 /// `redis` → `Redis`, `valkey` → `Valkey`.

@@ -44,7 +44,11 @@ pub(crate) fn doctor(client: &Client, json: bool) -> ExitCode {
             checks.join(",")
         );
     } else {
-        println!("{:<9} client: {}", "info", client.capabilities());
+        println!(
+            "{:<9} client: {}",
+            "info",
+            printable(&client.capabilities().to_string())
+        );
         for c in &d.checks {
             println!("{}", printable(&c.to_string()));
         }
