@@ -409,3 +409,86 @@ fn a_servers_self_description_cannot_forge_output() {
     assert!(!shown.contains(['\n', '\x1b', '\x07', '"']), "{shown:?}");
     assert!(!shown.contains("FORGED: all good"), "{shown:?}");
 }
+
+/// Four million nils (`*4194302` then `_\r\n` each, 12 MiB on the wire),
+/// made once: each became a `redis::Value` twenty times its size.
+fn nils() -> &'static [u8] {
+    static NILS: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    NILS.get_or_init(|| {
+        let n = 4_194_302;
+        [format!("*{n}\r\n").into_bytes(), b"_\r\n".repeat(n)].concat()
+    })
+}
+
+/// Issue 57 item 1: a reply of four million nils made `try_acquire` peak
+/// at 250 MB; the elements of a call's replies are capped (a million), so
+/// it fails well under 100 MB.
+#[test]
+#[serial]
+fn many_small_elements_cannot_fill_memory() {
+    let (url, stop) = hostile_server(|cmd| match cmd {
+        "EVALSHA" | "EVAL" => Reply::Bytes(nils().to_vec()),
+        "SCRIPT" => Reply::Bytes(b"$40\r\n0000000000000000000000000000000000000000\r\n".to_vec()),
+        _ => Reply::Bytes(b":0\r\n".to_vec()),
+    });
+    let _ = nils();
+    let (r, took, grew) = against((url, stop), |c| c.lock("nils").try_acquire());
+    println!(
+        "FIGURES four million nils: {:?} after {took:?}, peak memory +{grew} MiB",
+        r.as_ref().map(|g| g.is_some())
+    );
+    assert!(r.is_err());
+    assert!(grew < 100, "peak memory grew {grew} MiB");
+}
+
+/// Issue 57 item 1: the same nils in answer to each command of the
+/// connection's set-up pipeline (`CLIENT SETINFO` twice) made `build()`
+/// peak at 913 MB and return after 12.5 s: the replies to one write share
+/// the cap, and `build()` ends by its timeouts.
+#[test]
+#[serial]
+fn a_flooded_set_up_cannot_fill_memory_or_outlast_the_timeouts() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}/", listener.local_addr().unwrap());
+    let _ = nils();
+    std::thread::spawn(move || {
+        listener.set_nonblocking(true).unwrap();
+        let end = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < end {
+            let Ok((con, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            };
+            con.set_nonblocking(false).unwrap();
+            std::thread::spawn(move || {
+                let mut out = con.try_clone().unwrap();
+                let mut r = BufReader::new(con);
+                while let Some(cmd) = command(&mut r) {
+                    let reply: &[u8] = match cmd.as_str() {
+                        "CLIENT" | "HELLO" => nils(),
+                        "PING" => b"+PONG\r\n",
+                        _ => b"-ERR no\r\n",
+                    };
+                    if out.write_all(reply).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let before = peak_from_now();
+    let t = Instant::now();
+    let built = Client::builder()
+        .url(&url)
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(2))
+        .build();
+    let took = t.elapsed();
+    let grew = peak_kib().saturating_sub(before) / 1024;
+    println!(
+        "FIGURES a set-up answered with four million nils per command: built {} after {took:?}, peak memory +{grew} MiB",
+        built.is_ok()
+    );
+    assert!(grew < 100, "peak memory grew {grew} MiB");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}

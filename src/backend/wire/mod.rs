@@ -152,7 +152,9 @@ impl Wire {
         sock.taken = taken;
         match own.replies.next(&mut own.stream) {
             Ok(v) => {
+                // A subscriber's messages are each a call of their own.
                 own.stream.sock().taken = 0;
+                own.replies.new_call();
                 Ok(Some(as_resp2(v)))
             }
             Err(e) if e.is_timeout() => Ok(None),
@@ -532,6 +534,8 @@ impl Own {
     }
 
     fn send(&mut self, packed: &[u8]) -> RedisResult<()> {
+        // The replies to this write share one element budget.
+        self.replies.new_call();
         let sent = self
             .stream
             .write_all(packed)

@@ -14,8 +14,9 @@
 //! is built, so nothing is allocated for a length it announced but did
 //! not send, and framing resumes where it stopped, so a value sent in
 //! many pieces is scanned once; nesting deeper than redis-rs allows (100)
-//! and more than four million elements are errors; the bytes one call may
-//! read are capped by the socket underneath (`MAX_REPLY`).
+//! and more than a million elements in the replies to one write are
+//! errors; the bytes one call may read are capped by the socket underneath
+//! (`MAX_REPLY`).
 
 use std::io::{self, Read};
 
@@ -30,12 +31,17 @@ const READ: usize = 16 << 10;
 /// A buffer kept after a large value is given back above this size.
 const KEEP: usize = 1 << 20;
 
-/// Elements one value may have in all (its aggregates' and theirs): a
-/// reply of 64 MiB of three-byte elements would otherwise become 22
-/// million values, over a gigabyte. The largest reply redlease reads,
-/// `CLUSTER SLOTS` with every slot a range of its own and five replicas
-/// each, has about 540,000.
-const MAX_ELEMENTS: u64 = 1 << 22;
+/// Elements the replies to one write may have in all (each value's
+/// aggregates' and theirs, and every reply of a pipeline together; a
+/// subscriber's messages each on their own), counted as their headers
+/// arrive, before anything is built. Each becomes a `redis::Value` of
+/// about 56 bytes, twenty times a nil's three on the wire: four million of
+/// them (12 MiB sent) took 250 MB, and five such replies to a connection's
+/// set-up pipeline 913 MB. A million keeps a call under 64 MiB of values
+/// besides its 64 MiB of bytes (`MAX_REPLY`). The largest reply redlease
+/// reads, `CLUSTER SLOTS` with every slot a range of its own and five
+/// replicas each, has about 540,000.
+pub(super) const MAX_ELEMENTS: u64 = 1 << 20;
 
 /// The unparsed bytes of one connection's replies.
 pub(super) struct Replies {
@@ -52,6 +58,9 @@ pub(super) struct Replies {
     /// How far the value at `at` is framed, kept across reads, so a value
     /// that arrives in many reads is scanned once, not once per read.
     framing: Framing,
+    /// Elements of the values handed out since the last write (see
+    /// [`MAX_ELEMENTS`]).
+    spent: u64,
     /// Set by a reply that is not RESP: where the next one starts is
     /// unknown, so every later call fails too (the connection is retired
     /// by its callers already; this keeps a caller that went on anyway
@@ -66,8 +75,14 @@ impl Replies {
             at: 0,
             scratch: Vec::new(),
             framing: Framing::default(),
+            spent: 0,
             broken: false,
         }
+    }
+
+    /// A write went out: its replies get the whole element budget.
+    pub(super) fn new_call(&mut self) {
+        self.spent = 0;
     }
 
     /// The next value, reading from `from` as long as it is incomplete.
@@ -83,9 +98,12 @@ impl Replies {
             // server announced and did not send. Building finds each
             // element's line again, a few bytes each: cheaper than
             // keeping what framing found for values this small.
-            let framed = self.framing.advance(unread);
+            let framed = self
+                .framing
+                .advance(unread, MAX_ELEMENTS - self.spent.min(MAX_ELEMENTS));
             self.broken = framed.is_err();
             if let Some(end) = framed? {
+                self.spent += self.framing.elements;
                 let one = &unread[..end];
                 let value = match build(one) {
                     Some((v, _)) => v,
@@ -206,7 +224,7 @@ impl Framing {
     /// The value's length once it is all in `b` (which starts with it and
     /// only grows between calls); `None` until then; an error where the
     /// bytes cannot be a value (nothing read later could mend them).
-    fn advance(&mut self, b: &[u8]) -> RedisResult<Option<usize>> {
+    fn advance(&mut self, b: &[u8], room: u64) -> RedisResult<Option<usize>> {
         loop {
             while self.open.last() == Some(&0) {
                 self.open.pop();
@@ -229,8 +247,10 @@ impl Framing {
             if children > 0 {
                 // Both at most MAX_ELEMENTS: no overflow.
                 self.elements += children;
-                if self.elements > MAX_ELEMENTS {
-                    return Err(malformed("a reply of more than four million elements"));
+                if self.elements > room {
+                    return Err(malformed(
+                        "replies of more than a million elements to one call",
+                    ));
                 }
                 // This element is at depth `open.len() + 1`, its own
                 // elements one deeper: redis-rs refuses past 100.
@@ -275,7 +295,9 @@ fn element(b: &[u8], resume: Resume) -> RedisResult<Found> {
     // An aggregate's elements, refused past the cap before any arithmetic.
     let elements = |n: i64, per: u64, extra: u64| match u64::try_from(n) {
         Ok(n) if n <= MAX_ELEMENTS => Ok(n * per + extra),
-        Ok(_) => Err(malformed("a reply of more than four million elements")),
+        Ok(_) => Err(malformed(
+            "replies of more than a million elements to one call",
+        )),
         Err(_) => Ok(0),
     };
     Ok(match kind {
@@ -479,9 +501,9 @@ mod tests {
                 "{huge:?}: {got:?}"
             );
         }
-        // Three million, nested: each counted once (the cap counted every
-        // element twice, and refused a CLUSTER SLOTS reply of 540,000).
-        let n = 1_000_000;
+        // 900,000, nested: each counted once (the cap counted every element
+        // twice, and refused a CLUSTER SLOTS reply of 540,000).
+        let n = 300_000;
         let many = [
             b"*3\r\n".to_vec(),
             [format!("*{n}\r\n").into_bytes(), b"_\r\n".repeat(n)]
@@ -495,6 +517,33 @@ mod tests {
             "{:?}",
             got[0].as_ref().err()
         );
+    }
+
+    /// Issue 57 item 1: the budget is the call's, not each reply's: five
+    /// replies of four million nils each to one set-up pipeline took 913
+    /// MB. A write gives the next replies a fresh budget.
+    #[test]
+    fn the_replies_to_one_write_share_the_element_cap() {
+        let n = 600_000;
+        let one = [format!("*{n}\r\n").into_bytes(), b"_\r\n".repeat(n)].concat();
+        let two = one.repeat(2);
+        let mut from = Pieces {
+            data: &two,
+            step: 1 << 20,
+        };
+        let mut replies = Replies::new();
+        replies.new_call();
+        assert!(replies.next(&mut from).is_ok());
+        assert!(replies.next(&mut from).is_err_and(|e| !e.is_io_error()));
+        let mut from = Pieces {
+            data: &two,
+            step: 1 << 20,
+        };
+        let mut replies = Replies::new();
+        for _ in 0..2 {
+            replies.new_call();
+            assert!(replies.next(&mut from).is_ok());
+        }
     }
 
     /// After a reply that is not RESP every call fails (a second call
