@@ -369,10 +369,12 @@ impl<'a> Master<'a> {
         let addr = &self.addr;
         // Replicas, for replica_ack: how many the master sees, and whether
         // WAIT answers.
-        let replication = redis::cmd("INFO")
-            .arg("replication")
-            .query::<String>(con)
-            .ok();
+        let info = redis::cmd("INFO").arg("replication").query::<String>(con);
+        let info_failed = info
+            .as_ref()
+            .err()
+            .map(|e| crate::error::without_script_hash(&e.to_string()));
+        let replication = info.ok();
         // Each replica as the master sees it (`slave0:ip=..,port=..,state=
         // online,offset=..,lag=1`): a failover promotes one of these, and a
         // lease it has not received yet is lost with the old master.
@@ -429,13 +431,19 @@ impl<'a> Master<'a> {
                 CheckStatus::Refused,
                 Some("replica_ack wants more replicas than acknowledge: every grant would fail"),
             ),
+            // Not checked is not passed: a flood in answer to INFO, or a
+            // WAIT that failed, showed as `ok`.
+            (_, None, _) | (None, _, Some(_)) => (
+                CheckStatus::Degraded,
+                Some("the replicas could not be checked: see why above, and run doctor again"),
+            ),
             _ => (CheckStatus::Ok, None),
         };
         d.push(
             format!("replicas {addr}"),
             status,
             format!(
-                "{} acknowledging{}{}",
+                "{} acknowledging{}{}{}",
                 seen.map_or("unknown".to_string(), |k| k.to_string()),
                 match want {
                     Some(n) => format!("; replica_ack wants {n}"),
@@ -443,6 +451,10 @@ impl<'a> Master<'a> {
                 },
                 match &wait_refused {
                     Some(w) => format!("; WAIT refused ({w})"),
+                    None => String::new(),
+                },
+                match &info_failed {
+                    Some(e) => format!("; INFO failed ({e})"),
                     None => String::new(),
                 }
             ),

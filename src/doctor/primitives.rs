@@ -249,10 +249,14 @@ pub(super) fn clean_up(client: &Client, scratch: &str, d: &mut Diagnosis) {
                     return;
                 }
             };
-            for k in keys {
-                left += 1;
-                if let Err(e) = redis::cmd("DEL").arg(&k).query::<()>(&mut con) {
+            // One DEL for the whole page, one round trip: a key at a time,
+            // a server slow to delete held the clean-up for minutes (the
+            // time was checked only between pages).
+            if !keys.is_empty() {
+                left += keys.len();
+                if let Err(e) = redis::cmd("DEL").arg(&keys).query::<()>(&mut con) {
                     failed = Some(format!("{}: {e}", node.addr()));
+                    return;
                 }
             }
             cursor = next;
