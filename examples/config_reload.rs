@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use redis::Commands;
+use redlease::redis::Commands;
 use redlease::Client;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -10,7 +10,7 @@ mod support;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use redis::Commands;
+use redlease::redis::Commands;
 use redlease::Client;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -9,7 +9,7 @@
 #[path = "support/server.rs"]
 mod support;
 
-use redis::Commands;
+use redlease::redis::Commands;
 use redlease::Client;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -8,7 +8,7 @@
 mod support;
 
 use rayon::prelude::*;
-use redis::Commands;
+use redlease::redis::Commands;
 use redlease::Client;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -57,7 +57,7 @@ impl Client {
     /// where a command's server depends on its keys).
     ///
     /// ```no_run
-    /// use redis::Commands;
+    /// use redlease::redis::Commands;
     /// let client = redlease::Client::open("redis://127.0.0.1/")?;
     /// let mut con = client.connection()?;
     /// let _: () = con.set("greeting", "hello").map_err(redlease::Error::from)?;
@@ -118,7 +118,7 @@ impl Lock {
     /// `examples/fenced_write.rs`). Errors as [`Lock::with_result`].
     ///
     /// ```no_run
-    /// use redis::Commands;
+    /// use redlease::redis::Commands;
     /// let client = redlease::Client::open("redis://127.0.0.1/")?;
     /// let total: i64 = client.lock("account:7").with_connection(|con, fence| {
     ///     let _: () = con.set("account:7:fence", fence)?;

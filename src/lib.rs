@@ -307,6 +307,13 @@ pub use rwlock::{ReadGuard, RwLock, WriteGuard};
 pub use semaphore::{Permit, PermitId, Semaphore};
 pub use signal::LostSignal;
 
+/// The `redis` crate (version 1) redlease is built on, for the pooled
+/// connections [`Client::connection`] and `with_connection` lend: use
+/// `redlease::redis::Commands`, so that a `redis` of another version in
+/// your own `Cargo.toml` cannot make its traits not apply (E0599, "trait
+/// bounds were not satisfied").
+pub use redis;
+
 #[doc(hidden)]
 pub use scripts::sent_code as __sent_code;
 

@@ -503,6 +503,16 @@ fn fallible_work_under_a_lock_with_the_clients_own_connection() {
         let mut con = c.connection().unwrap();
         let _: String = redis::cmd("PING").query(&mut con).unwrap();
     }
+    // The redis crate redlease is built on, re-exported: its traits apply
+    // to the lent connection whatever `redis` the application depends on
+    // (issue 57 item 9: with `redis = "0.27"`, `con.set` was E0599).
+    {
+        use redlease::redis::Commands;
+        let mut con = c.connection().unwrap();
+        let _: () = con.set("reexported", 1).unwrap();
+        let got: i64 = con.get("reexported").unwrap();
+        assert_eq!(got, 1);
+    }
     // Not on Redlock, where a command's server depends on its keys.
     let other = common::Server::start();
     let redlock = redlease::Client::builder()
