@@ -309,6 +309,14 @@ fn bad_arguments_give_one_line_errors() {
         .env("REDLEASE_PREFIX", "secret-prefix:")
         .arg("--help"));
     assert!(!stdout(&o).contains("secret-prefix"), "{}", stdout(&o));
+    // A bad URL's reason, without redis-rs's "did not parse" tail after it
+    // (issue 57 item 10).
+    let o = run(redlease(&server).args(["--url", "redis://127.0.0.1:notaport/", "status", "x"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("notaport") && !err.contains("InvalidClientConfig"),
+        "{err}"
+    );
 }
 
 /// Waits until the command under test wrote `ready` to `log` (its traps
@@ -986,7 +994,7 @@ fn the_cli_says_what_it_is_doing() {
     holder.wait().unwrap();
     let text = stdout(&run(redlease(&server).args(["status", "told"])));
     assert!(
-        text.contains("free") && text.contains("none issued recently"),
+        text.contains("free") && text.contains("no fence (the counter lapsed"),
         "{text}"
     );
     let o = run(redlease(&server).args(["list", "nothing-here*"]));

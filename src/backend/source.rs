@@ -37,12 +37,13 @@ pub(crate) fn refuse_insecure(url: &str) -> Result<()> {
 pub(crate) fn client_for(url: &str, timeouts: &Timeouts) -> Result<redis::Client> {
     refuse_insecure(url)?;
     open_client(url, timeouts).map_err(|e| {
-        let why = crate::error::url_trouble(url).map_or(String::new(), |t| format!(": {t}"));
-        Error::invalid(format!(
-            "cannot use redis URL {:?}{why}",
-            crate::error::redact_url(url)
-        ))
-        .with_source(e)
+        let shown = crate::error::redact_url(url);
+        match crate::error::url_trouble(url) {
+            // The reason says it all: redis-rs's "Redis URL did not parse -
+            // InvalidClientConfig" behind it said nothing more.
+            Some(why) => Error::invalid(format!("cannot use redis URL {shown:?}: {why}")),
+            None => Error::invalid(format!("cannot use redis URL {shown:?}")).with_source(e),
+        }
     })
 }
 

@@ -36,7 +36,12 @@ pub(crate) fn info_json(name: &[u8], i: &redlease::LockInfo) -> String {
         opt_json(&i.holder),
         opt_json(&i.note),
         opt_ms(i.remaining),
-        i.fence,
+        // `null`, not 0: no fence is there (the counter lapsed).
+        if i.fence == 0 {
+            "null".to_string()
+        } else {
+            i.fence.to_string()
+        },
         i.waiters,
         opt_json(&i.writer),
         opt_ms(i.writer_remaining),
@@ -170,7 +175,8 @@ pub(crate) fn info_line(name: &[u8], i: &redlease::LockInfo) -> String {
         // Permits have no fence: only locks and write holds draw them.
         "no fence (permits only)".to_string()
     } else {
-        "fence 0 (none issued recently)".to_string()
+        "no fence (the counter lapsed with the last hold; the next is larger than any before)"
+            .to_string()
     };
     format!("{name}\t{}\t{fence}\twaiters {}", holder_text(i), i.waiters)
 }
