@@ -1105,3 +1105,40 @@ fn a_semaphores_status_says_how_many_of_how_many_and_who_waits() {
     drop((p, two));
     assert!(t.join().unwrap());
 }
+
+/// Issue 57 item 11, a newcomer's frictions: bare `redlease` lists the
+/// commands; clap's tip is a sentence of its own (was "found tip:"); a
+/// usage line does not show `--url` as required; `run --help` keeps the
+/// global options apart; doctor says no "-0 ms" and does not "acquire" a
+/// latch.
+#[test]
+fn help_and_errors_read_well_to_a_newcomer() {
+    let server = Server::start();
+    let o = run(&mut Command::new(env!("CARGO_BIN_EXE_redlease")));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(64));
+    assert!(err.contains("Commands:") && err.contains("  run "), "{err}");
+    let o = run(redlease(&server).args(["run", "x", "--frobnicate"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !err.contains("found tip:") && err.contains("(to pass"),
+        "{err}"
+    );
+    let o = run(redlease(&server).arg("status"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !err.contains("--url <URL>") && err.contains("<NAME>"),
+        "{err}"
+    );
+    let o = run(redlease(&server).args(["run", "--help"]));
+    let help = stdout(&o);
+    let global = help
+        .find("Global options:")
+        .expect("a heading for global options");
+    assert!(help.find("--url").unwrap() > global, "{help}");
+    assert!(help.find("--kill-after").unwrap() < global, "{help}");
+    let o = run(redlease(&server).arg("doctor"));
+    let text = stdout(&o);
+    assert!(!text.contains("-0 ms"), "{text}");
+    assert!(text.contains("latch: counted down"), "{text}");
+}

@@ -61,7 +61,8 @@ const EXIT_TIMEOUT: u8 = 75;
 #[command(
     name = "redlease",
     version,
-    about = "Run commands under Redis locks; inspect locks"
+    about = "Run commands under Redis locks; inspect locks",
+    arg_required_else_help = true
 )]
 struct Cli {
     /// Redis URL (its value is never printed by --help).
@@ -70,40 +71,73 @@ struct Cli {
         env = "REDIS_URL",
         hide_env_values = true,
         default_value = "redis://127.0.0.1:6379/",
-        global = true
+        global = true,
+        help_heading = "Global options"
     )]
     url: String,
     /// Read the Redis password from this file (its first line) instead of
     /// putting it in the URL, where it would show in the process list.
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        value_name = "FILE"
+    )]
     password_file: Option<std::path::PathBuf>,
     /// For rediss:// URLs: trust this PEM CA certificate instead of the
     /// system's roots (the server's certificate is always verified).
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        value_name = "FILE"
+    )]
     tls_ca: Option<std::path::PathBuf>,
     /// For rediss:// URLs: present this PEM client certificate (servers
     /// with tls-auth-clients yes); needs --tls-key.
-    #[arg(long, global = true, value_name = "FILE", requires = "tls_key")]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        value_name = "FILE",
+        requires = "tls_key"
+    )]
     tls_cert: Option<std::path::PathBuf>,
     /// The private key of --tls-cert (PEM).
-    #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
     tls_key: Option<std::path::PathBuf>,
     /// `run`: lease of locks without --lease, renewed every third of it; a
     /// lost lease is noticed within about a third of it. E.g. 30s.
-    #[arg(long, value_parser = parse_duration, default_value = "30s", global = true)]
+    #[arg(long, value_parser = parse_duration, default_value = "30s", global = true, help_heading = "Global options")]
     watchdog: Duration,
     /// Log more: -v info, -vv debug, -vvv trace (RUST_LOG=debug works too).
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    #[arg(short, long, action = clap::ArgAction::Count, global = true, help_heading = "Global options")]
     verbose: u8,
     /// --url is a comma-separated list of Cluster nodes.
-    #[arg(long, global = true, conflicts_with_all = ["redlock", "sentinel"])]
+    #[arg(long, global = true, help_heading = "Global options", conflicts_with_all = ["redlock", "sentinel"])]
     cluster: bool,
     /// --url is a comma-separated list of independent Redlock masters.
-    #[arg(long, global = true, conflicts_with = "sentinel")]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        conflicts_with = "sentinel"
+    )]
     redlock: bool,
     /// --url is a comma-separated list of Sentinels, and this the name of
     /// the master they watch.
-    #[arg(long, global = true, value_name = "MASTER")]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        value_name = "MASTER"
+    )]
     sentinel: Option<String>,
     /// Key prefix (namespace) shared with the applications using the locks.
     #[arg(
@@ -111,7 +145,8 @@ struct Cli {
         env = "REDLEASE_PREFIX",
         hide_env_values = true,
         default_value = "",
-        global = true
+        global = true,
+        help_heading = "Global options"
     )]
     prefix: String,
     #[command(subcommand)]
@@ -352,14 +387,26 @@ fn usage_error(e: clap::Error) -> ExitCode {
         let _ = e.print();
         return ExitCode::SUCCESS;
     }
+    // Bare `redlease`: the whole help (the commands and what they do), as
+    // a usage error.
+    if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        let _ = e.print();
+        return ExitCode::from(EXIT_USAGE);
+    }
     // Everything before the usage line: the error and, for missing
     // arguments, the list of what is missing.
     let text = e.render().to_string();
-    let what: Vec<&str> = text
+    // A tip is a sentence of its own, not glued to the error ("found
+    // tip: ...").
+    let what: Vec<String> = text
         .lines()
         .take_while(|l| !l.starts_with("Usage:"))
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+        .map(|l| match l.strip_prefix("tip: ") {
+            Some(tip) => format!("({tip})"),
+            None => l.to_owned(),
+        })
         .collect();
     let what = what.join(" ");
     let what = what.trim_start_matches("error: ");
@@ -368,7 +415,9 @@ fn usage_error(e: clap::Error) -> ExitCode {
     let usage = text
         .lines()
         .find_map(|l| l.strip_prefix("Usage: "))
-        .map(|u| format!("; usage: {}", u.trim()))
+        // `--url` has a default (and REDIS_URL): clap names it in every
+        // usage line, as if it were required.
+        .map(|u| format!("; usage: {}", u.trim().replace(" --url <URL>", "")))
         .unwrap_or_default();
     let what = if what.is_empty() {
         "invalid arguments"

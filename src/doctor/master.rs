@@ -191,7 +191,11 @@ impl<'a> Master<'a> {
                 d.push(
                     format!("clock {addr}"),
                     CheckStatus::degraded_if(far),
-                    format!("server clock {offset:+.0} ms from this machine's"),
+                    // Rounded first: "-0 ms" said a sign that was not there.
+                    match offset.round() as i64 {
+                        0 => "server clock within 1 ms of this machine's".to_string(),
+                        ms => format!("server clock {ms:+} ms from this machine's"),
+                    },
                     far.then_some(
                         "leases are timed by the server's clock, so an offset alone is harmless, but \
                          it says NTP does not keep time here: a step would expire or stretch every lease",

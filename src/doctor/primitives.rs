@@ -15,7 +15,12 @@ pub(super) fn check_primitives(client: &Client, scratch: &str, d: &mut Diagnosis
         Ok(()) => d.push(
             what.into(),
             CheckStatus::Ok,
-            "acquired and released".into(),
+            // A latch is not acquired: it is counted down and waited for.
+            if what == "latch" {
+                "counted down, and the wait for it returned".into()
+            } else {
+                "acquired and released".into()
+            },
             None,
         ),
         Err(e) => {

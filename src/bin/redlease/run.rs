@@ -37,7 +37,8 @@ pub(crate) struct RunArgs {
     /// lock; the command gets REDLEASE_PERMIT_ID (no REDLEASE_FENCE).
     #[arg(long)]
     semaphore: Option<u32>,
-    /// Signal sent to the command when the lease is lost.
+    /// Signal sent to the command when the lease is lost or about to end
+    /// (see --kill-after).
     #[arg(long, default_value = "TERM", value_parser = parse_signal)]
     lost_signal: i32,
     /// After the lost-lease signal, how long before SIGKILL. The signal
