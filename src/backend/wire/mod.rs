@@ -311,6 +311,17 @@ impl Own {
                 let sock = std::os::unix::net::UnixStream::connect(path)?;
                 return Own::over(Socket::Unix(sock), "", None, settings, until).map(Some);
             }
+            // TLS without our `tls-rustls`: refused, never handed to
+            // redis-rs's connection (which another crate of the build may
+            // have given TLS), whose reads are timed one by one and whose
+            // replies are not capped.
+            #[cfg(not(feature = "tls-rustls"))]
+            redis::ConnectionAddr::TcpTls { .. } => {
+                return Err(RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "rediss:// needs redlease's `tls-rustls` feature, which this build lacks",
+                )))
+            }
             _ => return Ok(None),
         };
         Own::connect(host, port, config, settings, connect).map(Some)
@@ -608,6 +619,26 @@ fn missing() -> RedisError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 57 item 6: without our `tls-rustls`, a `rediss://` URL (which
+    /// redis-rs parses when another crate turns its TLS on: run with
+    /// `--features redis/tls-rustls`) is refused, not handed to redis-rs's
+    /// connection.
+    #[cfg(not(feature = "tls-rustls"))]
+    #[test]
+    fn tls_without_our_tls_is_refused() {
+        let Ok(client) = redis::Client::open("rediss://127.0.0.1:1/") else {
+            return; // redis-rs without TLS: nothing to hand over
+        };
+        let opened = Wire::open(
+            &client,
+            &Tls::default(),
+            Duration::from_millis(100),
+            Duration::from_millis(100),
+        );
+        let err = opened.err().expect("refused");
+        assert!(err.to_string().contains("tls-rustls"), "{err}");
+    }
 
     /// A plain connection of ours to `addr`, each call given `budget`.
     fn own_over(addr: std::net::SocketAddr, budget: Option<Duration>) -> Own {
