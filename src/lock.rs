@@ -284,7 +284,12 @@ impl Lock {
         self.acquire_until(None).and_then(waited)
     }
 
-    /// Acquires the lock if it is free right now; never waits.
+    /// Acquires the lock if it is free right now; never waits *for the
+    /// lock*. It does wait for the server, as every call does: one round
+    /// trip, at most the response timeout (2 s by default) when the server
+    /// is paused or overloaded, plus the connect timeout when a connection
+    /// must be opened to a server that does not answer. A refused
+    /// connection (no server there) is an error at once.
     pub fn try_acquire(&self) -> Result<Option<LockGuard>> {
         self.acquire_until(Some(Instant::now()))
     }

@@ -124,7 +124,9 @@ impl Semaphore {
         self.acquire_until(1, None).and_then(waited)
     }
 
-    /// Takes one permit if one is free now.
+    /// Takes one permit if one is free now; never waits *for a permit*.
+    /// Like every call it waits for the server: one round trip, at most
+    /// the response timeout when it is paused (see [`Lock::try_acquire`](crate::Lock::try_acquire)).
     pub fn try_acquire(&self) -> Result<Option<Permit>> {
         self.acquire_until(1, Some(Instant::now()))
     }

@@ -141,8 +141,12 @@ impl Drop for BlockingSlot<'_> {
 const IDLE_SPARES: usize = 32;
 
 /// How long a checkout waits before a connect error is taken as the
-/// answer (see `Node::conn`).
-const QUICK_CHECKOUT: Duration = Duration::from_millis(50);
+/// answer (see `Node::conn`): what a refused connection costs a call.
+/// Only a connect that *failed* ends the wait here: one still under way
+/// (a distant server) goes on to the connect timeout, so this can be
+/// short. Was 50 ms, which every call against a server that is gone
+/// paid.
+const QUICK_CHECKOUT: Duration = Duration::from_millis(5);
 
 /// How long a Redlock master that could not be reached is skipped.
 const DOWN_FOR: Duration = Duration::from_millis(500);
@@ -232,14 +236,29 @@ impl Node {
             // found here is confirmed by a connection of our own (which,
             // should the server be back, serves as a spare).
             let quick = first.min(QUICK_CHECKOUT).max(Duration::from_millis(1));
+            let rest = || {
+                first
+                    .saturating_sub(start.elapsed())
+                    .max(Duration::from_millis(1))
+            };
             let got = match self.pool.get_timeout(quick) {
                 Ok(c) => Ok(c),
-                Err(e) if e.to_string().contains(": ") && self.refuses() => Err(e),
-                Err(_) => self.pool.get_timeout(
-                    first
-                        .saturating_sub(start.elapsed())
-                        .max(Duration::from_millis(1)),
-                ),
+                // No connection yet, and r2d2 failed to connect or has room
+                // to: ask once ourselves. On a busy machine r2d2 may not
+                // have tried yet, and it retries a refused connection until
+                // the connect timeout (a newcomer saw 2 s against a server
+                // that was gone).
+                Err(e)
+                    if e.to_string().contains(": ")
+                        || self.pool.state().connections < self.pool.max_size() =>
+                {
+                    if let Some(refused) = self.refusal() {
+                        self.mark_down();
+                        return Err(refused);
+                    }
+                    self.pool.get_timeout(rest())
+                }
+                Err(_) => self.pool.get_timeout(rest()),
             };
             let got = match got {
                 Ok(c) => Ok(c),
@@ -409,15 +428,15 @@ impl Node {
         self.conn(None)
     }
 
-    /// Whether a connection of our own is refused (or fails) now; one that
-    /// opens is kept as a spare.
-    fn refuses(&self) -> bool {
+    /// Why a connection of our own is refused (or fails) now, if it is;
+    /// one that opens is kept as a spare.
+    fn refusal(&self) -> Option<Error> {
         match self.open_spare(self.timeouts.connect) {
             Ok(con) => {
                 self.idle_spare(con);
-                false
+                None
             }
-            Err(_) => true,
+            Err(e) => Some(e),
         }
     }
 
