@@ -587,3 +587,46 @@ fn a_refused_connection_is_answered_at_once_in_every_pool_state() {
         assert!(took < Duration::from_millis(50), "{state}: {took:?}");
     }
 }
+
+/// Issue 57 item 8: right after a `try_acquire` that failed against a
+/// paused server (resumed during the call), `acquire_timeout(1 s)` of a
+/// free lock returned `Ok(Some(guard))` after 1.9985 s. Every wait ends
+/// by its deadline plus what GUARANTEES states (one response timeout for
+/// a reply already on its way).
+#[test]
+fn a_bounded_wait_right_after_a_failed_try_ends_by_its_deadline() {
+    let server = Server::start();
+    let c = client(&server);
+    drop(c.lock("late").acquire().unwrap());
+    let mut worst = Duration::ZERO;
+    for round in 0..6 {
+        server.pause();
+        // Around the response timeout (2 s): the late try's reply, and
+        // its undo, meet the resumed server.
+        let resume_after = Duration::from_millis(1_850 + 60 * round);
+        let t = Instant::now();
+        let resumer = {
+            let pid = server.pid();
+            std::thread::spawn(move || {
+                std::thread::sleep(resume_after);
+                // SAFETY: kill(2) on a server this test started.
+                unsafe { libc::kill(pid, libc::SIGCONT) };
+            })
+        };
+        let tried = c.lock("late").try_acquire();
+        let tried_for = t.elapsed();
+        let tried = tried.map(|g| g.map(|g| g.release()).is_some());
+        resumer.join().unwrap();
+        let t = Instant::now();
+        let got = c.lock("late").acquire_timeout(Duration::from_secs(1));
+        let took = t.elapsed();
+        println!(
+            "FIGURES round {round}: try {tried:?} after {tried_for:?}; then acquire_timeout(1 s) {:?} after {took:?}",
+            got.as_ref().map(|g| g.is_some())
+        );
+        drop(got);
+        worst = worst.max(took);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(worst < Duration::from_millis(1_300), "{worst:?}");
+}
