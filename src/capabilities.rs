@@ -7,6 +7,11 @@ use crate::Client;
 
 /// How release wake-ups reach waiting clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize),
+    serde(rename_all = "lowercase")
+)]
 #[non_exhaustive]
 pub enum WakeChannel {
     /// Classic pub/sub (`PUBLISH` / `SUBSCRIBE`): one server, Sentinel,
@@ -23,6 +28,7 @@ pub enum WakeChannel {
 /// one `info` log line when the client is built; `redlease doctor` checks
 /// the same things, and more, from the outside.
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct Capabilities {
     /// `single server`, `Sentinel`, `Cluster` or `Redlock`.

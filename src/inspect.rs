@@ -10,12 +10,20 @@ use crate::scripts::INSPECT;
 
 /// A snapshot of everything stored under one name (lock, read-write lock and
 /// semaphore of that name), taken atomically by one script.
+///
+/// With the `serde` feature it is `Serialize`, times as whole
+/// milliseconds (`remaining_ms`, `writer_remaining_ms`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct LockInfo {
     /// Client id of the exclusive lock's holder (never the secret token).
     pub holder: Option<String>,
     /// Time left on the exclusive lock's lease.
+    #[cfg_attr(
+        feature = "serde",
+        serde(rename = "remaining_ms", serialize_with = "crate::inspect::millis")
+    )]
     pub remaining: Option<Duration>,
     /// Last fencing token handed out for this name while it is active (0
     /// once nobody holds or waits for it: the counter lapses with the
@@ -28,6 +36,13 @@ pub struct LockInfo {
     /// Client id of the read-write lock's writer.
     pub writer: Option<String>,
     /// Time left on the writer's lease.
+    #[cfg_attr(
+        feature = "serde",
+        serde(
+            rename = "writer_remaining_ms",
+            serialize_with = "crate::inspect::millis"
+        )
+    )]
     pub writer_remaining: Option<Duration>,
     /// Readers whose lease has not ended.
     pub readers: usize,
@@ -40,6 +55,18 @@ pub struct LockInfo {
     /// [`LockGuard::annotate`](crate::LockGuard::annotate) (the CLI writes
     /// host, pid and since when).
     pub note: Option<String>,
+}
+
+/// A time as whole milliseconds, for `Serialize`.
+#[cfg(feature = "serde")]
+pub(crate) fn millis<S: serde::Serializer>(
+    d: &Option<Duration>,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_some(&(d.as_millis() as u64)),
+        None => s.serialize_none(),
+    }
 }
 
 impl LockInfo {

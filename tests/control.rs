@@ -630,3 +630,21 @@ fn a_bounded_wait_right_after_a_failed_try_ends_by_its_deadline() {
     }
     assert!(worst < Duration::from_millis(1_300), "{worst:?}");
 }
+
+/// Issue 57 item 13: with the `serde` feature, the report types are
+/// `Serialize` for library users (the CLI's JSON is made from them).
+#[cfg(feature = "serde")]
+#[test]
+fn report_types_serialize_for_library_users() {
+    let server = Server::start();
+    let c = client(&server);
+    let g = c.lock("ser").acquire().unwrap();
+    let info = serde_json::to_value(c.inspect("ser").unwrap()).unwrap();
+    assert!(info["remaining_ms"].as_u64().unwrap() > 0, "{info}");
+    assert_eq!(info["fence"].as_u64(), Some(g.fencing_token()), "{info}");
+    let d = serde_json::to_value(c.diagnose()).unwrap();
+    assert_eq!(d["checks"][0]["status"], "ok", "{d}");
+    let caps = serde_json::to_value(c.capabilities()).unwrap();
+    assert_eq!(caps["wake_channel"], "classic", "{caps}");
+    g.release().unwrap();
+}

@@ -591,9 +591,11 @@ impl Node {
         let mut con = self.spare(deadline)?;
         let at = Instant::now();
         let until = at + block + self.timeouts.response;
-        let blocked = con.blocking();
-        let replies = con.exchange(&packed, count, until, self.timeouts.response);
-        drop(blocked);
+        let replies = {
+            // Registered while blocked: a Sentinel switch shuts it.
+            let _blocked = con.blocking();
+            con.exchange(&packed, count, until, self.timeouts.response)
+        };
         // The pipeline (a kilobyte for a latch's look) is freed off the
         // path of the waiter just woken (see `deferred`).
         crate::deferred::drop_later(packed);

@@ -294,42 +294,31 @@ fn has_password(url: &str) -> bool {
     })
 }
 
-/// A minimal stderr logger for `-v` and `RUST_LOG` (no extra dependency).
-struct StderrLog(log::LevelFilter);
-
-impl log::Log for StderrLog {
-    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-        m.level() <= self.0
-    }
-    fn log(&self, r: &log::Record<'_>) {
-        if self.enabled(r.metadata()) {
-            say!("[{} {}] {}", r.level(), r.target(), r.args());
+/// Logging to stderr (env_logger): one level per `-v` (info, debug,
+/// trace); without `-v`, `RUST_LOG`'s filters (`debug`,
+/// `redlease=debug,r2d2=warn`), else warnings only.
+fn init_logging(verbose: u8) {
+    let mut logger = env_logger::Builder::new();
+    logger
+        .filter_level(log::LevelFilter::Warn)
+        .target(env_logger::Target::Stderr);
+    match verbose {
+        0 => {
+            if let Ok(filters) = std::env::var("RUST_LOG") {
+                logger.parse_filters(&filters);
+            }
+        }
+        1 => {
+            logger.filter_level(log::LevelFilter::Info);
+        }
+        2 => {
+            logger.filter_level(log::LevelFilter::Debug);
+        }
+        _ => {
+            logger.filter_level(log::LevelFilter::Trace);
         }
     }
-    fn flush(&self) {}
-}
-
-/// Level from `-v` count, else `RUST_LOG` (`debug`, or `redlease=debug`:
-/// the last level named wins), else warnings only.
-fn init_logging(verbose: u8) {
-    let from_env = std::env::var("RUST_LOG").ok().and_then(|v| {
-        v.rsplit(',').find_map(|part| {
-            part.rsplit('=')
-                .next()?
-                .trim()
-                .parse::<log::LevelFilter>()
-                .ok()
-        })
-    });
-    let level = match verbose {
-        0 => from_env.unwrap_or(log::LevelFilter::Warn),
-        1 => log::LevelFilter::Info,
-        2 => log::LevelFilter::Debug,
-        _ => log::LevelFilter::Trace,
-    };
-    if log::set_logger(Box::leak(Box::new(StderrLog(level)))).is_ok() {
-        log::set_max_level(level);
-    }
+    let _ = logger.try_init();
 }
 
 fn fail(code: u8, msg: impl std::fmt::Display) -> ExitCode {

@@ -18,8 +18,14 @@ use crate::Client;
 use master::check_master;
 use primitives::{check_primitives, clean_up};
 
-/// How one check came out.
+/// How one check came out (serialized as `"ok"`, `"degraded"`,
+/// `"refused"` with the `serde` feature).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize),
+    serde(rename_all = "lowercase")
+)]
 #[non_exhaustive]
 pub enum CheckStatus {
     /// Works as documented.
@@ -52,6 +58,7 @@ impl CheckStatus {
 
 /// One line of a [`Diagnosis`].
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct Check {
     /// What was checked, and where: `scripts 127.0.0.1:6379`.
@@ -66,6 +73,7 @@ pub struct Check {
 
 /// Every check [`Client::diagnose`] ran, in order.
 #[derive(Debug, Clone, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct Diagnosis {
     /// The checks, in the order they ran.

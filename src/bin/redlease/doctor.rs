@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use redlease::{Client, ErrorKind};
 
-use crate::show::{json_str, printable};
+use crate::show::{json, printable};
 use crate::{EXIT_DEGRADED, EXIT_UNAVAILABLE, EXIT_USAGE};
 
 /// The exit code for a diagnosis: 0, [`EXIT_DEGRADED`] or
@@ -18,30 +18,35 @@ pub(crate) fn doctor_code(status: redlease::CheckStatus) -> ExitCode {
     })
 }
 
-pub(crate) fn check_json(name: &str, status: &str, detail: &str, advice: Option<&str>) -> String {
-    format!(
-        "{{\"name\":{},\"status\":{},\"detail\":{},\"advice\":{}}}",
-        json_str(name),
-        json_str(status),
-        json_str(detail),
-        advice.map_or("null".into(), json_str)
-    )
+/// `doctor --json`: the overall status, the client's capabilities in
+/// words, and every check.
+#[derive(serde::Serialize)]
+struct Report<'a> {
+    status: redlease::CheckStatus,
+    capabilities: Option<String>,
+    checks: &'a [redlease::Check],
 }
 
-pub(crate) fn doctor(client: &Client, json: bool) -> ExitCode {
+/// One check, for the report of a client that could not be built.
+#[derive(serde::Serialize)]
+struct Line<'a> {
+    name: &'a str,
+    status: redlease::CheckStatus,
+    detail: &'a str,
+    advice: Option<&'a str>,
+}
+
+pub(crate) fn doctor(client: &Client, as_json: bool) -> ExitCode {
     let d = client.diagnose();
     let status = d.status();
-    if json {
-        let checks: Vec<String> = d
-            .checks
-            .iter()
-            .map(|c| check_json(&c.name, c.status.as_str(), &c.detail, c.advice.as_deref()))
-            .collect();
+    if as_json {
         println!(
-            "{{\"status\":{},\"capabilities\":{},\"checks\":[{}]}}",
-            json_str(status.as_str()),
-            json_str(&client.capabilities().to_string()),
-            checks.join(",")
+            "{}",
+            json(&Report {
+                status,
+                capabilities: Some(client.capabilities().to_string()),
+                checks: &d.checks,
+            })
         );
     } else {
         println!(
@@ -59,17 +64,32 @@ pub(crate) fn doctor(client: &Client, json: bool) -> ExitCode {
 
 /// `doctor` when the client could not even be built: one refused line
 /// that says what to check.
-pub(crate) fn doctor_unreachable(e: &redlease::Error, json: bool) -> ExitCode {
+pub(crate) fn doctor_unreachable(e: &redlease::Error, as_json: bool) -> ExitCode {
     let advice = match e.kind() {
         ErrorKind::Auth => "check the user name and password (--password-file), and the ACL",
         ErrorKind::InvalidArgument => "fix the URL or option named above",
         _ => "check that the server runs, the host and port, TLS (rediss:// and --tls-ca), and firewalls",
     };
     let detail = e.to_string();
-    if json {
+    if as_json {
+        #[derive(serde::Serialize)]
+        struct Unreachable<'a> {
+            status: redlease::CheckStatus,
+            capabilities: Option<String>,
+            checks: [Line<'a>; 1],
+        }
         println!(
-            "{{\"status\":\"refused\",\"capabilities\":null,\"checks\":[{}]}}",
-            check_json("connect", "refused", &detail, Some(advice))
+            "{}",
+            json(&Unreachable {
+                status: redlease::CheckStatus::Refused,
+                capabilities: None,
+                checks: [Line {
+                    name: "connect",
+                    status: redlease::CheckStatus::Refused,
+                    detail: &detail,
+                    advice: Some(advice),
+                }],
+            })
         );
     } else {
         println!(

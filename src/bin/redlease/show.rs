@@ -6,49 +6,50 @@ use std::time::Duration;
 
 use redlease::Client;
 
-pub(crate) fn json_str(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
+/// One row of `status --json` / `list --json`: the name as `list` shows
+/// it, then what `LockInfo` says (serialized by serde, times in whole
+/// milliseconds), with `held` and `fence` as `null` when the counter
+/// lapsed.
+#[derive(serde::Serialize)]
+struct Row<'a> {
+    name: String,
+    held: bool,
+    holder: &'a Option<String>,
+    note: &'a Option<String>,
+    remaining_ms: Option<u64>,
+    fence: Option<u64>,
+    waiters: usize,
+    writer: &'a Option<String>,
+    writer_remaining_ms: Option<u64>,
+    readers: usize,
+    permits_in_use: u64,
+    permits: Option<u64>,
+}
+
+impl<'a> Row<'a> {
+    fn of(name: &[u8], i: &'a redlease::LockInfo) -> Row<'a> {
+        let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
+        Row {
+            name: shown(name),
+            held: i.is_held(),
+            holder: &i.holder,
+            note: &i.note,
+            remaining_ms: ms(i.remaining),
+            // `null`, not 0: no fence is there (the counter lapsed).
+            fence: (i.fence != 0).then_some(i.fence),
+            waiters: i.waiters,
+            writer: &i.writer,
+            writer_remaining_ms: ms(i.writer_remaining),
+            readers: i.readers,
+            permits_in_use: i.permits_in_use,
+            permits: i.permits,
         }
     }
-    out.push('"');
-    out
 }
 
-pub(crate) fn opt_json(s: &Option<String>) -> String {
-    s.as_deref().map_or("null".into(), json_str)
-}
-
-pub(crate) fn opt_ms(d: Option<Duration>) -> String {
-    d.map_or("null".into(), |d| d.as_millis().to_string())
-}
-
-pub(crate) fn info_json(name: &[u8], i: &redlease::LockInfo) -> String {
-    format!(
-        "{{\"name\":{},\"held\":{},\"holder\":{},\"note\":{},\"remaining_ms\":{},\"fence\":{},\"waiters\":{},\"writer\":{},\"writer_remaining_ms\":{},\"readers\":{},\"permits_in_use\":{},\"permits\":{}}}",
-        json_str(&shown(name)),
-        i.is_held(),
-        opt_json(&i.holder),
-        opt_json(&i.note),
-        opt_ms(i.remaining),
-        // `null`, not 0: no fence is there (the counter lapsed).
-        if i.fence == 0 {
-            "null".to_string()
-        } else {
-            i.fence.to_string()
-        },
-        i.waiters,
-        opt_json(&i.writer),
-        opt_ms(i.writer_remaining),
-        i.readers,
-        i.permits_in_use,
-        i.permits.map_or("null".into(), |n| n.to_string())
-    )
+/// `value` as one line of JSON.
+pub(crate) fn json(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 
 /// A name as text that shows every byte and reads back exactly: valid
@@ -181,25 +182,25 @@ pub(crate) fn info_line(name: &[u8], i: &redlease::LockInfo) -> String {
     format!("{name}\t{}\t{fence}\twaiters {}", holder_text(i), i.waiters)
 }
 
-pub(crate) fn status(client: &Client, name: &[u8], json: bool) -> redlease::Result<ExitCode> {
+pub(crate) fn status(client: &Client, name: &[u8], as_json: bool) -> redlease::Result<ExitCode> {
     let info = client.inspect(name)?;
-    if json {
-        println!("{}", info_json(name, &info));
+    if as_json {
+        println!("{}", json(&Row::of(name, &info)));
     } else {
         println!("{}", info_line(name, &info));
     }
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) fn list(client: &Client, pattern: &[u8], json: bool) -> redlease::Result<ExitCode> {
+pub(crate) fn list(client: &Client, pattern: &[u8], as_json: bool) -> redlease::Result<ExitCode> {
     let names = client.list_bytes(pattern)?;
     let mut rows = Vec::new();
     for name in &names {
         rows.push((name, client.inspect(name)?));
     }
-    if json {
-        let items: Vec<String> = rows.iter().map(|(n, i)| info_json(n, i)).collect();
-        println!("[{}]", items.join(","));
+    if as_json {
+        let items: Vec<Row<'_>> = rows.iter().map(|(n, i)| Row::of(n, i)).collect();
+        println!("{}", json(&items));
     } else {
         for (n, i) in &rows {
             println!("{}", info_line(n, i));
