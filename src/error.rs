@@ -171,6 +171,12 @@ impl Error {
         self
     }
 
+    /// Whether the server said this semaphore has another permit count
+    /// than the handle's.
+    pub(crate) fn is_count_mismatch(&self) -> bool {
+        self.kind == ErrorKind::InvalidArgument && self.message == COUNT_MISMATCH
+    }
+
     /// Marks a late grant whose undo followed it on the same connection.
     pub(crate) fn undone(mut self) -> Error {
         self.undone = true;
@@ -240,6 +246,9 @@ impl fmt::Debug for Error {
         d.finish()
     }
 }
+
+/// Semaphore handles that disagree on the permit count.
+const COUNT_MISMATCH: &str = "handles of this semaphore disagree on its permit count";
 
 /// The message of a connection that failed (broke, timed out); shown as
 /// one of the two below, by whether the command had been sent.
@@ -364,10 +373,7 @@ impl From<redis::RedisError> for Error {
                 "the key holds a value that was not written by redlease",
             )
         } else if text.contains("REDLEASE_MISMATCH") {
-            e(
-                ErrorKind::InvalidArgument,
-                "handles of this semaphore disagree on its permit count",
-            )
+            e(ErrorKind::InvalidArgument, COUNT_MISMATCH)
         } else if err.kind() == redis::ErrorKind::InvalidClientConfig {
             e(ErrorKind::InvalidArgument, "invalid redis URL")
         } else if let Some(auth) = auth_error(&text) {

@@ -76,6 +76,10 @@ pub struct Semaphore {
     core: Core<Keys>,
     permits: u32,
     fair: bool,
+    /// Made by [`Semaphore::resize`]: its count is the latest word, and an
+    /// acquisition that finds another count (set, while the semaphore was
+    /// idle, by a handle that never heard of the resize) puts it back.
+    resized: bool,
 }
 
 impl fmt::Debug for Semaphore {
@@ -95,6 +99,7 @@ impl Semaphore {
             core,
             permits,
             fair,
+            resized: false,
         }
     }
 
@@ -173,12 +178,29 @@ impl Semaphore {
 
     /// Changes the permit count to `permits` for everyone: holders keep
     /// their permits, new acquisitions see the new count (waiters are woken
-    /// to look). Returns a handle with the new count; handles still using the
-    /// old count get an error while permits are held.
+    /// to look). Returns a handle with the new count; handles still using
+    /// the old count get an error while permits are held.
+    ///
+    /// An idle semaphore (no permit held) keeps no count on the server —
+    /// nothing is left per name — so the first acquisition sets it. If a
+    /// handle that never heard of the resize is first, the returned handle
+    /// puts its count back at its next acquisition (the resize is the
+    /// latest word), and the stale handle is the one told of the mismatch
+    /// from then on.
     pub fn resize(&self, permits: u32) -> Result<Semaphore> {
         if permits == 0 {
             return Err(Error::invalid("a semaphore needs at least one permit"));
         }
+        self.store_count(permits)?;
+        let mut s = self.clone();
+        s.permits = permits;
+        s.resized = true;
+        Ok(s)
+    }
+
+    /// Sets the count to `permits` on the server (while permits are held:
+    /// an idle semaphore keeps no count) and wakes the waiters.
+    fn store_count(&self, permits: u32) -> Result<()> {
         let keys = self.core.keys()?;
         let wakeup = self.core.client.wakeup();
         let scripted = keys.scripted();
@@ -196,9 +218,7 @@ impl Semaphore {
             ],
         )?;
         wakeup.notify_local(&keys.permits);
-        let mut s = self.clone();
-        s.permits = permits;
-        Ok(s)
+        Ok(())
     }
 
     /// Returns a permit detached with [`Permit::detach`], from any thread,
@@ -293,9 +313,22 @@ impl Semaphore {
         // A try never queues; a waiter queues from its first attempt, and
         // blocks on its own grant list where the backend allows it.
         let waits = deadline.is_none_or(|d| d > Instant::now());
-        let held = lease::acquire(&self.core.client, None, deadline, |token| {
-            Ok(self.spec(keys, k, token, lease, &lease_arg, waits))
-        })?;
+        let attempt = || {
+            lease::acquire(&self.core.client, None, deadline, |token| {
+                Ok(self.spec(keys, k, token, lease, &lease_arg, waits))
+            })
+        };
+        let held = match attempt() {
+            // A resized handle meets the count a stale handle set while the
+            // semaphore was idle (an idle semaphore keeps no count): the
+            // resize is the latest word, so it is put back, and the stale
+            // handle is the one told of the mismatch from then on.
+            Err(e) if self.resized && e.is_count_mismatch() => {
+                self.store_count(self.permits)?;
+                attempt()?
+            }
+            held => held?,
+        };
         Ok(held.map(|held| Permit {
             semaphore: self.clone(),
             count: k,

@@ -504,3 +504,29 @@ fn a_permit_count_mismatch_reads_as_words() {
     assert!(!text.contains("REDLEASE_"), "{text}");
     assert!(text.contains("disagree"), "{text}");
 }
+
+/// Issue 57 item 15: `resize(3)` of an idle semaphore returned `Ok`, then
+/// another process's handle still saying 1 took a permit and fixed the
+/// count at 1, and the resized handle's `try_acquire` failed with a count
+/// mismatch it did not cause. The resize is the latest word: the resized
+/// handle puts its count back, and the stale handle is the one told.
+#[test]
+fn a_resize_of_an_idle_semaphore_is_not_undone_by_a_stale_handle() {
+    let server = Server::start();
+    let ours = client(&server);
+    let theirs = client(&server);
+    let resized = ours.semaphore("resized", 1).resize(3).unwrap();
+    let stale = theirs.semaphore("resized", 1);
+    let p1 = stale.try_acquire().unwrap().expect("a free permit");
+    let p2 = resized
+        .try_acquire()
+        .expect("no mismatch for the resized handle")
+        .expect("a permit of 3");
+    let p3 = resized.try_acquire().unwrap().expect("a permit of 3");
+    assert!(resized.try_acquire().unwrap().is_none(), "only 3 permits");
+    let err = stale.try_acquire().unwrap_err();
+    assert_eq!(err.kind(), redlease::ErrorKind::InvalidArgument, "{err}");
+    for p in [p1, p2, p3] {
+        p.release().unwrap();
+    }
+}
