@@ -252,7 +252,7 @@ impl Node {
                     if e.to_string().contains(": ")
                         || self.pool.state().connections < self.pool.max_size() =>
                 {
-                    if let Some(refused) = self.refusal() {
+                    if let Some(refused) = self.refusal(rest()) {
                         self.mark_down();
                         return Err(refused);
                     }
@@ -428,10 +428,12 @@ impl Node {
         self.conn(None)
     }
 
-    /// Why a connection of our own is refused (or fails) now, if it is;
-    /// one that opens is kept as a spare.
-    fn refusal(&self) -> Option<Error> {
-        match self.open_spare(self.timeouts.connect) {
+    /// Why a connection of our own, opened within `connect` (what is left
+    /// of the checkout's time: a paused server must not hold a call past
+    /// its deadline here), is refused (or fails) now, if it is; one that
+    /// opens is kept as a spare.
+    fn refusal(&self, connect: Duration) -> Option<Error> {
+        match self.open_spare(connect) {
             Ok(con) => {
                 self.idle_spare(con);
                 None
