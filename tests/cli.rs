@@ -595,54 +595,18 @@ fn a_terminal_ctrl_c_reaches_the_command_once() {
         "trap 'echo INT >> {0}' INT; echo ready >> {0}; i=0; while [ $i -lt 30 ]; do sleep 0.05; i=$((i+1)); done",
         log.display()
     );
-    let exe = std::ffi::CString::new(env!("CARGO_BIN_EXE_redlease")).unwrap();
-    let args: Vec<std::ffi::CString> = ["redlease", "run", "tty", "--", "sh", "-c", &script]
-        .iter()
-        .map(|a| std::ffi::CString::new(*a).unwrap())
-        .collect();
-    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-    argv.push(std::ptr::null());
-    let url = std::ffi::CString::new(format!("REDIS_URL={}", server.url())).unwrap();
-    let envp = [url.as_ptr(), std::ptr::null()];
-    let mut master: libc::c_int = -1;
-    // SAFETY: forkpty, then only execve (async-signal-safe) in the child.
-    let pid = unsafe {
-        libc::forkpty(
-            &mut master,
-            std::ptr::null_mut(),
-            std::ptr::null(),
-            std::ptr::null(),
-        )
-    };
-    assert!(pid >= 0, "forkpty failed");
-    if pid == 0 {
-        unsafe {
-            libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
-            libc::_exit(127);
-        }
-    }
+    let (pid, master) = common::pty::in_pty(
+        &server,
+        &["run", "tty", "--", "sh", "-c", &script],
+        false,
+        false,
+    );
     wait_ready(&log);
     std::thread::sleep(Duration::from_millis(100));
     // Ctrl-C, as typed.
-    let ctrl_c = [3u8];
-    assert_eq!(unsafe { libc::write(master, ctrl_c.as_ptr().cast(), 1) }, 1);
-    let mut status = 0;
-    let end = Instant::now() + Duration::from_secs(10);
-    loop {
-        // Drain the terminal so nothing blocks on output.
-        let mut buf = [0u8; 256];
-        unsafe {
-            let flags = libc::fcntl(master, libc::F_GETFL);
-            libc::fcntl(master, libc::F_SETFL, flags | libc::O_NONBLOCK);
-            libc::read(master, buf.as_mut_ptr().cast(), buf.len());
-        }
-        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
-            break;
-        }
-        assert!(Instant::now() < end, "redlease did not finish");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    unsafe { libc::close(master) };
+    common::pty::type_in(master, &[3]);
+    let code = common::pty::pty_exit(pid, master, Duration::from_secs(10));
+    assert!(code.is_some(), "redlease did not finish");
     let text = std::fs::read_to_string(&log).unwrap();
     assert_eq!(text.matches("INT").count(), 1, "{text}");
 }

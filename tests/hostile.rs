@@ -462,34 +462,8 @@ fn many_small_elements_cannot_fill_memory() {
 #[test]
 #[serial]
 fn a_flooded_set_up_cannot_fill_memory_or_outlast_the_timeouts() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("redis://{}/", listener.local_addr().unwrap());
-    let _ = nils();
-    std::thread::spawn(move || {
-        listener.set_nonblocking(true).unwrap();
-        let end = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < end {
-            let Ok((con, _)) = listener.accept() else {
-                std::thread::sleep(Duration::from_millis(5));
-                continue;
-            };
-            con.set_nonblocking(false).unwrap();
-            std::thread::spawn(move || {
-                let mut out = con.try_clone().unwrap();
-                let mut r = BufReader::new(con);
-                while let Some(cmd) = command(&mut r) {
-                    let reply: &[u8] = match cmd.as_str() {
-                        "CLIENT" | "HELLO" => nils(),
-                        "PING" => b"+PONG\r\n",
-                        _ => b"-ERR no\r\n",
-                    };
-                    if out.write_all(reply).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
+    let (url, stop) =
+        hostile_server_answering(nils(), nils(), |_| Reply::Bytes(b"-ERR no\r\n".to_vec()));
     let before = peak_from_now();
     let t = Instant::now();
     let built = Client::builder()
@@ -499,6 +473,7 @@ fn a_flooded_set_up_cannot_fill_memory_or_outlast_the_timeouts() {
         .build();
     let took = t.elapsed();
     let grew = peak_kib().saturating_sub(before) / 1024;
+    stop.store(true, Ordering::Relaxed);
     println!(
         "FIGURES a set-up answered with four million nils per command: built {} after {took:?}, peak memory +{grew} MiB",
         built.is_ok()

@@ -320,6 +320,27 @@ fn the_doctor_checks_the_master_and_its_replicas() {
     );
 }
 
+/// Waits until the replica has `key` (the lease under test made it across)
+/// and the Sentinels can fail over; returns the master they name now. A
+/// failover needs every Sentinel to know the replica (they learn it from
+/// the master's INFO, every 10 s) and the other Sentinels (every 2 s):
+/// otherwise none is promoted, or no quorum agrees the master is down.
+fn ready_to_fail_over(cluster: &RedisSentinelCluster, sentinels: &[String], key: &str) -> String {
+    let mut replica = redis::Client::open(url(&cluster.servers[1]))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    assert!(common::eventually(Duration::from_secs(10), || replica
+        .exists::<_, bool>(key)
+        .unwrap_or(false)));
+    assert!(common::eventually(Duration::from_secs(30), || {
+        sentinels
+            .iter()
+            .all(|s| known_replicas(s) >= 1 && known_sentinels(s) >= sentinels.len() - 1)
+    }));
+    named_master(sentinels).unwrap()
+}
+
 /// How many replicas of `master0` a Sentinel knows and sees up.
 fn known_replicas(sentinel: &str) -> usize {
     let Ok(mut con) = redis::Client::open(sentinel).and_then(|c| c.get_connection()) else {
@@ -410,23 +431,7 @@ fn deposed_master_run(lease: Duration, run: usize) {
     let g = holder.lock("two").acquire().unwrap();
     // Warm the waiter's pool, as a busy service's would be.
     drop(waiter.lock("warm").acquire().unwrap());
-    let mut replica = redis::Client::open(url(&cluster.servers[1]))
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    assert!(common::eventually(Duration::from_secs(10), || replica
-        .exists::<_, bool>("{two}")
-        .unwrap_or(false)));
-    let named_before = named_master(&sentinels).unwrap();
-    // A failover needs every Sentinel to know the replica (they learn it
-    // from the master's INFO, every 10 s): otherwise none is promoted.
-    // And the other Sentinels (they learn each other every 2 s): without
-    // them, no quorum agrees that the master is down.
-    assert!(common::eventually(Duration::from_secs(30), || {
-        sentinels
-            .iter()
-            .all(|s| known_replicas(s) >= 1 && known_sentinels(s) >= sentinels.len() - 1)
-    }));
+    let named_before = ready_to_fail_over(&cluster, &sentinels, "{two}");
     let w_held = Arc::new(AtomicBool::new(false));
     let w_fence = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -590,19 +595,7 @@ fn a_waiter_blocked_on_a_replaced_master_waits_on_the_new_one() {
     let holder = builder().build().unwrap();
     let waiter = builder().build().unwrap();
     let g = holder.lock("moved").acquire().unwrap();
-    let mut replica = redis::Client::open(url(&cluster.servers[1]))
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    assert!(common::eventually(Duration::from_secs(10), || replica
-        .exists::<_, bool>("{moved}")
-        .unwrap_or(false)));
-    let named_before = named_master(&sentinels).unwrap();
-    assert!(common::eventually(Duration::from_secs(30), || {
-        sentinels
-            .iter()
-            .all(|s| known_replicas(s) >= 1 && known_sentinels(s) >= sentinels.len() - 1)
-    }));
+    let named_before = ready_to_fail_over(&cluster, &sentinels, "{moved}");
     let t = std::thread::spawn(move || {
         let got = waiter
             .lock("moved")

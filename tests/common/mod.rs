@@ -11,6 +11,8 @@ pub mod cluster;
 pub mod monitor;
 pub mod netns;
 pub mod proxy;
+#[cfg(feature = "cli")]
+pub mod pty;
 pub mod worker;
 
 pub struct Server {
