@@ -68,6 +68,11 @@ if holder then
   end
   if ttl > 0 then
     queue_join(q, qt, prefix, me, ttl, blocks)
+    if owner == 'rl:grant' then
+      -- Queued while a hand-over is open: this waiter may block before
+      -- the older ones and take it, so they watch it too (queue.lua).
+      name_watchers(ARGV[6], ARGV[7], hand_on_watchers(q, prefix))
+    end
   end
   return string.format('%d', pttl)
 end
@@ -95,7 +100,7 @@ if head == nil or head == me then
 end
 -- Free, yet a live waiter is ahead (the holder's lease ran out with nobody
 -- to hand the lock on): open it to the waiters now, then wait.
-local told = hand_on(lock, counter, q, qt, prefix, tonumber(ARGV[5]))
+local told = hand_on(lock, counter, q, qt, prefix, tonumber(ARGV[5]), ARGV[6], ARGV[7])
 announce(ARGV[6], ARGV[7], ARGV[8], told)
 if ttl > 0 then
   queue_join(q, qt, prefix, me, ttl, blocks)

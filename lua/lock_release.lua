@@ -86,7 +86,7 @@ local function release(k, a)
   -- No clock and no deadlines here: this runs before the next holder's reply.
   if redis.call('EXISTS', q) == 1 then
     -- The hand-over overwrites the lock key: no DEL first.
-    told = hand_on(lock, counter, q, qt, prefix, tonumber(claim))
+    told = hand_on(lock, counter, q, qt, prefix, tonumber(claim), channel, message)
     opened = true
   else
     -- The holder's note (lock_note.lua) goes with it: a name nobody holds

@@ -64,6 +64,6 @@ if me ~= '' then
 elseif redis.call('EXISTS', q) == 0 then
   return 0
 end
-local told = hand_on(lock, counter, q, qt, prefix, claim)
+local told = hand_on(lock, counter, q, qt, prefix, claim, ARGV[5], ARGV[6])
 announce(ARGV[5], ARGV[6], ARGV[7], told)
 return claim

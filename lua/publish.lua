@@ -12,6 +12,18 @@
 --     write before it has happened, so failing the script would report a
 --     completed release as an error. Waiters in other clients then learn
 --     at their next look instead.
+--   name_watchers(channel, message, members): after a hand-over (an open
+--     lock, write hold or semaphore offer), tells the clients of members
+--     (owner tokens "rl:<client id>:...", or members that hold one), at
+--     most three, each once (none unless two clients or more wait), on
+--     its own channel "<channel>:<client id>"
+--     the message "@<client id>:<key>" (message is the wake-up message
+--     "<client id>:<key>"). Each client told looks at the name once the
+--     claim window has passed (src/wakeup/watch.rs), so that a taker that
+--     froze, died or lost its release holds it no longer than the claim,
+--     even when the releasing process has exited. A channel of its own,
+--     so that no other client's subscriber reads it. Nothing on a shard
+--     channel (a sharded Cluster: blocked waiters join none).
 local function publish(channel, message)
   if channel == '' then
     return
@@ -20,5 +32,36 @@ local function publish(channel, message)
   local sent = redis.pcall(command, channel, message)
   if type(sent) == 'table' and sent.err then
     redis.log(redis.LOG_WARNING, 'redlease: wake-up not published on ' .. channel .. ': ' .. sent.err)
+  end
+end
+
+local function name_watchers(channel, message, members)
+  local colon = string.find(message, ':', 1, true)
+  if channel == '' or not colon or string.find(channel, '{', 1, true) then
+    return
+  end
+  local ids, seen = {}, {}
+  for _, m in ipairs(members) do
+    local id = string.match(m, 'rl:([^:]+):')
+    if id and not seen[id] then
+      seen[id] = true
+      ids[#ids + 1] = id
+      if #ids == 3 then
+        break
+      end
+    end
+  end
+  -- One client alone is the taker's: nobody else waits to be let in (a
+  -- waiter that comes while the hand-over is open names the watchers
+  -- then, lua/lock_acquire.lua).
+  if #ids < 2 then
+    return
+  end
+  local key = string.sub(message, colon)
+  for _, id in ipairs(ids) do
+    -- Refused by an ACL that names the client channel alone: the
+    -- releaser's look and the waiters' own remain. Not logged: it would
+    -- be once per hand-over.
+    redis.pcall('PUBLISH', channel .. ':' .. id, '@' .. id .. key)
   end
 end

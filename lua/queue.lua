@@ -15,7 +15,7 @@
 --     told list (a waiter that blocks)
 --   queue_head(q, qt) -> the oldest live waiter's token (or nil); drops
 --     the lapsed ones on the way
---   hand_on(lock, counter, q, qt, prefix, claim_ms) -> told
+--   hand_on(lock, counter, q, qt, prefix, claim_ms, channel, message) -> told
 --     Opens the name to its waiters for claim_ms: the lock holds
 --     "rl:grant#<fence>" (a fence drawn now) and the open list
 --     prefix..'open' holds that fence. Blocking waiters are blocked in
@@ -32,6 +32,9 @@
 --     list unless a waiter takes the grant (see queue_taken). Returns
 --     whether no message is needed (no waiter that waits for messages is queued, and the push
 --     was not refused by an ACL without RPUSH).
+--     It also names the hand-over's watchers on channel (the oldest
+--     waiters, publish.lua name_watchers), whose clients look at the
+--     name once the claim window has passed.
 --   queue_taken(q, qt, ttl_ms, blocks): a waiter whose entries live ttl_ms
 --     took a hand-over; the queue lives on for the others
 --   queue_take_open(lock, holder, q, qt, prefix, me, lease_ms, ttl_ms,
@@ -110,7 +113,31 @@ local function queue_head(q, qt)
   end
 end
 
-local function hand_on(lock, counter, q, qt, prefix, claim)
+-- The (at most three) oldest waiters in the queue, passing over those
+-- whose pop took an earlier grant they have not claimed (their own list
+-- prefix..token still holds its fence: frozen, most likely, and never
+-- served again): the hand-over's watchers (publish.lua name_watchers).
+-- Redis hands the grant to whichever waiter has been blocked longest,
+-- mostly the head, but not always (one that joined later may have
+-- blocked first), so the head is named too; any live one of them opens a
+-- grant its taker leaves unclaimed, and the next hand-over names its own.
+local function hand_on_watchers(q, prefix)
+  local found, oldest = {}, redis.call('ZRANGE', q, 0, 7)
+  if #oldest < 2 then
+    return found -- one waiter: the taker (publish.lua name_watchers)
+  end
+  for _, t in ipairs(oldest) do
+    if redis.call('EXISTS', prefix .. t) == 0 then
+      found[#found + 1] = t
+      if #found == 3 then
+        break
+      end
+    end
+  end
+  return found
+end
+
+local function hand_on(lock, counter, q, qt, prefix, claim, channel, message)
   -- Times go to the server as text, formatted once: a Lua number handed to
   -- redis.call is printed with %.17g, about 1.2K instructions each (five of
   -- them were 5 % of a release's server work, callgrind).
@@ -131,6 +158,9 @@ local function hand_on(lock, counter, q, qt, prefix, claim)
   end
   -- Outlives the claim: found after it, it proves nobody took the grant.
   redis.call('PEXPIRE', open, twice)
+  if channel ~= '' then
+    name_watchers(channel, message, hand_on_watchers(q, prefix))
+  end
   return redis.call('EXISTS', prefix .. 'told') == 0
 end
 

@@ -29,7 +29,8 @@
 --     (prefix..'head', one that took an offer it could not use) does
 --     not fit yet, or (plain) the last offer went round every blocked
 --     waiter unused and no more is free since (prefix..'spent'). Publishes
---     for waiters that wait for messages.
+--     for waiters that wait for messages, and names the offer's watchers
+--     (publish.lua name_watchers).
 --   sem_pass(prefix, claim_ms, passes): puts an offer back for the next
 --     blocked waiter
 --   sem_close(prefix): ends the offer in flight
@@ -144,5 +145,7 @@ local function sem_offer(keys, n, fair, prefix, claim, now, channel, message)
   if redis.call('EXISTS', prefix .. 'told') == 1 then
     publish(channel, message)
   end
+  -- Its watchers: the first in line (fair), or any three waiters.
+  name_watchers(channel, message, redis.call('ZRANGE', fair and keys[3] or qt, 0, 2))
   return true
 end

@@ -326,6 +326,8 @@ impl CountDownLatch {
                     keeps_blocking: false,
                     signalled: Some(&signalled),
                     patient: true,
+                    // A latch's opening is no hand-over.
+                    watch: None,
                 },
                 |block| {
                     if signalled.get() {

@@ -147,6 +147,9 @@ pub enum Action {
     Popped(usize),
     Renew(usize),
     Look(usize, usize),
+    /// The hand-over message that asked for a client's pending watch was
+    /// lost (or came before its subscription was live).
+    LoseWatch(usize),
     Crash(usize),
     Freeze(usize),
     Resume(usize),
@@ -163,8 +166,10 @@ fn key(suffix: &str) -> Vec<u8> {
     format!("{NAME}{suffix}").into_bytes()
 }
 
+/// `rl:<client id>:<n>`, as `Client::new_token` makes them (hand-overs
+/// name watchers by the client id in it).
 fn token(client: usize, n: u8) -> Vec<u8> {
-    format!("rl:c{client}t{n}").into_bytes()
+    format!("rl:c{client}:t{n}").into_bytes()
 }
 
 /// lua/lock_acquire.lua, lock_release.lua and lock_watch.lua's keys
@@ -289,6 +294,7 @@ impl LockModel {
         log: &mut Option<Vec<String>>,
     ) -> Reply {
         let ran = server.eval(&mut s.keys, file, keys, args);
+        self.hear_hand_overs(s, &ran.published);
         if let Some(l) = log {
             let shown: Vec<String> = args
                 .iter()
@@ -304,6 +310,55 @@ impl LockModel {
         self.serve(s, log);
         self.fence_seen(s);
         ran.reply
+    }
+
+    /// A hand-over names its watchers (`@c1,c2:{n}`, lua/queue.lua
+    /// `hand_on`): each named client whose waiter is in its acquisition
+    /// (blocked, or between its round trips) replaces its pending watch
+    /// with a look at the name after the claim (src/wakeup/watch.rs,
+    /// `Watches::on_message`). A frozen client's subscriber is frozen with
+    /// it (it hears the message late, if ever: modelled as never).
+    fn hear_hand_overs(&self, s: &mut State, published: &[crate::keyspace::Published]) {
+        for m in published {
+            let Some(rest) = m.message.strip_prefix(b"@") else {
+                continue;
+            };
+            let Some(colon) = rest.iter().position(|&c| c == b':') else {
+                continue;
+            };
+            for id in rest[..colon].split(|&c| c == b',') {
+                let Some(i) = std::str::from_utf8(id)
+                    .ok()
+                    .and_then(|id| id.strip_prefix('c'))
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .filter(|&i| i < s.clients.len())
+                else {
+                    continue;
+                };
+                let now = s.now;
+                let c = &mut s.clients[i];
+                let waiting = match &c.main {
+                    Main::Blocked { .. } => true,
+                    // A claim comes after the wait (`taken_by_pop`).
+                    Main::Call { kind, .. } => {
+                        matches!(kind, CallKind::Grant | CallKind::AfterPop)
+                    }
+                    Main::Idle => false,
+                };
+                if c.life != Life::Running || !waiting {
+                    continue;
+                }
+                c.looks.retain(|l| !l.watch);
+                c.looks.push(Look {
+                    due: (now + ms(p::NAME_LOOK_AFTER) + ms(p::LOOK_MARGIN))
+                        .min(now + ms(p::LOOK_MAX)),
+                    waiter: None,
+                    left: p::NAME_LOOKS,
+                    watch: true,
+                });
+                c.looks.sort_by_key(|l| (l.due, l.waiter));
+            }
+        }
     }
 
     /// Fences only ever grow on the server: the fence the lock key names
@@ -500,6 +555,7 @@ impl LockModel {
                 due,
                 waiter: Some(t),
                 left: p::WAITER_LOOKS,
+                watch: false,
             });
         }
         s.seq += 1;
@@ -688,6 +744,7 @@ impl LockModel {
                         due,
                         waiter: None,
                         left: p::NAME_LOOKS,
+                        watch: false,
                     });
                 }
                 let c = &mut s.clients[i];
@@ -965,6 +1022,12 @@ impl Model for LockModel {
                     out.push(Action::Look(i, k));
                 }
             }
+            if fault
+                && self.faults.lost_message
+                && c.looks.iter().any(|l| l.watch && l.left == p::NAME_LOOKS)
+            {
+                out.push(Action::LoseWatch(i));
+            }
         }
         if fault && self.faults.clock_step {
             out.push(Action::StepBack);
@@ -1093,9 +1156,16 @@ impl Model for LockModel {
                         due: now + ms(after),
                         waiter: l.waiter,
                         left,
+                        watch: l.watch,
                     });
                     c.looks.sort_by_key(|l| (l.due, l.waiter));
                 }
+            }
+            Action::LoseWatch(i) => {
+                s.faults += 1;
+                s.clients[i]
+                    .looks
+                    .retain(|l| !(l.watch && l.left == p::NAME_LOOKS));
             }
             Action::Crash(i) => {
                 s.faults += 1;

@@ -89,6 +89,9 @@ pub(crate) struct Look {
     /// The blocked waiter's token, or none for a look at the name alone.
     pub(crate) waiter: Option<u8>,
     pub(crate) left: u32,
+    /// Asked for by a hand-over that named this client as a watcher
+    /// (src/wakeup/watch.rs): the next naming replaces it.
+    pub(crate) watch: bool,
 }
 
 pub(crate) fn b(s: impl ToString) -> Vec<u8> {

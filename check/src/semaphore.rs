@@ -138,7 +138,7 @@ fn scripted() -> Vec<Vec<u8>> {
 }
 
 fn member(client: usize, t: u8) -> Vec<u8> {
-    format!("1:rl:c{client}t{t}").into_bytes()
+    format!("1:rl:c{client}:t{t}").into_bytes()
 }
 
 const CHANNEL: &[u8] = b"redlease:wake";
@@ -233,8 +233,10 @@ impl SemModel {
             ));
             l.extend(ran.calls.iter().map(|c| format!("    {c}")));
         }
-        // Every waiting client subscribed to the channel receives it.
-        if !ran.published.is_empty() {
+        // Every waiting client subscribed to the channel receives it. A
+        // hand-over's naming of its watchers wakes nobody (`Shared::dispatch`),
+        // and these waiters, waiting for messages, watch nothing.
+        if ran.published.iter().any(|m| !m.message.starts_with(b"@")) {
             for c in &mut s.clients {
                 if c.life == Life::Running && matches!(c.main, Main::Waiting { .. }) {
                     c.inbox = true;
@@ -358,6 +360,7 @@ impl SemModel {
                         due,
                         waiter: None,
                         left: p::NAME_LOOKS,
+                        watch: false,
                     });
                 }
                 let c = &mut s.clients[i];
@@ -638,6 +641,7 @@ impl Model for SemModel {
                         due: now + ms(after),
                         waiter: None,
                         left,
+                        watch: false,
                     });
                 }
             }

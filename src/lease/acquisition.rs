@@ -61,6 +61,13 @@ pub(super) fn attempt(
         keeps_blocking: spec.direct.as_ref().is_some_and(|d| d.ordered),
         signalled: None,
         patient: spec.patient,
+        watch: match (&spec.direct, &spec.look) {
+            (Some(_), Some(look)) => Some(crate::wakeup::OnHandOver {
+                look: look.clone(),
+                after: super::NAME_LOOK_AFTER,
+            }),
+            _ => None,
+        },
     };
     let outcome = client
         .wakeup()

@@ -6,6 +6,8 @@
 //! only the head of that queue retries in Redis, and it is woken by the
 //! release message (or directly, when the releasing thread is in the same
 //! client). A bounded fallback wait covers lost messages and reconnects.
+//! A hand-over also tells the clients that look at the name after its
+//! claim, each on a channel of its own (see [`watch`]); that wakes nobody.
 //! On a Redis 7 Cluster the channel is per name instead, in the name's slot,
 //! and subscribed on its master only while someone waits on it (see
 //! [`sharded`]).
@@ -28,10 +30,13 @@ use crate::mutex::lock;
 mod sharded;
 mod subscriber;
 mod tries;
+mod watch;
 
 use sharded::Shards;
 use subscriber::subscriber;
 use tries::{Step, Tries};
+pub(crate) use watch::OnHandOver;
+use watch::Watches;
 
 /// How long the subscriber waits before asking again for a channel the
 /// server refused (an ACL).
@@ -96,6 +101,9 @@ pub(crate) struct Wait<'a> {
     /// (readers): it looks every [`ANNOUNCED_LOOK`] too, or when what
     /// blocks it ends.
     pub(crate) patient: bool,
+    /// While it blocks on the server: what its client does when a
+    /// hand-over names it as a watcher (see [`watch`]).
+    pub(crate) watch: Option<OnHandOver>,
 }
 
 /// A waiting thread's wake-up slot: `true` = a release (or other event)
@@ -173,6 +181,8 @@ struct Shared {
     delivered: AtomicU64,
     /// Sharded subscriptions (Cluster), instead of the subscriber.
     shards: Shards,
+    /// The keys our blocked waiters wait on, for hand-over messages.
+    watches: Watches,
 }
 
 /// The wake-up service of one client.
@@ -201,6 +211,7 @@ impl Wakeup {
                 outage_tolerance,
                 delivered: AtomicU64::new(0),
                 shards: Shards::new(),
+                watches: Watches::new(&backend),
             }),
             backend,
         }
@@ -306,6 +317,7 @@ impl Wakeup {
             keeps_blocking,
             signalled,
             patient,
+            watch,
         } = wait;
         let server = turns == Turns::Server;
         let fallback = self.fallback_for(patient || signalled.is_some());
@@ -341,6 +353,15 @@ impl Wakeup {
         if blocking().is_none() {
             listening.start();
         }
+        // A waiter that blocks hears hand-overs that name its client as a
+        // watcher (not on a sharded cluster, where it joins no channel).
+        let _watching = match (&watch, direct, self.backend.sharded()) {
+            (Some(on), Some(_), false) => {
+                self.start_subscriber();
+                Some(self.shared.watches.join(key, on))
+            }
+            _ => None,
+        };
         let waiter = Waiter::new(line);
         let _member = Membership::join(&self.shared, key, server, waiter.clone());
         // The next attempt blocks for a grant (direct waiting, head only):
@@ -457,18 +478,8 @@ impl Wakeup {
         if sub.connected {
             return;
         }
-        if !sub.started {
-            sub.started = true;
-            let shared = self.shared.clone();
-            let backend = self.backend.clone();
-            let spawned = std::thread::Builder::new()
-                .name("redlease-wakeup".into())
-                .spawn(move || subscriber(shared, backend));
-            if let Err(e) = spawned {
-                log::error!("redlease: cannot start the wake-up subscriber: {e}");
-                sub.started = false;
-                return;
-            }
+        if !sub.started && !self.spawn_subscriber(&mut sub) {
+            return;
         }
         let limit = self.subscribe_by(deadline);
         while !sub.connected {
@@ -478,6 +489,33 @@ impl Wakeup {
             }
             sub = crate::mutex::wait_timeout(&self.shared.sub_changed, sub, left);
         }
+    }
+}
+
+impl Wakeup {
+    /// Starts the subscriber on first use, without waiting for it to
+    /// listen (a blocked waiter only needs it for hand-over messages).
+    fn start_subscriber(&self) {
+        let mut sub = lock(&self.shared.sub);
+        if !sub.started {
+            self.spawn_subscriber(&mut sub);
+        }
+    }
+
+    /// Starts the subscriber thread; whether it started.
+    fn spawn_subscriber(&self, sub: &mut SubState) -> bool {
+        sub.started = true;
+        let shared = self.shared.clone();
+        let backend = self.backend.clone();
+        let spawned = std::thread::Builder::new()
+            .name("redlease-wakeup".into())
+            .spawn(move || subscriber(shared, backend));
+        if let Err(e) = spawned {
+            log::error!("redlease: cannot start the wake-up subscriber: {e}");
+            sub.started = false;
+            return false;
+        }
+        true
     }
 }
 
@@ -532,6 +570,10 @@ impl Shared {
     /// our id and wake nobody else; dropping them left readers in a
     /// writer's own client waiting to their deadline.
     fn dispatch(&self, payload: &[u8]) {
+        // A hand-over naming its watchers wakes nobody (see `watch`).
+        if self.watches.on_message(&self.me, payload) {
+            return;
+        }
         let Some(colon) = payload.iter().position(|&b| b == b':') else {
             return;
         };

@@ -87,6 +87,13 @@ fn listen_ours(shared: &Shared, mut con: Wire, response: Duration) -> redis::Red
     if let Value::ServerError(e) = confirmed {
         return Err(e.into());
     }
+    // Our own channel, for hand-overs naming us (see `watch`): asked for
+    // apart, so that an ACL refusing it leaves the client channel live.
+    // Its confirmation, or its refusal, is read and passed over below.
+    let own = redis::cmd("SUBSCRIBE")
+        .arg(own_channel(shared))
+        .get_packed_command();
+    con.send_packed_command(&own)?;
     listen(shared, || {
         Ok(match con.next_push(SUBSCRIBER_TICK)? {
             Some(Value::Array(parts)) => match <[Value; 3]>::try_from(parts) {
@@ -109,6 +116,10 @@ fn listen_theirs(shared: &Shared, mut con: redis::Connection) -> redis::RedisRes
     con.set_read_timeout(Some(SUBSCRIBER_TICK))?;
     let mut pubsub = con.as_pubsub();
     pubsub.subscribe(shared.channel.as_slice())?;
+    // As in `listen_ours`: refused by an ACL, the client channel stays.
+    if let Err(e) = pubsub.subscribe(own_channel(shared)) {
+        log::debug!("redlease: hand-over channel refused: {e}");
+    }
     listen(shared, || match pubsub.get_message() {
         Ok(msg) => Ok(Some(msg.get_payload_bytes().to_vec())),
         Err(e) if e.is_timeout() => Ok(None),
@@ -136,6 +147,12 @@ fn listen(shared: &Shared, mut next: impl FnMut() -> redis::RedisResult<Option<V
     }
     shared.set_connected(false);
     shared.notify_all();
+}
+
+/// The channel hand-overs that name this client publish on
+/// (lua/publish.lua `name_watchers`): the client channel, `:`, our id.
+fn own_channel(shared: &Shared) -> Vec<u8> {
+    [shared.channel.as_slice(), b":", shared.me.as_bytes()].concat()
 }
 
 fn sleep_unless_shutdown(shared: &Shared, d: Duration) {

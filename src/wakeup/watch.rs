@@ -1,0 +1,154 @@
+//! Hand-over watches: who looks at a name after a hand-over when its
+//! releasing process is gone.
+//!
+//! A release that opens a name to its blocked waiters (lua/queue.lua
+//! `hand_on`) gives it to whichever waiter Redis serves; if that waiter's
+//! process froze, died or lost its release, the grant lapses unclaimed
+//! after the claim window, and only a look opens the name again. The
+//! releasing process makes one (`lease::look_after_hand_over`), but a
+//! process that exits right after its release (a cron job, `redlease
+//! run`) takes that look with it. So the hand-over also names the clients
+//! of the three oldest waiters in line (lua/publish.lua `name_watchers`),
+//! each on its own channel (`<client channel>:<client id>`, subscribed by
+//! `subscriber.rs` next to the client channel) with `@<client id>:<key>`,
+//! and each client named makes the same look at the name once the claim
+//! window has passed. A client
+//! named again for the same key before its look is due (contention: a
+//! hand-over every few milliseconds) moves that look rather than adding
+//! one, so each client makes at most one per quiet spell of a name.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use crate::backend::{Backend, PreparedCall};
+use crate::lease_state::LeaseState;
+use crate::mutex::lock;
+use crate::renewal;
+
+/// What a blocked waiter's client does when a hand-over names it: `look`
+/// at the name alone (lua/lock_watch.lua, rw_watch.lua with no waiter),
+/// `after` the hand-over (past its claim window).
+#[derive(Clone)]
+pub(crate) struct OnHandOver {
+    pub(crate) look: Arc<PreparedCall>,
+    pub(crate) after: Duration,
+}
+
+struct Watch {
+    on: OnHandOver,
+    /// Blocked waiters of this client on the key.
+    waiters: usize,
+    /// The look the last naming scheduled, until it has run.
+    pending: Option<Arc<LeaseState>>,
+}
+
+/// The keys this client's blocked waiters wait on, and what a hand-over
+/// naming the client makes it do.
+pub(super) struct Watches {
+    backend: Weak<Backend>,
+    keys: Mutex<HashMap<Vec<u8>, Watch>>,
+}
+
+impl Watches {
+    pub(super) fn new(backend: &Arc<Backend>) -> Watches {
+        Watches {
+            backend: Arc::downgrade(backend),
+            keys: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A waiter of `key` blocks on the server until the returned guard is
+    /// dropped.
+    pub(super) fn join<'a>(&'a self, key: &[u8], on: &OnHandOver) -> Watching<'a> {
+        lock(&self.keys)
+            .entry(key.to_vec())
+            .or_insert_with(|| Watch {
+                on: on.clone(),
+                waiters: 0,
+                pending: None,
+            })
+            .waiters += 1;
+        Watching {
+            watches: self,
+            key: key.to_vec(),
+        }
+    }
+
+    /// A hand-over message's payload `@<id>:<key>`: `true` when it is
+    /// one (whether or not it names `me`), having scheduled the look if it
+    /// names `me` and a waiter of ours blocks on `key`. (Several ids,
+    /// comma-separated, are understood too.)
+    pub(super) fn on_message(&self, me: &str, payload: &[u8]) -> bool {
+        let Some((ids, key)) = parse(payload) else {
+            return false;
+        };
+        if !ids.split(|&b| b == b',').any(|id| id == me.as_bytes()) {
+            return true;
+        }
+        let Some(backend) = self.backend.upgrade() else {
+            return true;
+        };
+        let mut keys = lock(&self.keys);
+        let Some(watch) = keys.get_mut(key) else {
+            return true;
+        };
+        // A later hand-over settles the earlier one (its grant was claimed
+        // and released, or opened again by a look): look after this one.
+        if let Some(old) = watch.pending.take() {
+            old.finish();
+        }
+        watch.pending = Some(renewal::watch_for(
+            &backend,
+            watch.on.look.clone(),
+            Instant::now() + watch.on.after,
+            renewal::NAME_LOOKS,
+        ));
+        true
+    }
+}
+
+/// `@<ids>:<key>` as (ids, key).
+fn parse(payload: &[u8]) -> Option<(&[u8], &[u8])> {
+    let rest = payload.strip_prefix(b"@")?;
+    let colon = rest.iter().position(|&b| b == b':')?;
+    Some((&rest[..colon], &rest[colon + 1..]))
+}
+
+/// A blocked waiter's registration (see [`Watches::join`]).
+pub(super) struct Watching<'a> {
+    watches: &'a Watches,
+    key: Vec<u8>,
+}
+
+impl Drop for Watching<'_> {
+    fn drop(&mut self) {
+        let mut keys = lock(&self.watches.keys);
+        if let Some(w) = keys.get_mut(&self.key) {
+            w.waiters -= 1;
+            // A look already scheduled still runs: it is the one the
+            // hand-over asked of this client, whether or not our waiter
+            // took that grant.
+            if w.waiters == 0 {
+                let gone = keys.remove(&self.key);
+                drop(keys);
+                crate::deferred::drop_later(gone.map(|w| (w.on, w.pending)));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn a_hand_over_message_names_clients_and_a_key() {
+        assert_eq!(
+            parse(b"@a1,b2:{x}:lock"),
+            Some((&b"a1,b2"[..], &b"{x}:lock"[..]))
+        );
+        assert_eq!(parse(b"a1:{x}"), None);
+        assert_eq!(parse(b"@a1"), None);
+    }
+}
