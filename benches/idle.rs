@@ -56,6 +56,17 @@ fn primitive(name: &str, holder: &Client, url: &str) -> (Hold, Wait) {
                 }),
             )
         }
+        "rw_write_behind_reader" => {
+            // Writers behind a read hold (issue: 1.75 commands a second
+            // each with 20 writers).
+            let g = holder.rw_lock(&key).read().unwrap();
+            (
+                Box::new(move || drop(g)),
+                Arc::new(move |c: &Client, d| {
+                    let _ = c.rw_lock(&key).write_timeout(d).unwrap();
+                }),
+            )
+        }
         "rw_read" => {
             let g = holder.rw_lock(&key).write().unwrap();
             (
@@ -133,6 +144,7 @@ fn main() {
         "lock",
         "fair_lock",
         "rw_write",
+        "rw_write_behind_reader",
         "rw_read",
         "rw_read_behind_writer",
         "semaphore",
