@@ -44,7 +44,7 @@ pub struct Report<A> {
     pub violation: Option<(String, Vec<A>)>,
 }
 
-fn fingerprint<T: Hash>(t: &T) -> u128 {
+pub(crate) fn fingerprint<T: Hash>(t: &T) -> u128 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     t.hash(&mut h);
     h.digest128()
