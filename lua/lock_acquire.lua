@@ -68,9 +68,11 @@ if holder then
   end
   if ttl > 0 then
     queue_join(q, qt, prefix, me, ttl, blocks)
-    if owner == 'rl:grant' then
-      -- Queued while a hand-over is open: this waiter may block before
-      -- the older ones and take it, so they watch it too (queue.lua).
+    if owner == 'rl:grant' and redis.call('EXISTS', open) == 1 then
+      -- Queued while a hand-over waits on the open list (nobody was
+      -- blocked to take it): this waiter may block before the older ones
+      -- and take it, so they watch it too (queue.lua). Under contention
+      -- a blocked waiter takes each grant at once: this is rare.
       name_watchers(ARGV[6], ARGV[7], hand_on_watchers(q, prefix))
     end
   end

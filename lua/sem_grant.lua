@@ -145,7 +145,8 @@ local function sem_offer(keys, n, fair, prefix, claim, now, channel, message)
   if redis.call('EXISTS', prefix .. 'told') == 1 then
     publish(channel, message)
   end
-  -- Its watchers: the first in line (fair), or any three waiters.
-  name_watchers(channel, message, redis.call('ZRANGE', fair and keys[3] or qt, 0, 2))
+  -- Its watchers: the first in line (fair), or any waiters; name_watchers
+  -- keeps one per client, three at most.
+  name_watchers(channel, message, redis.call('ZRANGE', fair and keys[3] or qt, 0, 4))
   return true
 end

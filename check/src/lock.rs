@@ -348,7 +348,8 @@ impl LockModel {
                 if c.life != Life::Running || !waiting {
                     continue;
                 }
-                c.looks.retain(|l| !l.watch);
+                // A look not yet due moves; one due now still runs.
+                c.looks.retain(|l| !(l.watch && l.due > now));
                 c.looks.push(Look {
                     due: (now + ms(p::NAME_LOOK_AFTER) + ms(p::LOOK_MARGIN))
                         .min(now + ms(p::LOOK_MAX)),
@@ -1022,10 +1023,7 @@ impl Model for LockModel {
                     out.push(Action::Look(i, k));
                 }
             }
-            if fault
-                && self.faults.lost_message
-                && c.looks.iter().any(|l| l.watch && l.left == p::NAME_LOOKS)
-            {
+            if fault && self.faults.lost_message && c.looks.iter().any(|l| l.watch) {
                 out.push(Action::LoseWatch(i));
             }
         }
@@ -1156,16 +1154,17 @@ impl Model for LockModel {
                         due: now + ms(after),
                         waiter: l.waiter,
                         left,
-                        watch: l.watch,
+                        // Made: a later naming no longer moves it
+                        // (`Watches::on_message` finishes only a look
+                        // not yet due).
+                        watch: false,
                     });
                     c.looks.sort_by_key(|l| (l.due, l.waiter));
                 }
             }
             Action::LoseWatch(i) => {
                 s.faults += 1;
-                s.clients[i]
-                    .looks
-                    .retain(|l| !(l.watch && l.left == p::NAME_LOOKS));
+                s.clients[i].looks.retain(|l| !l.watch);
             }
             Action::Crash(i) => {
                 s.faults += 1;

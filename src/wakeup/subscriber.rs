@@ -94,8 +94,8 @@ fn listen_ours(shared: &Shared, mut con: Wire, response: Duration) -> redis::Red
         .arg(own_channel(shared))
         .get_packed_command();
     con.send_packed_command(&own)?;
-    listen(shared, || {
-        Ok(match con.next_push(SUBSCRIBER_TICK)? {
+    listen(shared, |tick| {
+        Ok(match con.next_push(tick)? {
             Some(Value::Array(parts)) => match <[Value; 3]>::try_from(parts) {
                 Ok([Value::BulkString(kind), _, Value::BulkString(payload)])
                     if kind == b"message" =>
@@ -120,23 +120,34 @@ fn listen_theirs(shared: &Shared, mut con: redis::Connection) -> redis::RedisRes
     if let Err(e) = pubsub.subscribe(own_channel(shared)) {
         log::debug!("redlease: hand-over channel refused: {e}");
     }
-    listen(shared, || match pubsub.get_message() {
-        Ok(msg) => Ok(Some(msg.get_payload_bytes().to_vec())),
-        Err(e) if e.is_timeout() => Ok(None),
-        Err(e) => Err(e),
+    listen(shared, |tick| {
+        pubsub.set_read_timeout(Some(tick))?;
+        match pubsub.get_message() {
+            Ok(msg) => Ok(Some(msg.get_payload_bytes().to_vec())),
+            Err(e) if e.is_timeout() => Ok(None),
+            Err(e) => Err(e),
+        }
     });
     Ok(())
 }
 
 /// A confirmed subscription, live until `next` fails or the client is
-/// dropped: `next` waits at most a tick for a message's payload (`None`:
-/// nothing, or not a message). Waiters are woken when it starts and when
-/// it ends, since messages may have been missed around either.
-fn listen(shared: &Shared, mut next: impl FnMut() -> redis::RedisResult<Option<Vec<u8>>>) {
+/// dropped: `next(tick)` waits at most `tick` for a message's payload
+/// (`None`: nothing, or not a message). Between reads it hands the
+/// hand-over looks that are due to the renewal thread (see `watch`), so a
+/// read waits no longer than the next of them. Waiters are woken when it
+/// starts and when it ends, since messages may have been missed around
+/// either.
+fn listen(shared: &Shared, mut next: impl FnMut(Duration) -> redis::RedisResult<Option<Vec<u8>>>) {
     shared.set_connected(true);
     shared.notify_all();
     while !shared.shutdown.load(Ordering::Acquire) {
-        match next() {
+        shared.watches.run_due();
+        let tick = shared.watches.next_due().map_or(SUBSCRIBER_TICK, |due| {
+            due.saturating_duration_since(Instant::now())
+                .clamp(Duration::from_millis(1), SUBSCRIBER_TICK)
+        });
+        match next(tick) {
             Ok(Some(payload)) => shared.dispatch(&payload),
             Ok(None) => {}
             Err(e) => {

@@ -8,21 +8,21 @@
 //! releasing process makes one (`lease::look_after_hand_over`), but a
 //! process that exits right after its release (a cron job, `redlease
 //! run`) takes that look with it. So the hand-over also names the clients
-//! of the three oldest waiters in line (lua/publish.lua `name_watchers`),
+//! of the three oldest waiters in line (lua/queue.lua `hand_on_watchers`:
+//! one per client, passing over a waiter whose pop took an earlier grant),
 //! each on its own channel (`<client channel>:<client id>`, subscribed by
 //! `subscriber.rs` next to the client channel) with `@<client id>:<key>`,
 //! and each client named makes the same look at the name once the claim
-//! window has passed. A client
-//! named again for the same key before its look is due (contention: a
-//! hand-over every few milliseconds) moves that look rather than adding
-//! one, so each client makes at most one per quiet spell of a name.
+//! window has passed. A client named again for the same key before its
+//! look is due (contention: a hand-over every few milliseconds) moves that
+//! look rather than adding one, so each client makes at most one per quiet
+//! spell of a name.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, PreparedCall};
-use crate::lease_state::LeaseState;
 use crate::mutex::lock;
 use crate::renewal;
 
@@ -39,22 +39,33 @@ struct Watch {
     on: OnHandOver,
     /// Blocked waiters of this client on the key.
     waiters: usize,
-    /// The look the last naming scheduled, until it has run.
-    pending: Option<Arc<LeaseState>>,
 }
 
-/// The keys this client's blocked waiters wait on, and what a hand-over
-/// naming the client makes it do.
+/// The keys this client's blocked waiters wait on, what a hand-over
+/// naming the client makes it do, and the looks it asked for.
 pub(super) struct Watches {
     backend: Weak<Backend>,
-    keys: Mutex<HashMap<Vec<u8>, Watch>>,
+    keys: Mutex<Keys>,
+}
+
+#[derive(Default)]
+struct Keys {
+    waiting: HashMap<Vec<u8>, Watch>,
+    /// The look the last naming for a key asked for, and when it is due:
+    /// kept past the waits (under contention each acquisition is a wait
+    /// of its own), so that a later naming moves it rather than adds one.
+    /// The subscriber thread, awake anyway to read the messages, hands it
+    /// to the renewal thread when it is due (see [`Watches::run_due`]):
+    /// registering each naming's look there woke that thread once per
+    /// hand-over under contention.
+    pending: HashMap<Vec<u8>, (OnHandOver, Instant)>,
 }
 
 impl Watches {
     pub(super) fn new(backend: &Arc<Backend>) -> Watches {
         Watches {
             backend: Arc::downgrade(backend),
-            keys: Mutex::new(HashMap::new()),
+            keys: Mutex::new(Keys::default()),
         }
     }
 
@@ -62,11 +73,11 @@ impl Watches {
     /// dropped.
     pub(super) fn join<'a>(&'a self, key: &[u8], on: &OnHandOver) -> Watching<'a> {
         lock(&self.keys)
+            .waiting
             .entry(key.to_vec())
             .or_insert_with(|| Watch {
                 on: on.clone(),
                 waiters: 0,
-                pending: None,
             })
             .waiters += 1;
         Watching {
@@ -86,25 +97,53 @@ impl Watches {
         if !ids.split(|&b| b == b',').any(|id| id == me.as_bytes()) {
             return true;
         }
-        let Some(backend) = self.backend.upgrade() else {
-            return true;
-        };
         let mut keys = lock(&self.keys);
-        let Some(watch) = keys.get_mut(key) else {
+        let Some(on) = keys.waiting.get(key).map(|w| w.on.clone()) else {
             return true;
         };
         // A later hand-over settles the earlier one (its grant was claimed
-        // and released, or opened again by a look): look after this one.
-        if let Some(old) = watch.pending.take() {
-            old.finish();
-        }
-        watch.pending = Some(renewal::watch_for(
-            &backend,
-            watch.on.look.clone(),
-            Instant::now() + watch.on.after,
-            renewal::NAME_LOOKS,
-        ));
+        // and released, or opened again by a look): a look not yet made
+        // moves to after this one.
+        let due = Instant::now() + on.after;
+        keys.pending.insert(key.to_vec(), (on, due));
         true
+    }
+
+    /// When the next look asked for is due, if any.
+    pub(super) fn next_due(&self) -> Option<Instant> {
+        lock(&self.keys).pending.values().map(|(_, due)| *due).min()
+    }
+
+    /// Hands the looks due by now to the renewal thread.
+    pub(super) fn run_due(&self) {
+        let now = Instant::now();
+        let due: Vec<OnHandOver> = {
+            let mut keys = lock(&self.keys);
+            if keys.pending.is_empty() {
+                return;
+            }
+            let mut due = Vec::new();
+            keys.pending.retain(|_, (on, at)| {
+                if *at > now {
+                    return true;
+                }
+                due.push(on.clone());
+                false
+            });
+            due
+        };
+        let Some(backend) = self.backend.upgrade() else {
+            return;
+        };
+        for on in due {
+            // Nobody finishes it: its replies end it (NAME_LOOKS at most).
+            drop(renewal::watch_for(
+                &backend,
+                on.look,
+                now,
+                renewal::NAME_LOOKS,
+            ));
+        }
     }
 }
 
@@ -124,15 +163,15 @@ pub(super) struct Watching<'a> {
 impl Drop for Watching<'_> {
     fn drop(&mut self) {
         let mut keys = lock(&self.watches.keys);
-        if let Some(w) = keys.get_mut(&self.key) {
+        if let Some(w) = keys.waiting.get_mut(&self.key) {
             w.waiters -= 1;
-            // A look already scheduled still runs: it is the one the
-            // hand-over asked of this client, whether or not our waiter
-            // took that grant.
+            // A look already scheduled (in `pending`) still runs: it is the
+            // one the hand-over asked of this client, whether or not our
+            // waiter took that grant.
             if w.waiters == 0 {
-                let gone = keys.remove(&self.key);
+                let gone = keys.waiting.remove(&self.key);
                 drop(keys);
-                crate::deferred::drop_later(gone.map(|w| (w.on, w.pending)));
+                crate::deferred::drop_later(gone.map(|w| w.on));
             }
         }
     }
