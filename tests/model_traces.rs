@@ -210,13 +210,27 @@ fn frozen_takers_in_line_behind_an_exited_releaser_cost_a_claim_each() {
     behind_frozen_takers("lock", 2, Duration::from_millis(2_500));
 }
 
+/// Review: three threads of one frozen process ahead took every watcher's
+/// place (the three oldest waiters, one client), so nobody live was named
+/// and the live waiter waited for its own look: 5.4 s for a fair lock. The
+/// watchers are one per client now; each frozen thread costs its claim.
+#[test]
+fn threads_of_one_frozen_process_ahead_of_an_exited_releaser_cost_a_claim_each() {
+    frozen_in_line("fair", 1, 3, Duration::from_millis(3_000));
+}
+
 /// `frozen` waiters of `kind` ("lock", "fair", "write", "sem", "fsem") in their own
 /// processes block behind a holder in its own, and are frozen (SIGSTOP); a
 /// waiter here blocks behind them; the holder releases and exits at once.
 /// The waiter here holds the name within `bound` of the release.
 fn behind_frozen_takers(kind: &str, frozen: usize, bound: Duration) {
+    frozen_in_line(kind, frozen, 1, bound)
+}
+
+/// [`behind_frozen_takers`] with `threads` waiters in each frozen process.
+fn frozen_in_line(kind: &str, frozen: usize, threads: usize, bound: Duration) {
     let server = Server::start();
-    let name = format!("exited-{kind}-{frozen}");
+    let name = format!("exited-{kind}-{frozen}-{threads}");
     let env = |var: &'static str| {
         vec![
             (var, server.url()),
@@ -228,9 +242,12 @@ fn behind_frozen_takers(kind: &str, frozen: usize, bound: Duration) {
     assert_eq!(holder.next(Duration::from_secs(10)), "held");
     let takers: Vec<Worker> = (0..frozen)
         .map(|_| {
-            let w = Worker::spawn("blocked_waiter_entry", &env("REDLEASE_TRACES_WAITER"));
+            let mut vars = env("REDLEASE_TRACES_WAITER");
+            vars.push(("REDLEASE_TRACES_THREADS", threads.to_string()));
+            let w = Worker::spawn("blocked_waiter_entry", &vars);
             assert_eq!(w.next(Duration::from_secs(10)), "waiting");
-            std::thread::sleep(Duration::from_millis(400)); // blocked
+            // Every thread blocked.
+            std::thread::sleep(Duration::from_millis(400 + 200 * threads as u64));
             w.signal(libc::SIGSTOP);
             w
         })
@@ -248,7 +265,7 @@ fn behind_frozen_takers(kind: &str, frozen: usize, bound: Duration) {
     let (at, got) = t.join().unwrap();
     let took = at - released;
     println!(
-        "FIGURES {kind}, {frozen} frozen taker(s), releaser exited: the next waiter held the name {took:?} after the release"
+        "FIGURES {kind}, {frozen} frozen process(es) of {threads} waiter(s), releaser exited: the next waiter held the name {took:?} after the release"
     );
     assert!(got, "{kind}: nothing held");
     assert!(took < bound, "{kind}, {frozen} frozen: {took:?}");
@@ -341,9 +358,23 @@ fn blocked_waiter_entry() {
     };
     let kind = std::env::var("REDLEASE_TRACES_KIND").unwrap();
     let name = std::env::var("REDLEASE_TRACES_NAME").unwrap();
+    let threads: usize = std::env::var("REDLEASE_TRACES_THREADS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(1);
     let c = no_poll(&url);
     say("waiting");
-    hold(&c, &kind, &name, Duration::from_secs(600));
+    // Each thread blocks in turn, so that they are the oldest in line.
+    let _blocked: Vec<_> = (0..threads)
+        .map(|_| {
+            let (c, kind, name) = (c.clone(), kind.clone(), name.clone());
+            let t = std::thread::spawn(move || {
+                hold(&c, &kind, &name, Duration::from_secs(600));
+            });
+            std::thread::sleep(Duration::from_millis(200));
+            t
+        })
+        .collect();
     say("acquired");
     std::thread::sleep(Duration::from_secs(600));
 }
