@@ -9,7 +9,7 @@ use redis::{FromRedisValue, ParsingError, Value};
 /// They were a two-element array, `{1, fence}` or `{0, ms}`: Redis turns a
 /// Lua table into a reply only after looking in it for the `err`, `ok`,
 /// `double`, `map` and `set` fields, about 5K instructions of every grant
-/// (callgrind, PERFORMANCE.md "The latch's floors").
+/// (callgrind, docs/performance-log.md "The latch's floors").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Answer {
     /// Granted, with this fence (0 where the primitive draws none: a read
