@@ -21,7 +21,8 @@
 --     "<client id>:<key>"). Each client told looks at the name once the
 --     claim window has passed (src/wakeup/watch.rs), so that a taker that
 --     froze, died or lost its release holds it no longer than the claim,
---     even when the releasing process has exited. A channel of its own,
+--     even when the releasing process has exited. Returns whether it told
+--     anyone. A channel of its own,
 --     so that no other client's subscriber reads it. Nothing on a shard
 --     channel (a sharded Cluster: blocked waiters join none).
 local function publish(channel, message)
@@ -55,7 +56,7 @@ local function name_watchers(channel, message, members)
   -- waiter that comes while the hand-over is open names the watchers
   -- then, lua/lock_acquire.lua).
   if #ids < 2 then
-    return
+    return false
   end
   local key = string.sub(message, colon)
   for _, id in ipairs(ids) do
@@ -64,4 +65,5 @@ local function name_watchers(channel, message, members)
     -- be once per hand-over.
     redis.pcall('PUBLISH', channel .. ':' .. id, '@' .. id .. key)
   end
+  return true
 end

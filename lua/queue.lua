@@ -34,7 +34,8 @@
 --     was not refused by an ACL without RPUSH).
 --     It also names the hand-over's watchers on channel (the oldest
 --     waiters, publish.lua name_watchers), whose clients look at the
---     name once the claim window has passed.
+--     name once the claim window has passed, unless watchers were named
+--     in the last 50 ms (prefix..'named', which lapses by then).
 --   queue_taken(q, qt, ttl_ms, blocks): a waiter whose entries live ttl_ms
 --     took a hand-over; the queue lives on for the others
 --   queue_take_open(lock, holder, q, qt, prefix, me, lease_ms, ttl_ms,
@@ -142,6 +143,11 @@ local function hand_on_watchers(q, prefix)
   return found
 end
 
+-- How long after naming a hand-over's watchers the next hand-over names
+-- none (see hand_on): at most the watchers' first look (the claim and a
+-- tenth, and 20 ms) less the claim.
+local WATCHED_MS = '50'
+
 local function hand_on(lock, counter, q, qt, prefix, claim, channel, message)
   -- Times go to the server as text, formatted once: a Lua number handed to
   -- redis.call is printed with %.17g, about 1.2K instructions each (five of
@@ -163,8 +169,18 @@ local function hand_on(lock, counter, q, qt, prefix, claim, channel, message)
   end
   -- Outlives the claim: found after it, it proves nobody took the grant.
   redis.call('PEXPIRE', open, twice)
-  if channel ~= '' then
-    name_watchers(channel, message, hand_on_watchers(q, prefix))
+  -- Watchers named less than WATCHED_MS ago look late enough for this
+  -- hand-over too: named at t, they look at t + 0.57 s at the earliest
+  -- (src/wakeup/watch.rs), when a grant made by t + 0.07 s and left
+  -- unclaimed has lapsed, and a write hold or permits a frozen taker's
+  -- script took (a first lease of twice the claim) are looked at again
+  -- at their end. Under contention (a hand-over every few hundred
+  -- microseconds) this names watchers a few times a second, not at every
+  -- hand-over.
+  local named = prefix .. 'named'
+  if channel ~= '' and redis.call('EXISTS', named) == 0
+      and name_watchers(channel, message, hand_on_watchers(q, prefix)) then
+    redis.call('SET', named, '1', 'PX', WATCHED_MS)
   end
   return redis.call('EXISTS', prefix .. 'told') == 0
 end
