@@ -41,6 +41,8 @@ local function name_watchers(channel, message, members)
   if channel == '' or not colon or string.find(channel, '{', 1, true) then
     return
   end
+  -- Clients, not members: three threads of one frozen process would
+  -- otherwise take every place.
   local ids, seen = {}, {}
   for _, m in ipairs(members) do
     local id = string.match(m, 'rl:([^:]+):')

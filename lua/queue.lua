@@ -114,30 +114,23 @@ local function queue_head(q, qt)
   end
 end
 
--- The waiters of the (at most three) oldest clients in the queue,
--- passing over those whose pop took an earlier grant they have not
--- claimed (their own list prefix..token still holds its fence: frozen,
--- most likely, and never served again): the hand-over's watchers
--- (publish.lua name_watchers). Redis hands the grant to whichever waiter
+-- The five oldest waiters in the queue, passing over those whose pop took
+-- an earlier grant they have not claimed (their own list prefix..token
+-- still holds its fence: frozen, most likely, and never served again): the
+-- hand-over's watchers, whose clients publish.lua name_watchers tells (one
+-- per client, three at most). Redis hands the grant to whichever waiter
 -- has been blocked longest, mostly the head, but not always (one that
 -- joined later may have blocked first), so the head is named too; any
 -- live one of them opens a grant its taker leaves unclaimed, and the next
--- hand-over names its own. Clients, not waiters: three threads of one
--- frozen process would otherwise take every place.
+-- hand-over names its own.
 local function hand_on_watchers(q, prefix)
   local found, oldest = {}, redis.call('ZRANGE', q, 0, 4)
   if #oldest < 2 then
     return found -- one waiter: the taker (publish.lua name_watchers)
   end
-  local seen = {}
   for _, t in ipairs(oldest) do
-    local id = string.match(t, 'rl:([^:]+):') or t
-    if not seen[id] and redis.call('EXISTS', prefix .. t) == 0 then
-      seen[id] = true
+    if redis.call('EXISTS', prefix .. t) == 0 then
       found[#found + 1] = t
-      if #found == 3 then
-        break
-      end
     end
   end
   return found

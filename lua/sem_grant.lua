@@ -146,7 +146,10 @@ local function sem_offer(keys, n, fair, prefix, claim, now, channel, message)
     publish(channel, message)
   end
   -- Its watchers: the first in line (fair), or any waiters; name_watchers
-  -- keeps one per client, three at most.
+  -- keeps one per client, three at most. Named at every offer, unlike a
+  -- lock's hand-over (queue.lua hand_on): the 50 ms spacing rests on the
+  -- lock's look rules, which the checker verifies for locks only (blocked
+  -- semaphore waiters are not modelled).
   name_watchers(channel, message, redis.call('ZRANGE', fair and keys[3] or qt, 0, 4))
   return true
 end

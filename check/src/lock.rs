@@ -312,7 +312,7 @@ impl LockModel {
         ran.reply
     }
 
-    /// A hand-over names its watchers (`@c1,c2:{n}`, lua/queue.lua
+    /// A hand-over names its watchers (`@c1:{n}`, lua/queue.lua
     /// `hand_on`): each named client whose waiter is in its acquisition
     /// (blocked, or between its round trips) replaces its pending watch
     /// with a look at the name after the claim (src/wakeup/watch.rs,
@@ -326,39 +326,37 @@ impl LockModel {
             let Some(colon) = rest.iter().position(|&c| c == b':') else {
                 continue;
             };
-            for id in rest[..colon].split(|&c| c == b',') {
-                let Some(i) = std::str::from_utf8(id)
-                    .ok()
-                    .and_then(|id| id.strip_prefix('c'))
-                    .and_then(|n| n.parse::<usize>().ok())
-                    .filter(|&i| i < s.clients.len())
-                else {
-                    continue;
-                };
-                let now = s.now;
-                let c = &mut s.clients[i];
-                let waiting = match &c.main {
-                    Main::Blocked { .. } => true,
-                    // A claim comes after the wait (`taken_by_pop`).
-                    Main::Call { kind, .. } => {
-                        matches!(kind, CallKind::Grant | CallKind::AfterPop)
-                    }
-                    Main::Idle => false,
-                };
-                if c.life != Life::Running || !waiting {
-                    continue;
+            let id = &rest[..colon];
+            let Some(i) = std::str::from_utf8(id)
+                .ok()
+                .and_then(|id| id.strip_prefix('c'))
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|&i| i < s.clients.len())
+            else {
+                continue;
+            };
+            let now = s.now;
+            let c = &mut s.clients[i];
+            let waiting = match &c.main {
+                Main::Blocked { .. } => true,
+                // A claim comes after the wait (`taken_by_pop`).
+                Main::Call { kind, .. } => {
+                    matches!(kind, CallKind::Grant | CallKind::AfterPop)
                 }
-                // A look not yet due moves; one due now still runs.
-                c.looks.retain(|l| !(l.watch && l.due > now));
-                c.looks.push(Look {
-                    due: (now + ms(p::NAME_LOOK_AFTER) + ms(p::LOOK_MARGIN))
-                        .min(now + ms(p::LOOK_MAX)),
-                    waiter: None,
-                    left: p::NAME_LOOKS,
-                    watch: true,
-                });
-                c.looks.sort_by_key(|l| (l.due, l.waiter));
+                Main::Idle => false,
+            };
+            if c.life != Life::Running || !waiting {
+                continue;
             }
+            // A look not yet due moves; one due now still runs.
+            c.looks.retain(|l| !(l.watch && l.due > now));
+            c.looks.push(Look {
+                due: (now + ms(p::NAME_LOOK_AFTER) + ms(p::LOOK_MARGIN)).min(now + ms(p::LOOK_MAX)),
+                waiter: None,
+                left: p::NAME_LOOKS,
+                watch: true,
+            });
+            c.looks.sort_by_key(|l| (l.due, l.waiter));
         }
     }
 

@@ -490,9 +490,7 @@ impl Wakeup {
             sub = crate::mutex::wait_timeout(&self.shared.sub_changed, sub, left);
         }
     }
-}
 
-impl Wakeup {
     /// Starts the subscriber on first use, without waiting for it to
     /// listen (a blocked waiter only needs it for hand-over messages).
     fn start_subscriber(&self) {

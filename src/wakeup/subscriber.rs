@@ -142,8 +142,7 @@ fn listen(shared: &Shared, mut next: impl FnMut(Duration) -> redis::RedisResult<
     shared.set_connected(true);
     shared.notify_all();
     while !shared.shutdown.load(Ordering::Acquire) {
-        shared.watches.run_due();
-        let tick = shared.watches.next_due().map_or(SUBSCRIBER_TICK, |due| {
+        let tick = shared.watches.run_due().map_or(SUBSCRIBER_TICK, |due| {
             due.saturating_duration_since(Instant::now())
                 .clamp(Duration::from_millis(1), SUBSCRIBER_TICK)
         });

@@ -88,13 +88,12 @@ impl Watches {
 
     /// A hand-over message's payload `@<id>:<key>`: `true` when it is
     /// one (whether or not it names `me`), having scheduled the look if it
-    /// names `me` and a waiter of ours blocks on `key`. (Several ids,
-    /// comma-separated, are understood too.)
+    /// names `me` and a waiter of ours blocks on `key`.
     pub(super) fn on_message(&self, me: &str, payload: &[u8]) -> bool {
-        let Some((ids, key)) = parse(payload) else {
+        let Some((id, key)) = parse(payload) else {
             return false;
         };
-        if !ids.split(|&b| b == b',').any(|id| id == me.as_bytes()) {
+        if id != me.as_bytes() {
             return true;
         }
         let mut keys = lock(&self.keys);
@@ -109,22 +108,20 @@ impl Watches {
         true
     }
 
-    /// When the next look asked for is due, if any.
-    pub(super) fn next_due(&self) -> Option<Instant> {
-        lock(&self.keys).pending.values().map(|(_, due)| *due).min()
-    }
-
-    /// Hands the looks due by now to the renewal thread.
-    pub(super) fn run_due(&self) {
+    /// Hands the looks due by now to the renewal thread; when the next
+    /// one is due, if any.
+    pub(super) fn run_due(&self) -> Option<Instant> {
         let now = Instant::now();
+        let mut next = None;
         let due: Vec<OnHandOver> = {
             let mut keys = lock(&self.keys);
             if keys.pending.is_empty() {
-                return;
+                return None;
             }
             let mut due = Vec::new();
             keys.pending.retain(|_, (on, at)| {
                 if *at > now {
+                    next = Some(next.map_or(*at, |n: Instant| n.min(*at)));
                     return true;
                 }
                 due.push(on.clone());
@@ -133,7 +130,7 @@ impl Watches {
             due
         };
         let Some(backend) = self.backend.upgrade() else {
-            return;
+            return next;
         };
         for on in due {
             // Nobody finishes it: its replies end it (NAME_LOOKS at most).
@@ -144,10 +141,11 @@ impl Watches {
                 renewal::NAME_LOOKS,
             ));
         }
+        next
     }
 }
 
-/// `@<ids>:<key>` as (ids, key).
+/// `@<id>:<key>` as (id, key).
 fn parse(payload: &[u8]) -> Option<(&[u8], &[u8])> {
     let rest = payload.strip_prefix(b"@")?;
     let colon = rest.iter().position(|&b| b == b':')?;
@@ -183,10 +181,7 @@ mod tests {
 
     #[test]
     fn a_hand_over_message_names_clients_and_a_key() {
-        assert_eq!(
-            parse(b"@a1,b2:{x}:lock"),
-            Some((&b"a1,b2"[..], &b"{x}:lock"[..]))
-        );
+        assert_eq!(parse(b"@a1:{x}:lock"), Some((&b"a1"[..], &b"{x}:lock"[..])));
         assert_eq!(parse(b"a1:{x}"), None);
         assert_eq!(parse(b"@a1"), None);
     }
