@@ -4,6 +4,11 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
+/// The error code of a reply that a master the Sentinels have replaced
+/// gave instead of running the call (the backend's `Deposal`): `Error`
+/// maps it to a call that did not run.
+pub(crate) const DEPOSED: &str = "REDLEASE_DEPOSED";
+
 /// What went wrong, coarsely: enough to decide whether to retry, give up or alert.
 ///
 /// The enum is `#[non_exhaustive]`: match the kinds you act on and keep a
@@ -314,7 +319,7 @@ impl From<redis::RedisError> for Error {
                     "authentication failed: wrong or missing username or password",
                 )
             })
-        } else if code == crate::backend::DEPOSED {
+        } else if code == DEPOSED {
             // Answered by a master the Sentinels have replaced (see
             // `pool::Deposal`): whatever it did does not count, and the
             // call goes to the master of record, as after an outage.

@@ -238,31 +238,16 @@
 #![warn(missing_docs)]
 
 mod backend;
-mod builder;
-mod capabilities;
 mod client;
-mod connection;
-mod deferred;
 mod doctor;
 mod error;
 mod events;
-mod handle;
-mod inspect;
-mod keys;
-mod latch;
+mod handles;
 mod lease;
-mod lease_state;
-mod lock;
 mod metrics;
-mod monotonic;
-mod multilock;
-mod mutex;
-mod reentrancy;
+mod protocol;
 mod renewal;
-mod rwlock;
-mod scripts;
-mod semaphore;
-mod signal;
+mod util;
 mod wakeup;
 
 /// Guards are tied to the thread that acquired them (its reentrancy
@@ -292,20 +277,21 @@ struct GuardsAreNotSend;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-pub use builder::ClientBuilder;
-pub use capabilities::{Capabilities, WakeChannel};
-pub use client::{Client, MAX_NAME_LEN};
-pub use connection::Connection;
+pub use client::builder::ClientBuilder;
+pub use client::capabilities::{Capabilities, WakeChannel};
+pub use client::connection::Connection;
+pub use client::inspect::LockInfo;
+pub use client::Client;
 pub use doctor::{Check, CheckStatus, Diagnosis};
 pub use error::{Error, ErrorKind, RedisErrorText, Result};
 pub use events::{AcquireEvent, HandleEvent, LeaseLostEvent, ReleaseEvent};
-pub use inspect::LockInfo;
-pub use latch::CountDownLatch;
-pub use lock::{Lock, LockGuard};
-pub use multilock::{MultiLock, MultiLockGuard};
-pub use rwlock::{ReadGuard, RwLock, WriteGuard};
-pub use semaphore::{Permit, PermitId, Semaphore};
-pub use signal::LostSignal;
+pub use handles::latch::CountDownLatch;
+pub use handles::lock::{Lock, LockGuard};
+pub use handles::multilock::{MultiLock, MultiLockGuard};
+pub use handles::rwlock::{ReadGuard, RwLock, WriteGuard};
+pub use handles::semaphore::{Permit, PermitId, Semaphore};
+pub use protocol::keys::MAX_NAME_LEN;
+pub use protocol::signal::LostSignal;
 
 /// The `redis` crate (version 1) redlease is built on, for the pooled
 /// connections [`Client::connection`] and `with_connection` lend: use
@@ -315,15 +301,15 @@ pub use signal::LostSignal;
 pub use redis;
 
 #[doc(hidden)]
-pub use scripts::sent_code as __sent_code;
+pub use protocol::scripts::sent_code as __sent_code;
 
 /// The protocol's timings and the client's pure decision rules, for the
 /// model checker (`check/`), which drives the same rules the library
 /// does. Not part of the API.
 #[doc(hidden)]
 pub mod __protocol {
-    pub use crate::lease::{
+    pub use crate::protocol::looks::{next_look, LOOK_MARGIN, LOOK_MAX, NAME_LOOKS, WAITER_LOOKS};
+    pub use crate::protocol::timing::{
         first_look, GRANT_CLAIM, GRANT_SLICE, NAME_LOOK_AFTER, POPPED_LEASE, ROOM_CHUNK, ROOM_ENTRY,
     };
-    pub use crate::renewal::{next_look, LOOK_MARGIN, LOOK_MAX, NAME_LOOKS, WAITER_LOOKS};
 }

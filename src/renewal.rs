@@ -25,8 +25,9 @@ use once_cell::sync::Lazy;
 use redis::Value;
 
 use crate::backend::{Backend, Call, PreparedCall};
-use crate::lease_state::LeaseState;
-use crate::monotonic::nanos;
+use crate::protocol::lease_state::LeaseState;
+use crate::protocol::looks::{next_look, LOOK_MARGIN, LOOK_MAX, LOOK_PERIOD, WAITER_LOOKS};
+use crate::util::monotonic::nanos;
 
 /// One lease to keep alive.
 pub(crate) struct Renewal {
@@ -82,7 +83,7 @@ impl Renewal {
         // The name as the user gave it, not the key (`"job"`, not
         // `"{job}"`): what the CLI and the errors say.
         let key = self.script.keys.first().map_or(&[][..], |k| k);
-        String::from_utf8_lossy(&crate::client::name_of_key(key)).into_owned()
+        String::from_utf8_lossy(&crate::protocol::keys::name_of_key(key)).into_owned()
     }
 }
 
@@ -272,7 +273,7 @@ impl Scheduler {
     fn run(mut self) {
         let shared = &*SHARED;
         loop {
-            crate::deferred::empty();
+            crate::util::deferred::empty();
             while let Ok(renewal) = self.rx.try_recv() {
                 // Counted from the acquisition, not from when we look: the
                 // scheduler may have slept through the registration.
@@ -637,40 +638,6 @@ pub(crate) fn keep_alive(
     });
 }
 
-/// What a look's reply (lua/lock_watch.lua, sem_watch.lua, rw_watch.lua:
-/// milliseconds until looking again is useful, or 0 when the waiter holds
-/// it or nothing is left to look after) means for a look with
-/// `looks_left`: `None` when it looks no more, else when it looks next
-/// (from the sending of this look) and how many looks it has left then.
-/// The model checker drives this same rule.
-pub fn next_look(reply_ms: i64, looks_left: u32) -> Option<(Duration, u32)> {
-    if reply_ms <= 0 {
-        return None;
-    }
-    let next = Duration::from_millis(reply_ms as u64);
-    let mut left = looks_left;
-    // What it found is about to end (within a thirtieth of the look's
-    // period, such as a grant found in its last moments): looking at its
-    // end again is no new look.
-    if next > LOOK_PERIOD / 30 + LOOK_MARGIN {
-        if left <= 1 {
-            return None;
-        }
-        left -= 1;
-    }
-    Some(((next + LOOK_MARGIN).min(LOOK_MAX), left))
-}
-
-/// How long after the holder's lease ends a waiter's look is made: the
-/// expiry is the server's, and a look a little late costs less than one
-/// that comes too early and must be made again.
-pub const LOOK_MARGIN: Duration = Duration::from_millis(20);
-
-/// The longest time between two looks of one waiter: a lock key can go
-/// without a release (`FLUSHALL`, `DEL`, eviction, a failover without it),
-/// and only a look sees it. A look at a held lock is two commands.
-pub const LOOK_MAX: Duration = Duration::from_secs(5);
-
 /// Has the renewal thread run `look` (lua/lock_watch.lua, whose reply is
 /// how many milliseconds until the next look is useful) from `first` on,
 /// in its pipelines, until the returned state is finished: a waiter blocked
@@ -682,19 +649,6 @@ pub(crate) fn watch(
 ) -> Arc<LeaseState> {
     watch_for(backend, look, first, WAITER_LOOKS)
 }
-
-/// A blocked waiter's looks: as many as it needs while it waits.
-pub const WAITER_LOOKS: u32 = u32::MAX;
-
-/// How many looks a look at a name alone makes at most (after a release
-/// that opened the name, a shortened lease, a forced unlock): its first,
-/// and one when what it found would end (a taker's short first lease, or a
-/// hand-over it made itself). Each release under contention starts one, and
-/// each found the name held by the next short-lived holder, and looked
-/// again, for as long as the contention lasted: looks piled up (4 clients
-/// taking turns: 10,000 scripts a second in the first second, 42,000 in the
-/// sixth). A blocked waiter's own looks (every 5 s at most) are the rest.
-pub const NAME_LOOKS: u32 = 2;
 
 /// [`watch`], for at most `looks` looks.
 pub(crate) fn watch_for(
@@ -720,12 +674,6 @@ pub(crate) fn watch_for(
     });
     state
 }
-
-/// What stands for a look's lease in the scheduler: a waiter's look due
-/// within a thirtieth of it (100 ms) is taken with the batch at hand (see
-/// `Renewal::early`), and one whose
-/// batch failed is tried again after a tenth (300 ms).
-pub const LOOK_PERIOD: Duration = Duration::from_secs(3);
 
 /// Longest lease accepted: a year. Longer ones would overflow `Instant`
 /// arithmetic on some platforms and are a bug rather than an intent.

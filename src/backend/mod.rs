@@ -25,8 +25,6 @@ mod slots;
 mod source;
 mod wire;
 
-pub(crate) use pool::DEPOSED;
-
 use std::time::{Duration, Instant};
 
 use redis::{FromRedisValue, Value};
@@ -34,8 +32,8 @@ use redis::{FromRedisValue, Value};
 use std::sync::Arc;
 
 use crate::error::{redact_url, Error, ErrorKind, Result};
-use crate::scripts::Lua;
-pub(crate) use crate::scripts::{Args, Parts};
+use crate::protocol::scripts::Lua;
+pub(crate) use crate::protocol::scripts::{Args, Parts};
 
 pub(crate) use answer::Answer;
 pub(crate) use node::{identify, Blocked, Node, Pop};

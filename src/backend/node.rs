@@ -19,8 +19,8 @@ use super::source::{client_for, Source};
 use super::wire::Wire;
 use super::{Answer, Args, Call, Timeouts};
 use crate::error::{Error, ErrorKind, Result};
-use crate::lease::POPPED_LEASE;
-use crate::monotonic::now_nanos;
+use crate::protocol::timing::POPPED_LEASE;
+use crate::util::monotonic::now_nanos;
 
 /// A request written to a node whose replies are still to be read (see
 /// [`Node::send`]).
@@ -357,7 +357,7 @@ impl Node {
     /// A connection is waited for as [`Node::conn`] says for `deadline`.
     pub(crate) fn eval<T: FromRedisValue>(
         &self,
-        lua: &crate::scripts::Lua,
+        lua: &crate::protocol::scripts::Lua,
         keys: &[&[u8]],
         args: &[&[u8]],
         deadline: Option<Instant>,
@@ -402,7 +402,7 @@ impl Node {
     pub(crate) fn idle(&self) -> Result<Option<Con>> {
         self.check_down()?;
         let current = self.generation.load(Ordering::Acquire);
-        let mut stash = crate::mutex::lock(&self.spares);
+        let mut stash = crate::util::mutex::lock(&self.spares);
         stash.retain_mut(|c| c.generation >= current && !c.deposed());
         Ok(stash.pop())
     }
@@ -446,7 +446,7 @@ impl Node {
         if con.broken {
             return;
         }
-        let mut stash = crate::mutex::lock(&self.spares);
+        let mut stash = crate::util::mutex::lock(&self.spares);
         if stash.len() < IDLE_SPARES {
             stash.push(con);
         }
@@ -587,7 +587,8 @@ impl Node {
         deadline: Option<Instant>,
         undo: Option<&Call<'_>>,
     ) -> Result<Option<(Vec<Value>, Instant)>> {
-        let Some(_slot) = self.blocking_slot(block.min(crate::lease::GRANT_SLICE)) else {
+        let Some(_slot) = self.blocking_slot(block.min(crate::protocol::timing::GRANT_SLICE))
+        else {
             return Ok(None);
         };
         let mut con = self.spare(deadline)?;
@@ -600,7 +601,7 @@ impl Node {
         };
         // The pipeline (a kilobyte for a latch's look) is freed off the
         // path of the waiter just woken (see `deferred`).
-        crate::deferred::drop_later(packed);
+        crate::util::deferred::drop_later(packed);
         let replies = match replies {
             Ok(r) => r,
             Err(e) if e.is_timeout() => {
@@ -793,7 +794,7 @@ impl Node {
     /// key and argument into a `Cmd` of its own first, which showed as a
     /// tenth of a multi-lock's client time.
     pub(crate) fn batch(&self, calls: &[Call<'_>]) -> (Vec<u8>, usize) {
-        let known = crate::mutex::lock(&self.scripts);
+        let known = crate::util::mutex::lock(&self.scripts);
         let mut packed = Vec::new();
         let mut loads: Vec<&str> = Vec::new();
         for call in calls {
@@ -816,7 +817,7 @@ impl Node {
 
     /// Notes which scripts of `calls` the server has, from their replies.
     pub(crate) fn loaded(&self, calls: &[Call<'_>], replies: Vec<Value>) -> Vec<Value> {
-        let mut known = crate::mutex::lock(&self.scripts);
+        let mut known = crate::util::mutex::lock(&self.scripts);
         for (call, reply) in calls.iter().zip(&replies) {
             let hash = call.lua.script.get_hash();
             let missing = matches!(reply, Value::ServerError(e) if e.code() == "NOSCRIPT");
@@ -1163,7 +1164,7 @@ fn pop_pipeline(pop: &Pop<'_>, block: Duration, behind: Option<&Call<'_>>) -> (V
             // value still the grant's proves the time left is its.
             pipe.cmd("PEXPIRE")
                 .arg(pop.into)
-                .arg(crate::lease::GRANT_CLAIM.as_millis() as u64 * 2);
+                .arg(crate::protocol::timing::GRANT_CLAIM.as_millis() as u64 * 2);
             pipe.cmd("PTTL").arg(holder);
             pipe.cmd("GET").arg(holder);
             (pipe.get_packed_pipeline(), 4)

@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
+#[cfg(feature = "sentinel")]
+use crate::error::DEPOSED;
+
 use super::source::Source;
 use super::wire::Wire;
 use super::{Call, Timeouts};
@@ -40,7 +43,7 @@ struct ThrottledErrors {
 
 impl<E: std::fmt::Display> r2d2::HandleError<E> for ThrottledErrors {
     fn handle_error(&self, error: E) {
-        let mut last = crate::mutex::lock(&self.last);
+        let mut last = crate::util::mutex::lock(&self.last);
         if last.is_some_and(|t| t.elapsed() < Duration::from_secs(60)) {
             self.folded.fetch_add(1, Ordering::Relaxed);
             return;
@@ -149,10 +152,6 @@ impl Deposal {
 pub(super) struct Blocking(#[allow(dead_code)] Option<super::sentinel::BlockedCall>);
 #[cfg(not(feature = "sentinel"))]
 pub(super) struct Blocking;
-
-/// The code of [`Deposal::error`], which `Error` maps to a call that did
-/// not run.
-pub(crate) const DEPOSED: &str = "REDLEASE_DEPOSED";
 
 impl Con {
     /// A new connection with read and write timeouts set to `response`:

@@ -17,7 +17,7 @@ use redis::{FromRedisValue, Value};
 use super::pool::batch;
 use super::{fan_out, Answer, Call, Node};
 use crate::error::{Error, ErrorKind, Result};
-use crate::scripts::{Parts, FENCE_RAISE};
+use crate::protocol::scripts::{Parts, FENCE_RAISE};
 
 /// What a lease loses to clock drift between independent masters: 1 % of
 /// the lease plus 2 ms, subtracted at acquisition and at every renewal.

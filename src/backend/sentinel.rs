@@ -66,7 +66,7 @@ pub(crate) struct BlockedCall {
 
 impl Drop for BlockedCall {
     fn drop(&mut self) {
-        crate::mutex::lock(&self.named.blocked).retain(|(id, _, _)| *id != self.id);
+        crate::util::mutex::lock(&self.named.blocked).retain(|(id, _, _)| *id != self.id);
     }
 }
 
@@ -78,7 +78,7 @@ impl Named {
 
     /// `host:port` of the master named last, if any was heard yet.
     pub(crate) fn addr(&self) -> Option<String> {
-        crate::mutex::lock(&self.addr).clone()
+        crate::util::mutex::lock(&self.addr).clone()
     }
 
     /// Registers a call about to block on `socket`, a connection to
@@ -89,7 +89,7 @@ impl Named {
         socket: std::net::TcpStream,
     ) -> BlockedCall {
         let id = self.next_blocked.fetch_add(1, Ordering::Relaxed);
-        crate::mutex::lock(&self.blocked).push((id, server.to_owned(), socket));
+        crate::util::mutex::lock(&self.blocked).push((id, server.to_owned(), socket));
         BlockedCall {
             named: self.clone(),
             id,
@@ -98,7 +98,7 @@ impl Named {
 
     /// Notes `addr` as the named master; `true` if that is a change.
     fn set(&self, addr: &str) -> bool {
-        let mut named = crate::mutex::lock(&self.addr);
+        let mut named = crate::util::mutex::lock(&self.addr);
         if named.as_deref() == Some(addr) {
             return false;
         }
@@ -106,7 +106,7 @@ impl Named {
         *named = Some(addr.to_owned());
         self.epoch.fetch_add(1, Ordering::AcqRel);
         drop(named);
-        for (_, server, socket) in crate::mutex::lock(&self.blocked).iter() {
+        for (_, server, socket) in crate::util::mutex::lock(&self.blocked).iter() {
             if server != addr {
                 let _ = socket.shutdown(std::net::Shutdown::Both);
             }

@@ -157,7 +157,7 @@ fn check_blocking(client: &Client, scratch: &str, d: &mut Diagnosis) {
             .map(|g| g.map(|g| g.release()))
     });
     if let Ok(names) = client.names(name.as_bytes()) {
-        let queue = names.key(crate::keys::QUEUE);
+        let queue = names.key(crate::protocol::keys::QUEUE);
         let by = Instant::now() + Duration::from_secs(1);
         while Instant::now() < by && !backend.exists(&queue).unwrap_or(true) {
             std::thread::sleep(Duration::from_millis(10));

@@ -5,17 +5,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{hold, taken_by_pop, valid_for, Grant, Reentry, Spec, ROOM_CHUNK};
+use super::{hold, taken_by_pop, valid_for, Grant, Reentry, Spec};
 use crate::backend::{Answer, Blocked, Pop};
-use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::lease_state::LeaseState;
-use crate::reentrancy::{self, Held, HoldKey};
+use crate::lease::context::Context;
+use crate::lease::reentrancy::{self, Held, HoldKey};
+use crate::protocol::lease_state::LeaseState;
+use crate::protocol::timing::{first_look, NAME_LOOK_AFTER, ROOM_CHUNK};
 use crate::renewal;
 use crate::wakeup::{blocks_now, Attempt};
 
 pub(super) fn attempt(
-    client: &Client,
+    client: &Context,
     slot: Option<(&HoldKey, Reentry)>,
     deadline: Option<Instant>,
     make: &dyn Fn(&Arc<str>) -> Result<Spec>,
@@ -64,7 +65,7 @@ pub(super) fn attempt(
         watch: match (&spec.direct, &spec.look) {
             (Some(_), Some(look)) => Some(crate::wakeup::OnHandOver {
                 look: look.clone(),
-                after: super::NAME_LOOK_AFTER,
+                after: NAME_LOOK_AFTER,
             }),
             _ => None,
         },
@@ -86,7 +87,7 @@ type Granted = (i64, Instant, Option<Duration>);
 /// [`finish`](Self::finish) turns the loop's outcome into a hold, or
 /// cleans up what the attempts left on the server.
 struct Acquisition<'a> {
-    client: &'a Client,
+    client: &'a Context,
     make: &'a dyn Fn(&Arc<str>) -> Result<Spec>,
     deadline: Option<Instant>,
     /// The current token and the spec built for it. A late reply retires
@@ -112,7 +113,7 @@ struct Acquisition<'a> {
 
 impl<'a> Acquisition<'a> {
     fn new(
-        client: &'a Client,
+        client: &'a Context,
         make: &'a dyn Fn(&Arc<str>) -> Result<Spec>,
         deadline: Option<Instant>,
     ) -> Result<Acquisition<'a>> {
@@ -234,7 +235,7 @@ impl<'a> Acquisition<'a> {
         let backend = self.client.backend();
         let look = self.spec.direct.as_ref().and_then(|d| d.watch.as_ref());
         if let (None, Some(look), true) = (&self.watching, look, self.blocks()) {
-            let first = at + super::first_look(at.elapsed(), wait);
+            let first = at + first_look(at.elapsed(), wait);
             self.watching = Some(renewal::watch(backend, Arc::new(look.clone()), first));
         }
         Attempt::busy_ms(wait)
@@ -320,7 +321,7 @@ impl<'a> Acquisition<'a> {
 /// it: each call would wait another timeout, the undo of a late grant is
 /// already queued behind it, and queue entries and intents lapse by
 /// themselves.
-fn clean_up(client: &Client, sent: &[Spec], ambiguous: bool, late: bool) {
+fn clean_up(client: &Context, sent: &[Spec], ambiguous: bool, late: bool) {
     if sent.is_empty() {
         return;
     }
@@ -333,7 +334,7 @@ fn clean_up(client: &Client, sent: &[Spec], ambiguous: bool, late: bool) {
 }
 
 /// [`clean_up`]'s calls, until one cannot reach the server.
-fn withdraw(client: &Client, sent: &[Spec], ambiguous: bool) {
+fn withdraw(client: &Context, sent: &[Spec], ambiguous: bool) {
     let backend = client.backend();
     let unreachable = |e: &Error| e.kind() == crate::error::ErrorKind::Connection;
     if let (true, Some(last)) = (ambiguous, sent.last()) {

@@ -24,16 +24,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::PreparedCall;
-use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::lease_state::LeaseState;
-use crate::reentrancy::{self, Held, HoldKey};
+use crate::lease::context::Context;
+use crate::protocol::lease_state::LeaseState;
+use crate::protocol::scripts::Parts;
+use crate::protocol::signal::LostSignal;
+use crate::protocol::timing::NAME_LOOK_AFTER;
 use crate::renewal;
-use crate::scripts::Parts;
-use crate::signal::LostSignal;
 use crate::wakeup::Turns;
+use reentrancy::{Held, HoldKey};
 
 mod acquisition;
+pub(crate) mod context;
+pub(crate) mod reentrancy;
 
 use acquisition::attempt;
 
@@ -133,28 +136,6 @@ pub(crate) struct PopAlone {
     pub(crate) extend_arg: usize,
 }
 
-/// How long a waiter that finds no connection to block on waits before it
-/// looks without blocking.
-pub const GRANT_SLICE: Duration = Duration::from_millis(250);
-
-/// How long a waiter stays blocked in one `BLMOVE` when its wait has no
-/// deadline sooner: it sends nothing in between (its queue entry lives
-/// [`ROOM_ENTRY`], renewed at each block), and it keeps its place among the
-/// blocked waiters all that time.
-pub const ROOM_CHUNK: Duration = Duration::from_secs(60);
-
-/// The queue entry life of a waiter blocked in the open list: a chunk and
-/// room for the next round trip. A waiter that dies keeps its entry that
-/// long, yet never stalls the name for more than one claim window: a
-/// release opens the name to the blocked (the dead are not among them),
-/// and a hand-over nobody took purges the queue.
-pub const ROOM_ENTRY: Duration = Duration::from_secs(75);
-
-/// How long a hand-over waits on the open list for a blocked waiter to
-/// take it before it lapses (nobody was blocked: every waiter died, or was
-/// between two round trips); the queue is then purged.
-pub const GRANT_CLAIM: Duration = Duration::from_millis(500);
-
 /// Checks a lease and returns it in whole milliseconds (at least 1).
 pub(crate) fn lease_millis(lease: Duration) -> Result<u64> {
     renewal::lease_millis(lease)
@@ -171,7 +152,7 @@ pub(crate) enum Reentry {
 
 impl Reentry {
     /// A handle's choice (`Some(false)`: `non_reentrant()`), else the client's.
-    pub(crate) fn of(handle: Option<bool>, client: &Client) -> Reentry {
+    pub(crate) fn of(handle: Option<bool>, client: &Context) -> Reentry {
         if handle.unwrap_or(client.reentrant()) {
             Reentry::Allow
         } else {
@@ -186,7 +167,7 @@ impl Reentry {
 /// ends it. `make` builds the spec for a token; it is called again if the
 /// token has to change.
 pub(crate) fn acquire(
-    client: &Client,
+    client: &Context,
     slot: Option<(&HoldKey, Reentry)>,
     deadline: Option<Instant>,
     make: impl Fn(&Arc<str>) -> Result<Spec>,
@@ -223,14 +204,14 @@ pub(crate) struct Grant {
 
 /// The hold `grant` makes of `spec`: its lease state, its renewal, and
 /// this thread's entry for a reentrant `slot`.
-pub(crate) fn hold(client: &Client, spec: Spec, grant: Grant, slot: Option<&HoldKey>) -> Arc<Held> {
+pub(crate) fn hold(
+    client: &Context,
+    spec: Spec,
+    grant: Grant,
+    slot: Option<&HoldKey>,
+) -> Arc<Held> {
     hold_with(client, spec, grant, None, slot)
 }
-
-/// The short first lease a waiter gets when its script takes an open
-/// grant its pop took (lua/queue.lua `queue_take_open`): twice the claim
-/// window.
-pub const POPPED_LEASE: Duration = Duration::from_millis(GRANT_CLAIM.as_millis() as u64 * 2);
 
 /// A grant taken by a pop from the open list (`spec` already
 /// [`fenced`](Spec::fenced): the claim below names the fence). Its first lease is short
@@ -247,7 +228,7 @@ pub const POPPED_LEASE: Duration = Duration::from_millis(GRANT_CLAIM.as_millis()
 /// fail, the short lease is all that is known (the guard may be lost at
 /// once, never wrongly held).
 fn taken_by_pop(
-    client: &Client,
+    client: &Context,
     spec: Spec,
     grant: Grant,
     first: Duration,
@@ -271,7 +252,7 @@ fn taken_by_pop(
 /// `grant.at` until the renewal thread renews it, a third of the way
 /// through.
 fn hold_with(
-    client: &Client,
+    client: &Context,
     spec: Spec,
     grant: Grant,
     first: Option<Duration>,
@@ -305,7 +286,7 @@ fn hold_with(
         ..
     } = spec;
     // What only the acquisition needed is freed off the critical path.
-    crate::deferred::drop_later((grant, counter, leave, undo, direct));
+    crate::util::deferred::drop_later((grant, counter, leave, undo, direct));
     let extend = Arc::new(extend);
     if watchdog {
         // A short first lease is renewed a third of the way through it.
@@ -335,7 +316,7 @@ fn hold_with(
 /// milliseconds less one (the server floors its clock to the millisecond
 /// when it stores `floor(now_ms) + lease_ms`), less the drift allowed
 /// between Redlock masters.
-pub(crate) fn valid_for(client: &Client, lease: Duration) -> Result<Duration> {
+pub(crate) fn valid_for(client: &Context, lease: Duration) -> Result<Duration> {
     let ms = lease_millis(lease)?;
     Ok(Duration::from_millis(ms)
         .saturating_sub(Duration::from_millis(1) + client.backend().drift(lease)))
@@ -343,14 +324,14 @@ pub(crate) fn valid_for(client: &Client, lease: Duration) -> Result<Duration> {
 
 /// A guard's share of a hold: releases one level when told or dropped.
 pub(crate) struct Holding {
-    client: Client,
+    client: Context,
     slot: Option<HoldKey>,
     held: Arc<Held>,
     done: bool,
 }
 
 impl Holding {
-    pub(crate) fn new(client: Client, slot: Option<HoldKey>, held: Arc<Held>) -> Holding {
+    pub(crate) fn new(client: Context, slot: Option<HoldKey>, held: Arc<Held>) -> Holding {
         Holding {
             client,
             slot,
@@ -467,7 +448,7 @@ impl Holding {
 /// batch's reply lost) is released on its own, as a repeat: finding
 /// nothing then is `Ok`, since the pipelined release may have removed it.
 /// Returns the first error, after releasing them all.
-pub(crate) fn release_all(client: &Client, holdings: Vec<&mut Holding>) -> Result<()> {
+pub(crate) fn release_all(client: &Context, holdings: Vec<&mut Holding>) -> Result<()> {
     let mut first = Ok(());
     let mut keep = |r: Result<()>| {
         if let (Err(e), true) = (r, first.is_ok()) {
@@ -536,7 +517,7 @@ pub(crate) fn release_all(client: &Client, holdings: Vec<&mut Holding>) -> Resul
 }
 
 /// One extension of a hold (see [`Holding::extend`]).
-fn extend(client: &Client, held: &Held, lease: Duration) -> Result<()> {
+fn extend(client: &Context, held: &Held, lease: Duration) -> Result<()> {
     let ms = lease_millis(lease)?;
     if !held.state.is_held() {
         return Err(Error::lost("the lease was already lost"));
@@ -564,14 +545,14 @@ fn extend(client: &Client, held: &Held, lease: Duration) -> Result<()> {
                     backend,
                     look.clone(),
                     sent + valid,
-                    renewal::NAME_LOOKS,
+                    crate::protocol::looks::NAME_LOOKS,
                 ));
             } else if sent + valid < before {
                 // Shorter: waiters that wait for messages (readers) look
                 // seldom, at the end they saw; tell them to look now.
                 let wakeup = client.wakeup();
                 let told: Result<redis::Value> = backend.eval(
-                    &crate::scripts::WAKE,
+                    &crate::protocol::scripts::WAKE,
                     &[&held.wake],
                     &[&wakeup.channel(&held.wake), &wakeup.message(&held.wake)],
                 );
@@ -639,41 +620,20 @@ impl Drop for Holding {
 /// claim window (lua/queue.lua hand_on); a grant its taker's script took
 /// (a short first lease of twice the claim) is looked at again when it
 /// would end.
-fn look_after_hand_over(client: &Client, held: &Held) {
+fn look_after_hand_over(client: &Context, held: &Held) {
     if let Some(look) = &held.look {
         look_after_opening(client, look.clone());
     }
 }
 
-/// When a waiter that blocks looks at the name first, counted from the
-/// sending of the attempt that found it busy for `wait` ms, `taken` after
-/// that sending (its reply was read then): when the holder's lease would
-/// end. A reply read later than a hand-over's claim window (the process
-/// froze, the reply was delayed) is stale: a release may have opened the
-/// name meanwhile and, with nobody blocked to take it, the grant lapsed;
-/// only a look finds that, so it looks at once. Found by the model checker
-/// (`check/`, "waiter frozen across a hand-over").
-pub fn first_look(taken: Duration, wait: i64) -> Duration {
-    if taken >= GRANT_CLAIM {
-        return taken;
-    }
-    Duration::from_millis(wait.max(0) as u64)
-}
-
-/// When a release that opened the name to its waiters looks at it again
-/// (its first look, before the renewal thread's margin): once the claim
-/// window of its hand-over has passed.
-pub const NAME_LOOK_AFTER: Duration =
-    Duration::from_millis(GRANT_CLAIM.as_millis() as u64 * 11 / 10);
-
 /// [`look_after_hand_over`] with the name's `look`: also after a
 /// `force_unlock` that opened the name.
-pub(crate) fn look_after_opening(client: &Client, look: Arc<PreparedCall>) {
+pub(crate) fn look_after_opening(client: &Context, look: Arc<PreparedCall>) {
     let state = renewal::watch_for(
         client.backend(),
         look,
         Instant::now() + NAME_LOOK_AFTER,
-        renewal::NAME_LOOKS,
+        crate::protocol::looks::NAME_LOOKS,
     );
     // Nobody finishes it: its replies end it (see lua/lock_watch.lua).
     drop(state);
@@ -687,7 +647,7 @@ pub(crate) fn look_after_opening(client: &Client, look: Arc<PreparedCall>) {
 /// up during an outage. A release whose connection broke is repeated;
 /// finding nothing then is `Ok` when the lease was still valid when the
 /// first release was sent, because that first release is what removed it.
-fn release(client: &Client, held: &Held, repeated: bool) -> Result<()> {
+fn release(client: &Context, held: &Held, repeated: bool) -> Result<()> {
     let backend = client.backend();
     let response = backend.timeouts().response;
     let valid_when_sent = !held.state.is_lost();
@@ -731,10 +691,10 @@ fn release(client: &Client, held: &Held, repeated: bool) -> Result<()> {
 /// Removes `keys` (a primitive's holds), whoever holds them, and wakes the
 /// waiters of `wake`, here and in other clients: `true` if anything was
 /// removed. Holders learn it at their next renewal.
-pub(crate) fn force_remove(client: &Client, keys: &[Vec<u8>], wake: &[u8]) -> Result<bool> {
+pub(crate) fn force_remove(client: &Context, keys: &[Vec<u8>], wake: &[u8]) -> Result<bool> {
     let wakeup = client.wakeup();
     let removed = client.backend().confirm(&crate::backend::Call {
-        lua: &crate::scripts::FORCE_UNLOCK,
+        lua: &crate::protocol::scripts::FORCE_UNLOCK,
         keys: Parts::Owned(keys),
         args: Parts::Owned(&[wakeup.channel(wake).to_vec(), wakeup.message(wake)]),
     })?;

@@ -25,7 +25,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::backend::Backend;
 use crate::error::{ErrorKind, Result};
-use crate::mutex::lock;
+use crate::util::mutex::lock;
 
 mod sharded;
 mod subscriber;
@@ -487,7 +487,7 @@ impl Wakeup {
             if left.is_zero() {
                 break;
             }
-            sub = crate::mutex::wait_timeout(&self.shared.sub_changed, sub, left);
+            sub = crate::util::mutex::wait_timeout(&self.shared.sub_changed, sub, left);
         }
     }
 
@@ -721,7 +721,7 @@ impl Drop for Membership<'_> {
         // A waiter that got the name leaves here on its way to returning
         // the guard: its line and channel are freed off that path.
         let key = std::mem::take(&mut self.key.0);
-        crate::deferred::drop_later((emptied, key, self.waiter.clone()));
+        crate::util::deferred::drop_later((emptied, key, self.waiter.clone()));
     }
 }
 

@@ -32,7 +32,7 @@ use redis::Value;
 
 use super::{Shared, REFUSED_RETRY, SUBSCRIBER_TICK};
 use crate::backend::{Backend, Wire};
-use crate::mutex::lock;
+use crate::util::mutex::lock;
 
 /// How long a channel is not asked for again after its master could not
 /// be reached (after an ACL refused it: `REFUSED_RETRY`); the slot map is read
@@ -216,7 +216,7 @@ impl Shards {
             if left.is_zero() {
                 return false;
             }
-            st = crate::mutex::wait_timeout(&self.changed, st, left);
+            st = crate::util::mutex::wait_timeout(&self.changed, st, left);
         }
     }
 

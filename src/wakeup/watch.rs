@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, PreparedCall};
-use crate::mutex::lock;
 use crate::renewal;
+use crate::util::mutex::lock;
 
 /// What a blocked waiter's client does when a hand-over names it: `look`
 /// at the name alone (lua/lock_watch.lua, rw_watch.lua with no waiter),
@@ -138,7 +138,7 @@ impl Watches {
                 &backend,
                 on.look,
                 now,
-                renewal::NAME_LOOKS,
+                crate::protocol::looks::NAME_LOOKS,
             ));
         }
         next
@@ -169,7 +169,7 @@ impl Drop for Watching<'_> {
             if w.waiters == 0 {
                 let gone = keys.waiting.remove(&self.key);
                 drop(keys);
-                crate::deferred::drop_later(gone.map(|w| w.on));
+                crate::util::deferred::drop_later(gone.map(|w| w.on));
             }
         }
     }

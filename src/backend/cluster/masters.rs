@@ -65,7 +65,7 @@ impl Masters {
     /// The slot map, read first if it is missing or stale (at most once
     /// per [`REREAD_AFTER`]).
     pub(super) fn current(&self) -> std::sync::MutexGuard<'_, SlotMap> {
-        let mut state = crate::mutex::lock(&self.state);
+        let mut state = crate::util::mutex::lock(&self.state);
         let due = state.read_at.is_none_or(|t| t.elapsed() >= REREAD_AFTER);
         if (state.ranges.is_empty() || state.stale) && due {
             self.read(&mut state);
@@ -164,7 +164,7 @@ impl Masters {
             None => addr.to_owned(),
         };
         let addr = addr.as_str();
-        let mut state = crate::mutex::lock(&self.state);
+        let mut state = crate::util::mutex::lock(&self.state);
         if let Some(node) = state.nodes.get(addr) {
             return node.clone();
         }
@@ -220,13 +220,13 @@ impl Masters {
 
     /// Reads the map now.
     pub(super) fn refresh(&self) {
-        let mut state = crate::mutex::lock(&self.state);
+        let mut state = crate::util::mutex::lock(&self.state);
         self.read(&mut state);
     }
 
     /// `node` failed a call: the map is to be read again, asking it last.
     pub(super) fn suspect(&self, node: &Arc<Node>) {
-        let mut state = crate::mutex::lock(&self.state);
+        let mut state = crate::util::mutex::lock(&self.state);
         state.stale = true;
         if !state.suspects.iter().any(|s| Arc::ptr_eq(s, node)) {
             state.suspects.push(node.clone());
@@ -236,7 +236,7 @@ impl Masters {
     /// The map is to be read again (at most once per [`REREAD_AFTER`]),
     /// asking first the masters that just `answered`.
     pub(super) fn mark_stale(&self, answered: Vec<Arc<Node>>) {
-        let mut state = crate::mutex::lock(&self.state);
+        let mut state = crate::util::mutex::lock(&self.state);
         state.stale = true;
         state.answered = answered;
     }

@@ -23,7 +23,7 @@ use super::source::client_for;
 use super::wire::{with_tls, within, Wire};
 use super::{Answer, Blocked, Call, Node, Pop, Timeouts};
 use crate::error::{Error, ErrorKind, Result};
-use crate::scripts::Lua;
+use crate::protocol::scripts::Lua;
 
 mod masters;
 mod sharding;
@@ -191,14 +191,14 @@ impl ClusterLeader {
         {
             return false;
         }
-        let off = crate::mutex::lock(&self.direct_off_until);
+        let off = crate::util::mutex::lock(&self.direct_off_until);
         off.is_none_or(|until| Instant::now() >= until)
     }
 
     /// Direct grants off for a while, and the slot map to be read again.
     fn direct_off(&self) {
-        crate::mutex::lock(&self.masters.state).stale = true;
-        let mut off = crate::mutex::lock(&self.direct_off_until);
+        crate::util::mutex::lock(&self.masters.state).stale = true;
+        let mut off = crate::util::mutex::lock(&self.direct_off_until);
         *off = Some(Instant::now() + DIRECT_OFF_FOR);
     }
 

@@ -126,7 +126,7 @@ impl ClusterLeader {
     /// slot map is to be read again, asking it last.
     pub(crate) fn shard_failed(&self, addr: &str) {
         let node = {
-            let state = crate::mutex::lock(&self.masters.state);
+            let state = crate::util::mutex::lock(&self.masters.state);
             state.nodes.get(addr).cloned()
         };
         match node {
@@ -137,6 +137,6 @@ impl ClusterLeader {
 
     /// A shard channel moved: the slot map is to be read again.
     pub(crate) fn shard_moved(&self) {
-        crate::mutex::lock(&self.masters.state).stale = true;
+        crate::util::mutex::lock(&self.masters.state).stale = true;
     }
 }

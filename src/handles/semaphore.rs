@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Call, PreparedCall};
-use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::handle::Core;
-use crate::keys as schema;
+use crate::handles::core::Core;
+use crate::lease::context::Context;
 use crate::lease::{self, lease_controls, Direct, Holding, Spec, ThreadBound};
-use crate::scripts::{
+use crate::protocol::keys as schema;
+use crate::protocol::scripts::{
     millis, Args, Parts, SEM_ACQUIRE, SEM_FORCE_RELEASE, SEM_RELEASE, SEM_RESIZE, SEM_STATE,
     SEM_WATCH, ZSET_EXTEND,
 };
@@ -31,7 +31,7 @@ struct Keys {
 }
 
 impl Keys {
-    fn new(n: crate::client::Names) -> Keys {
+    fn new(n: crate::protocol::keys::Names) -> Keys {
         let (permits, count, queue, queue_deadlines) = (
             n.key(schema::SEM),
             n.key(schema::SEM_COUNT),
@@ -56,7 +56,7 @@ impl Keys {
 
 /// A named distributed semaphore with `permits` permits.
 ///
-/// Made by [`Client::semaphore`] or [`Client::fair_semaphore`]. Permits are
+/// Made by [`Client::semaphore`](crate::Client::semaphore) or [`Client::fair_semaphore`](crate::Client::fair_semaphore). Permits are
 /// owned and expiring: each is a member of a sorted set scored by its expiry
 /// in the server's time, renewed by the renewal thread while its [`Permit`]
 /// lives, and reclaimed by the next acquirer once a crashed holder's lease
@@ -93,7 +93,7 @@ impl fmt::Debug for Semaphore {
 }
 
 impl Semaphore {
-    pub(crate) fn new(client: Client, name: &[u8], permits: u32, fair: bool) -> Semaphore {
+    pub(crate) fn new(client: Context, name: &[u8], permits: u32, fair: bool) -> Semaphore {
         let core = Core::new(client, name, |_, n| Keys::new(n));
         Semaphore {
             core,
@@ -286,7 +286,7 @@ impl Semaphore {
     fn watch(&self, keys: &Keys, offer: &Offer<'_>, waiter: &[u8]) -> PreparedCall {
         let args = WatchArgs {
             waiter,
-            entry: lease::ROOM_ENTRY,
+            entry: crate::protocol::timing::ROOM_ENTRY,
             offer,
         };
         PreparedCall::new(&SEM_WATCH, keys.scripted(), args.argv())
@@ -297,7 +297,7 @@ impl Semaphore {
         let wakeup = self.core.client.wakeup();
         Offer {
             grant_prefix: &keys.grant_prefix,
-            claim: lease::GRANT_CLAIM,
+            claim: crate::protocol::timing::GRANT_CLAIM,
             channel: wakeup.channel(&keys.permits).to_vec(),
             message: wakeup.message(&keys.permits),
             permits: self.permits,

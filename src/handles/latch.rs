@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::Call;
-use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
-use crate::keys as schema;
-use crate::lease::{ROOM_CHUNK, ROOM_ENTRY};
-use crate::scripts::{millis, Parts, LATCH_COUNT_DOWN, LATCH_LOOK, LATCH_SET};
+use crate::lease::context::Context;
+use crate::protocol::keys as schema;
+use crate::protocol::scripts::{millis, Parts, LATCH_COUNT_DOWN, LATCH_LOOK, LATCH_SET};
+use crate::protocol::timing::{ROOM_CHUNK, ROOM_ENTRY};
 use crate::wakeup::{blocks_now, deadline_after, waited, Attempt, Turns};
 
 /// How long a round's opening list lives (lua/latch_count_down.lua): every
@@ -22,7 +22,7 @@ const OPENING_LIFE: Duration = Duration::from_millis(500);
 
 /// A named distributed count-down latch (Redisson's `RCountDownLatch`).
 ///
-/// Made by [`Client::count_down_latch`]. A coordinator sets a count with
+/// Made by [`Client::count_down_latch`](crate::Client::count_down_latch). A coordinator sets a count with
 /// [`try_set_count`](CountDownLatch::try_set_count); workers call
 /// [`count_down`](CountDownLatch::count_down); whoever [`wait`](CountDownLatch::wait)s
 /// is woken by the last count-down, without polling: a client's waiters
@@ -62,7 +62,7 @@ const OPENING_LIFE: Duration = Duration::from_millis(500);
 /// ```
 #[derive(Clone)]
 pub struct CountDownLatch {
-    client: Client,
+    client: Context,
     key: std::result::Result<Keyed, Arc<str>>,
 }
 
@@ -81,7 +81,7 @@ impl fmt::Debug for CountDownLatch {
 }
 
 impl CountDownLatch {
-    pub(crate) fn new(client: Client, name: &[u8]) -> CountDownLatch {
+    pub(crate) fn new(client: Context, name: &[u8]) -> CountDownLatch {
         let key = client
             .names(name)
             .map(|n| (n.key(schema::LATCH).into(), n.name().clone()))
@@ -244,7 +244,7 @@ impl CountDownLatch {
         let backend = self.client.backend();
         let (seen, popped) = backend.look_blocking(&look, &list, block, deadline)?;
         // Freed off the path of a waiter just woken (see `deferred`).
-        crate::deferred::drop_later((keys, args, list));
+        crate::util::deferred::drop_later((keys, args, list));
         if popped {
             self.client.wakeup().delivered_directly();
             return Ok(true);

@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Joined, JoinedArgs, PreparedCall};
-use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::handle::Core;
-use crate::keys as schema;
+use crate::handles::core::Core;
+use crate::lease::context::Context;
+use crate::lease::reentrancy::{self, HoldKey, Mode};
 use crate::lease::{self, lease_controls, Direct, Holding, PopAlone, Spec, ThreadBound};
-use crate::reentrancy::{self, HoldKey, Mode};
-use crate::scripts::{
+use crate::protocol::keys as schema;
+use crate::protocol::scripts::{
     millis, Args, Parts, LOCK_ACQUIRE, LOCK_ACQUIRE_ALL, LOCK_EXTEND, LOCK_RELEASE, LOCK_WATCH,
 };
 use crate::wakeup::{deadline_after, waited, Turns};
@@ -198,7 +198,7 @@ impl WatchArgs<'_> {
 
 /// A named, reentrant, distributed mutual-exclusion lock.
 ///
-/// Made by [`Client::lock`]. Cheap to clone and `Send + Sync`: share it, or
+/// Made by [`Client::lock`](crate::Client::lock). Cheap to clone and `Send + Sync`: share it, or
 /// make a new one from the name whenever convenient; all handles with the
 /// same client and name are the same lock.
 ///
@@ -220,7 +220,7 @@ impl fmt::Debug for Lock {
 }
 
 impl Lock {
-    pub(crate) fn new(client: Client, name: &[u8], fair: bool) -> Lock {
+    pub(crate) fn new(client: Context, name: &[u8], fair: bool) -> Lock {
         let core = Core::new(client, name, |client, n| {
             let (lock, fence, queue, queue_deadlines) = (
                 n.key(schema::LOCK),
@@ -326,7 +326,7 @@ impl Lock {
         }
     }
 
-    pub(crate) fn client(&self) -> &Client {
+    pub(crate) fn client(&self) -> &Context {
         &self.core.client
     }
 
@@ -392,7 +392,7 @@ impl Lock {
                 token: &t,
                 announce: &announce,
                 grant_prefix: &keys.grant_prefix,
-                claim: lease::GRANT_CLAIM,
+                claim: crate::protocol::timing::GRANT_CLAIM,
                 force: false,
                 keep: backend.is_redlock(),
                 leave,
@@ -406,7 +406,7 @@ impl Lock {
                 lease_ms: &ms,
                 queue_ttl,
                 grant_prefix: &keys.grant_prefix,
-                claim: lease::GRANT_CLAIM,
+                claim: crate::protocol::timing::GRANT_CLAIM,
                 announce: &announce,
                 blocks,
             };
@@ -462,9 +462,9 @@ impl Lock {
     fn look(&self, keys: &Keys, announce: &Announce<'_>, waiter: &[u8]) -> PreparedCall {
         let args = WatchArgs {
             waiter,
-            entry: lease::ROOM_ENTRY,
+            entry: crate::protocol::timing::ROOM_ENTRY,
             grant_prefix: &keys.grant_prefix,
-            claim: lease::GRANT_CLAIM,
+            claim: crate::protocol::timing::GRANT_CLAIM,
             announce,
         };
         PreparedCall::new(&LOCK_WATCH, keys.scripted(), args.argv())
@@ -532,7 +532,7 @@ impl Lock {
             token: b"",
             announce: &announce,
             grant_prefix: &keys.grant_prefix,
-            claim: lease::GRANT_CLAIM,
+            claim: crate::protocol::timing::GRANT_CLAIM,
             force: true,
             keep: self.core.client.backend().is_redlock(),
             leave: false,
@@ -560,7 +560,7 @@ impl Lock {
     }
 
     /// Runs `f` while holding the lock, waiting as long as needed; see
-    /// [`Client::with_lock`].
+    /// [`Client::with_lock`](crate::Client::with_lock).
     pub fn with<T>(&self, f: impl FnOnce() -> T) -> Result<T> {
         let guard = self.acquire()?;
         let value = f();
@@ -655,7 +655,7 @@ impl LockGuard {
     }
 
     /// Stores a short note about this holder beside the lock — host, pid,
-    /// since when, a job id — shown by [`Client::inspect`] (`note`) and
+    /// since when, a job id — shown by [`Client::inspect`](crate::Client::inspect) (`note`) and
     /// `redlease status`. One round trip when called, nothing otherwise: the
     /// lock itself never writes it. The note lives until the lease's
     /// current end; call again after renewals to keep it (the CLI does).
@@ -674,7 +674,7 @@ impl LockGuard {
             .client
             .backend()
             .confirm(&crate::backend::Call {
-                lua: &crate::scripts::LOCK_NOTE,
+                lua: &crate::protocol::scripts::LOCK_NOTE,
                 keys: Parts::Owned(&[keys.lock.to_vec(), keys.note.clone()]),
                 args: Parts::Owned(&[
                     self.inner.held().token.as_bytes().to_vec(),
@@ -694,7 +694,7 @@ impl LockGuard {
         &mut self.inner
     }
 
-    pub(crate) fn client(&self) -> &Client {
+    pub(crate) fn client(&self) -> &Context {
         &self.lock.core.client
     }
 

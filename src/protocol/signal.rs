@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::lease_state::{self, LeaseState};
+use crate::protocol::lease_state::{self, LeaseState};
 
 /// Tells whether the lease a guard holds is still held, from any thread.
 ///

@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
-use crate::client::{escape_name, Client};
+use crate::client::Client;
 use crate::error::Result;
-use crate::keys as schema;
-use crate::scripts::INSPECT;
+use crate::protocol::keys as schema;
+use crate::protocol::keys::escape_name;
+use crate::protocol::scripts::INSPECT;
 
 /// A snapshot of everything stored under one name (lock, read-write lock and
 /// semaphore of that name), taken atomically by one script.
@@ -22,7 +23,10 @@ pub struct LockInfo {
     /// Time left on the exclusive lock's lease.
     #[cfg_attr(
         feature = "serde",
-        serde(rename = "remaining_ms", serialize_with = "crate::inspect::millis")
+        serde(
+            rename = "remaining_ms",
+            serialize_with = "crate::client::inspect::millis"
+        )
     )]
     pub remaining: Option<Duration>,
     /// Last fencing token handed out for this name while it is active (0
@@ -40,7 +44,7 @@ pub struct LockInfo {
         feature = "serde",
         serde(
             rename = "writer_remaining_ms",
-            serialize_with = "crate::inspect::millis"
+            serialize_with = "crate::client::inspect::millis"
         )
     )]
     pub writer_remaining: Option<Duration>,
@@ -183,7 +187,7 @@ impl Client {
                 "listing names needs a scan of every node; not available on Redis Cluster",
             ));
         }
-        let prefix = &self.inner.config.prefix;
+        let prefix = self.prefix();
         let mut glob = Vec::new();
         for &b in prefix {
             if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
@@ -229,5 +233,5 @@ fn name_of(rest: &[u8]) -> Option<Vec<u8>> {
     if !schema::IN_USE.iter().any(|k| suffix == k.as_bytes()) {
         return None;
     }
-    Some(crate::client::unescape_name(&rest[..close]))
+    Some(crate::protocol::keys::unescape_name(&rest[..close]))
 }

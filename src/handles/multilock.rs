@@ -6,17 +6,17 @@ use std::time::{Duration, Instant};
 use redis::{FromRedisValue, Value};
 
 use crate::backend::{Answer, Backend, PreparedCall};
-use crate::client::Client;
 use crate::error::Result;
+use crate::handles::lock::{Lock, LockGuard};
+use crate::lease::context::Context;
+use crate::lease::reentrancy::HoldKey;
 use crate::lease::Spec;
-use crate::lock::{Lock, LockGuard};
-use crate::reentrancy::HoldKey;
-use crate::signal::LostSignal;
+use crate::protocol::signal::LostSignal;
 use crate::wakeup::{deadline_after, waited};
 
 /// Several named locks acquired together (Redisson's `RedissonMultiLock`).
 ///
-/// Made by [`Client::multi_lock`]. Its names are plain locks: a multi-lock
+/// Made by [`Client::multi_lock`](crate::Client::multi_lock). Its names are plain locks: a multi-lock
 /// over `["a", "b"]` and `client.lock("a")` exclude each other, and each
 /// name keeps its own fencing token.
 ///
@@ -65,12 +65,15 @@ impl fmt::Debug for MultiLock {
 }
 
 impl MultiLock {
-    pub(crate) fn new<I, N>(client: &Client, names: I) -> MultiLock
+    pub(crate) fn new<I, N>(client: &Context, names: I) -> MultiLock
     where
         I: IntoIterator<Item = N>,
         N: AsRef<[u8]>,
     {
-        let given: Vec<Lock> = names.into_iter().map(|n| client.lock(n)).collect();
+        let given: Vec<Lock> = names
+            .into_iter()
+            .map(|n| Lock::new(client.clone(), n.as_ref(), false))
+            .collect();
         let mut sorted: Vec<(Vec<u8>, usize)> = given
             .iter()
             .enumerate()
@@ -268,7 +271,7 @@ impl MultiLock {
         let grants: Vec<&PreparedCall> = specs.iter().map(|(spec, _)| &spec.grant).collect();
         let releases: Vec<&PreparedCall> = specs.iter().map(|(spec, _)| &spec.release).collect();
         let (Some(grant), Some(undo)) = (
-            crate::lock::grant_all(&grants),
+            crate::handles::lock::grant_all(&grants),
             PreparedCall::together(&releases),
         ) else {
             return Run::Then(Together::OneByOne);
@@ -313,8 +316,8 @@ impl MultiLock {
     /// Releases, in one round trip, every name not surely refused.
     fn give_back(
         &self,
-        client: &Client,
-        specs: &[(crate::lease::Spec, crate::reentrancy::HoldKey)],
+        client: &Context,
+        specs: &[(crate::lease::Spec, crate::lease::reentrancy::HoldKey)],
         granted: &[std::result::Result<i64, bool>],
     ) {
         let backend = client.backend();

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use once_cell::sync::Lazy;
 
 use crate::events::HandleEvent;
-use crate::monotonic::{instant, nanos, now_nanos};
+use crate::util::monotonic::{instant, nanos, now_nanos};
 
 /// What a holder and the renewal thread share about one lease.
 ///
@@ -71,7 +71,7 @@ fn announce() {
         return;
     }
     let (lock, cv) = &*CHANGED;
-    drop(crate::mutex::lock(lock));
+    drop(crate::util::mutex::lock(lock));
     cv.notify_all();
 }
 
@@ -145,7 +145,7 @@ impl LeaseState {
     /// the old expiry had already passed, the holder may have been told the
     /// lease was lost; it stays lost (a lease never comes back).
     pub(crate) fn renewed(&self, sent: Instant, valid: Duration, generation: u64) {
-        let _w = crate::mutex::lock(&self.writing);
+        let _w = crate::util::mutex::lock(&self.writing);
         if !self.is_lost() && self.generation.load(Ordering::Acquire) == generation {
             self.expires
                 .fetch_max(nanos(sent + valid), Ordering::AcqRel);
@@ -157,7 +157,7 @@ impl LeaseState {
     /// (at most that), and earlier renewals are retired: the caller
     /// registers the renewal that continues with the new lease.
     pub(crate) fn extended(&self, sent: Instant, valid: Duration, certain: bool) {
-        let _w = crate::mutex::lock(&self.writing);
+        let _w = crate::util::mutex::lock(&self.writing);
         let at = nanos(sent + valid);
         if certain {
             if !self.is_lost() {
@@ -210,7 +210,7 @@ pub(crate) fn wait_lost(states: &[Arc<LeaseState>], timeout: Duration) -> bool {
     std::sync::atomic::fence(Ordering::SeqCst);
     let deadline = Instant::now().checked_add(timeout);
     let (lock, cv) = &*CHANGED;
-    let mut guard = crate::mutex::lock(lock);
+    let mut guard = crate::util::mutex::lock(lock);
     loop {
         if states.iter().any(|s| s.has_ended()) {
             drop(guard);
@@ -235,6 +235,6 @@ pub(crate) fn wait_lost(states: &[Arc<LeaseState>], timeout: Duration) -> bool {
         let wait = until
             .saturating_duration_since(now)
             .max(Duration::from_micros(100));
-        guard = crate::mutex::wait_timeout(cv, guard, wait);
+        guard = crate::util::mutex::wait_timeout(cv, guard, wait);
     }
 }

@@ -132,7 +132,7 @@ impl Lock {
         f: impl FnOnce(&mut Connection, u64) -> std::result::Result<T, E>,
     ) -> std::result::Result<T, E> {
         let guard = self.acquire()?;
-        let value = match self.client().connection() {
+        let value = match self.client().backend().lend().map(Connection) {
             Ok(mut con) => f(&mut con, guard.fencing_token()),
             Err(e) => Err(E::from(e)),
         };

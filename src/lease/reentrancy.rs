@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::backend::PreparedCall;
-use crate::lease_state::LeaseState;
+use crate::protocol::lease_state::LeaseState;
 
 /// Which hold of a key: a key may be held as a lock, a read or a write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -33,13 +33,13 @@ pub(crate) struct Lua {
 
 /// The preludes a script may name in its `-- Uses` line.
 const PRELUDES: &[(&str, &str)] = &[
-    ("clock.lua", include_str!("../lua/clock.lua")),
-    ("took.lua", include_str!("../lua/took.lua")),
-    ("fence.lua", include_str!("../lua/fence.lua")),
-    ("publish.lua", include_str!("../lua/publish.lua")),
-    ("queue.lua", include_str!("../lua/queue.lua")),
-    ("sem_grant.lua", include_str!("../lua/sem_grant.lua")),
-    ("rw_grant.lua", include_str!("../lua/rw_grant.lua")),
+    ("clock.lua", include_str!("../../lua/clock.lua")),
+    ("took.lua", include_str!("../../lua/took.lua")),
+    ("fence.lua", include_str!("../../lua/fence.lua")),
+    ("publish.lua", include_str!("../../lua/publish.lua")),
+    ("queue.lua", include_str!("../../lua/queue.lua")),
+    ("sem_grant.lua", include_str!("../../lua/sem_grant.lua")),
+    ("rw_grant.lua", include_str!("../../lua/rw_grant.lua")),
 ];
 
 /// The preludes `body` names in its header's `-- Uses` line, in order.
@@ -535,12 +535,12 @@ pub(crate) fn millis(d: std::time::Duration) -> Vec<u8> {
 macro_rules! script {
     ($name:ident, $file:literal) => {
         pub(crate) static $name: Lazy<Lua> =
-            Lazy::new(|| Lua::new(include_str!(concat!("../lua/", $file)), None));
+            Lazy::new(|| Lua::new(include_str!(concat!("../../lua/", $file)), None));
     };
     ($name:ident, $file:literal, per_name($keys:literal, $args:literal)) => {
         pub(crate) static $name: Lazy<Lua> = Lazy::new(|| {
             Lua::new(
-                include_str!(concat!("../lua/", $file)),
+                include_str!(concat!("../../lua/", $file)),
                 Some(($keys, $args)),
             )
         });
@@ -742,10 +742,10 @@ mod tests {
         assert!(LOCK_ACQUIRE.code.starts_with(&compact(PRELUDES[0].1)));
         assert!(LOCK_ACQUIRE
             .code
-            .ends_with(&compact(include_str!("../lua/lock_acquire.lua"))));
+            .ends_with(&compact(include_str!("../../lua/lock_acquire.lua"))));
         assert_eq!(
             LATCH_SET.code,
-            compact(include_str!("../lua/latch_set.lua"))
+            compact(include_str!("../../lua/latch_set.lua"))
         );
     }
 

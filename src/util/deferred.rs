@@ -12,7 +12,7 @@
 
 use std::sync::Mutex;
 
-use crate::mutex::lock;
+use crate::util::mutex::lock;
 
 /// How many values wait to be dropped at most.
 const LIMIT: usize = 256;

@@ -9,12 +9,13 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::backend::PreparedCall;
-use crate::client::{Client, Names};
 use crate::error::{Error, Result};
+use crate::lease::context::Context;
 use crate::lease::Reentry;
+use crate::protocol::keys::Names;
 
 pub(crate) struct Core<K> {
-    pub(crate) client: Client,
+    pub(crate) client: Context,
     keys: std::result::Result<Arc<K>, Arc<str>>,
     /// A fixed lease (no watchdog); `None`: the client's watchdog timeout.
     pub(crate) lease: Option<Duration>,
@@ -41,9 +42,9 @@ impl<K> Core<K> {
     /// The handle of `name`, its keys made by `keys` from the name's key
     /// schema (see `keys.rs`).
     pub(crate) fn new(
-        client: Client,
+        client: Context,
         name: &[u8],
-        keys: impl FnOnce(&Client, Names) -> K,
+        keys: impl FnOnce(&Context, Names) -> K,
     ) -> Core<K> {
         let keys = client
             .names(name)
@@ -89,14 +90,14 @@ impl<K> Core<K> {
     }
 
     /// How long a waiter's queue entry lives: not at all for one that does
-    /// not queue (a try); [`crate::lease::ROOM_ENTRY`] for one blocked on
+    /// not queue (a try); [`crate::protocol::timing::ROOM_ENTRY`] for one blocked on
     /// the server; for one that waits for messages, past the gaps between
     /// its retries (`Wakeup::entry_life`).
     pub(crate) fn queue_entry(&self, queues: bool, blocks: bool) -> Duration {
         if !queues {
             Duration::ZERO
         } else if blocks {
-            crate::lease::ROOM_ENTRY
+            crate::protocol::timing::ROOM_ENTRY
         } else {
             self.client.wakeup().entry_life(false)
         }

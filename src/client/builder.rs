@@ -8,9 +8,10 @@ use std::time::Duration;
 use uuid::Uuid;
 
 use crate::backend::{Backend, Timeouts};
-use crate::client::{Client, ClientInner, Config};
+use crate::client::Client;
 use crate::error::{redact_url, Error, Result};
 use crate::events::{HandleEvent, Handler};
+use crate::lease::context::{Config, Context, ContextInner};
 use crate::wakeup::Wakeup;
 
 /// Largest accepted pool: far beyond what one process needs against one
@@ -357,17 +358,19 @@ impl ClientBuilder {
             self.outage_tolerance,
         );
         let client = Client {
-            inner: Arc::new(ClientInner {
-                id,
-                config: Config {
-                    prefix,
-                    watchdog: self.watchdog,
-                    reentrant: self.reentrant,
-                    events: self.events,
-                },
-                backend,
-                wakeup,
-            }),
+            cx: Context {
+                inner: Arc::new(ContextInner {
+                    id,
+                    config: Config {
+                        prefix,
+                        watchdog: self.watchdog,
+                        reentrant: self.reentrant,
+                        events: self.events,
+                    },
+                    backend,
+                    wakeup,
+                }),
+            },
         };
         // One line that says which way this client's waiters will wait.
         log::info!("redlease: client ready: {}", client.capabilities());

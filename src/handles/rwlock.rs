@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::PreparedCall;
-use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
-use crate::handle::Core;
-use crate::keys as schema;
+use crate::handles::core::Core;
+use crate::lease::context::Context;
+use crate::lease::reentrancy::{self, HoldKey, Mode};
 use crate::lease::{self, lease_controls, Direct, Holding, Spec, ThreadBound};
-use crate::reentrancy::{self, HoldKey, Mode};
-use crate::scripts::{
+use crate::protocol::keys as schema;
+use crate::protocol::scripts::{
     Args, LOCK_EXTEND, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WATCH, RW_WRITE_ACQUIRE,
     RW_WRITE_RELEASE, ZSET_EXTEND,
 };
@@ -41,7 +41,7 @@ struct Keys {
 }
 
 impl Keys {
-    fn new(client: &Client, n: crate::client::Names) -> Keys {
+    fn new(client: &Context, n: crate::protocol::keys::Names) -> Keys {
         let fence = n.key(schema::FENCE);
         let mut keys = Keys {
             name: n.name().clone(),
@@ -187,7 +187,7 @@ impl WatchArgs<'_> {
 
 /// A named distributed read-write lock: many readers or one writer.
 ///
-/// Made by [`Client::rw_lock`]. Every holder has its own lease (readers are
+/// Made by [`Client::rw_lock`](crate::Client::rw_lock). Every holder has its own lease (readers are
 /// members of a sorted set scored by their expiry in server time), so one
 /// reader's release or crash never ends another's hold. A waiting writer
 /// stops new readers from entering (while it lives: a writer that died
@@ -212,7 +212,7 @@ impl fmt::Debug for RwLock {
 }
 
 impl RwLock {
-    pub(crate) fn new(client: Client, name: &[u8]) -> RwLock {
+    pub(crate) fn new(client: Context, name: &[u8]) -> RwLock {
         let core = Core::new(client, name, Keys::new);
         RwLock { core }
     }
@@ -263,7 +263,7 @@ impl RwLock {
                 backend,
                 look,
                 Instant::now(),
-                crate::renewal::NAME_LOOKS,
+                crate::protocol::looks::NAME_LOOKS,
             ));
         }
         Ok(removed)
@@ -334,7 +334,7 @@ impl RwLock {
     pub fn state(&self) -> Result<(bool, usize)> {
         let keys = self.core.keys()?;
         let (writer, readers): (bool, usize) = self.core.client.backend().eval(
-            &crate::scripts::RW_STATE,
+            &crate::protocol::scripts::RW_STATE,
             &[&keys.writer, &keys.readers],
             &[],
         )?;
@@ -358,7 +358,7 @@ impl RwLock {
         let wakeup = self.core.client.wakeup();
         Open {
             grant_prefix: &keys.grant_prefix,
-            claim: lease::GRANT_CLAIM,
+            claim: crate::protocol::timing::GRANT_CLAIM,
             channel: wakeup.channel(&keys.writer).to_vec(),
             message: wakeup.message(&keys.writer),
         }
@@ -370,7 +370,7 @@ impl RwLock {
     fn watch(&self, keys: &Keys, writer: &[u8]) -> PreparedCall {
         let args = WatchArgs {
             writer,
-            entry: lease::ROOM_ENTRY,
+            entry: crate::protocol::timing::ROOM_ENTRY,
             open: &self.open(keys),
         };
         PreparedCall::new(&RW_WATCH, keys.scripted(), args.argv())
@@ -633,7 +633,7 @@ rw_guard!(WriteGuard, "the write hold");
 
 impl WriteGuard {
     /// The fencing token of this write hold (strictly increasing per name,
-    /// shared with [`Client::lock`] of the same name).
+    /// shared with [`Client::lock`](crate::Client::lock) of the same name).
     pub fn fencing_token(&self) -> u64 {
         self.inner.held().fence
     }

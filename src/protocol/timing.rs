@@ -1,0 +1,54 @@
+//! The grant protocol's windows: how long a hand-over waits to be taken,
+//! how long a waiter blocks, and when a waiter first looks at a name. The
+//! Lua scripts are given these values as arguments; the model checker
+//! (`check/`) explores the scripts with the same values.
+
+use std::time::Duration;
+
+/// How long a waiter that finds no connection to block on waits before it
+/// looks without blocking.
+pub const GRANT_SLICE: Duration = Duration::from_millis(250);
+
+/// How long a waiter stays blocked in one `BLMOVE` when its wait has no
+/// deadline sooner: it sends nothing in between (its queue entry lives
+/// [`ROOM_ENTRY`], renewed at each block), and it keeps its place among the
+/// blocked waiters all that time.
+pub const ROOM_CHUNK: Duration = Duration::from_secs(60);
+
+/// The queue entry life of a waiter blocked in the open list: a chunk and
+/// room for the next round trip. A waiter that dies keeps its entry that
+/// long, yet never stalls the name for more than one claim window: a
+/// release opens the name to the blocked (the dead are not among them),
+/// and a hand-over nobody took purges the queue.
+pub const ROOM_ENTRY: Duration = Duration::from_secs(75);
+
+/// How long a hand-over waits on the open list for a blocked waiter to
+/// take it before it lapses (nobody was blocked: every waiter died, or was
+/// between two round trips); the queue is then purged.
+pub const GRANT_CLAIM: Duration = Duration::from_millis(500);
+
+/// The short first lease a waiter gets when its script takes an open
+/// grant its pop took (lua/queue.lua `queue_take_open`): twice the claim
+/// window.
+pub const POPPED_LEASE: Duration = Duration::from_millis(GRANT_CLAIM.as_millis() as u64 * 2);
+
+/// When a waiter that blocks looks at the name first, counted from the
+/// sending of the attempt that found it busy for `wait` ms, `taken` after
+/// that sending (its reply was read then): when the holder's lease would
+/// end. A reply read later than a hand-over's claim window (the process
+/// froze, the reply was delayed) is stale: a release may have opened the
+/// name meanwhile and, with nobody blocked to take it, the grant lapsed;
+/// only a look finds that, so it looks at once. Found by the model checker
+/// (`check/`, "waiter frozen across a hand-over").
+pub fn first_look(taken: Duration, wait: i64) -> Duration {
+    if taken >= GRANT_CLAIM {
+        return taken;
+    }
+    Duration::from_millis(wait.max(0) as u64)
+}
+
+/// When a release that opened the name to its waiters looks at it again
+/// (its first look, before the renewal thread's margin): once the claim
+/// window of its hand-over has passed.
+pub const NAME_LOOK_AFTER: Duration =
+    Duration::from_millis(GRANT_CLAIM.as_millis() as u64 * 11 / 10);
