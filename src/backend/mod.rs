@@ -13,6 +13,7 @@
 //! re-grants the same hold to the same token.
 
 mod answer;
+mod call;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod fan_out;
@@ -21,6 +22,7 @@ mod pool;
 mod redlock;
 #[cfg(feature = "sentinel")]
 mod sentinel;
+mod settings;
 mod slots;
 mod source;
 mod wire;
@@ -32,217 +34,16 @@ use redis::{FromRedisValue, Value};
 use std::sync::Arc;
 
 use crate::error::{redact_url, Error, ErrorKind, Result};
+pub(crate) use crate::protocol::scripts::Args;
 use crate::protocol::scripts::Lua;
-pub(crate) use crate::protocol::scripts::{Args, Parts};
 
 pub(crate) use answer::Answer;
+pub(crate) use call::{Call, Joined, JoinedArgs, PreparedCall};
 pub(crate) use node::{identify, Blocked, Node, Pop};
 pub(crate) use pool::Manager;
 use redlock::Redlock;
+pub(crate) use settings::{Timeouts, Tls};
 pub(crate) use wire::Wire;
-
-/// Connection settings shared by pooled and dedicated connections.
-#[derive(Clone, Debug)]
-pub(crate) struct Timeouts {
-    pub(crate) connect: Duration,
-    pub(crate) response: Duration,
-    pub(crate) pool: Duration,
-    #[cfg_attr(not(feature = "tls-rustls"), allow(dead_code))]
-    pub(crate) tls: Tls,
-}
-
-/// Certificates for `rediss://`, on every topology.
-#[derive(Clone, Default)]
-#[cfg_attr(not(feature = "tls-rustls"), allow(dead_code))]
-pub(crate) struct Tls {
-    /// Trust these PEM root certificates instead of the system's (the
-    /// server certificate is verified either way).
-    pub(crate) root: Option<Vec<u8>>,
-    /// Present this PEM certificate and key (servers with
-    /// `tls-auth-clients yes`).
-    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
-    /// Our connections' rustls settings, made from the above at the first
-    /// TLS connection and shared by every copy of these settings.
-    #[cfg(feature = "tls-rustls")]
-    pub(crate) rustls: std::sync::Arc<
-        std::sync::OnceLock<std::result::Result<std::sync::Arc<rustls::ClientConfig>, String>>,
-    >,
-}
-
-/// The key never appears, nor the certificates' bytes.
-impl std::fmt::Debug for Tls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tls")
-            .field("root", &self.root.as_ref().map(|r| r.len()))
-            .field("client", &self.client.as_ref().map(|_| "***"))
-            .finish()
-    }
-}
-
-impl Tls {
-    /// The certificates to hand redis-rs, if any were given.
-    #[cfg(feature = "tls-rustls")]
-    pub(crate) fn certificates(&self) -> Option<redis::TlsCertificates> {
-        if self.root.is_none() && self.client.is_none() {
-            return None;
-        }
-        Some(redis::TlsCertificates {
-            client_tls: self
-                .client
-                .as_ref()
-                .map(|(cert, key)| redis::ClientTlsConfig {
-                    client_cert: cert.clone(),
-                    client_key: key.clone(),
-                }),
-            root_cert: self.root.clone(),
-        })
-    }
-}
-
-/// One script call: the script, its keys and its arguments.
-#[derive(Clone, Copy)]
-pub(crate) struct Call<'a> {
-    pub(crate) lua: &'static Lua,
-    pub(crate) keys: Parts<'a>,
-    pub(crate) args: Parts<'a>,
-}
-
-impl<'a> Call<'a> {
-    /// The same script on the same keys with other arguments.
-    pub(crate) fn with_args<'b>(&self, args: &'b Args) -> Call<'b>
-    where
-        'a: 'b,
-    {
-        Call {
-            lua: self.lua,
-            keys: self.keys,
-            args: Parts::Encoded(args),
-        }
-    }
-
-    /// This call as one raw command, for pipelines and fire-and-forget
-    /// sends (which cannot fall back on `NOSCRIPT` the way an invocation
-    /// does): `EVALSHA <hash>`, or with `text` the self-contained
-    /// `EVAL <code>`.
-    pub(crate) fn command(&self, text: bool) -> redis::Cmd {
-        let mut cmd = if text {
-            let mut c = redis::cmd("EVAL");
-            c.arg(self.lua.code);
-            c
-        } else {
-            let mut c = redis::cmd("EVALSHA");
-            c.arg(self.lua.script.get_hash());
-            c
-        };
-        cmd.arg(self.keys.len());
-        for k in self.keys.iter() {
-            cmd.arg(k);
-        }
-        for a in self.args.iter() {
-            cmd.arg(a);
-        }
-        cmd
-    }
-}
-
-/// An owned script call, kept for later (a release, a renewal).
-#[derive(Clone)]
-pub(crate) struct PreparedCall {
-    pub(crate) lua: &'static Lua,
-    /// Shared: a handle's calls name the same keys, made once per handle
-    /// (an acquisition builds several calls; each key copied into each
-    /// was most of the allocations its spec cost).
-    pub(crate) keys: Arc<[Vec<u8>]>,
-    pub(crate) args: Args,
-}
-
-impl PreparedCall {
-    pub(crate) fn new(
-        lua: &'static Lua,
-        keys: impl Into<Arc<[Vec<u8>]>>,
-        args: Args,
-    ) -> PreparedCall {
-        PreparedCall {
-            lua,
-            keys: keys.into(),
-            args,
-        }
-    }
-
-    pub(crate) fn call(&self) -> Call<'_> {
-        Call {
-            lua: self.lua,
-            keys: Parts::Owned(&self.keys),
-            args: Parts::Encoded(&self.args),
-        }
-    }
-
-    /// Several calls of one script that takes several names in a run
-    /// (`Lua::per_name`) as one call: each call's keys but the last, then
-    /// the last (the fence floor, which they must share), and their
-    /// arguments in turn. Its reply is an array of what each call would
-    /// have answered, in order. `None` when they cannot go as one: other
-    /// scripts, a script that does not repeat, another shape of call, or
-    /// different floors (servers or slots).
-    ///
-    /// One script run instead of several: each run costs the server about
-    /// 10 µs of its own (setting up the run, its closures) before any of
-    /// the script's calls.
-    pub(crate) fn together<'a>(calls: &[&'a PreparedCall]) -> Option<Joined<'a>> {
-        let first = calls.first()?;
-        let (keys, args) = first.lua.per_name?;
-        let floor = first.keys.last()?;
-        let fits = |c: &&PreparedCall| {
-            std::ptr::eq(c.lua, first.lua)
-                && c.keys.len() == keys + 1
-                && c.args.len() == args
-                && c.keys.last() == Some(floor)
-        };
-        if !calls.iter().all(fits) {
-            return None;
-        }
-        let mut all_keys: Vec<&[u8]> = Vec::with_capacity(calls.len() * keys + 1);
-        let mut all_args: Vec<&Args> = Vec::with_capacity(calls.len());
-        for c in calls {
-            all_keys.extend(c.keys[..keys].iter().map(Vec::as_slice));
-            all_args.push(&c.args);
-        }
-        all_keys.push(floor);
-        Some(Joined {
-            lua: first.lua,
-            keys: all_keys,
-            args: JoinedArgs::Runs(all_args),
-        })
-    }
-}
-
-/// Several calls as one, borrowing their keys and arguments (see
-/// [`PreparedCall::together`]).
-pub(crate) struct Joined<'a> {
-    pub(crate) lua: &'static Lua,
-    pub(crate) keys: Vec<&'a [u8]>,
-    pub(crate) args: JoinedArgs<'a>,
-}
-
-/// A [`Joined`] call's arguments: some of each call's, or each call's
-/// whole, one call's after another's.
-pub(crate) enum JoinedArgs<'a> {
-    Picked(Vec<&'a [u8]>),
-    Runs(Vec<&'a Args>),
-}
-
-impl Joined<'_> {
-    pub(crate) fn call(&self) -> Call<'_> {
-        Call {
-            lua: self.lua,
-            keys: Parts::Borrowed(&self.keys),
-            args: match &self.args {
-                JoinedArgs::Picked(a) => Parts::Borrowed(a),
-                JoinedArgs::Runs(a) => Parts::Runs(a),
-            },
-        }
-    }
-}
 
 enum Kind {
     Single(Box<Node>),

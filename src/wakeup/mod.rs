@@ -16,22 +16,26 @@
 //! releases and immediately asks again queues behind the threads already
 //! waiting instead of winning every race against their wake-up.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
-
 use crate::backend::Backend;
-use crate::error::{ErrorKind, Result};
+use crate::error::Result;
 use crate::util::mutex::lock;
 
+mod deadlines;
+mod lines;
 mod sharded;
 mod subscriber;
 mod tries;
 mod watch;
 
+use deadlines::{block_for, SHORT_WAIT};
+pub(crate) use deadlines::{blocks_now, deadline_after, waited};
+pub(crate) use lines::Turns;
+use lines::{Membership, Queues, Waiter};
 use sharded::Shards;
 use subscriber::subscriber;
 use tries::{Step, Tries};
@@ -106,66 +110,11 @@ pub(crate) struct Wait<'a> {
     pub(crate) watch: Option<OnHandOver>,
 }
 
-/// A waiting thread's wake-up slot: `true` = a release (or other event)
-/// of its key was announced, `false` = a nudge to look again (a reconnect,
-/// a turn passed on).
-struct Waiter {
-    tx: Sender<bool>,
-    rx: Receiver<bool>,
-    /// The local line it waits in (see [`Turns::Local`]).
-    line: u32,
-}
-
-impl Waiter {
-    fn new(line: u32) -> Arc<Waiter> {
-        // Capacity 1: wake-ups coalesce, and a wake-up sent between a failed
-        // attempt and the wait is kept, so it is never missed.
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        Arc::new(Waiter { tx, rx, line })
-    }
-
-    fn wake(&self) {
-        let _ = self.tx.try_send(false);
-    }
-
-    fn signal(&self) {
-        let _ = self.tx.try_send(true);
-    }
-}
-
 #[derive(Default)]
 struct SubState {
     started: bool,
     connected: bool,
 }
-
-/// How the waiters of one key take turns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Turns {
-    /// Local FIFO lines: only the head of each line retries in Redis. One
-    /// line for exclusive primitives; a plain semaphore has one per permit
-    /// count, since a request that fits may pass one that does not (the
-    /// server lets it), and a thread must not wait behind a larger request
-    /// of its own client while the permits it asks for are free.
-    Local(u32),
-    /// Every waiter retries on each wake-up; Redis decides the order (fair
-    /// primitives keep their own queue there).
-    Server,
-}
-
-impl Turns {
-    /// Server-ordered for fair primitives (their queue is in Redis), local
-    /// FIFO otherwise.
-    pub(crate) fn fair(fair: bool) -> Turns {
-        if fair {
-            Turns::Server
-        } else {
-            Turns::Local(0)
-        }
-    }
-}
-
-type Queues = HashMap<(Vec<u8>, bool), VecDeque<Arc<Waiter>>>;
 
 struct Shared {
     channel: Vec<u8>,
@@ -518,47 +467,6 @@ impl Wakeup {
 }
 
 impl Shared {
-    /// Whether a waiter of ours waits in `line` of `key`.
-    fn has_queue(&self, key: &[u8], line: u32) -> bool {
-        lock(&self.queues)
-            .get(&(key.to_vec(), false))
-            .is_some_and(|q| q.iter().any(|w| w.line == line))
-    }
-
-    fn is_head(&self, key: &[u8], waiter: &Arc<Waiter>) -> bool {
-        lock(&self.queues)
-            .get(&(key.to_vec(), false))
-            .and_then(|q| q.iter().find(|w| w.line == waiter.line))
-            .is_some_and(|h| Arc::ptr_eq(h, waiter))
-    }
-
-    /// Wakes the local heads of `key`, and every server-ordered waiter.
-    fn notify(&self, key: &[u8]) {
-        let queues = lock(&self.queues);
-        if queues.is_empty() {
-            // Nobody in this client waits (most releases): no key to build.
-            return;
-        }
-        let mut k = (key.to_vec(), false);
-        for head in queues.get(&k).into_iter().flat_map(heads) {
-            head.signal();
-        }
-        k.1 = true;
-        for w in queues.get(&k).into_iter().flatten() {
-            w.signal();
-        }
-    }
-
-    fn notify_all(&self) {
-        for ((_, server), q) in lock(&self.queues).iter() {
-            if *server {
-                q.iter().for_each(|w| w.wake());
-            } else {
-                heads(q).for_each(|w| w.wake());
-            }
-        }
-    }
-
     /// A message `<client id>:<key>` wakes this client's waiters of `key`,
     /// whichever client sent it. Our own client's messages included: a
     /// release of ours woke the local head directly too (one wake more, at
@@ -667,64 +575,6 @@ fn hash_tag(key: &[u8]) -> Option<&[u8]> {
     (len > 0).then(|| &key[open..open + len + 2])
 }
 
-/// The first waiter of each line of a local queue, in one pass (lines are
-/// few: one per permit count asked for).
-fn heads(q: &VecDeque<Arc<Waiter>>) -> impl Iterator<Item = &Arc<Waiter>> {
-    let mut seen: Vec<u32> = Vec::new();
-    q.iter().filter(move |w| {
-        let first = !seen.contains(&w.line);
-        if first {
-            seen.push(w.line);
-        }
-        first
-    })
-}
-
-/// A place in a key's local queue; leaving it wakes the next waiter.
-struct Membership<'a> {
-    shared: &'a Shared,
-    key: (Vec<u8>, bool),
-    waiter: Arc<Waiter>,
-}
-
-impl<'a> Membership<'a> {
-    fn join(shared: &'a Shared, key: &[u8], server: bool, waiter: Arc<Waiter>) -> Membership<'a> {
-        let key = (key.to_vec(), server);
-        lock(&shared.queues)
-            .entry(key.clone())
-            .or_default()
-            .push_back(waiter.clone());
-        Membership {
-            shared,
-            key,
-            waiter,
-        }
-    }
-}
-
-impl Drop for Membership<'_> {
-    fn drop(&mut self) {
-        let mut queues = lock(&self.shared.queues);
-        let mut emptied = None;
-        if let Some(q) = queues.get_mut(&self.key) {
-            q.retain(|w| !Arc::ptr_eq(w, &self.waiter));
-            if q.is_empty() {
-                emptied = queues.remove_entry(&self.key);
-            } else if !self.key.1 {
-                // The next in our line is its head now.
-                if let Some(next) = q.iter().find(|w| w.line == self.waiter.line) {
-                    next.wake();
-                }
-            }
-        }
-        drop(queues);
-        // A waiter that got the name leaves here on its way to returning
-        // the guard: its line and channel are freed off that path.
-        let key = std::mem::take(&mut self.key.0);
-        crate::util::deferred::drop_later((emptied, key, self.waiter.clone()));
-    }
-}
-
 /// [`Wakeup::acquire`]'s fast path: attempts until one says to wait.
 /// `Some` when that decided the outcome (acquired, failed, or the
 /// deadline passed).
@@ -768,66 +618,4 @@ fn wait_for_message(
     if let (Ok(true), Some(flag)) = (waiter.rx.recv_timeout(wait), signalled) {
         flag.set(true);
     }
-}
-
-/// Whether a wait with this deadline is still long enough to block on the
-/// server: the server times a blocked pop out in steps of its clock tick
-/// (100 ms at the default `hz 10`), so a 5 ms wait blocked there lasted up
-/// to 100 ms. A wait shorter than [`SHORT_WAIT`] waits for a message, which
-/// wakes it as soon and keeps its deadline to the millisecond; so does the
-/// last [`SHORT_WAIT`] of a longer one (its blocks end before: see
-/// [`block_for`]). Asked again as the wait goes on, by the waiting loop and
-/// by the waiter's attempts, which say in their queue entry that they wait
-/// for messages (`Direct::by_message`, the latch's message registration)
-/// once it is `false`: time only moves on, so both sides agree from then on.
-/// Not asked for a waiter that keeps blocking ([`Wait::keeps_blocking`]).
-pub(crate) fn worth_blocking(deadline: Option<Instant>) -> bool {
-    deadline.is_none_or(|d| d.saturating_duration_since(Instant::now()) >= SHORT_WAIT)
-}
-
-/// Whether a waiter that can block for a direct grant does so now: the
-/// server grants directly (an old ACL may refuse it meanwhile), and the
-/// waiter keeps blocking or its deadline is far enough
-/// ([`worth_blocking`]). The waiting loop and the waiter's attempts (the
-/// queue entry they write) both ask this, so they agree.
-pub(crate) fn blocks_now(
-    backend: &Backend,
-    keeps_blocking: bool,
-    deadline: Option<Instant>,
-) -> bool {
-    backend.grants_directly() && (keeps_blocking || worth_blocking(deadline))
-}
-
-/// See [`worth_blocking`].
-const SHORT_WAIT: Duration = Duration::from_secs(1);
-
-/// How long the next direct-grant round trip blocks: a slice, cut to end
-/// `tail` before the deadline ([`SHORT_WAIT`]: the server may time it out
-/// up to a clock tick late, and the rest of the wait is spent on messages,
-/// see [`worth_blocking`]; zero for a waiter that keeps blocking); `None`
-/// when under a millisecond is left to block.
-fn block_for(slice: Duration, deadline: Option<Instant>, tail: Duration) -> Option<Duration> {
-    let left = deadline.map(|d| {
-        d.saturating_duration_since(Instant::now())
-            .saturating_sub(tail)
-    });
-    let b = left.map_or(slice, |l| l.min(slice));
-    (b >= Duration::from_millis(1)).then_some(b)
-}
-
-/// The result of a wait without deadline: it ends with the hold or an
-/// error, never with a timeout. Should that ever break, it is an error, not
-/// a panic in the caller's thread.
-pub(crate) fn waited<T>(r: Option<T>) -> Result<T> {
-    r.ok_or_else(|| {
-        crate::error::Error::new(
-            ErrorKind::Server,
-            "internal: a wait without deadline ended without the hold",
-        )
-    })
-}
-
-/// The instant `d` from now, or `None` (wait forever) if that overflows.
-pub(crate) fn deadline_after(d: Duration) -> Option<Instant> {
-    Instant::now().checked_add(d)
 }

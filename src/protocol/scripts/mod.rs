@@ -17,8 +17,13 @@
 //! time. With the comments, `SCRIPT LOAD` of the lock's release alone was
 //! 16 KB, and a multi-lock's undo on a stalled 6.2 server never ran.
 
+mod args;
+
+pub(crate) use args::{millis, Args, Parts};
+use args::{push_bulk, push_decimal, u128_digits};
+
 use once_cell::sync::Lazy;
-use redis::{ConnectionLike, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
+use redis::Script;
 
 /// A script and its source text.
 pub(crate) struct Lua {
@@ -33,13 +38,13 @@ pub(crate) struct Lua {
 
 /// The preludes a script may name in its `-- Uses` line.
 const PRELUDES: &[(&str, &str)] = &[
-    ("clock.lua", include_str!("../../lua/clock.lua")),
-    ("took.lua", include_str!("../../lua/took.lua")),
-    ("fence.lua", include_str!("../../lua/fence.lua")),
-    ("publish.lua", include_str!("../../lua/publish.lua")),
-    ("queue.lua", include_str!("../../lua/queue.lua")),
-    ("sem_grant.lua", include_str!("../../lua/sem_grant.lua")),
-    ("rw_grant.lua", include_str!("../../lua/rw_grant.lua")),
+    ("clock.lua", include_str!("../../../lua/clock.lua")),
+    ("took.lua", include_str!("../../../lua/took.lua")),
+    ("fence.lua", include_str!("../../../lua/fence.lua")),
+    ("publish.lua", include_str!("../../../lua/publish.lua")),
+    ("queue.lua", include_str!("../../../lua/queue.lua")),
+    ("sem_grant.lua", include_str!("../../../lua/sem_grant.lua")),
+    ("rw_grant.lua", include_str!("../../../lua/rw_grant.lua")),
 ];
 
 /// The preludes `body` names in its header's `-- Uses` line, in order.
@@ -147,26 +152,6 @@ impl Lua {
         }
     }
 
-    /// Runs this script on `con` with these keys and arguments: one
-    /// `EVALSHA`, packed straight into the bytes the server reads (see
-    /// [`Lua::packed`]); on `NOSCRIPT` (a restart, `SCRIPT FLUSH`) the
-    /// script is loaded and the same bytes sent again.
-    pub(crate) fn invoke<'a, T: FromRedisValue>(
-        &self,
-        con: &mut dyn ConnectionLike,
-        keys: impl Into<Parts<'a>>,
-        args: impl Into<Parts<'a>>,
-    ) -> RedisResult<T> {
-        let packed = self.packed(keys, args);
-        match run(con, &packed) {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                self.script.load(con)?;
-                run(con, &packed)
-            }
-            other => other,
-        }
-    }
-
     /// This script's `EVALSHA` with these keys and arguments, as the
     /// server reads it (RESP), in one buffer sized up front. The lock's
     /// release is on the handoff's critical path: redis-rs's
@@ -240,307 +225,15 @@ impl Lua {
     }
 }
 
-/// A call's keys, or its arguments: each in a buffer of its own, all in
-/// one (`Args`), or borrowed from other calls (several calls put together
-/// as one run, see `PreparedCall::together`, without copying a byte of
-/// theirs: the copies were a tenth of a multi-lock's cost on the client):
-/// picked one by one, or each call's arguments whole, one after another.
-#[derive(Clone, Copy)]
-pub(crate) enum Parts<'a> {
-    Owned(&'a [Vec<u8>]),
-    Borrowed(&'a [&'a [u8]]),
-    Encoded(&'a Args),
-    Runs(&'a [&'a Args]),
-}
-
-impl<'a> Parts<'a> {
-    pub(crate) fn len(self) -> usize {
-        match self {
-            Parts::Owned(p) => p.len(),
-            Parts::Borrowed(p) => p.len(),
-            Parts::Encoded(p) => p.len(),
-            Parts::Runs(p) => p.iter().map(|a| a.len()).sum(),
-        }
-    }
-
-    pub(crate) fn get(self, i: usize) -> Option<&'a [u8]> {
-        match self {
-            Parts::Owned(p) => p.get(i).map(Vec::as_slice),
-            Parts::Borrowed(p) => p.get(i).copied(),
-            Parts::Encoded(_) | Parts::Runs(_) => self.iter().nth(i),
-        }
-    }
-
-    /// The key a call is routed by on Cluster.
-    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
-    pub(crate) fn first(self) -> Option<&'a [u8]> {
-        self.get(0)
-    }
-
-    pub(crate) fn iter(self) -> PartsIter<'a> {
-        let (run, runs) = match self {
-            Parts::Encoded(a) => (Some(a), &[][..]),
-            Parts::Runs(r) => (r.first().copied(), r.get(1..).unwrap_or_default()),
-            _ => (None, &[][..]),
-        };
-        PartsIter {
-            parts: self,
-            next: 0,
-            run,
-            runs,
-            at: 0,
-        }
-    }
-}
-
-/// [`Parts::iter`]: in order, without looking each part up from the start
-/// (an `Args` is read front to back).
-#[derive(Clone)]
-pub(crate) struct PartsIter<'a> {
-    parts: Parts<'a>,
-    next: usize,
-    /// `Parts::Encoded` and `Parts::Runs`: the arguments being read, those
-    /// after them, and where the next part's encoding starts.
-    run: Option<&'a Args>,
-    runs: &'a [&'a Args],
-    at: usize,
-}
-
-impl<'a> Iterator for PartsIter<'a> {
-    type Item = &'a [u8];
-
-    fn next(&mut self) -> Option<&'a [u8]> {
-        let part = match self.parts {
-            Parts::Encoded(_) | Parts::Runs(_) => loop {
-                let run = self.run?;
-                if let Some((part, end)) = run.part_at(self.at) {
-                    self.at = end;
-                    break part;
-                }
-                self.run = self.runs.first().copied();
-                self.runs = self.runs.get(1..).unwrap_or_default();
-                self.at = 0;
-            },
-            other => other.get(self.next)?,
-        };
-        self.next += 1;
-        Some(part)
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        let left = self.parts.len().saturating_sub(self.next);
-        (left, Some(left))
-    }
-}
-
-impl ExactSizeIterator for PartsIter<'_> {}
-
-impl<'a> From<&'a [Vec<u8>]> for Parts<'a> {
-    fn from(p: &'a [Vec<u8>]) -> Parts<'a> {
-        Parts::Owned(p)
-    }
-}
-
-impl<'a> From<&'a [&'a [u8]]> for Parts<'a> {
-    fn from(p: &'a [&'a [u8]]) -> Parts<'a> {
-        Parts::Borrowed(p)
-    }
-}
-
-impl<'a> From<&'a Args> for Parts<'a> {
-    fn from(p: &'a Args) -> Parts<'a> {
-        Parts::Encoded(p)
-    }
-}
-
-/// A kept call's arguments, in one buffer, each already as the server
-/// reads it (`$<len>\r\n<bytes>\r\n`): one allocation for all of them,
-/// and packing a call copies them in one piece. Each argument in a
-/// `Vec<u8>` of its own was about half the allocations of a lock's cycle
-/// (a spec builds several calls of about ten arguments each), and the
-/// allocator a fifth of the client's time in a multi-lock's.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub(crate) struct Args {
-    resp: Vec<u8>,
-    count: usize,
-}
-
-impl std::fmt::Debug for Args {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list()
-            .entries(self.iter().map(String::from_utf8_lossy))
-            .finish()
-    }
-}
-
-impl Args {
-    /// Room for the arguments a script call usually has (a handful of
-    /// tokens, keys' prefixes and numbers) without growing.
-    const ROOM: usize = 256;
-
-    pub(crate) fn new() -> Args {
-        Args {
-            resp: Vec::with_capacity(Self::ROOM),
-            count: 0,
-        }
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.count
-    }
-
-    /// Appends one argument.
-    pub(crate) fn push(&mut self, part: &[u8]) {
-        push_bulk(&mut self.resp, part);
-        self.count += 1;
-    }
-
-    /// Appends a duration in whole milliseconds (see [`millis`]).
-    pub(crate) fn push_millis(&mut self, d: std::time::Duration) {
-        self.push_number(d.as_millis());
-    }
-
-    /// Appends a number in decimal.
-    pub(crate) fn push_number(&mut self, n: impl Into<u128>) {
-        let mut digits = [0u8; 40];
-        self.push(u128_digits(&mut digits, n.into()));
-    }
-
-    /// Appends a yes/no argument: the word the script tests for, or empty.
-    pub(crate) fn push_word(&mut self, on: bool, word: &str) {
-        self.push(if on { word.as_bytes() } else { b"" });
-    }
-
-    pub(crate) fn get(&self, i: usize) -> Option<&[u8]> {
-        Parts::Encoded(self).get(i)
-    }
-
-    pub(crate) fn iter(&self) -> PartsIter<'_> {
-        Parts::Encoded(self).iter()
-    }
-
-    /// Replaces argument `i` (if there is one) with `part`, in place.
-    pub(crate) fn set(&mut self, i: usize, part: &[u8]) {
-        let mut at = 0;
-        for _ in 0..i {
-            match self.part_at(at) {
-                Some((_, end)) => at = end,
-                None => return,
-            }
-        }
-        let Some((_, end)) = self.part_at(at) else {
-            return;
-        };
-        let mut encoded = Vec::with_capacity(part.len() + 24);
-        push_bulk(&mut encoded, part);
-        self.resp.splice(at..end, encoded);
-    }
-
-    /// Replaces the last argument (if there is one) with `part`.
-    pub(crate) fn set_last(&mut self, part: &[u8]) {
-        if let Some(last) = self.count.checked_sub(1) {
-            self.set(last, part);
-        }
-    }
-
-    /// The arguments as the server reads them, one after another.
-    pub(crate) fn resp(&self) -> &[u8] {
-        &self.resp
-    }
-
-    /// The argument whose encoding starts at byte `at`, and where the next
-    /// one starts. Only `push` and `set` write the buffer, so every
-    /// encoding is whole; `None` at the end.
-    fn part_at(&self, at: usize) -> Option<(&[u8], usize)> {
-        let rest = self.resp.get(at..)?.strip_prefix(b"$")?;
-        let mut len = 0usize;
-        let mut digits = 0;
-        for &b in rest {
-            if !b.is_ascii_digit() {
-                break;
-            }
-            len = len.checked_mul(10)?.checked_add(usize::from(b - b'0'))?;
-            digits += 1;
-        }
-        let start = at + 1 + digits + 2;
-        let part = self.resp.get(start..start.checked_add(len)?)?;
-        Some((part, start + len + 2))
-    }
-}
-
-impl<T: AsRef<[u8]>> FromIterator<T> for Args {
-    fn from_iter<I: IntoIterator<Item = T>>(parts: I) -> Args {
-        let mut args = Args::new();
-        for p in parts {
-            args.push(p.as_ref());
-        }
-        args
-    }
-}
-
-/// One packed command's reply, an error reply as an error.
-fn run<T: FromRedisValue>(con: &mut dyn ConnectionLike, packed: &[u8]) -> RedisResult<T> {
-    Ok(redis::from_redis_value(
-        con.req_packed_command(packed)?.extract_error()?,
-    )?)
-}
-
-/// `part` as a RESP bulk string: `$<len>\r\n<bytes>\r\n`.
-fn push_bulk(out: &mut Vec<u8>, part: &[u8]) {
-    out.push(b'$');
-    push_decimal(out, part.len());
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(part);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// `n` in decimal, without a `String` of its own.
-fn push_decimal(out: &mut Vec<u8>, n: usize) {
-    let mut digits = [0u8; 40];
-    out.extend_from_slice(u128_digits(&mut digits, n as u128));
-}
-
-/// `n` in decimal, written at the end of `digits` (39 digits hold any
-/// `u128`).
-fn u128_digits(digits: &mut [u8; 40], mut n: u128) -> &[u8] {
-    let mut at = digits.len();
-    // Every number sent fits 64 bits, whose division is a tenth of the
-    // cost of a 128-bit one (a library call).
-    if let Ok(mut n) = u64::try_from(n) {
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                return &digits[at..];
-            }
-        }
-    }
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    &digits[at..]
-}
-
-/// A script's duration argument, in whole milliseconds.
-pub(crate) fn millis(d: std::time::Duration) -> Vec<u8> {
-    d.as_millis().to_string().into_bytes()
-}
-
 macro_rules! script {
     ($name:ident, $file:literal) => {
         pub(crate) static $name: Lazy<Lua> =
-            Lazy::new(|| Lua::new(include_str!(concat!("../../lua/", $file)), None));
+            Lazy::new(|| Lua::new(include_str!(concat!("../../../lua/", $file)), None));
     };
     ($name:ident, $file:literal, per_name($keys:literal, $args:literal)) => {
         pub(crate) static $name: Lazy<Lua> = Lazy::new(|| {
             Lua::new(
-                include_str!(concat!("../../lua/", $file)),
+                include_str!(concat!("../../../lua/", $file)),
                 Some(($keys, $args)),
             )
         });
@@ -742,10 +435,10 @@ mod tests {
         assert!(LOCK_ACQUIRE.code.starts_with(&compact(PRELUDES[0].1)));
         assert!(LOCK_ACQUIRE
             .code
-            .ends_with(&compact(include_str!("../../lua/lock_acquire.lua"))));
+            .ends_with(&compact(include_str!("../../../lua/lock_acquire.lua"))));
         assert_eq!(
             LATCH_SET.code,
-            compact(include_str!("../../lua/latch_set.lua"))
+            compact(include_str!("../../../lua/latch_set.lua"))
         );
     }
 
