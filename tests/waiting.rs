@@ -924,6 +924,65 @@ fn idle_writers_cost_the_server_nothing() {
     assert!(fences.iter().all(|&f| f > old), "{fences:?}");
 }
 
+/// Issue 57 item 14: a writer blocked behind a read hold is looked at
+/// every 5 s (the look cap: the readers' leases run longer), and each look
+/// cost six commands (the script, `PTTL`, `TIME`, `ZRANGEBYSCORE` and two
+/// `EXISTS`): 1.2 a second per waiter, with 20 or 40 separate clients.
+/// One `EXISTS` now asks for the open list and the waiting readers at
+/// once: five commands a look, 1.0 a second (`cargo bench --bench idle`,
+/// `rw_write_behind_reader`). Counted per look, so the window's phase
+/// against the looks cannot move the figure.
+#[test]
+fn writers_behind_a_read_hold_cost_a_command_a_second() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let mut con = server.con();
+    // A fixed lease: the holder's renewals are not the waiters' cost.
+    let g = holder
+        .rw_lock("idle:rwr")
+        .lease(Duration::from_secs(60))
+        .read()
+        .unwrap();
+    let waiters: Vec<_> = (0..5)
+        .map(|_| {
+            let w = no_poll(&server.url()).rw_lock("idle:rwr");
+            std::thread::spawn(move || {
+                let g = w.write_timeout(Duration::from_secs(40)).unwrap();
+                g.map(|g| g.fencing_token())
+            })
+        })
+        .collect();
+    assert!(eventually(Duration::from_secs(5), || con
+        .zcard::<_, usize>("{idle:rwr}:rw:wq")
+        .unwrap()
+        == 5));
+    // Every waiter's first look made (it loads the script once).
+    std::thread::sleep(Duration::from_secs(6));
+    let before = commandstats(&mut con);
+    let window = Duration::from_secs(11);
+    std::thread::sleep(window);
+    let after = commandstats(&mut con);
+    let mut between = commands_between(&before, &after);
+    common::without_script_loads(&mut between);
+    let looks = between.get("evalsha").copied().unwrap_or(0);
+    let sent = sum(between.clone());
+    let per_look = sent as f64 / looks.max(1) as f64;
+    println!(
+        "FIGURES 5 writers behind a read hold over 11 s: {looks} looks, \
+         {per_look:.2} commands a look, {:.2}/s each",
+        sent as f64 / 5.0 / window.as_secs_f64()
+    );
+    // Looks come at most every 5 s: 2 or 3 each in the window.
+    assert!((5..=15).contains(&looks), "{looks} looks: {between:?}");
+    // Before: 6.0.
+    assert!(per_look <= 5.0, "{per_look:.2} a look: {between:?}");
+    // Every one of them still gets the write hold once the reader leaves.
+    g.release().unwrap();
+    for t in waiters {
+        assert!(t.join().unwrap().is_some(), "every writer gets the lock");
+    }
+}
+
 /// The child side: waits for `REDLEASE_WAITING_K` permits of the fair
 /// semaphore "line" (3 permits), saying when it has them.
 #[test]
