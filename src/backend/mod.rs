@@ -39,7 +39,7 @@ use crate::protocol::scripts::Lua;
 
 pub(crate) use answer::Answer;
 pub(crate) use call::{Call, Joined, JoinedArgs, PreparedCall};
-pub(crate) use node::{identify, Blocked, Node, Pop};
+pub(crate) use node::{identify, Blocked, BlockingGrant, Node, Pop};
 pub(crate) use pool::Manager;
 use redlock::Redlock;
 pub(crate) use settings::{Timeouts, Tls};
@@ -520,23 +520,12 @@ impl Backend {
     /// for a grant pushed onto the name's open list, which the pop alone
     /// takes (a lock) or the script run in the same round trip does (see
     /// `Node::grant_blocking`). Only where [`Backend::grants_directly`].
-    pub(crate) fn grant_blocking(
-        &self,
-        pop: &Pop<'_>,
-        block: Duration,
-        call: &Call<'_>,
-        undo: &Call<'_>,
-        deadline: Option<Instant>,
-    ) -> Result<Blocked> {
+    pub(crate) fn grant_blocking(&self, grant: &BlockingGrant<'_>) -> Result<Blocked> {
         let place = &self.place;
         (match &self.kind {
-            Kind::Single(node) if self.replica_ack.is_none() => {
-                node.grant_blocking(pop, block, call, undo, deadline)
-            }
+            Kind::Single(node) if self.replica_ack.is_none() => node.grant_blocking(grant),
             #[cfg(feature = "cluster")]
-            Kind::Cluster(c) if self.replica_ack.is_none() => {
-                c.grant_blocking(pop, block, call, undo, deadline)
-            }
+            Kind::Cluster(c) if self.replica_ack.is_none() => c.grant_blocking(grant),
             _ => Err(unsupported()),
         })
         .map_err(|e| e.at(place))

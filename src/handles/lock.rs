@@ -38,13 +38,6 @@ struct Keys {
     extended_claiming: Arc<[Vec<u8>]>,
 }
 
-impl Keys {
-    /// The shared keys of the scripts (see the field).
-    fn scripted(&self) -> Arc<[Vec<u8>]> {
-        self.scripted.clone()
-    }
-}
-
 /// Where and how a hand-over is announced (lua/queue.lua `announce`): the
 /// wake-up channel and message, and whether every waiter of the name
 /// queues (`queued`: then only waiters that wait for messages are told).
@@ -397,7 +390,7 @@ impl Lock {
                 keep: backend.is_redlock(),
                 leave,
             };
-            PreparedCall::new(&LOCK_RELEASE, keys.scripted(), args.argv())
+            PreparedCall::new(&LOCK_RELEASE, keys.scripted.clone(), args.argv())
         };
         let leave = queues.then(|| Arc::new(release(true)));
         let grant = |queue_ttl: Duration, blocks: bool| {
@@ -410,7 +403,7 @@ impl Lock {
                 announce: &announce,
                 blocks,
             };
-            PreparedCall::new(&LOCK_ACQUIRE, keys.scripted(), args.argv())
+            PreparedCall::new(&LOCK_ACQUIRE, keys.scripted.clone(), args.argv())
         };
         // The renewal thread's look at the lock (lua/lock_watch.lua): for
         // this waiter while it is blocked, and (no token) for the name once
@@ -467,7 +460,7 @@ impl Lock {
             claim: crate::protocol::timing::GRANT_CLAIM,
             announce,
         };
-        PreparedCall::new(&LOCK_WATCH, keys.scripted(), args.argv())
+        PreparedCall::new(&LOCK_WATCH, keys.scripted.clone(), args.argv())
     }
 
     /// lua/lock_extend.lua for `token`'s hold of `lease_ms`. Where it may

@@ -66,11 +66,6 @@ impl Keys {
         ]);
         keys
     }
-
-    /// The shared keys of the scripts (see the field).
-    fn scripted(&self) -> Arc<[Vec<u8>]> {
-        self.scripted.clone()
-    }
 }
 
 /// Where a hand-over of the write hold goes (lua/rw_grant.lua `rw_open`):
@@ -373,7 +368,7 @@ impl RwLock {
             entry: crate::protocol::timing::ROOM_ENTRY,
             open: &self.open(keys),
         };
-        PreparedCall::new(&RW_WATCH, keys.scripted(), args.argv())
+        PreparedCall::new(&RW_WATCH, keys.scripted.clone(), args.argv())
     }
 
     /// What a read acquisition with `token` sends (see `lease::Spec`).
@@ -400,7 +395,7 @@ impl RwLock {
                 open: &open,
                 leave,
             };
-            PreparedCall::new(&RW_READ_RELEASE, keys.scripted(), args.argv())
+            PreparedCall::new(&RW_READ_RELEASE, keys.scripted.clone(), args.argv())
         };
         let leave = waits.then(|| Arc::new(release(true)));
         let grant = ReadAcquireArgs {
@@ -420,7 +415,7 @@ impl RwLock {
             patient: true,
             lease,
             watchdog: self.core.lease.is_none(),
-            grant: PreparedCall::new(&RW_READ_ACQUIRE, keys.scripted(), grant.argv()),
+            grant: PreparedCall::new(&RW_READ_ACQUIRE, keys.scripted.clone(), grant.argv()),
             fence: None,
             release: release(false),
             extend: PreparedCall::new(
@@ -470,7 +465,7 @@ impl RwLock {
                 open: &open,
                 blocks,
             };
-            PreparedCall::new(&RW_WRITE_ACQUIRE, keys.scripted(), args.argv())
+            PreparedCall::new(&RW_WRITE_ACQUIRE, keys.scripted.clone(), args.argv())
         };
         let release = |leave: bool| {
             let args = ReleaseArgs {
@@ -478,7 +473,7 @@ impl RwLock {
                 open: &open,
                 leave,
             };
-            PreparedCall::new(&RW_WRITE_RELEASE, keys.scripted(), args.argv())
+            PreparedCall::new(&RW_WRITE_RELEASE, keys.scripted.clone(), args.argv())
         };
         let leave = waits.then(|| Arc::new(release(true)));
         Spec {

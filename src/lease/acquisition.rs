@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{hold, taken_by_pop, valid_for, Grant, Reentry, Spec};
-use crate::backend::{Answer, Blocked, Pop};
+use crate::backend::{Answer, Blocked, BlockingGrant, Pop};
 use crate::error::{Error, Result};
 use crate::lease::context::Context;
 use crate::lease::reentrancy::{self, Held, HoldKey};
@@ -178,18 +178,17 @@ impl<'a> Acquisition<'a> {
                 // A grant may come with the pop: keep the renewal thread
                 // awake for it (see `renewal::blocking`).
                 let _blocked = renewal::blocking();
-                let pop = Pop {
-                    list: &d.list,
-                    into: &d.into,
-                    holder: d.alone.as_ref().map(|a| a.holder.as_slice()),
-                };
-                let blocked = backend.grant_blocking(
-                    &pop,
+                let blocked = backend.grant_blocking(&BlockingGrant {
+                    pop: Pop {
+                        list: &d.list,
+                        into: &d.into,
+                        holder: d.alone.as_ref().map(|a| a.holder.as_slice()),
+                    },
                     block,
-                    &spec.grant.call(),
-                    &undo,
-                    self.deadline,
-                )?;
+                    call: spec.grant.call(),
+                    undo,
+                    deadline: self.deadline,
+                })?;
                 if blocked.popped {
                     self.client.wakeup().delivered_directly();
                 }

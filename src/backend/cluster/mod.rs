@@ -21,7 +21,7 @@ use super::node::warn_if_evicting;
 use super::pool::pool;
 use super::source::client_for;
 use super::wire::{with_tls, within, Wire};
-use super::{Answer, Blocked, Call, Node, Pop, Timeouts};
+use super::{Answer, Blocked, BlockingGrant, Call, Node, Timeouts};
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::scripts::Lua;
 
@@ -211,14 +211,8 @@ impl ClusterLeader {
     /// the cluster connection instead, without blocking, and direct grants
     /// pause (see [`ClusterLeader::grants_directly`]): waiters then wait
     /// for messages, and their next attempts say so in their queue entries.
-    pub(crate) fn grant_blocking(
-        &self,
-        pop: &Pop<'_>,
-        block: Duration,
-        call: &Call<'_>,
-        undo: &Call<'_>,
-        deadline: Option<Instant>,
-    ) -> Result<Blocked> {
+    pub(crate) fn grant_blocking(&self, grant: &BlockingGrant<'_>) -> Result<Blocked> {
+        let (call, undo, deadline) = (&grant.call, &grant.undo, grant.deadline);
         // Not blocked, nothing popped: the script's plain answer, granted
         // over our own connection as any grant is. Its lease counts from
         // its own sending: after a block the slot moved under, that may be
@@ -236,7 +230,7 @@ impl ClusterLeader {
             self.direct_off();
             return plain();
         };
-        let outcome = node.grant_blocking(pop, block, call, undo, deadline);
+        let outcome = node.grant_blocking(grant);
         if !node.blocks() {
             self.blocking_refused
                 .store(true, std::sync::atomic::Ordering::Relaxed);

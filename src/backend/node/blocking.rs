@@ -25,6 +25,18 @@ pub(crate) struct Pop<'a> {
     pub(crate) holder: Option<&'a [u8]>,
 }
 
+/// A queued waiter's request for a grant that blocks (see
+/// [`Node::grant_blocking`]): where it blocks and for how long, the
+/// granting script sent behind its pop (or after it), the undo written
+/// behind a late reply, and the waiter's deadline.
+pub(crate) struct BlockingGrant<'a> {
+    pub(crate) pop: Pop<'a>,
+    pub(crate) block: Duration,
+    pub(crate) call: Call<'a>,
+    pub(crate) undo: Call<'a>,
+    pub(crate) deadline: Option<Instant>,
+}
+
 /// What [`Node::grant_blocking`] came to.
 #[derive(Debug)]
 pub(crate) struct Blocked {
@@ -81,14 +93,15 @@ impl Node {
     /// Either way no other thread is involved. Outcomes are those of
     /// [`Node::call`]: a late reply gets `undo` written behind it, and the
     /// connection is retired.
-    pub(crate) fn grant_blocking(
-        &self,
-        pop: &Pop<'_>,
-        block: Duration,
-        call: &Call<'_>,
-        undo: &Call<'_>,
-        deadline: Option<Instant>,
-    ) -> Result<Blocked> {
+    pub(crate) fn grant_blocking(&self, grant: &BlockingGrant<'_>) -> Result<Blocked> {
+        let BlockingGrant {
+            pop,
+            block,
+            call,
+            undo,
+            deadline,
+        } = grant;
+        let (block, deadline) = (*block, *deadline);
         // The script behind the pop (not a lock's: its pop alone is the
         // grant, and the script follows only a pop that took nothing).
         let behind = pop.holder.is_none().then(|| popped_args(call));

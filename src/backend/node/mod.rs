@@ -12,7 +12,7 @@ mod blocking;
 mod checkout;
 mod identity;
 
-pub(crate) use blocking::{Blocked, Pop};
+pub(crate) use blocking::{Blocked, BlockingGrant, Pop};
 pub(crate) use identity::{identify, warn_if_evicting};
 
 use std::sync::atomic::{AtomicU64, Ordering};
