@@ -192,68 +192,90 @@ fn message(client: usize) -> Vec<u8> {
     format!("c{client}:{NAME}").into_bytes()
 }
 
+/// Where a client's hand-overs are announced (`Lock::announce`): every
+/// waiter queues.
+fn announce(client: usize) -> p::lock::Announce<'static> {
+    p::lock::Announce {
+        channel: std::borrow::Cow::Borrowed(CHANNEL),
+        message: message(client),
+        queued: true,
+    }
+}
+
 impl LockModel {
-    /// lua/lock_acquire.lua's arguments (`AcquireArgs::argv`).
+    /// lua/lock_acquire.lua's arguments, made by the library's
+    /// `AcquireArgs` (and `"popped"` behind a pop, as `Node::grant_blocking`
+    /// adds it).
     fn acquire_args(&self, client: usize, t: u8, queue: bool, popped: bool) -> Vec<Vec<u8>> {
-        let mut a = vec![
+        let (tok, lease, prefix, announce) = (
             token(client, t),
             b(self.lease_ms),
-            b(if queue { ms(p::ROOM_ENTRY) } else { 0 }),
             prefix(),
-            b(ms(p::GRANT_CLAIM)),
-            CHANNEL.to_vec(),
-            message(client),
-            b"queued".to_vec(),
-            if queue { b"block".to_vec() } else { Vec::new() },
-        ];
+            announce(client),
+        );
+        let mut a = p::lock::AcquireArgs {
+            token: &tok,
+            lease_ms: &lease,
+            queue_ttl: if queue { p::ROOM_ENTRY } else { Duration::ZERO },
+            grant_prefix: &prefix,
+            claim: p::GRANT_CLAIM,
+            announce: &announce,
+            blocks: queue,
+        }
+        .parts();
         if popped {
             a.push(b"popped".to_vec());
         }
         a
     }
 
-    /// lua/lock_release.lua's arguments (`ReleaseArgs::argv`, the hold's
-    /// fence put in by `Spec::fenced`).
+    /// lua/lock_release.lua's arguments, made by the library's
+    /// `ReleaseArgs` (the hold's fence put in as `Spec::fenced` does).
     fn release_args(&self, client: usize, t: u8, leave: bool, fence: Option<i64>) -> Vec<Vec<u8>> {
-        vec![
-            token(client, t),
-            CHANNEL.to_vec(),
-            message(client),
-            prefix(),
-            b(ms(p::GRANT_CLAIM)),
-            Vec::new(),
-            Vec::new(),
-            b"queued".to_vec(),
-            if leave { b"leave".to_vec() } else { Vec::new() },
-            fence.map(b).unwrap_or_default(),
-        ]
+        let (tok, prefix, announce) = (token(client, t), prefix(), announce(client));
+        let mut a = p::lock::ReleaseArgs {
+            token: &tok,
+            announce: &announce,
+            grant_prefix: &prefix,
+            claim: p::GRANT_CLAIM,
+            force: false,
+            keep: false,
+            leave,
+        }
+        .parts();
+        a[p::lock::RELEASE_FENCE] = fence.map(b).unwrap_or_default();
+        a
     }
 
-    /// lua/lock_extend.lua's keys and arguments (`Lock::extend`, claiming).
+    /// lua/lock_extend.lua's keys and arguments (`Lock::extend`, claiming),
+    /// the arguments made by the library's `ExtendArgs`.
     fn extend_call(&self, client: usize, t: u8, fence: i64) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
-        (
-            vec![key(""), key(":queue"), key(":queue:t")],
-            vec![
-                token(client, t),
-                prefix(),
-                b(ms(p::ROOM_ENTRY)),
-                b(fence),
-                b(self.lease_ms),
-            ],
-        )
+        let (tok, prefix, lease) = (token(client, t), prefix(), b(self.lease_ms));
+        let mut a = p::lock::ExtendArgs {
+            token: &tok,
+            claiming: Some((&prefix, p::ROOM_ENTRY)),
+            lease_ms: &lease,
+        }
+        .parts();
+        a[p::lock::EXTEND_FENCE] = b(fence);
+        (vec![key(""), key(":queue"), key(":queue:t")], a)
     }
 
-    /// lua/lock_watch.lua's arguments (`WatchArgs::argv`).
+    /// lua/lock_watch.lua's arguments, made by the library's `WatchArgs`.
     fn watch_args(&self, client: usize, waiter: Option<u8>) -> Vec<Vec<u8>> {
-        vec![
+        let (tok, prefix, announce) = (
             waiter.map(|t| token(client, t)).unwrap_or_default(),
-            b(ms(p::ROOM_ENTRY)),
             prefix(),
-            b(ms(p::GRANT_CLAIM)),
-            CHANNEL.to_vec(),
-            message(client),
-            b"queued".to_vec(),
-        ]
+            announce(client),
+        );
+        p::lock::WatchArgs {
+            waiter: &tok,
+            entry: p::ROOM_ENTRY,
+            grant_prefix: &prefix,
+            claim: p::GRANT_CLAIM,
+            announce: &announce,
+        }
+        .parts()
     }
 
     /// The lease's validity in the client's view (`valid_for`: whole

@@ -12,6 +12,8 @@
 //! Not modelled yet: waiters that block on the open list (waits of a
 //! second and more), requests for several permits, clock steps.
 
+use std::time::Duration;
+
 use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Reply};
@@ -144,21 +146,12 @@ fn member(client: usize, t: u8) -> Vec<u8> {
 const CHANNEL: &[u8] = b"redlease:wake";
 
 impl SemModel {
-    fn offer(&self, client: usize) -> [Vec<u8>; 4] {
-        [
+    /// Where a client's offers go (`Semaphore::offer`).
+    fn offer(&self, client: usize) -> (Vec<u8>, Vec<u8>) {
+        (
             key(":sem:grant:"),
-            b(ms(p::GRANT_CLAIM)),
-            CHANNEL.to_vec(),
             format!("c{client}:{NAME}:sem").into_bytes(),
-        ]
-    }
-
-    fn mode(&self) -> Vec<u8> {
-        if self.fair {
-            b"1".to_vec()
-        } else {
-            b"0".to_vec()
-        }
+        )
     }
 
     /// The registration of a waiter that waits for messages
@@ -167,49 +160,54 @@ impl SemModel {
         self.fallback_ms * 3 + 1000
     }
 
-    /// lua/sem_acquire.lua's arguments (`AcquireArgs::argv`), by message.
+    /// lua/sem_acquire.lua's arguments, by message, made by the library's
+    /// `AcquireArgs`.
     fn acquire_args(&self, client: usize, t: u8, queue: bool) -> Vec<Vec<u8>> {
-        let mut a = vec![
-            member(client, t),
-            b(self.lease_ms),
-            b(self.permits),
-            b(1),
-            self.mode(),
-            b(if queue { self.entry_ms() } else { 0 }),
-            Vec::new(),
-        ];
-        a.extend(self.offer(client));
-        a
+        let (m, lease, (prefix, message)) =
+            (member(client, t), b(self.lease_ms), self.offer(client));
+        p::semaphore::AcquireArgs {
+            member: &m,
+            lease_ms: &lease,
+            k: 1,
+            entry: Duration::from_millis(if queue { self.entry_ms() as u64 } else { 0 }),
+            blocks: false,
+            offer: &self.offer_of(&prefix, message),
+        }
+        .parts()
     }
 
-    /// lua/sem_release.lua's arguments (`ReleaseArgs::argv`).
+    /// lua/sem_release.lua's arguments, made by the library's `ReleaseArgs`.
     fn release_args(&self, client: usize, t: u8, leave: bool) -> Vec<Vec<u8>> {
-        let [prefix, claim, channel, message] = self.offer(client);
-        vec![
-            member(client, t),
-            channel,
-            message,
-            prefix,
-            claim,
-            b(self.permits),
-            self.mode(),
-            if leave { b"leave".to_vec() } else { Vec::new() },
-        ]
+        let (m, (prefix, message)) = (member(client, t), self.offer(client));
+        p::semaphore::ReleaseArgs {
+            member: &m,
+            offer: &self.offer_of(&prefix, message),
+            leave,
+        }
+        .parts()
     }
 
-    /// lua/sem_watch.lua's arguments, a look at the name alone.
+    /// lua/sem_watch.lua's arguments, a look at the name alone, made by the
+    /// library's `WatchArgs`.
     fn watch_args(&self, client: usize) -> Vec<Vec<u8>> {
-        let [prefix, claim, channel, message] = self.offer(client);
-        vec![
-            Vec::new(),
-            b(self.entry_ms()),
-            prefix,
-            claim,
-            channel,
+        let (prefix, message) = self.offer(client);
+        p::semaphore::WatchArgs {
+            waiter: b"",
+            entry: Duration::from_millis(self.entry_ms() as u64),
+            offer: &self.offer_of(&prefix, message),
+        }
+        .parts()
+    }
+
+    fn offer_of<'a>(&self, prefix: &'a [u8], message: Vec<u8>) -> p::semaphore::Offer<'a> {
+        p::semaphore::Offer {
+            grant_prefix: prefix,
+            claim: p::GRANT_CLAIM,
+            channel: CHANNEL.to_vec(),
             message,
-            b(self.permits),
-            self.mode(),
-        ]
+            permits: self.permits,
+            fair: self.fair,
+        }
     }
 
     fn eval(

@@ -11,8 +11,12 @@ use crate::lease::context::Context;
 use crate::lease::reentrancy::{self, HoldKey, Mode};
 use crate::lease::{self, lease_controls, Direct, Holding, PopAlone, Spec, ThreadBound};
 use crate::protocol::keys as schema;
+use crate::protocol::scripts::lock::{
+    AcquireArgs, Announce, ExtendArgs, ReleaseArgs, WatchArgs, ACQUIRE_KEYS, ACQUIRE_LEASE,
+    ACQUIRE_PREFIX, ACQUIRE_TOKEN, EXTEND_FENCE, RELEASE_FENCE,
+};
 use crate::protocol::scripts::{
-    millis, Args, Parts, LOCK_ACQUIRE, LOCK_ACQUIRE_ALL, LOCK_EXTEND, LOCK_RELEASE, LOCK_WATCH,
+    Parts, LOCK_ACQUIRE, LOCK_ACQUIRE_ALL, LOCK_EXTEND, LOCK_RELEASE, LOCK_WATCH,
 };
 use crate::wakeup::{deadline_after, waited, Turns};
 
@@ -37,63 +41,6 @@ struct Keys {
     extended: Arc<[Vec<u8>]>,
     extended_claiming: Arc<[Vec<u8>]>,
 }
-
-/// Where and how a hand-over is announced (lua/queue.lua `announce`): the
-/// wake-up channel and message, and whether every waiter of the name
-/// queues (`queued`: then only waiters that wait for messages are told).
-struct Announce<'a> {
-    /// Borrowed from the client's wake-up (the same for most names).
-    channel: std::borrow::Cow<'a, [u8]>,
-    message: Vec<u8>,
-    queued: bool,
-}
-
-impl Announce<'_> {
-    /// Its three arguments, in the scripts' order.
-    fn push_to(&self, args: &mut Args) {
-        args.push(&self.channel);
-        args.push(&self.message);
-        args.push_word(self.queued, "queued");
-    }
-}
-
-/// lua/lock_acquire.lua's arguments, by name (its header says what each
-/// does); `argv` puts them in the script's order.
-struct AcquireArgs<'a> {
-    token: &'a [u8],
-    lease_ms: &'a [u8],
-    /// How long the queue entry lives without a renewal; zero: no entry (a
-    /// try).
-    queue_ttl: Duration,
-    grant_prefix: &'a [u8],
-    claim: Duration,
-    announce: &'a Announce<'a>,
-    /// The waiter blocks in `BLMOVE` from the open list (else it waits for
-    /// messages).
-    blocks: bool,
-}
-
-impl AcquireArgs<'_> {
-    fn argv(&self) -> Args {
-        let mut a = Args::new();
-        a.push(self.token);
-        a.push(self.lease_ms);
-        a.push_millis(self.queue_ttl);
-        a.push(self.grant_prefix);
-        a.push_millis(self.claim);
-        self.announce.push_to(&mut a);
-        a.push_word(self.blocks, "block");
-        a
-    }
-}
-
-/// Where `AcquireArgs::argv` puts what lua/lock_acquire_all.lua takes of
-/// it: the token, the lease and the grant prefix.
-const ACQUIRE_TOKEN: usize = 0;
-const ACQUIRE_LEASE: usize = 1;
-const ACQUIRE_PREFIX: usize = 3;
-/// lua/lock_acquire.lua's keys before the fence floor (the last).
-const ACQUIRE_KEYS: usize = 4;
 
 /// One call that grants a multi-lock's names on one server, all or
 /// nothing (lua/lock_acquire_all.lua), from their grants as tries for one
@@ -123,70 +70,6 @@ pub(crate) fn grant_all<'a>(grants: &[&'a PreparedCall]) -> Option<Joined<'a>> {
         keys,
         args: JoinedArgs::Picked(args),
     })
-}
-
-/// lua/lock_release.lua's arguments, by name.
-struct ReleaseArgs<'a> {
-    /// The holder's token (a waiter's, with `leave`; none with `force`).
-    token: &'a [u8],
-    announce: &'a Announce<'a>,
-    grant_prefix: &'a [u8],
-    claim: Duration,
-    /// End the lease whoever holds it (`force_unlock`).
-    force: bool,
-    /// Leave the fencing counter to lapse by itself (Redlock: the masters
-    /// keep agreeing on it).
-    keep: bool,
-    /// A waiter gives up: its queue entry is withdrawn, and a grant it
-    /// took meanwhile handed on.
-    leave: bool,
-}
-
-impl ReleaseArgs<'_> {
-    fn argv(&self) -> Args {
-        let mut a = Args::new();
-        a.push(self.token);
-        a.push(&self.announce.channel);
-        a.push(&self.announce.message);
-        a.push(self.grant_prefix);
-        a.push_millis(self.claim);
-        a.push_word(self.force, "force");
-        a.push_word(self.keep, "keep");
-        a.push_word(self.announce.queued, "queued");
-        a.push_word(self.leave, "leave");
-        // The hold's fence, put in by the hold (see `RELEASE_FENCE`).
-        a.push(b"");
-        a
-    }
-}
-
-/// Where a hold's fence goes in lua/lock_release.lua's arguments (ARGV[10])
-/// and lua/lock_extend.lua's (ARGV[4]): a hold taken by a pop alone is
-/// proved by it until claimed (see `lease::PopAlone`).
-const RELEASE_FENCE: usize = 9;
-const EXTEND_FENCE: usize = 3;
-
-/// lua/lock_watch.lua's arguments, by name.
-struct WatchArgs<'a> {
-    /// The blocked waiter's token, or empty for a look at the name alone.
-    waiter: &'a [u8],
-    /// The waiter's queue entry lifetime.
-    entry: Duration,
-    grant_prefix: &'a [u8],
-    claim: Duration,
-    announce: &'a Announce<'a>,
-}
-
-impl WatchArgs<'_> {
-    fn argv(&self) -> Args {
-        let mut a = Args::new();
-        a.push(self.waiter);
-        a.push_millis(self.entry);
-        a.push(self.grant_prefix);
-        a.push_millis(self.claim);
-        self.announce.push_to(&mut a);
-        a
-    }
 }
 
 /// A named, reentrant, distributed mutual-exclusion lock.
@@ -474,18 +357,16 @@ impl Lock {
         lease_ms: Vec<u8>,
         claim: Option<Duration>,
     ) -> PreparedCall {
-        let (keys, prefix, entry) = match claim {
-            Some(entry) => (
-                keys.extended_claiming.clone(),
-                keys.grant_prefix.clone(),
-                millis(entry),
-            ),
-            None => (keys.extended.clone(), Vec::new(), b"0".to_vec()),
+        let args = ExtendArgs {
+            token,
+            claiming: claim.map(|entry| (keys.grant_prefix.as_slice(), entry)),
+            lease_ms: &lease_ms,
         };
-        let args: Args = [token, &prefix, &entry, b"", &lease_ms]
-            .into_iter()
-            .collect();
-        PreparedCall::new(&LOCK_EXTEND, keys, args)
+        let keys = match claim {
+            Some(_) => keys.extended_claiming.clone(),
+            None => keys.extended.clone(),
+        };
+        PreparedCall::new(&LOCK_EXTEND, keys, args.argv())
     }
 
     /// Where and how a hand-over of this lock is announced: every waiter

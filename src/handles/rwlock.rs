@@ -11,9 +11,12 @@ use crate::lease::context::Context;
 use crate::lease::reentrancy::{self, HoldKey, Mode};
 use crate::lease::{self, lease_controls, Direct, Holding, Spec, ThreadBound};
 use crate::protocol::keys as schema;
+use crate::protocol::scripts::rwlock::{
+    Open, ReadAcquireArgs, ReleaseArgs, WatchArgs, WriteAcquireArgs,
+};
 use crate::protocol::scripts::{
-    Args, LOCK_EXTEND, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WATCH, RW_WRITE_ACQUIRE,
-    RW_WRITE_RELEASE, ZSET_EXTEND,
+    LOCK_EXTEND, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WATCH, RW_WRITE_ACQUIRE, RW_WRITE_RELEASE,
+    ZSET_EXTEND,
 };
 use crate::wakeup::{deadline_after, waited, Turns};
 
@@ -65,118 +68,6 @@ impl Keys {
             keys.floor.clone(),
         ]);
         keys
-    }
-}
-
-/// Where a hand-over of the write hold goes (lua/rw_grant.lua `rw_open`):
-/// the writers' grant prefix and claim window, and the wake-up channel and
-/// message for those that wait for messages (and for waiting readers).
-struct Open<'a> {
-    grant_prefix: &'a [u8],
-    claim: Duration,
-    channel: Vec<u8>,
-    message: Vec<u8>,
-}
-
-impl Open<'_> {
-    /// As the acquire and watch scripts take it: grant prefix, claim
-    /// window, wake-up channel and message.
-    fn push_to(&self, a: &mut Args) {
-        a.push(self.grant_prefix);
-        a.push_millis(self.claim);
-        a.push(&self.channel);
-        a.push(&self.message);
-    }
-}
-
-/// lua/rw_read_acquire.lua's arguments, by name (its header says what each
-/// does); `argv` puts them in the script's order.
-struct ReadAcquireArgs<'a> {
-    token: &'a [u8],
-    lease_ms: &'a [u8],
-    /// This thread's own write token (a downgrade), or empty.
-    own_write: &'a [u8],
-    /// How long the waiting entry lives without a retry; zero: none (a try).
-    waiting: Duration,
-    open: &'a Open<'a>,
-}
-
-impl ReadAcquireArgs<'_> {
-    fn argv(&self) -> Args {
-        let mut a = Args::new();
-        a.push(self.token);
-        a.push(self.lease_ms);
-        a.push(self.own_write);
-        a.push_millis(self.waiting);
-        self.open.push_to(&mut a);
-        a
-    }
-}
-
-/// lua/rw_write_acquire.lua's arguments, by name.
-struct WriteAcquireArgs<'a> {
-    token: &'a [u8],
-    lease_ms: &'a [u8],
-    /// How long the queue entry lives without a renewal; zero: no entry (a
-    /// try).
-    queue_ttl: Duration,
-    open: &'a Open<'a>,
-    /// The writer blocks in `BLMOVE` from the open list (else it waits for
-    /// messages).
-    blocks: bool,
-}
-
-impl WriteAcquireArgs<'_> {
-    fn argv(&self) -> Args {
-        let mut a = Args::new();
-        a.push(self.token);
-        a.push(self.lease_ms);
-        a.push_millis(self.queue_ttl);
-        self.open.push_to(&mut a);
-        a.push_word(self.blocks, "block");
-        a
-    }
-}
-
-/// lua/rw_read_release.lua's and lua/rw_write_release.lua's arguments, by
-/// name.
-struct ReleaseArgs<'a> {
-    token: &'a [u8],
-    open: &'a Open<'a>,
-    /// A waiter gives up: its entry is withdrawn (and a writer's grant
-    /// taken meanwhile handed on).
-    leave: bool,
-}
-
-impl ReleaseArgs<'_> {
-    fn argv(&self) -> Args {
-        let mut a = Args::new();
-        a.push(self.token);
-        a.push(&self.open.channel);
-        a.push(&self.open.message);
-        a.push(self.open.grant_prefix);
-        a.push_millis(self.open.claim);
-        a.push_word(self.leave, "leave");
-        a
-    }
-}
-
-/// lua/rw_watch.lua's arguments, by name.
-struct WatchArgs<'a> {
-    /// The blocked writer's token, or empty for a look at the name alone.
-    writer: &'a [u8],
-    /// The writer's queue entry lifetime.
-    entry: Duration,
-    open: &'a Open<'a>,
-}
-
-impl WatchArgs<'_> {
-    fn argv(&self) -> Args {
-        let mut a = Args::new();
-        a.push(self.writer);
-        a.push_millis(self.entry);
-        self.open.push_to(&mut a);
-        a
     }
 }
 

@@ -10,9 +10,10 @@ use crate::handles::core::Core;
 use crate::lease::context::Context;
 use crate::lease::{self, lease_controls, Direct, Holding, Spec, ThreadBound};
 use crate::protocol::keys as schema;
+use crate::protocol::scripts::semaphore::{mode, AcquireArgs, Offer, ReleaseArgs, WatchArgs};
 use crate::protocol::scripts::{
-    millis, Args, Parts, SEM_ACQUIRE, SEM_FORCE_RELEASE, SEM_RELEASE, SEM_RESIZE, SEM_STATE,
-    SEM_WATCH, ZSET_EXTEND,
+    millis, Parts, SEM_ACQUIRE, SEM_FORCE_RELEASE, SEM_RELEASE, SEM_RESIZE, SEM_STATE, SEM_WATCH,
+    ZSET_EXTEND,
 };
 use crate::wakeup::{deadline_after, waited, Turns};
 
@@ -439,133 +440,6 @@ impl Semaphore {
                 .grants_directly()
                 .then(|| self.core.name_look(|| look(b""))),
         }
-    }
-}
-
-/// Where an offer of permits goes (lua/sem_grant.lua `sem_offer`): the
-/// grant prefix and claim window, the wake-up channel and message for
-/// waiters that wait for messages, and the handle's permit count (used
-/// when none is stored) and mode.
-struct Offer<'a> {
-    grant_prefix: &'a [u8],
-    claim: Duration,
-    channel: Vec<u8>,
-    message: Vec<u8>,
-    permits: u32,
-    fair: bool,
-}
-
-impl Offer<'_> {
-    /// lua/sem_force_release.lua's arguments.
-    fn force_release_argv(&self) -> Args {
-        let mut a = Args::new();
-        self.push_for_release(&mut a);
-        a
-    }
-
-    /// The offer as the acquire and watch scripts take it: grant prefix,
-    /// claim window, wake-up channel and message.
-    fn push_offer(&self, a: &mut Args) {
-        a.push(self.grant_prefix);
-        a.push_millis(self.claim);
-        a.push(&self.channel);
-        a.push(&self.message);
-    }
-
-    /// The offer as the release scripts take it: channel and message first,
-    /// then the grant prefix, claim window, permit count and mode.
-    fn push_for_release(&self, a: &mut Args) {
-        a.push(&self.channel);
-        a.push(&self.message);
-        a.push(self.grant_prefix);
-        a.push_millis(self.claim);
-        self.push_count(a);
-    }
-
-    /// The handle's permit count and mode.
-    fn push_count(&self, a: &mut Args) {
-        a.push_number(self.permits);
-        a.push(mode(self.fair));
-    }
-}
-
-/// A fair semaphore's mode argument: '1' fair, '0' not.
-fn mode(fair: bool) -> &'static [u8] {
-    if fair {
-        b"1"
-    } else {
-        b"0"
-    }
-}
-
-/// lua/sem_acquire.lua's arguments, by name (its header says what each
-/// does); `argv` puts them in the script's order.
-struct AcquireArgs<'a> {
-    /// `<k>:<token>`.
-    member: &'a [u8],
-    lease_ms: &'a [u8],
-    /// Permits wanted.
-    k: u32,
-    /// How long the waiter's entry lives without a renewal; zero: none (a
-    /// try).
-    entry: Duration,
-    /// The waiter blocks in `BLMOVE` from the open list (else it waits for
-    /// messages).
-    blocks: bool,
-    offer: &'a Offer<'a>,
-}
-
-impl AcquireArgs<'_> {
-    fn argv(&self) -> Args {
-        let mut a = Args::new();
-        a.push(self.member);
-        a.push(self.lease_ms);
-        a.push_number(self.offer.permits);
-        a.push_number(self.k);
-        a.push(mode(self.offer.fair));
-        a.push_millis(self.entry);
-        a.push_word(self.blocks, "block");
-        self.offer.push_offer(&mut a);
-        a
-    }
-}
-
-/// lua/sem_release.lua's arguments, by name.
-struct ReleaseArgs<'a> {
-    member: &'a [u8],
-    offer: &'a Offer<'a>,
-    /// A waiter gives up: its entries go, and permits offered to it
-    /// meanwhile are offered on.
-    leave: bool,
-}
-
-impl ReleaseArgs<'_> {
-    fn argv(&self) -> Args {
-        let mut a = Args::new();
-        a.push(self.member);
-        self.offer.push_for_release(&mut a);
-        a.push_word(self.leave, "leave");
-        a
-    }
-}
-
-/// lua/sem_watch.lua's arguments, by name.
-struct WatchArgs<'a> {
-    /// The blocked waiter's member, or empty for a look at the name alone.
-    waiter: &'a [u8],
-    /// The waiter's entry lifetime.
-    entry: Duration,
-    offer: &'a Offer<'a>,
-}
-
-impl WatchArgs<'_> {
-    fn argv(&self) -> Args {
-        let mut a = Args::new();
-        a.push(self.waiter);
-        a.push_millis(self.entry);
-        self.offer.push_offer(&mut a);
-        self.offer.push_count(&mut a);
-        a
     }
 }
 

@@ -178,6 +178,12 @@ impl Args {
         Parts::Encoded(self).get(i)
     }
 
+    /// Each argument as a byte string of its own (the model checker's
+    /// form).
+    pub(crate) fn to_vecs(&self) -> Vec<Vec<u8>> {
+        self.iter().map(<[u8]>::to_vec).collect()
+    }
+
     pub(crate) fn iter(&self) -> PartsIter<'_> {
         Parts::Encoded(self).iter()
     }

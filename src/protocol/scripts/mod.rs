@@ -18,6 +18,9 @@
 //! 16 KB, and a multi-lock's undo on a stalled 6.2 server never ran.
 
 mod args;
+pub mod lock;
+pub(crate) mod rwlock;
+pub mod semaphore;
 
 pub(crate) use args::{millis, Args, Parts};
 use args::{push_bulk, push_decimal, u128_digits};
