@@ -303,9 +303,10 @@ pub use redis;
 #[doc(hidden)]
 pub use protocol::scripts::sent_code as __sent_code;
 
-/// The protocol's timings and the client's pure decision rules, for the
-/// model checker (`check/`), which drives the same rules the library
-/// does. Not part of the API.
+/// The protocol's timings, the client's pure decision rules and the
+/// scripts' arguments, for the model checker (`check/`), which drives the
+/// same rules and sends the same arguments the library does. Not part of
+/// the API.
 #[doc(hidden)]
 pub mod __protocol {
     pub use crate::protocol::looks::{next_look, LOOK_MARGIN, LOOK_MAX, NAME_LOOKS, WAITER_LOOKS};
