@@ -380,7 +380,9 @@ fn a_moved_unsubscription_leaves_no_subscription_behind() {
         REFUSALS_LOGGED.load(Ordering::SeqCst) > 0
     });
     if !met {
-        println!("FIGURES the -MOVED unsubscription was not met this run: the race was not reached");
+        println!(
+            "FIGURES the -MOVED unsubscription was not met this run: the race was not reached"
+        );
     }
     a.count_down_latch(d).count_down().unwrap();
     assert!(w2.join().unwrap());

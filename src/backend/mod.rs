@@ -12,7 +12,6 @@
 //! lifecycle's job (`lease/`), which knows that every granting script
 //! re-grants the same hold to the same token.
 
-mod answer;
 mod call;
 #[cfg(feature = "cluster")]
 mod cluster;
@@ -37,7 +36,7 @@ use crate::error::{redact_url, Error, ErrorKind, Result};
 pub(crate) use crate::protocol::scripts::Args;
 use crate::protocol::scripts::Lua;
 
-pub(crate) use answer::Answer;
+pub(crate) use crate::protocol::answer::Answer;
 pub(crate) use call::{Call, Joined, JoinedArgs, PreparedCall};
 pub(crate) use node::{identify, Blocked, BlockingGrant, Node, Pop};
 pub(crate) use pool::Manager;

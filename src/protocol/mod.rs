@@ -5,9 +5,11 @@
 //! The drivers (the backend, the renewal thread, the waiting loop, the
 //! lease lifecycle) and the model checker (`check/`) use the same items.
 
+pub(crate) mod answer;
 pub(crate) mod keys;
 pub(crate) mod lease_state;
 pub(crate) mod looks;
 pub(crate) mod scripts;
 pub(crate) mod signal;
 pub(crate) mod timing;
+pub(crate) mod tries;

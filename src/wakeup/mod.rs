@@ -29,16 +29,16 @@ mod deadlines;
 mod lines;
 mod sharded;
 mod subscriber;
-mod tries;
 mod watch;
 
+pub(crate) use crate::protocol::tries::Attempt;
+use crate::protocol::tries::{Step, Tries};
 use deadlines::{block_for, SHORT_WAIT};
 pub(crate) use deadlines::{blocks_now, deadline_after, waited};
 pub(crate) use lines::Turns;
 use lines::{Membership, Queues, Waiter};
 use sharded::Shards;
 use subscriber::subscriber;
-use tries::{Step, Tries};
 pub(crate) use watch::OnHandOver;
 use watch::Watches;
 
@@ -56,23 +56,6 @@ pub(crate) const ANNOUNCED_LOOK: Duration = Duration::from_secs(30);
 
 /// How long the subscriber blocks in one read before checking for shutdown.
 const SUBSCRIBER_TICK: Duration = Duration::from_millis(200);
-
-/// The outcome of one attempt to acquire.
-pub(crate) enum Attempt<T> {
-    Acquired(T),
-    /// Held by someone else; retry after at most this long (the holder's
-    /// remaining lease), or after the fallback wait if unknown.
-    Busy(Option<Duration>),
-}
-
-impl<T> Attempt<T> {
-    /// Busy, from a script's "wait this many ms": 0 means the holder's
-    /// lease ends within the millisecond (retry at once, not after the
-    /// fallback wait); negative means unknown.
-    pub(crate) fn busy_ms(ms: i64) -> Attempt<T> {
-        Attempt::Busy((ms >= 0).then(|| Duration::from_millis(ms.max(1) as u64)))
-    }
-}
 
 /// One wait, as [`Wakeup::acquire`] runs it.
 pub(crate) struct Wait<'a> {
@@ -342,7 +325,7 @@ impl Wakeup {
             if let (Ok(true), Some(flag)) = (waiter.rx.try_recv(), signalled) {
                 flag.set(true);
             }
-            let retry = match tries.judge(&mut || attempt(block)) {
+            let retry = match judged(&mut tries, || attempt(block)) {
                 Step::Done(v) => return Ok(Some(v)),
                 Step::Again => continue,
                 Step::Fail(e) => return Err(e),
@@ -390,7 +373,7 @@ impl Wakeup {
             deadline,
         );
         loop {
-            match tries.judge(&mut || look().map(Attempt::Acquired)) {
+            match judged(&mut tries, || look().map(Attempt::Acquired)) {
                 Step::Done(v) => return Ok(Some(v)),
                 Step::Again => continue,
                 Step::Fail(e) => return Err(e),
@@ -583,14 +566,16 @@ fn try_first<T>(
     attempt: &mut impl FnMut(Option<Duration>) -> Result<Attempt<T>>,
 ) -> Option<Result<Option<T>>> {
     loop {
-        match tries.judge(&mut || attempt(None)) {
+        match judged(tries, || attempt(None)) {
             Step::Done(v) => return Some(Ok(Some(v))),
             Step::Again => continue,
             Step::Fail(e) => return Some(Err(e)),
             Step::Wait(_) => break,
         }
     }
-    tries.past_deadline().then(|| tries.timed_out())
+    tries
+        .past_deadline(Instant::now())
+        .then(|| tries.timed_out())
 }
 
 /// Sleeps until a release message wakes `waiter`, at most `wait` and never
@@ -618,4 +603,12 @@ fn wait_for_message(
     if let (Ok(true), Some(flag)) = (waiter.rx.recv_timeout(wait), signalled) {
         flag.set(true);
     }
+}
+
+/// Runs one attempt and has `tries` judge its outcome, with the times it
+/// took.
+fn judged<T>(tries: &mut Tries, attempt: impl FnOnce() -> Result<Attempt<T>>) -> Step<T> {
+    let started = Instant::now();
+    let outcome = attempt();
+    tries.judge(outcome, started, Instant::now())
 }

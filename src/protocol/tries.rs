@@ -1,9 +1,10 @@
 //! The judge of one acquisition's attempts: what each outcome means
-//! (done, repeat at once, wait, fail), and how long an outage is ridden out.
+//! (done, repeat at once, wait, fail), and how long an outage is ridden
+//! out. It is given each outcome and the times, and sends nothing: the
+//! waiting loop (`Wakeup::acquire`) makes the attempts.
 
 use std::time::{Duration, Instant};
 
-use super::Attempt;
 use crate::error::{ErrorKind, Result};
 
 /// Errors a waiter retries through: the server is unreachable or slow, or
@@ -15,8 +16,25 @@ fn is_outage(e: &crate::error::Error) -> bool {
     )
 }
 
+/// The outcome of one attempt to acquire.
+pub(crate) enum Attempt<T> {
+    Acquired(T),
+    /// Held by someone else; retry after at most this long (the holder's
+    /// remaining lease), or after the fallback wait if unknown.
+    Busy(Option<Duration>),
+}
+
+impl<T> Attempt<T> {
+    /// Busy, from a script's "wait this many ms": 0 means the holder's
+    /// lease ends within the millisecond (retry at once, not after the
+    /// fallback wait); negative means unknown.
+    pub(crate) fn busy_ms(ms: i64) -> Attempt<T> {
+        Attempt::Busy((ms >= 0).then(|| Duration::from_millis(ms.max(1) as u64)))
+    }
+}
+
 /// What to do after one attempt.
-pub(super) enum Step<T> {
+pub(crate) enum Step<T> {
     Done(T),
     /// Its connection broke at once: the script may have run. Repeat now:
     /// the same token gets the same hold, or a definite "busy".
@@ -26,8 +44,8 @@ pub(super) enum Step<T> {
     Fail(crate::error::Error),
 }
 
-/// The judge of one acquisition's attempts (see [`Wakeup::acquire`]).
-pub(super) struct Tries {
+/// The judge of one acquisition's attempts (see `Wakeup::acquire`).
+pub(crate) struct Tries {
     tolerance: Duration,
     response: Duration,
     deadline: Option<Instant>,
@@ -41,7 +59,7 @@ pub(super) struct Tries {
 }
 
 impl Tries {
-    pub(super) fn new(tolerance: Duration, response: Duration, deadline: Option<Instant>) -> Tries {
+    pub(crate) fn new(tolerance: Duration, response: Duration, deadline: Option<Instant>) -> Tries {
         Tries {
             tolerance,
             response,
@@ -54,32 +72,40 @@ impl Tries {
     }
 
     /// Whether the last attempts failed to reach the server.
-    pub(super) fn in_outage(&self) -> bool {
+    pub(crate) fn in_outage(&self) -> bool {
         self.outage.is_some()
     }
 
-    pub(super) fn past_deadline(&self) -> bool {
-        self.deadline.is_some_and(|d| Instant::now() >= d)
+    /// Whether the deadline has passed by `now`.
+    pub(crate) fn past_deadline(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|d| now >= d)
     }
 
     /// At the deadline: "timed out", or the error that kept us from knowing.
-    pub(super) fn timed_out<T>(&mut self) -> Result<Option<T>> {
+    pub(crate) fn timed_out<T>(&mut self) -> Result<Option<T>> {
         match self.last.take() {
             Some(e) => Err(e),
             None => Ok(None),
         }
     }
 
-    pub(super) fn judge<T>(&mut self, attempt: &mut impl FnMut() -> Result<Attempt<T>>) -> Step<T> {
-        let started = Instant::now();
-        match attempt() {
+    /// What `outcome`, of an attempt sent at `started`, means `now` it is
+    /// known.
+    pub(crate) fn judge<T>(
+        &mut self,
+        outcome: Result<Attempt<T>>,
+        started: Instant,
+        now: Instant,
+    ) -> Step<T> {
+        let took = now.saturating_duration_since(started);
+        match outcome {
             Ok(Attempt::Acquired(v)) => Step::Done(v),
             Ok(Attempt::Busy(retry)) => {
                 self.outage = None;
                 self.last = None;
                 Step::Wait(retry)
             }
-            Err(e) if self.repeats > 0 && e.broke_at_once(started.elapsed(), self.response) => {
+            Err(e) if self.repeats > 0 && e.broke_at_once(took, self.response) => {
                 self.repeats -= 1;
                 self.last = Some(e);
                 Step::Again
@@ -88,7 +114,8 @@ impl Tries {
                 // A waiter rides out a short outage (a restart, a Sentinel
                 // failover); a longer one, or the caller's deadline, ends it.
                 let since = *self.outage.get_or_insert(started);
-                if since.elapsed() >= self.tolerance || self.past_deadline() {
+                if now.saturating_duration_since(since) >= self.tolerance || self.past_deadline(now)
+                {
                     return Step::Fail(e);
                 }
                 self.last = Some(e);
