@@ -127,3 +127,97 @@ impl Tries {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The judge driven without a server: outcomes and times in, steps out.
+    use super::{Attempt, Step, Tries};
+    use crate::error::{Error, ErrorKind};
+    use std::time::{Duration, Instant};
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn broke() -> Result<Attempt<()>, Error> {
+        Err(Error::new(ErrorKind::Connection, "connection reset"))
+    }
+
+    fn refused() -> Result<Attempt<()>, Error> {
+        Err(Error::new(ErrorKind::Connection, "connection refused").unsent())
+    }
+
+    fn wait<T>(step: Step<T>) -> Option<Option<Duration>> {
+        match step {
+            Step::Wait(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_connection_that_broke_at_once_is_tried_again_three_times_then_waited_out() {
+        let t0 = Instant::now();
+        let mut tries = Tries::new(Duration::from_secs(10), Duration::from_secs(2), None);
+        for _ in 0..3 {
+            assert!(matches!(tries.judge(broke(), t0, t0 + MS), Step::Again));
+        }
+        // The fourth: an outage, ridden out with a growing pause.
+        assert_eq!(wait(tries.judge(broke(), t0, t0 + MS)), Some(Some(20 * MS)));
+        assert!(tries.in_outage());
+        assert_eq!(
+            wait(tries.judge(broke(), t0, t0 + 2 * MS)),
+            Some(Some(40 * MS))
+        );
+    }
+
+    #[test]
+    fn a_late_failure_is_an_outage_not_a_repeat() {
+        let t0 = Instant::now();
+        let mut tries = Tries::new(Duration::from_secs(10), Duration::from_secs(2), None);
+        // A reply missing for a whole second (half the response timeout):
+        // asking again would wait as long.
+        let step = tries.judge(broke(), t0, t0 + Duration::from_secs(1));
+        assert_eq!(wait(step), Some(Some(20 * MS)));
+    }
+
+    #[test]
+    fn an_outage_ends_the_wait_at_its_tolerance_or_the_deadline() {
+        let t0 = Instant::now();
+        let tolerance = Duration::from_secs(3);
+        let mut tries = Tries::new(tolerance, Duration::from_secs(2), None);
+        assert!(wait(tries.judge(refused(), t0, t0 + MS)).is_some());
+        assert!(wait(tries.judge(refused(), t0 + tolerance / 2, t0 + tolerance / 2)).is_some());
+        let late = t0 + tolerance;
+        assert!(matches!(tries.judge(refused(), late, late), Step::Fail(_)));
+
+        let deadline = t0 + Duration::from_secs(1);
+        let mut tries = Tries::new(tolerance, Duration::from_secs(2), Some(deadline));
+        assert!(wait(tries.judge(refused(), t0, t0 + MS)).is_some());
+        assert!(matches!(
+            tries.judge(refused(), deadline, deadline),
+            Step::Fail(_)
+        ));
+    }
+
+    #[test]
+    fn a_busy_answer_ends_an_outage_and_says_how_long_to_wait() {
+        let t0 = Instant::now();
+        let mut tries = Tries::new(Duration::from_secs(10), Duration::from_secs(2), None);
+        assert!(wait(tries.judge(refused(), t0, t0 + MS)).is_some());
+        assert!(tries.in_outage());
+        let step = tries.judge(Ok(Attempt::<()>::busy_ms(250)), t0, t0 + MS);
+        assert_eq!(wait(step), Some(Some(250 * MS)));
+        assert!(!tries.in_outage());
+        assert!(tries.timed_out::<()>().unwrap().is_none());
+        assert!(matches!(
+            tries.judge(Ok(Attempt::Acquired(7)), t0, t0 + MS),
+            Step::Done(7)
+        ));
+    }
+
+    #[test]
+    fn other_errors_end_the_wait_at_once() {
+        let t0 = Instant::now();
+        let mut tries = Tries::new(Duration::from_secs(10), Duration::from_secs(2), None);
+        let e = Err::<Attempt<()>, _>(Error::new(ErrorKind::Auth, "wrong password"));
+        assert!(matches!(tries.judge(e, t0, t0 + MS), Step::Fail(_)));
+    }
+}
