@@ -6,6 +6,7 @@
 //! lease lifecycle) and the model checker (`check/`) use the same items.
 
 pub(crate) mod answer;
+pub(crate) mod blocking;
 pub(crate) mod keys;
 pub(crate) mod lease_state;
 pub(crate) mod looks;

@@ -1,25 +1,13 @@
-//! When a waiter blocks on the server and for how long, so that every
-//! wait ends at its deadline to the millisecond.
+//! Deadlines as the waiting loop and the handles use them: whether a
+//! waiter blocks on the server now (the rule is `protocol/blocking.rs`,
+//! asked with the backend's ability and the time), a deadline from a
+//! timeout, and the end of a wait without one.
 
 use std::time::{Duration, Instant};
 
 use crate::backend::Backend;
 use crate::error::{ErrorKind, Result};
-
-/// Whether a wait with this deadline is still long enough to block on the
-/// server: the server times a blocked pop out in steps of its clock tick
-/// (100 ms at the default `hz 10`), so a 5 ms wait blocked there lasted up
-/// to 100 ms. A wait shorter than [`SHORT_WAIT`] waits for a message, which
-/// wakes it as soon and keeps its deadline to the millisecond; so does the
-/// last [`SHORT_WAIT`] of a longer one (its blocks end before: see
-/// [`block_for`]). Asked again as the wait goes on, by the waiting loop and
-/// by the waiter's attempts, which say in their queue entry that they wait
-/// for messages (`Direct::by_message`, the latch's message registration)
-/// once it is `false`: time only moves on, so both sides agree from then on.
-/// Not asked for a waiter that keeps blocking ([`Wait::keeps_blocking`]).
-pub(crate) fn worth_blocking(deadline: Option<Instant>) -> bool {
-    deadline.is_none_or(|d| d.saturating_duration_since(Instant::now()) >= SHORT_WAIT)
-}
+use crate::protocol::blocking::worth_blocking;
 
 /// Whether a waiter that can block for a direct grant does so now: the
 /// server grants directly (an old ACL may refuse it meanwhile), and the
@@ -31,28 +19,7 @@ pub(crate) fn blocks_now(
     keeps_blocking: bool,
     deadline: Option<Instant>,
 ) -> bool {
-    backend.grants_directly() && (keeps_blocking || worth_blocking(deadline))
-}
-
-/// See [`worth_blocking`].
-pub(super) const SHORT_WAIT: Duration = Duration::from_secs(1);
-
-/// How long the next direct-grant round trip blocks: a slice, cut to end
-/// `tail` before the deadline ([`SHORT_WAIT`]: the server may time it out
-/// up to a clock tick late, and the rest of the wait is spent on messages,
-/// see [`worth_blocking`]; zero for a waiter that keeps blocking); `None`
-/// when under a millisecond is left to block.
-pub(super) fn block_for(
-    slice: Duration,
-    deadline: Option<Instant>,
-    tail: Duration,
-) -> Option<Duration> {
-    let left = deadline.map(|d| {
-        d.saturating_duration_since(Instant::now())
-            .saturating_sub(tail)
-    });
-    let b = left.map_or(slice, |l| l.min(slice));
-    (b >= Duration::from_millis(1)).then_some(b)
+    backend.grants_directly() && (keeps_blocking || worth_blocking(deadline, Instant::now()))
 }
 
 /// The result of a wait without deadline: it ends with the hold or an

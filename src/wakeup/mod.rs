@@ -31,9 +31,9 @@ mod sharded;
 mod subscriber;
 mod watch;
 
+use crate::protocol::blocking::{block_for, SHORT_WAIT};
 pub(crate) use crate::protocol::tries::Attempt;
 use crate::protocol::tries::{Step, Tries};
-use deadlines::{block_for, SHORT_WAIT};
 pub(crate) use deadlines::{blocks_now, deadline_after, waited};
 pub(crate) use lines::Turns;
 use lines::{Membership, Queues, Waiter};
@@ -74,7 +74,7 @@ pub(crate) struct Wait<'a> {
     /// Block on the server for a direct grant, this long per round trip.
     pub(crate) direct: Option<Duration>,
     /// Block until the deadline however near it is, rather than wait for
-    /// messages for its last [`SHORT_WAIT`] (see [`worth_blocking`]): the
+    /// messages for its last [`SHORT_WAIT`] (see `protocol::blocking::worth_blocking`): the
     /// waiter's turn is its place among the blocked, which it would lose
     /// to any later blocked waiter (a fair lock). Such a wait may end up
     /// to a server clock tick late.
@@ -299,7 +299,9 @@ impl Wakeup {
         // The next attempt blocks for a grant (direct waiting, head only):
         // at once if the fast path found the name busy (and queued us).
         let mut block = match blocking() {
-            Some(slice) if tried && !tries.in_outage() => block_for(slice, deadline, tail),
+            Some(slice) if tried && !tries.in_outage() => {
+                block_for(slice, deadline, tail, Instant::now())
+            }
             _ => None,
         };
         loop {
@@ -345,7 +347,7 @@ impl Wakeup {
                 // Queued in Redis: block there for our grant. Under a
                 // millisecond before the deadline there is nothing left to
                 // block for: the loop ends at the deadline.
-                block = block_for(slice, deadline, tail);
+                block = block_for(slice, deadline, tail, Instant::now());
                 if block.is_none() {
                     std::thread::sleep(Duration::from_millis(1));
                 }
