@@ -314,4 +314,5 @@ pub mod __protocol {
     pub use crate::protocol::timing::{
         first_look, GRANT_CLAIM, GRANT_SLICE, NAME_LOOK_AFTER, POPPED_LEASE, ROOM_CHUNK, ROOM_ENTRY,
     };
+    pub use crate::protocol::watch::hand_over;
 }

@@ -338,17 +338,14 @@ impl LockModel {
     /// `hand_on`): each named client whose waiter is in its acquisition
     /// (blocked, or between its round trips) replaces its pending watch
     /// with a look at the name after the claim (src/wakeup/watch.rs,
-    /// `Watches::on_message`). A frozen client's subscriber is frozen with
+    /// `Watches::on_message`; the message read by the library's
+    /// `hand_over`). A frozen client's subscriber is frozen with
     /// it (it hears the message late, if ever: modelled as never).
     fn hear_hand_overs(&self, s: &mut State, published: &[crate::keyspace::Published]) {
         for m in published {
-            let Some(rest) = m.message.strip_prefix(b"@") else {
+            let Some((id, _key)) = p::hand_over(&m.message) else {
                 continue;
             };
-            let Some(colon) = rest.iter().position(|&c| c == b':') else {
-                continue;
-            };
-            let id = &rest[..colon];
             let Some(i) = std::str::from_utf8(id)
                 .ok()
                 .and_then(|id| id.strip_prefix('c'))

@@ -234,7 +234,11 @@ impl SemModel {
         // Every waiting client subscribed to the channel receives it. A
         // hand-over's naming of its watchers wakes nobody (`Shared::dispatch`),
         // and these waiters, waiting for messages, watch nothing.
-        if ran.published.iter().any(|m| !m.message.starts_with(b"@")) {
+        if ran
+            .published
+            .iter()
+            .any(|m| p::hand_over(&m.message).is_none())
+        {
             for c in &mut s.clients {
                 if c.life == Life::Running && matches!(c.main, Main::Waiting { .. }) {
                     c.inbox = true;

@@ -14,3 +14,4 @@ pub(crate) mod scripts;
 pub(crate) mod signal;
 pub(crate) mod timing;
 pub(crate) mod tries;
+pub(crate) mod watch;

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, PreparedCall};
+use crate::protocol::watch::{hand_over, NamedLooks};
 use crate::renewal;
 use crate::util::mutex::lock;
 
@@ -58,7 +59,7 @@ struct Keys {
     /// to the renewal thread when it is due (see [`Watches::run_due`]):
     /// registering each naming's look there woke that thread once per
     /// hand-over under contention.
-    pending: HashMap<Vec<u8>, (OnHandOver, Instant)>,
+    pending: NamedLooks<OnHandOver>,
 }
 
 impl Watches {
@@ -90,7 +91,7 @@ impl Watches {
     /// one (whether or not it names `me`), having scheduled the look if it
     /// names `me` and a waiter of ours blocks on `key`.
     pub(super) fn on_message(&self, me: &str, payload: &[u8]) -> bool {
-        let Some((id, key)) = parse(payload) else {
+        let Some((id, key)) = hand_over(payload) else {
             return false;
         };
         if id != me.as_bytes() {
@@ -100,11 +101,8 @@ impl Watches {
         let Some(on) = keys.waiting.get(key).map(|w| w.on.clone()) else {
             return true;
         };
-        // A later hand-over settles the earlier one (its grant was claimed
-        // and released, or opened again by a look): a look not yet made
-        // moves to after this one.
         let due = Instant::now() + on.after;
-        keys.pending.insert(key.to_vec(), (on, due));
+        keys.pending.named(key, on, due);
         true
     }
 
@@ -112,23 +110,10 @@ impl Watches {
     /// one is due, if any.
     pub(super) fn run_due(&self) -> Option<Instant> {
         let now = Instant::now();
-        let mut next = None;
-        let due: Vec<OnHandOver> = {
-            let mut keys = lock(&self.keys);
-            if keys.pending.is_empty() {
-                return None;
-            }
-            let mut due = Vec::new();
-            keys.pending.retain(|_, (on, at)| {
-                if *at > now {
-                    next = Some(next.map_or(*at, |n: Instant| n.min(*at)));
-                    return true;
-                }
-                due.push(on.clone());
-                false
-            });
-            due
-        };
+        let (due, next) = lock(&self.keys).pending.take_due(now);
+        if due.is_empty() {
+            return next;
+        }
         let Some(backend) = self.backend.upgrade() else {
             return next;
         };
@@ -143,13 +128,6 @@ impl Watches {
         }
         next
     }
-}
-
-/// `@<id>:<key>` as (id, key).
-fn parse(payload: &[u8]) -> Option<(&[u8], &[u8])> {
-    let rest = payload.strip_prefix(b"@")?;
-    let colon = rest.iter().position(|&b| b == b':')?;
-    Some((&rest[..colon], &rest[colon + 1..]))
 }
 
 /// A blocked waiter's registration (see [`Watches::join`]).
@@ -172,17 +150,5 @@ impl Drop for Watching<'_> {
                 crate::util::deferred::drop_later(gone.map(|w| w.on));
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse;
-
-    #[test]
-    fn a_hand_over_message_names_clients_and_a_key() {
-        assert_eq!(parse(b"@a1:{x}:lock"), Some((&b"a1"[..], &b"{x}:lock"[..])));
-        assert_eq!(parse(b"a1:{x}"), None);
-        assert_eq!(parse(b"@a1"), None);
     }
 }
