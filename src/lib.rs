@@ -213,7 +213,7 @@
 //! script and Redis hands it to the waiter blocked longest, who returns in
 //! its own round trip, first come, first served across clients. A waiter
 //! that died is never chosen, and an idle waiter costs the server almost
-//! nothing (under one command a second): its process's renewal thread
+//! nothing (at most one command a second): its process's renewal thread
 //! looks at the name for it when the holder's lease would end (and every
 //! 5 s), so a holder that dies without releasing is noticed then. Other waits (readers behind a writer, latches, a server
 //! that refuses the blocking pops) are woken by a message
