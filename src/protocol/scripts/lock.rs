@@ -180,15 +180,4 @@ impl ExtendArgs<'_> {
     }
 }
 
-/// Each script's arguments as separate byte strings, for the checker.
-macro_rules! parts {
-    ($($t:ident),*) => {$(
-        impl $t<'_> {
-            #[doc(hidden)]
-            pub fn parts(&self) -> Vec<Vec<u8>> {
-                self.argv().to_vecs()
-            }
-        }
-    )*};
-}
 parts!(AcquireArgs, ReleaseArgs, WatchArgs, ExtendArgs);
