@@ -49,7 +49,8 @@ impl<'a> Row<'a> {
 
 /// `value` as one line of JSON.
 pub(crate) fn json(value: &impl serde::Serialize) -> String {
-    serde_json::to_string(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    serde_json::to_string(value)
+        .unwrap_or_else(|e| serde_json::json!({ "error": e.to_string() }).to_string())
 }
 
 /// A name as text that shows every byte and reads back exactly: valid
