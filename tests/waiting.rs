@@ -872,6 +872,29 @@ fn a_blocked_writer_gets_the_lock_of_a_holder_that_died() {
     }
 }
 
+/// Five writers, each in a client of its own, waiting up to `wait` for
+/// `name`'s write hold, returned once all five are queued; each thread
+/// returns the fence it got.
+fn queued_writers(
+    server: &Server,
+    con: &mut redis::Connection,
+    name: &'static str,
+    wait: Duration,
+) -> Vec<JoinHandle<Option<u64>>> {
+    let waiters: Vec<_> = (0..5)
+        .map(|_| {
+            let w = no_poll(&server.url()).rw_lock(name);
+            std::thread::spawn(move || w.write_timeout(wait).unwrap().map(|g| g.fencing_token()))
+        })
+        .collect();
+    let queue = format!("{{{name}}}:rw:wq");
+    assert!(eventually(Duration::from_secs(5), || con
+        .zcard::<_, usize>(&queue)
+        .unwrap()
+        == 5));
+    waiters
+}
+
 /// Reproduction: a waiting writer blocked a slice (≤ 250 ms) at a time and
 /// renewed its intent at every slice: 40 commands a second per idle writer
 /// (benches/idle.rs). Now it blocks once until its deadline, like a lock's
@@ -888,19 +911,7 @@ fn idle_writers_cost_the_server_nothing() {
         .lease(Duration::from_secs(60))
         .write()
         .unwrap();
-    let waiters: Vec<_> = (0..5)
-        .map(|_| {
-            let w = no_poll(&server.url()).rw_lock("idle:rw");
-            std::thread::spawn(move || {
-                let g = w.write_timeout(Duration::from_secs(30)).unwrap();
-                g.map(|g| g.fencing_token())
-            })
-        })
-        .collect();
-    assert!(eventually(Duration::from_secs(5), || con
-        .zcard::<_, usize>("{idle:rw}:rw:wq")
-        .unwrap()
-        == 5));
+    let waiters = queued_writers(&server, &mut con, "idle:rw", Duration::from_secs(30));
     std::thread::sleep(Duration::from_millis(200)); // all blocked
     let before = commandstats(&mut con);
     let window = Duration::from_secs(5);
@@ -943,19 +954,7 @@ fn writers_behind_a_read_hold_cost_a_command_a_second() {
         .lease(Duration::from_secs(60))
         .read()
         .unwrap();
-    let waiters: Vec<_> = (0..5)
-        .map(|_| {
-            let w = no_poll(&server.url()).rw_lock("idle:rwr");
-            std::thread::spawn(move || {
-                let g = w.write_timeout(Duration::from_secs(40)).unwrap();
-                g.map(|g| g.fencing_token())
-            })
-        })
-        .collect();
-    assert!(eventually(Duration::from_secs(5), || con
-        .zcard::<_, usize>("{idle:rwr}:rw:wq")
-        .unwrap()
-        == 5));
+    let waiters = queued_writers(&server, &mut con, "idle:rwr", Duration::from_secs(40));
     // Every waiter's first look made (it loads the script once).
     std::thread::sleep(Duration::from_secs(6));
     let before = commandstats(&mut con);
