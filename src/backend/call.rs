@@ -18,6 +18,15 @@ pub(crate) struct Call<'a> {
 }
 
 impl<'a> Call<'a> {
+    /// `lua` on keys and arguments borrowed as they are.
+    pub(crate) fn borrowed(lua: &'static Lua, keys: &'a [&'a [u8]], args: &'a [&'a [u8]]) -> Self {
+        Call {
+            lua,
+            keys: Parts::Borrowed(keys),
+            args: Parts::Borrowed(args),
+        }
+    }
+
     /// The same script on the same keys with other arguments.
     pub(crate) fn with_args<'b>(&self, args: &'b Args) -> Call<'b>
     where
@@ -53,6 +62,20 @@ impl<'a> Call<'a> {
         }
         cmd
     }
+}
+
+/// A granting script's one run ([`Backend::grant`](super::Backend::grant)):
+/// the call, the token-checked release of what it may have granted (written
+/// behind a late reply; on Redlock, run on every master after a failed
+/// attempt), the lease, the fencing counter it draws from (on Redlock a
+/// fence is handed out only once a majority confirms its counter reached
+/// it), and the caller's deadline.
+pub(crate) struct GrantCall<'a> {
+    pub(crate) call: Call<'a>,
+    pub(crate) undo: &'a Call<'a>,
+    pub(crate) lease: std::time::Duration,
+    pub(crate) fence: Option<&'a [u8]>,
+    pub(crate) deadline: Option<std::time::Instant>,
 }
 
 /// An owned script call, kept for later (a release, a renewal).

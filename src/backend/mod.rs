@@ -34,11 +34,10 @@ use std::sync::Arc;
 
 use crate::error::{redact_url, Error, ErrorKind, Result};
 pub(crate) use crate::protocol::scripts::Args;
-use crate::protocol::scripts::Lua;
 
 pub(crate) use crate::protocol::answer::Answer;
-pub(crate) use call::{Call, Joined, JoinedArgs, PreparedCall};
-pub(crate) use node::{identify, Blocked, BlockingGrant, Node, Pop};
+pub(crate) use call::{Call, GrantCall, Joined, JoinedArgs, PreparedCall};
+pub(crate) use node::{identify, Blocked, BlockingGrant, BlockingLook, Node, Pop};
 pub(crate) use pool::Manager;
 use redlock::Redlock;
 pub(crate) use settings::{Timeouts, Tls};
@@ -422,13 +421,8 @@ impl Backend {
     /// Runs one script on the key's leader, tried again on a fresh
     /// connection if the first was found dropped: only for scripts that
     /// are harmless to repeat (reads, clean-ups). Not on Redlock.
-    pub(crate) fn eval<T: FromRedisValue>(
-        &self,
-        lua: &Lua,
-        keys: &[&[u8]],
-        args: &[&[u8]],
-    ) -> Result<T> {
-        self.eval_by(lua, keys, args, None)
+    pub(crate) fn eval<T: FromRedisValue>(&self, call: &Call<'_>) -> Result<T> {
+        self.eval_by(call, None)
     }
 
     /// [`Backend::eval`] for a caller with a deadline (a waiter's look):
@@ -437,16 +431,14 @@ impl Backend {
     /// timeout. On Cluster every call is bounded by one response timeout.
     pub(crate) fn eval_by<T: FromRedisValue>(
         &self,
-        lua: &Lua,
-        keys: &[&[u8]],
-        args: &[&[u8]],
+        call: &Call<'_>,
         deadline: Option<Instant>,
     ) -> Result<T> {
         let place = &self.place;
         (match &self.kind {
-            Kind::Single(node) => node.eval(lua, keys, args, deadline),
+            Kind::Single(node) => node.eval(call, deadline),
             #[cfg(feature = "cluster")]
-            Kind::Cluster(c) => c.eval(lua, keys, args),
+            Kind::Cluster(c) => c.eval(call),
             Kind::Redlock(_) => Err(unsupported()),
         })
         .map_err(|e| e.at(place))
@@ -474,24 +466,13 @@ impl Backend {
         .map_err(|e| e.at(place))
     }
 
-    /// Runs a granting script once: a fence or a wait ([`Answer`]). `undo`
-    /// is the token-checked release of what the script may have granted: it
-    /// follows a late reply on the same connection, and on Redlock it
-    /// cleans up a failed attempt on every master. `fence` names the fencing
-    /// counter the script draws from, if any: on Redlock a fence is handed
-    /// out only once a majority of masters confirms its counter has reached
-    /// it.
-    pub(crate) fn grant(
-        &self,
-        call: &Call<'_>,
-        undo: &Call<'_>,
-        lease: Duration,
-        fence: Option<&[u8]>,
-        deadline: Option<Instant>,
-    ) -> Result<Answer> {
+    /// Runs a granting script once (see [`GrantCall`]): a fence or a wait
+    /// ([`Answer`]).
+    pub(crate) fn grant(&self, g: &GrantCall<'_>) -> Result<Answer> {
         let place = &self.place;
+        let (call, undo, deadline) = (&g.call, g.undo, g.deadline);
         (match (&self.kind, self.replica_ack) {
-            (Kind::Redlock(r), _) => r.grant(call, undo, lease, fence),
+            (Kind::Redlock(r), _) => r.grant(g),
             (Kind::Single(node), Some((replicas, timeout))) => {
                 node.grant_acked(call, undo, replicas, timeout, deadline)
             }
@@ -536,18 +517,10 @@ impl Backend {
     /// server (or the Sentinels' master), where
     /// [`Backend::grants_directly`]: a latch on Cluster waits on its shard
     /// channel (see `CountDownLatch`).
-    pub(crate) fn look_blocking(
-        &self,
-        look: &Call<'_>,
-        list: &[u8],
-        block: Duration,
-        deadline: Option<Instant>,
-    ) -> Result<(Value, bool)> {
+    pub(crate) fn look_blocking(&self, look: &BlockingLook<'_>) -> Result<(Value, bool)> {
         let place = &self.place;
         (match &self.kind {
-            Kind::Single(node) if self.replica_ack.is_none() => {
-                node.look_blocking(look, list, block, deadline)
-            }
+            Kind::Single(node) if self.replica_ack.is_none() => node.look_blocking(look),
             _ => Err(unsupported()),
         })
         .map_err(|e| e.at(place))

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use redis::{FromRedisValue, Value};
 
 use super::pool::batch;
-use super::{fan_out, Answer, Call, Node};
+use super::{fan_out, Answer, Call, GrantCall, Node};
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::scripts::{Parts, FENCE_RAISE};
 
@@ -182,13 +182,8 @@ impl Redlock {
     /// Otherwise `undo` runs on every master (also those that seemed to
     /// fail: their reply may have been lost) and the wait is the shortest a
     /// refusing master reported, or a short jittered pause on split votes.
-    pub(crate) fn grant(
-        &self,
-        call: &Call<'_>,
-        undo: &Call<'_>,
-        lease: Duration,
-        fence: Option<&[u8]>,
-    ) -> Result<Answer> {
+    pub(crate) fn grant(&self, g: &GrantCall<'_>) -> Result<Answer> {
+        let (call, undo, lease, fence) = (&g.call, g.undo, g.lease, g.fence);
         let start = Instant::now();
         let votes = self.call_all::<Answer>(call, Some(undo));
         let mut grants = 0;

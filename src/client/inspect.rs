@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::backend::Call;
 use crate::client::Client;
 use crate::error::Result;
 use crate::protocol::keys as schema;
@@ -141,9 +142,11 @@ impl Client {
             note,
             count,
             writers_waiting,
-        ): Snapshot = self
-            .backend()
-            .eval(&INSPECT, &refs, &[n.key(schema::GRANT).as_slice()])?;
+        ): Snapshot = self.backend().eval(&Call::borrowed(
+            &INSPECT,
+            &refs,
+            &[n.key(schema::GRANT).as_slice()],
+        ))?;
         let holder = client_of(&holder);
         let writer = client_of(&writer);
         Ok(LockInfo {

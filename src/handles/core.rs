@@ -113,3 +113,35 @@ impl<K> Core<K> {
         d.field("lease", &self.lease);
     }
 }
+
+/// The three ways every handle waits (as long as it takes, not at all, at
+/// most a timeout), over its `$until(…, deadline)`: one text for what they
+/// mean, where each handle used to restate it. `$what` names what is
+/// waited for; `$pre` are the arguments before the deadline (a count).
+macro_rules! waits {
+    ($what:literal -> $guard:ty, $until:ident($($pre:expr,)*)
+     => $wait:ident, $try:ident, $timeout:ident $(; $k:ident: $kt:ty)?) => {
+        #[doc = concat!("Waits for ", $what, " as long as it takes (like `std::sync::Mutex::lock`).")]
+        pub fn $wait(&self $(, $k: $kt)?) -> Result<$guard> {
+            self.$until($($pre,)* None).and_then(crate::wakeup::waited)
+        }
+
+        #[doc = concat!("Takes ", $what, " if it is free right now (`None` otherwise, and nothing")]
+        /// held); never waits *for it*. It does wait for the server, as
+        /// every call does: one round trip, at most the response timeout
+        /// (2 s by default) when the server is paused or overloaded, plus
+        /// the connect timeout when a connection must be opened to a server
+        /// that does not answer. A refused connection (no server there) is
+        /// an error at once.
+        pub fn $try(&self $(, $k: $kt)?) -> Result<Option<$guard>> {
+            self.$until($($pre,)* Some(std::time::Instant::now()))
+        }
+
+        #[doc = concat!("Waits at most `timeout` for ", $what, "; `None` (nothing held) when it timed out.")]
+        pub fn $timeout(&self $(, $k: $kt)?, timeout: Duration) -> Result<Option<$guard>> {
+            self.$until($($pre,)* crate::wakeup::deadline_after(timeout))
+        }
+    };
+}
+
+pub(crate) use waits;

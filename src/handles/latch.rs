@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::Call;
+use crate::backend::{BlockingLook, Call};
 use crate::error::{Error, ErrorKind, Result};
 use crate::lease::context::Context;
 use crate::protocol::keys as schema;
@@ -206,9 +206,11 @@ impl CountDownLatch {
                     .as_millis()
                     .to_string();
                 backend.eval_by(
-                    &LATCH_LOOK,
-                    &[key, &waiters_key(key)],
-                    &[token.as_bytes(), life.as_bytes()],
+                    &Call::borrowed(
+                        &LATCH_LOOK,
+                        &[key, &waiters_key(key)],
+                        &[token.as_bytes(), life.as_bytes()],
+                    ),
                     deadline,
                 )?
             }
@@ -242,7 +244,12 @@ impl CountDownLatch {
             args: Parts::Owned(&args),
         };
         let backend = self.client.backend();
-        let (seen, popped) = backend.look_blocking(&look, &list, block, deadline)?;
+        let (seen, popped) = backend.look_blocking(&BlockingLook {
+            look,
+            list: &list,
+            block,
+            deadline,
+        })?;
         // Freed off the path of a waiter just woken (see `deferred`).
         crate::util::deferred::drop_later((keys, args, list));
         if popped {

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Joined, JoinedArgs, PreparedCall};
 use crate::error::{Error, Result};
-use crate::handles::core::Core;
+use crate::handles::core::{waits, Core};
 use crate::lease::context::Context;
 use crate::lease::reentrancy::{self, HoldKey, Mode};
-use crate::lease::{self, lease_controls, Direct, Holding, PopAlone, Spec, ThreadBound};
+use crate::lease::{self, guard_controls, Direct, Holding, PopAlone, Spec};
 use crate::protocol::keys as schema;
 use crate::protocol::scripts::lock::{
     AcquireArgs, Announce, ExtendArgs, ReleaseArgs, WatchArgs, ACQUIRE_KEYS, ACQUIRE_LEASE,
@@ -18,7 +18,7 @@ use crate::protocol::scripts::lock::{
 use crate::protocol::scripts::{
     Parts, LOCK_ACQUIRE, LOCK_ACQUIRE_ALL, LOCK_EXTEND, LOCK_RELEASE, LOCK_WATCH,
 };
-use crate::wakeup::{deadline_after, waited, Turns};
+use crate::wakeup::Turns;
 
 struct Keys {
     /// The name as given (for messages and events).
@@ -155,25 +155,7 @@ impl Lock {
         }
     }
 
-    /// Waits until the lock is acquired (like `std::sync::Mutex::lock`).
-    pub fn acquire(&self) -> Result<LockGuard> {
-        self.acquire_until(None).and_then(waited)
-    }
-
-    /// Acquires the lock if it is free right now; never waits *for the
-    /// lock*. It does wait for the server, as every call does: one round
-    /// trip, at most the response timeout (2 s by default) when the server
-    /// is paused or overloaded, plus the connect timeout when a connection
-    /// must be opened to a server that does not answer. A refused
-    /// connection (no server there) is an error at once.
-    pub fn try_acquire(&self) -> Result<Option<LockGuard>> {
-        self.acquire_until(Some(Instant::now()))
-    }
-
-    /// Waits at most `timeout` for the lock; `None` when it timed out.
-    pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<LockGuard>> {
-        self.acquire_until(deadline_after(timeout))
-    }
+    waits!("the lock" -> LockGuard, acquire_until() => acquire, try_acquire, acquire_timeout);
 
     /// What a multi-lock needs to try this name in a pipeline with its
     /// other names (one round trip for all): the grant of `token` that
@@ -198,7 +180,6 @@ impl Lock {
         LockGuard {
             lock: self.clone(),
             inner: Holding::new(self.core.client.clone(), Some(slot), held),
-            _not_send: ThreadBound::default(),
         }
     }
 
@@ -234,11 +215,7 @@ impl Lock {
             deadline,
             |token| Ok(self.spec(keys, token, lease, &lease_arg, waits)),
         )?;
-        Ok(held.map(|held| LockGuard {
-            lock: self.clone(),
-            inner: Holding::new(self.core.client.clone(), Some(slot), held),
-            _not_send: ThreadBound::default(),
-        }))
+        Ok(held.map(|held| self.guard(slot, held)))
     }
 
     /// The scripts of one acquisition by `token`. Plain and fair locks
@@ -494,7 +471,6 @@ fn run_under<T>(guard: Option<LockGuard>, f: impl FnOnce() -> T) -> Result<Optio
 pub struct LockGuard {
     lock: Lock,
     inner: Holding,
-    _not_send: ThreadBound,
 }
 
 impl fmt::Debug for LockGuard {
@@ -513,19 +489,6 @@ impl LockGuard {
     /// the resources you write so they can reject a stale holder.
     pub fn fencing_token(&self) -> u64 {
         self.inner.held().fence
-    }
-
-    /// Whether the lease is still believed held, without a round trip: false
-    /// once the renewal thread found it gone, or once its conservative local
-    /// expiry passed without a renewal (a fixed lease's deadline, or a pause).
-    pub fn is_held(&self) -> bool {
-        self.inner.is_held()
-    }
-
-    /// Releases this level of the hold (the lock itself when it is the
-    /// outermost). Fails with `LockLost` if the lease had been lost.
-    pub fn release(mut self) -> Result<()> {
-        self.inner.release()
     }
 
     /// Stores a short note about this holder beside the lock — host, pid,
@@ -572,5 +535,5 @@ impl LockGuard {
         &self.lock.core.client
     }
 
-    lease_controls!();
+    guard_controls!("the lock");
 }

@@ -7,12 +7,12 @@ use redis::{FromRedisValue, Value};
 
 use crate::backend::{Answer, Backend, PreparedCall};
 use crate::error::Result;
+use crate::handles::core::waits;
 use crate::handles::lock::{Lock, LockGuard};
 use crate::lease::context::Context;
 use crate::lease::reentrancy::HoldKey;
 use crate::lease::Spec;
 use crate::protocol::signal::LostSignal;
-use crate::wakeup::{deadline_after, waited};
 
 /// Several named locks acquired together (Redisson's `RedissonMultiLock`).
 ///
@@ -99,22 +99,7 @@ impl MultiLock {
         self
     }
 
-    /// Waits until every name is acquired.
-    pub fn acquire(&self) -> Result<MultiLockGuard> {
-        self.acquire_until(None).and_then(waited)
-    }
-
-    /// Acquires every name if all are free right now; `None` (nothing
-    /// held) otherwise.
-    pub fn try_acquire(&self) -> Result<Option<MultiLockGuard>> {
-        self.acquire_until(Some(Instant::now()))
-    }
-
-    /// Waits at most `timeout` for every name; `None` (nothing held) when it
-    /// timed out.
-    pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<MultiLockGuard>> {
-        self.acquire_until(deadline_after(timeout))
-    }
+    waits!("every name" -> MultiLockGuard, acquire_until() => acquire, try_acquire, acquire_timeout);
 
     fn acquire_until(&self, deadline: Option<Instant>) -> Result<Option<MultiLockGuard>> {
         if self.locks.is_empty() {

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use crate::backend::PreparedCall;
 use crate::error::{Error, ErrorKind, Result};
-use crate::handles::core::Core;
+use crate::handles::core::{waits, Core};
 use crate::lease::context::Context;
 use crate::lease::reentrancy::{self, HoldKey, Mode};
-use crate::lease::{self, lease_controls, Direct, Holding, Spec, ThreadBound};
+use crate::lease::{self, guard_controls, Direct, Holding, Spec};
 use crate::protocol::keys as schema;
 use crate::protocol::scripts::rwlock::{
     Open, ReadAcquireArgs, ReleaseArgs, WatchArgs, WriteAcquireArgs,
@@ -18,7 +18,7 @@ use crate::protocol::scripts::{
     LOCK_EXTEND, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WATCH, RW_WRITE_ACQUIRE, RW_WRITE_RELEASE,
     ZSET_EXTEND,
 };
-use crate::wakeup::{deadline_after, waited, Turns};
+use crate::wakeup::Turns;
 
 #[derive(Debug)]
 struct Keys {
@@ -174,35 +174,9 @@ impl RwLock {
         Ok(value)
     }
 
-    /// Waits for a read hold.
-    pub fn read(&self) -> Result<ReadGuard> {
-        self.read_until(None).and_then(waited)
-    }
+    waits!("a read hold" -> ReadGuard, read_until() => read, try_read, read_timeout);
 
-    /// Takes a read hold if one is available now.
-    pub fn try_read(&self) -> Result<Option<ReadGuard>> {
-        self.read_until(Some(Instant::now()))
-    }
-
-    /// Waits at most `timeout` for a read hold.
-    pub fn read_timeout(&self, timeout: Duration) -> Result<Option<ReadGuard>> {
-        self.read_until(deadline_after(timeout))
-    }
-
-    /// Waits for the write hold.
-    pub fn write(&self) -> Result<WriteGuard> {
-        self.write_until(None).and_then(waited)
-    }
-
-    /// Takes the write hold if it is available now.
-    pub fn try_write(&self) -> Result<Option<WriteGuard>> {
-        self.write_until(Some(Instant::now()))
-    }
-
-    /// Waits at most `timeout` for the write hold.
-    pub fn write_timeout(&self, timeout: Duration) -> Result<Option<WriteGuard>> {
-        self.write_until(deadline_after(timeout))
-    }
+    waits!("the write hold" -> WriteGuard, write_until() => write, try_write, write_timeout);
 
     /// This thread's read depth and write depth.
     pub fn hold_counts(&self) -> (usize, usize) {
@@ -219,11 +193,15 @@ impl RwLock {
     /// (readers whose lease ended are not counted). One round trip.
     pub fn state(&self) -> Result<(bool, usize)> {
         let keys = self.core.keys()?;
-        let (writer, readers): (bool, usize) = self.core.client.backend().eval(
-            &crate::protocol::scripts::RW_STATE,
-            &[&keys.writer, &keys.readers],
-            &[],
-        )?;
+        let (writer, readers): (bool, usize) =
+            self.core
+                .client
+                .backend()
+                .eval(&crate::backend::Call::borrowed(
+                    &crate::protocol::scripts::RW_STATE,
+                    &[&keys.writer, &keys.readers],
+                    &[],
+                ))?;
         Ok((writer, readers))
     }
 
@@ -477,30 +455,14 @@ macro_rules! rw_guard {
         pub struct $name {
             lock: RwLock,
             inner: Holding,
-            _not_send: ThreadBound,
         }
 
         impl $name {
             fn new(lock: RwLock, inner: Holding) -> $name {
-                $name {
-                    lock,
-                    inner,
-                    _not_send: ThreadBound::default(),
-                }
+                $name { lock, inner }
             }
 
-            /// Whether the lease is still believed held (no round trip).
-            pub fn is_held(&self) -> bool {
-                self.inner.is_held()
-            }
-
-            /// Releases this level of the hold; `LockLost` if the lease had
-            /// been lost.
-            pub fn release(mut self) -> Result<()> {
-                self.inner.release()
-            }
-
-            lease_controls!();
+            guard_controls!($what);
         }
 
         impl fmt::Debug for $name {

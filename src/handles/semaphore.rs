@@ -6,16 +6,16 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Call, PreparedCall};
 use crate::error::{Error, Result};
-use crate::handles::core::Core;
+use crate::handles::core::{waits, Core};
 use crate::lease::context::Context;
-use crate::lease::{self, lease_controls, Direct, Holding, Spec, ThreadBound};
+use crate::lease::{self, guard_controls, Direct, Holding, Spec};
 use crate::protocol::keys as schema;
 use crate::protocol::scripts::semaphore::{mode, AcquireArgs, Offer, ReleaseArgs, WatchArgs};
 use crate::protocol::scripts::{
     millis, Parts, SEM_ACQUIRE, SEM_FORCE_RELEASE, SEM_RELEASE, SEM_RESIZE, SEM_STATE, SEM_WATCH,
     ZSET_EXTEND,
 };
-use crate::wakeup::{deadline_after, waited, Turns};
+use crate::wakeup::Turns;
 
 #[derive(Debug)]
 struct Keys {
@@ -125,37 +125,10 @@ impl Semaphore {
         Ok(value)
     }
 
-    /// Waits for one permit.
-    pub fn acquire(&self) -> Result<Permit> {
-        self.acquire_until(1, None).and_then(waited)
-    }
+    waits!("one permit" -> Permit, acquire_until(1,) => acquire, try_acquire, acquire_timeout);
 
-    /// Takes one permit if one is free now; never waits *for a permit*.
-    /// Like every call it waits for the server: one round trip, at most
-    /// the response timeout when it is paused (see [`Lock::try_acquire`](crate::Lock::try_acquire)).
-    pub fn try_acquire(&self) -> Result<Option<Permit>> {
-        self.acquire_until(1, Some(Instant::now()))
-    }
-
-    /// Waits at most `timeout` for one permit.
-    pub fn acquire_timeout(&self, timeout: Duration) -> Result<Option<Permit>> {
-        self.acquire_until(1, deadline_after(timeout))
-    }
-
-    /// Waits for `k` permits at once (all or nothing; `1 <= k <= permits`).
-    pub fn acquire_many(&self, k: u32) -> Result<Permit> {
-        self.acquire_until(k, None).and_then(waited)
-    }
-
-    /// Takes `k` permits at once if they are free now.
-    pub fn try_acquire_many(&self, k: u32) -> Result<Option<Permit>> {
-        self.acquire_until(k, Some(Instant::now()))
-    }
-
-    /// Waits at most `timeout` for `k` permits at once.
-    pub fn acquire_many_timeout(&self, k: u32, timeout: Duration) -> Result<Option<Permit>> {
-        self.acquire_until(k, deadline_after(timeout))
-    }
+    waits!("`k` permits at once (all or nothing; `1 <= k <= permits`)" -> Permit,
+        acquire_until(k,) => acquire_many, try_acquire_many, acquire_many_timeout; k: u32);
 
     /// Permits free right now (one round trip; holders whose lease ended
     /// are not counted).
@@ -171,10 +144,11 @@ impl Semaphore {
 
     fn state(&self) -> Result<(u64, i64)> {
         let keys = self.core.keys()?;
-        self.core
-            .client
-            .backend()
-            .eval(&SEM_STATE, &[&keys.permits, &keys.count], &[])
+        self.core.client.backend().eval(&Call::borrowed(
+            &SEM_STATE,
+            &[&keys.permits, &keys.count],
+            &[],
+        ))
     }
 
     /// Changes the permit count to `permits` for everyone: holders keep
@@ -206,18 +180,18 @@ impl Semaphore {
         let wakeup = self.core.client.wakeup();
         let scripted = keys.scripted();
         let offer = self.offer(keys);
-        let _: i64 = self.core.client.backend().eval(
-            &SEM_RESIZE,
-            &scripted.iter().map(Vec::as_slice).collect::<Vec<_>>(),
-            &[
+        let _: i64 = self.core.client.backend().eval(&Call {
+            lua: &SEM_RESIZE,
+            keys: Parts::Owned(&scripted),
+            args: Parts::Borrowed(&[
                 permits.to_string().as_bytes(),
                 &offer.channel,
                 &offer.message,
                 offer.grant_prefix,
                 &millis(offer.claim),
                 mode(offer.fair),
-            ],
-        )?;
+            ]),
+        })?;
         wakeup.notify_local(&keys.permits);
         Ok(())
     }
@@ -334,7 +308,6 @@ impl Semaphore {
             semaphore: self.clone(),
             count: k,
             inner: Holding::new(self.core.client.clone(), None, held),
-            _not_send: ThreadBound::default(),
         }))
     }
 
@@ -451,7 +424,6 @@ pub struct Permit {
     semaphore: Semaphore,
     count: u32,
     inner: Holding,
-    _not_send: ThreadBound,
 }
 
 impl fmt::Debug for Permit {
@@ -468,16 +440,6 @@ impl Permit {
     /// How many permits this guard holds.
     pub fn count(&self) -> u32 {
         self.count
-    }
-
-    /// Whether the permits are still believed held (no round trip).
-    pub fn is_held(&self) -> bool {
-        self.inner.is_held()
-    }
-
-    /// Returns the permits; `LockLost` if their lease had ended.
-    pub fn release(mut self) -> Result<()> {
-        self.inner.release()
     }
 
     /// The id this permit would have once detached (see
@@ -506,7 +468,7 @@ impl Permit {
         }
     }
 
-    lease_controls!();
+    guard_controls!("the permits");
 }
 
 /// The id of a detached [`Permit`]: give it to whoever should return the

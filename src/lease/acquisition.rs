@@ -202,13 +202,13 @@ impl<'a> Acquisition<'a> {
                     Some(d) if !self.blocks() => &d.by_message,
                     _ => &spec.grant,
                 };
-                let reply = backend.grant(
-                    &grant.call(),
-                    &undo,
-                    spec.lease,
-                    spec.fence.as_deref(),
-                    self.deadline,
-                )?;
+                let reply = backend.grant(&crate::backend::GrantCall {
+                    call: grant.call(),
+                    undo: &undo,
+                    lease: spec.lease,
+                    fence: spec.fence.as_deref(),
+                    deadline: self.deadline,
+                })?;
                 Ok(Blocked {
                     reply,
                     popped: false,
@@ -346,10 +346,7 @@ fn withdraw(client: &Context, sent: &[Spec], ambiguous: bool) {
     }
     for spec in sent {
         if let Some(leave) = &spec.leave {
-            let c = leave.call();
-            let keys: Vec<&[u8]> = c.keys.iter().collect();
-            let args: Vec<&[u8]> = c.args.iter().collect();
-            let left: Result<redis::Value> = backend.eval(c.lua, &keys, &args);
+            let left: Result<redis::Value> = backend.eval(&leave.call());
             if left.is_err_and(|e| unreachable(&e)) {
                 return;
             }

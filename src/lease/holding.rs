@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::context::Context;
 use super::reentrancy::{self, Held, HoldKey};
 use super::{lease_millis, look_after_opening};
-use crate::backend::PreparedCall;
+use crate::backend::{Call, PreparedCall};
 use crate::error::{Error, Result};
 use crate::protocol::lease_state::LeaseState;
 use crate::protocol::signal::LostSignal;
@@ -20,6 +20,8 @@ pub(crate) struct Holding {
     slot: Option<HoldKey>,
     held: Arc<Held>,
     done: bool,
+    /// Every guard is made over a `Holding`, so this makes them all `!Send`.
+    _not_send: ThreadBound,
 }
 
 impl Holding {
@@ -29,6 +31,7 @@ impl Holding {
             slot,
             held,
             done: false,
+            _not_send: ThreadBound::default(),
         }
     }
 
@@ -243,11 +246,11 @@ fn extend(client: &Context, held: &Held, lease: Duration) -> Result<()> {
                 // Shorter: waiters that wait for messages (readers) look
                 // seldom, at the end they saw; tell them to look now.
                 let wakeup = client.wakeup();
-                let told: Result<redis::Value> = backend.eval(
+                let told: Result<redis::Value> = backend.eval(&Call::borrowed(
                     &crate::protocol::scripts::WAKE,
                     &[&held.wake],
-                    &[&wakeup.channel(&held.wake), &wakeup.message(&held.wake)],
-                );
+                    &[&*wakeup.channel(&held.wake), &wakeup.message(&held.wake)],
+                ));
                 if let Err(e) = told {
                     log::debug!("redlease: could not tell waiters of a shortened lease: {e}");
                 }
@@ -373,9 +376,25 @@ fn release(client: &Context, held: &Held, repeated: bool) -> Result<()> {
 #[derive(Default)]
 pub(crate) struct ThreadBound(std::marker::PhantomData<*const ()>);
 
-/// The lease controls every guard has, over its `inner: Holding`.
-macro_rules! lease_controls {
-    () => {
+/// The controls every guard has, over its `inner: Holding` (the one guard
+/// core; a guard adds only what is its own: a fencing token, a count, a
+/// note). `$what` names what is held, for the docs.
+macro_rules! guard_controls {
+    ($what:literal) => {
+        #[doc = concat!("Whether ", $what, " is still believed held, without a round trip: false")]
+        /// once the renewal thread found the lease gone, or once its
+        /// conservative local expiry passed without a renewal (a fixed
+        /// lease's deadline, or a pause).
+        pub fn is_held(&self) -> bool {
+            self.inner.is_held()
+        }
+
+        #[doc = concat!("Releases this level of ", $what, " (in Redis when it is the outermost).")]
+        /// Fails with `LockLost` if the lease had been lost.
+        pub fn release(mut self) -> crate::Result<()> {
+            self.inner.release()
+        }
+
         /// A signal that fires once this hold ends (lost or released),
         /// checked without a round trip: hand it to the threads doing the
         /// guarded work. See [`LostSignal`](crate::LostSignal).
@@ -401,4 +420,4 @@ macro_rules! lease_controls {
     };
 }
 
-pub(crate) use lease_controls;
+pub(crate) use guard_controls;

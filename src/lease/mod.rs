@@ -39,7 +39,7 @@ pub(crate) mod reentrancy;
 mod spec;
 
 use acquisition::attempt;
-pub(crate) use holding::{lease_controls, release_all, Holding, ThreadBound};
+pub(crate) use holding::{guard_controls, release_all, Holding};
 pub(crate) use spec::{Direct, PopAlone, Spec};
 
 /// Checks a lease and returns it in whole milliseconds (at least 1).

@@ -23,7 +23,6 @@ use super::source::client_for;
 use super::wire::{with_tls, within, Wire};
 use super::{Answer, Blocked, BlockingGrant, Call, Node, Timeouts};
 use crate::error::{Error, ErrorKind, Result};
-use crate::protocol::scripts::Lua;
 
 mod masters;
 mod sharding;
@@ -444,12 +443,7 @@ impl ClusterLeader {
         Ok(())
     }
 
-    pub(crate) fn eval<T: FromRedisValue>(
-        &self,
-        lua: &Lua,
-        keys: &[&[u8]],
-        args: &[&[u8]],
-    ) -> Result<T> {
+    pub(crate) fn eval<T: FromRedisValue>(&self, call: &Call<'_>) -> Result<T> {
         // On the key's master over our own connection, as grants go: the
         // cluster connection keeps routing to a master that stopped
         // answering (a timeout is no redirect), so after a failover its
@@ -460,19 +454,19 @@ impl ClusterLeader {
         // script whose keys are split by a migration: the importing master
         // refuses it too), it is refused for now, not a server error.
         let routed = || {
-            self.routed(|con| lua.call(keys, args).invoke(con))
+            self.routed(|con| call.lua.call(call.keys, call.args).invoke(con))
                 .map_err(|e| match e.server_code() {
                     Some("ASK") => migrating(e),
                     _ => e,
                 })
         };
-        let Some(node) = keys.first().and_then(|k| self.masters.master_of(k)) else {
+        let Some(node) = call.keys.first().and_then(|k| self.masters.master_of(k)) else {
             return routed();
         };
         // Within one response timeout, a new connection's setup included,
         // as through the cluster connection.
         let until = Instant::now() + self.response;
-        let outcome = within(until, || node.eval(lua, keys, args, Some(Instant::now())));
+        let outcome = within(until, || node.eval(call, Some(Instant::now())));
         self.on_master(&node, outcome, |_| routed())
     }
 

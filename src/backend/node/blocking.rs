@@ -37,6 +37,16 @@ pub(crate) struct BlockingGrant<'a> {
     pub(crate) deadline: Option<Instant>,
 }
 
+/// A look that blocks for an announcement (see [`Node::look_blocking`]):
+/// the look, the list it blocks on and for how long, and the caller's
+/// deadline.
+pub(crate) struct BlockingLook<'a> {
+    pub(crate) look: Call<'a>,
+    pub(crate) list: &'a [u8],
+    pub(crate) block: Duration,
+    pub(crate) deadline: Option<Instant>,
+}
+
 /// What [`Node::grant_blocking`] came to.
 #[derive(Debug)]
 pub(crate) struct Blocked {
@@ -218,18 +228,9 @@ impl Node {
     /// nothing. Returns the look's reply and whether the pop took
     /// something. Without a connection to block on (as many are blocked as
     /// the pool holds), or after one broke while blocked, the look alone.
-    pub(crate) fn look_blocking(
-        &self,
-        look: &Call<'_>,
-        list: &[u8],
-        block: Duration,
-        deadline: Option<Instant>,
-    ) -> Result<(Value, bool)> {
-        let plain = || -> Result<(Value, bool)> {
-            let keys: Vec<&[u8]> = look.keys.iter().collect();
-            let args: Vec<&[u8]> = look.args.iter().collect();
-            Ok((self.eval(look.lua, &keys, &args, deadline)?, false))
-        };
+    pub(crate) fn look_blocking(&self, l: &BlockingLook<'_>) -> Result<(Value, bool)> {
+        let (look, list, block, deadline) = (&l.look, l.list, l.block, l.deadline);
+        let plain = || -> Result<(Value, bool)> { Ok((self.eval(look, deadline)?, false)) };
         let packed = redis::pipe()
             .add_command(look.command(true))
             .cmd("BLMOVE")

@@ -12,7 +12,7 @@ mod blocking;
 mod checkout;
 mod identity;
 
-pub(crate) use blocking::{Blocked, BlockingGrant, Pop};
+pub(crate) use blocking::{Blocked, BlockingGrant, BlockingLook, Pop};
 pub(crate) use identity::{identify, warn_if_evicting};
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -210,15 +210,13 @@ impl Node {
     /// A connection is waited for as [`Node::conn`] says for `deadline`.
     pub(crate) fn eval<T: FromRedisValue>(
         &self,
-        lua: &crate::protocol::scripts::Lua,
-        keys: &[&[u8]],
-        args: &[&[u8]],
+        call: &Call<'_>,
         deadline: Option<Instant>,
     ) -> Result<T> {
         let mut last = None;
         for _ in 0..2 {
             let mut con = self.conn(deadline)?;
-            match lua.invoke(&mut *con, keys, args) {
+            match call.lua.invoke(&mut *con, call.keys, call.args) {
                 Ok(v) => return Ok(v),
                 Err(e) => {
                     self.failed(&mut con, &e);

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::Args;
+use super::{Arg, Args};
 
 /// Where and how a hand-over is announced (lua/queue.lua `announce`): the
 /// wake-up channel and message, and whether every waiter of the name
@@ -21,15 +21,16 @@ pub struct Announce<'a> {
     pub queued: bool,
 }
 
-impl Announce<'_> {
-    /// Its three arguments, in the scripts' order.
-    pub(crate) fn push_to(&self, args: &mut Args) {
+/// Its three arguments, in the scripts' order.
+impl Arg for Announce<'_> {
+    fn push_to(&self, args: &mut Args) {
         args.push(&self.channel);
         args.push(&self.message);
         args.push_word(self.queued, "queued");
     }
 }
 
+script_args! {
 /// lua/lock_acquire.lua's arguments, by name (its header says what each
 /// does); `argv` puts them in the script's order.
 pub struct AcquireArgs<'a> {
@@ -48,21 +49,8 @@ pub struct AcquireArgs<'a> {
     pub announce: &'a Announce<'a>,
     /// The waiter blocks in `BLMOVE` from the open list (else it waits for
     /// messages).
-    pub blocks: bool,
+    pub blocks: bool = "block",
 }
-
-impl AcquireArgs<'_> {
-    pub(crate) fn argv(&self) -> Args {
-        let mut a = Args::new();
-        a.push(self.token);
-        a.push(self.lease_ms);
-        a.push_millis(self.queue_ttl);
-        a.push(self.grant_prefix);
-        a.push_millis(self.claim);
-        self.announce.push_to(&mut a);
-        a.push_word(self.blocks, "block");
-        a
-    }
 }
 
 /// Where `AcquireArgs::argv` puts what lua/lock_acquire_all.lua takes of
@@ -120,6 +108,7 @@ pub const RELEASE_FENCE: usize = 9;
 /// See [`RELEASE_FENCE`].
 pub const EXTEND_FENCE: usize = 3;
 
+script_args! {
 /// lua/lock_watch.lua's arguments, by name.
 pub struct WatchArgs<'a> {
     /// The blocked waiter's token, or empty for a look at the name alone.
@@ -133,17 +122,6 @@ pub struct WatchArgs<'a> {
     /// Where and how a hand-over is announced.
     pub announce: &'a Announce<'a>,
 }
-
-impl WatchArgs<'_> {
-    pub(crate) fn argv(&self) -> Args {
-        let mut a = Args::new();
-        a.push(self.waiter);
-        a.push_millis(self.entry);
-        a.push(self.grant_prefix);
-        a.push_millis(self.claim);
-        self.announce.push_to(&mut a);
-        a
-    }
 }
 
 /// lua/lock_extend.lua's arguments, by name (the keys differ with
@@ -180,4 +158,4 @@ impl ExtendArgs<'_> {
     }
 }
 
-parts!(AcquireArgs, ReleaseArgs, WatchArgs, ExtendArgs);
+parts!(ReleaseArgs, ExtendArgs);

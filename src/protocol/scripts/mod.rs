@@ -23,11 +23,69 @@ macro_rules! parts {
     ($($t:ident),*) => {$(
         impl $t<'_> {
             #[doc(hidden)]
+            #[allow(dead_code)] // the checker's: the read-write lock is not modelled yet
             pub fn parts(&self) -> Vec<Vec<u8>> {
                 self.argv().to_vecs()
             }
         }
     )*};
+}
+
+/// A script's arguments by name, whose order is the script's: the struct,
+/// written once, and its `argv`, which pushes each field in the order it
+/// is written (each as its [`Arg`] says; a yes/no field written `= "word"`
+/// as that word or nothing), and `parts()`. Used where a script takes its
+/// arguments in the order of one struct; the others write `argv` out.
+macro_rules! script_args {
+    ($(#[$m:meta])* $vis:vis struct $name:ident<$lt:lifetime> {
+        $($(#[$fm:meta])* $fvis:vis $field:ident: $ty:ty $(= $word:literal)?,)*
+    }) => {
+        $(#[$m])*
+        $vis struct $name<$lt> {
+            $($(#[$fm])* $fvis $field: $ty,)*
+        }
+
+        impl $name<'_> {
+            pub(crate) fn argv(&self) -> Args {
+                let mut a = Args::new();
+                $(script_args!(@push a, self.$field $(, $word)?);)*
+                a
+            }
+        }
+
+        parts!($name);
+    };
+    (@push $a:ident, $v:expr) => {
+        $crate::protocol::scripts::Arg::push_to(&$v, &mut $a)
+    };
+    (@push $a:ident, $v:expr, $word:literal) => {
+        $a.push_word($v, $word)
+    };
+}
+
+/// How one field of a script's arguments goes to the server (see
+/// `script_args!`): bytes as they are, a duration in whole milliseconds, a
+/// count in decimal, a group (`Announce`, `Open`) as its own fields.
+pub(crate) trait Arg {
+    fn push_to(&self, a: &mut Args);
+}
+
+impl Arg for [u8] {
+    fn push_to(&self, a: &mut Args) {
+        a.push(self);
+    }
+}
+
+impl<T: Arg + ?Sized> Arg for &T {
+    fn push_to(&self, a: &mut Args) {
+        (**self).push_to(a);
+    }
+}
+
+impl Arg for std::time::Duration {
+    fn push_to(&self, a: &mut Args) {
+        a.push_millis(*self);
+    }
 }
 
 mod args;

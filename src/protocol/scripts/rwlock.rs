@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::Args;
+use super::{Arg, Args};
 
 /// Where a hand-over of the write hold goes (lua/rw_grant.lua `rw_open`):
 /// the writers' grant prefix and claim window, and the wake-up channel and
@@ -18,10 +18,10 @@ pub(crate) struct Open<'a> {
     pub(crate) message: Vec<u8>,
 }
 
-impl Open<'_> {
-    /// As the acquire and watch scripts take it: grant prefix, claim
-    /// window, wake-up channel and message.
-    pub(crate) fn push_to(&self, a: &mut Args) {
+/// As the acquire and watch scripts take it: grant prefix, claim window,
+/// wake-up channel and message.
+impl Arg for Open<'_> {
+    fn push_to(&self, a: &mut Args) {
         a.push(self.grant_prefix);
         a.push_millis(self.claim);
         a.push(&self.channel);
@@ -29,6 +29,7 @@ impl Open<'_> {
     }
 }
 
+script_args! {
 /// lua/rw_read_acquire.lua's arguments, by name (its header says what each
 /// does); `argv` puts them in the script's order.
 pub(crate) struct ReadAcquireArgs<'a> {
@@ -40,19 +41,9 @@ pub(crate) struct ReadAcquireArgs<'a> {
     pub(crate) waiting: Duration,
     pub(crate) open: &'a Open<'a>,
 }
-
-impl ReadAcquireArgs<'_> {
-    pub(crate) fn argv(&self) -> Args {
-        let mut a = Args::new();
-        a.push(self.token);
-        a.push(self.lease_ms);
-        a.push(self.own_write);
-        a.push_millis(self.waiting);
-        self.open.push_to(&mut a);
-        a
-    }
 }
 
+script_args! {
 /// lua/rw_write_acquire.lua's arguments, by name.
 pub(crate) struct WriteAcquireArgs<'a> {
     pub(crate) token: &'a [u8],
@@ -63,19 +54,8 @@ pub(crate) struct WriteAcquireArgs<'a> {
     pub(crate) open: &'a Open<'a>,
     /// The writer blocks in `BLMOVE` from the open list (else it waits for
     /// messages).
-    pub(crate) blocks: bool,
+    pub(crate) blocks: bool = "block",
 }
-
-impl WriteAcquireArgs<'_> {
-    pub(crate) fn argv(&self) -> Args {
-        let mut a = Args::new();
-        a.push(self.token);
-        a.push(self.lease_ms);
-        a.push_millis(self.queue_ttl);
-        self.open.push_to(&mut a);
-        a.push_word(self.blocks, "block");
-        a
-    }
 }
 
 /// lua/rw_read_release.lua's and lua/rw_write_release.lua's arguments, by
@@ -101,6 +81,7 @@ impl ReleaseArgs<'_> {
     }
 }
 
+script_args! {
 /// lua/rw_watch.lua's arguments, by name.
 pub(crate) struct WatchArgs<'a> {
     /// The blocked writer's token, or empty for a look at the name alone.
@@ -109,13 +90,4 @@ pub(crate) struct WatchArgs<'a> {
     pub(crate) entry: Duration,
     pub(crate) open: &'a Open<'a>,
 }
-
-impl WatchArgs<'_> {
-    pub(crate) fn argv(&self) -> Args {
-        let mut a = Args::new();
-        a.push(self.writer);
-        a.push_millis(self.entry);
-        self.open.push_to(&mut a);
-        a
-    }
 }
