@@ -62,7 +62,8 @@ const EXIT_TIMEOUT: u8 = 75;
     name = "redlease",
     version,
     about = "Run commands under Redis locks; inspect locks",
-    arg_required_else_help = true
+    arg_required_else_help = true,
+    next_help_heading = "Global options"
 )]
 struct Cli {
     /// Redis URL (its value is never printed by --help).
@@ -71,73 +72,40 @@ struct Cli {
         env = "REDIS_URL",
         hide_env_values = true,
         default_value = "redis://127.0.0.1:6379/",
-        global = true,
-        help_heading = "Global options"
+        global = true
     )]
     url: String,
     /// Read the Redis password from this file (its first line) instead of
     /// putting it in the URL, where it would show in the process list.
-    #[arg(
-        long,
-        global = true,
-        help_heading = "Global options",
-        value_name = "FILE"
-    )]
+    #[arg(long, global = true, value_name = "FILE")]
     password_file: Option<std::path::PathBuf>,
     /// For rediss:// URLs: trust this PEM CA certificate instead of the
     /// system's roots (the server's certificate is always verified).
-    #[arg(
-        long,
-        global = true,
-        help_heading = "Global options",
-        value_name = "FILE"
-    )]
+    #[arg(long, global = true, value_name = "FILE")]
     tls_ca: Option<std::path::PathBuf>,
     /// For rediss:// URLs: present this PEM client certificate (servers
     /// with tls-auth-clients yes); needs --tls-key.
-    #[arg(
-        long,
-        global = true,
-        help_heading = "Global options",
-        value_name = "FILE",
-        requires = "tls_key"
-    )]
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_key")]
     tls_cert: Option<std::path::PathBuf>,
     /// The private key of --tls-cert (PEM).
-    #[arg(
-        long,
-        global = true,
-        help_heading = "Global options",
-        value_name = "FILE",
-        requires = "tls_cert"
-    )]
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<std::path::PathBuf>,
     /// `run`: lease of locks without --lease, renewed every third of it; a
     /// lost lease is noticed within about a third of it. E.g. 30s.
-    #[arg(long, value_parser = parse_duration, default_value = "30s", global = true, help_heading = "Global options")]
+    #[arg(long, value_parser = parse_duration, default_value = "30s", global = true)]
     watchdog: Duration,
     /// Log more: -v info, -vv debug, -vvv trace (RUST_LOG=debug works too).
-    #[arg(short, long, action = clap::ArgAction::Count, global = true, help_heading = "Global options")]
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
     /// --url is a comma-separated list of Cluster nodes.
-    #[arg(long, global = true, help_heading = "Global options", conflicts_with_all = ["redlock", "sentinel"])]
+    #[arg(long, global = true, conflicts_with_all = ["redlock", "sentinel"])]
     cluster: bool,
     /// --url is a comma-separated list of independent Redlock masters.
-    #[arg(
-        long,
-        global = true,
-        help_heading = "Global options",
-        conflicts_with = "sentinel"
-    )]
+    #[arg(long, global = true, conflicts_with = "sentinel")]
     redlock: bool,
     /// --url is a comma-separated list of Sentinels, and this the name of
     /// the master they watch.
-    #[arg(
-        long,
-        global = true,
-        help_heading = "Global options",
-        value_name = "MASTER"
-    )]
+    #[arg(long, global = true, value_name = "MASTER")]
     sentinel: Option<String>,
     /// Key prefix (namespace) shared with the applications using the locks.
     #[arg(
@@ -145,8 +113,7 @@ struct Cli {
         env = "REDLEASE_PREFIX",
         hide_env_values = true,
         default_value = "",
-        global = true,
-        help_heading = "Global options"
+        global = true
     )]
     prefix: String,
     #[command(subcommand)]

@@ -7,11 +7,8 @@ use crate::Client;
 
 /// How release wake-ups reach waiting clients.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize),
-    serde(rename_all = "lowercase")
-)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 #[non_exhaustive]
 pub enum WakeChannel {
     /// Classic pub/sub (`PUBLISH` / `SUBSCRIBE`): one server, Sentinel,

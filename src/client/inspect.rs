@@ -24,10 +24,7 @@ pub struct LockInfo {
     /// Time left on the exclusive lock's lease.
     #[cfg_attr(
         feature = "serde",
-        serde(
-            rename = "remaining_ms",
-            serialize_with = "crate::client::inspect::millis"
-        )
+        serde(rename = "remaining_ms", serialize_with = "millis")
     )]
     pub remaining: Option<Duration>,
     /// Last fencing token handed out for this name while it is active (0
@@ -43,10 +40,7 @@ pub struct LockInfo {
     /// Time left on the writer's lease.
     #[cfg_attr(
         feature = "serde",
-        serde(
-            rename = "writer_remaining_ms",
-            serialize_with = "crate::client::inspect::millis"
-        )
+        serde(rename = "writer_remaining_ms", serialize_with = "millis")
     )]
     pub writer_remaining: Option<Duration>,
     /// Readers whose lease has not ended.

@@ -21,11 +21,8 @@ use primitives::{check_primitives, clean_up};
 /// How one check came out (serialized as `"ok"`, `"degraded"`,
 /// `"refused"` with the `serde` feature).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize),
-    serde(rename_all = "lowercase")
-)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
 #[non_exhaustive]
 pub enum CheckStatus {
     /// Works as documented.

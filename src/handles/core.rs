@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::backend::PreparedCall;
+use crate::backend::{Call, PreparedCall};
 use crate::error::{Error, Result};
 use crate::lease::context::Context;
 use crate::lease::Reentry;
@@ -65,6 +65,13 @@ impl<K> Core<K> {
     /// where each acquisition used to build its own.
     pub(crate) fn name_look(&self, make: impl FnOnce() -> PreparedCall) -> Arc<PreparedCall> {
         self.name_look.get_or_init(|| Arc::new(make())).clone()
+    }
+
+    /// Runs a confirming script (see `Backend::confirm`) on the name's
+    /// keys; its error says it was about `what` of `name`.
+    pub(crate) fn confirm(&self, call: &Call<'_>, what: &str, name: &[u8]) -> Result<i64> {
+        let done = self.client.backend().confirm(call);
+        done.map_err(|e| e.about(what, name))
     }
 
     /// The keys, or the invalid name's error.

@@ -16,7 +16,7 @@ use crate::protocol::scripts::lock::{
     ACQUIRE_PREFIX, ACQUIRE_TOKEN, EXTEND_FENCE, RELEASE_FENCE,
 };
 use crate::protocol::scripts::{
-    Parts, LOCK_ACQUIRE, LOCK_ACQUIRE_ALL, LOCK_EXTEND, LOCK_RELEASE, LOCK_WATCH,
+    Parts, LOCK_ACQUIRE, LOCK_ACQUIRE_ALL, LOCK_EXTEND, LOCK_NOTE, LOCK_RELEASE, LOCK_WATCH,
 };
 use crate::wakeup::Turns;
 
@@ -388,16 +388,12 @@ impl Lock {
             keep: self.core.client.backend().is_redlock(),
             leave: false,
         };
-        let removed = self
-            .core
-            .client
-            .backend()
-            .confirm(&crate::backend::Call {
-                lua: &LOCK_RELEASE,
-                keys: Parts::Owned(&keys.scripted),
-                args: Parts::Encoded(&args.argv()),
-            })
-            .map_err(|e| e.about("lock", &keys.name))?;
+        let release = crate::backend::Call {
+            lua: &LOCK_RELEASE,
+            keys: Parts::Owned(&keys.scripted),
+            args: Parts::Encoded(&args.argv()),
+        };
+        let removed = self.core.confirm(&release, "lock", &keys.name)?;
         let backend = self.core.client.backend();
         if removed == 2 && !backend.is_redlock() && backend.grants_directly() {
             // Opened to the waiters: should the blocked one whose pop takes
@@ -505,21 +501,17 @@ impl LockGuard {
                 Error::invalid("a holder note must be at most 1 KiB").about("lock", &keys.name)
             );
         }
-        let stored = self
-            .lock
-            .core
-            .client
-            .backend()
-            .confirm(&crate::backend::Call {
-                lua: &crate::protocol::scripts::LOCK_NOTE,
-                keys: Parts::Owned(&[keys.lock.to_vec(), keys.note.clone()]),
-                args: Parts::Owned(&[
-                    self.inner.held().token.as_bytes().to_vec(),
-                    note.as_bytes().to_vec(),
-                    self.inner.held().fence.to_string().into_bytes(),
-                ]),
-            })
-            .map_err(|e| e.about("lock", &keys.name))?;
+        let fence = self.inner.held().fence.to_string();
+        let (lock_keys, args) = (
+            [&*keys.lock, &keys.note],
+            [
+                self.inner.held().token.as_bytes(),
+                note.as_bytes(),
+                fence.as_bytes(),
+            ],
+        );
+        let store = crate::backend::Call::borrowed(&LOCK_NOTE, &lock_keys, &args);
+        let stored = self.lock.core.confirm(&store, "lock", &keys.name)?;
         Ok(stored == 1)
     }
 

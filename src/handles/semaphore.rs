@@ -203,23 +203,17 @@ impl Semaphore {
     pub fn release_id(&self, id: &PermitId) -> Result<bool> {
         let keys = self.core.keys()?;
         let wakeup = self.core.client.wakeup();
-        let released = self
-            .core
-            .client
-            .backend()
-            .confirm(&Call {
-                lua: &SEM_RELEASE,
-                keys: Parts::Owned(&keys.scripted()),
-                args: Parts::Encoded(
-                    &ReleaseArgs {
-                        member: id.member.as_bytes(),
-                        offer: &self.offer(keys),
-                        leave: false,
-                    }
-                    .argv(),
-                ),
-            })
-            .map_err(|e| e.about("semaphore", &keys.name))?;
+        let args = ReleaseArgs {
+            member: id.member.as_bytes(),
+            offer: &self.offer(keys),
+            leave: false,
+        };
+        let release = Call {
+            lua: &SEM_RELEASE,
+            keys: Parts::Owned(&keys.scripted()),
+            args: Parts::Encoded(&args.argv()),
+        };
+        let released = self.core.confirm(&release, "semaphore", &keys.name)?;
         wakeup.notify_local(&keys.permits);
         Ok(released >= 1)
     }
@@ -231,16 +225,12 @@ impl Semaphore {
     pub fn force_release_all(&self) -> Result<u32> {
         let keys = self.core.keys()?;
         let wakeup = self.core.client.wakeup();
-        let removed = self
-            .core
-            .client
-            .backend()
-            .confirm(&Call {
-                lua: &SEM_FORCE_RELEASE,
-                keys: Parts::Owned(&keys.scripted()),
-                args: Parts::Encoded(&self.offer(keys).force_release_argv()),
-            })
-            .map_err(|e| e.about("semaphore", &keys.name))?;
+        let release = Call {
+            lua: &SEM_FORCE_RELEASE,
+            keys: Parts::Owned(&keys.scripted()),
+            args: Parts::Encoded(&self.offer(keys).force_release_argv()),
+        };
+        let removed = self.core.confirm(&release, "semaphore", &keys.name)?;
         let backend = self.core.client.backend();
         if removed > 0 && backend.grants_directly() {
             // Offered to the waiters: should the blocked one whose pop takes

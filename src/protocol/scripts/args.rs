@@ -169,6 +169,23 @@ impl Args {
         self.push(u128_digits(&mut digits, n.into()));
     }
 
+    /// What the release scripts of a lock and a read-write lock take
+    /// first: who releases, the wake-up channel and message, the grant
+    /// prefix and the claim window.
+    pub(crate) fn release_head(
+        who: &[u8],
+        wake: (&[u8], &[u8]),
+        prefix: &[u8],
+        claim: std::time::Duration,
+    ) -> Args {
+        let mut a = Args::new();
+        for part in [who, wake.0, wake.1, prefix] {
+            a.push(part);
+        }
+        a.push_millis(claim);
+        a
+    }
+
     /// Appends a yes/no argument: the word the script tests for, or empty.
     pub(crate) fn push_word(&mut self, on: bool, word: &str) {
         self.push(if on { word.as_bytes() } else { b"" });

@@ -85,12 +85,8 @@ pub struct ReleaseArgs<'a> {
 
 impl ReleaseArgs<'_> {
     pub(crate) fn argv(&self) -> Args {
-        let mut a = Args::new();
-        a.push(self.token);
-        a.push(&self.announce.channel);
-        a.push(&self.announce.message);
-        a.push(self.grant_prefix);
-        a.push_millis(self.claim);
+        let wake = (&*self.announce.channel, &*self.announce.message);
+        let mut a = Args::release_head(self.token, wake, self.grant_prefix, self.claim);
         a.push_word(self.force, "force");
         a.push_word(self.keep, "keep");
         a.push_word(self.announce.queued, "queued");

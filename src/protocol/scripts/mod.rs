@@ -488,12 +488,18 @@ mod tests {
         }
     }
 
+    /// Every file in `lua/`, with its text.
+    fn lua_files() -> Vec<(std::path::PathBuf, String)> {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
+        let files = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path());
+        files
+            .map(|path| (path.clone(), std::fs::read_to_string(&path).unwrap()))
+            .collect()
+    }
+
     #[test]
     fn every_prelude_a_script_uses_exists() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            let body = std::fs::read_to_string(&path).unwrap();
+        for (path, body) in lua_files() {
             for name in uses(&body) {
                 assert!(
                     PRELUDES.iter().any(|(n, _)| *n == name),
@@ -563,10 +569,7 @@ mod tests {
 
     #[test]
     fn no_script_has_a_long_string_or_block_comment() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            let body = std::fs::read_to_string(&path).unwrap();
+        for (path, body) in lua_files() {
             assert!(!body.contains("[["), "{}: `[[`", path.display());
             assert!(!body.contains("[="), "{}: `[=`", path.display());
         }

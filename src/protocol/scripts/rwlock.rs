@@ -70,12 +70,8 @@ pub(crate) struct ReleaseArgs<'a> {
 
 impl ReleaseArgs<'_> {
     pub(crate) fn argv(&self) -> Args {
-        let mut a = Args::new();
-        a.push(self.token);
-        a.push(&self.open.channel);
-        a.push(&self.open.message);
-        a.push(self.open.grant_prefix);
-        a.push_millis(self.open.claim);
+        let wake = (&*self.open.channel, &*self.open.message);
+        let mut a = Args::release_head(self.token, wake, self.open.grant_prefix, self.open.claim);
         a.push_word(self.leave, "leave");
         a
     }

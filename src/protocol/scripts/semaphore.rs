@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::Args;
+use super::{Arg, Args};
 
 /// Where an offer of permits goes (lua/sem_grant.lua `sem_offer`): the
 /// grant prefix and claim window, the wake-up channel and message for
@@ -126,25 +126,24 @@ impl ReleaseArgs<'_> {
     }
 }
 
+script_args! {
 /// lua/sem_watch.lua's arguments, by name.
 pub struct WatchArgs<'a> {
     /// The blocked waiter's member, or empty for a look at the name alone.
     pub waiter: &'a [u8],
     /// The waiter's entry lifetime.
     pub entry: Duration,
-    /// Where an offer of permits goes.
+    /// Where an offer of permits goes, and the handle's count and mode.
     pub offer: &'a Offer<'a>,
 }
+}
 
-impl WatchArgs<'_> {
-    pub(crate) fn argv(&self) -> Args {
-        let mut a = Args::new();
-        a.push(self.waiter);
-        a.push_millis(self.entry);
-        self.offer.push_offer(&mut a);
-        self.offer.push_count(&mut a);
-        a
+/// As the watch script takes it: the offer, then the count and mode.
+impl Arg for Offer<'_> {
+    fn push_to(&self, a: &mut Args) {
+        self.push_offer(a);
+        self.push_count(a);
     }
 }
 
-parts!(AcquireArgs, ReleaseArgs, WatchArgs);
+parts!(AcquireArgs, ReleaseArgs);
