@@ -22,10 +22,7 @@ pub struct LockInfo {
     /// Client id of the exclusive lock's holder (never the secret token).
     pub holder: Option<String>,
     /// Time left on the exclusive lock's lease.
-    #[cfg_attr(
-        feature = "serde",
-        serde(rename = "remaining_ms", serialize_with = "millis")
-    )]
+    #[cfg_attr(feature = "serde", serde(rename = "remaining_ms", with = "millis"))]
     pub remaining: Option<Duration>,
     /// Last fencing token handed out for this name while it is active (0
     /// once nobody holds or waits for it: the counter lapses with the
@@ -38,10 +35,8 @@ pub struct LockInfo {
     /// Client id of the read-write lock's writer.
     pub writer: Option<String>,
     /// Time left on the writer's lease.
-    #[cfg_attr(
-        feature = "serde",
-        serde(rename = "writer_remaining_ms", serialize_with = "millis")
-    )]
+    #[cfg_attr(feature = "serde", serde(with = "millis"))]
+    #[cfg_attr(feature = "serde", serde(rename = "writer_remaining_ms"))]
     pub writer_remaining: Option<Duration>,
     /// Readers whose lease has not ended.
     pub readers: usize,
@@ -58,13 +53,17 @@ pub struct LockInfo {
 
 /// A time as whole milliseconds, for `Serialize`.
 #[cfg(feature = "serde")]
-pub(crate) fn millis<S: serde::Serializer>(
-    d: &Option<Duration>,
-    s: S,
-) -> std::result::Result<S::Ok, S::Error> {
-    match d {
-        Some(d) => s.serialize_some(&(d.as_millis() as u64)),
-        None => s.serialize_none(),
+mod millis {
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: serde::Serializer>(
+        d: &Option<Duration>,
+        s: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&(d.as_millis() as u64)),
+            None => s.serialize_none(),
+        }
     }
 }
 

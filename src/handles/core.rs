@@ -6,16 +6,19 @@
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::backend::{Call, PreparedCall};
 use crate::error::{Error, Result};
 use crate::lease::context::Context;
-use crate::lease::Reentry;
+use crate::lease::reentrancy::{Held, HoldKey};
+use crate::lease::{Reentry, Spec};
 use crate::protocol::keys::Names;
 
 pub(crate) struct Core<K> {
     pub(crate) client: Context,
+    /// The name as given (for messages and events).
+    pub(crate) name: Arc<[u8]>,
     keys: std::result::Result<Arc<K>, Arc<str>>,
     /// A fixed lease (no watchdog); `None`: the client's watchdog timeout.
     pub(crate) lease: Option<Duration>,
@@ -25,11 +28,22 @@ pub(crate) struct Core<K> {
     name_look: Arc<OnceLock<Arc<PreparedCall>>>,
 }
 
+/// What one acquisition asks for, whatever the primitive: its lease, that
+/// lease in milliseconds as the scripts read it, and whether it waits (a
+/// try never queues: readers would wait for a queued writer, and a try
+/// whose reply came late could not take its entry back).
+pub(crate) struct Ask {
+    pub(crate) lease: Duration,
+    pub(crate) lease_ms: String,
+    pub(crate) waits: bool,
+}
+
 // Not derived: that would ask `K: Clone`, and the keys are shared.
 impl<K> Clone for Core<K> {
     fn clone(&self) -> Self {
         Core {
             client: self.client.clone(),
+            name: self.name.clone(),
             keys: self.keys.clone(),
             lease: self.lease,
             reentrant: self.reentrant,
@@ -52,6 +66,7 @@ impl<K> Core<K> {
             .map_err(|e| Arc::from(e.message()));
         Core {
             client,
+            name: name.into(),
             keys,
             lease: None,
             reentrant: None,
@@ -68,10 +83,10 @@ impl<K> Core<K> {
     }
 
     /// Runs a confirming script (see `Backend::confirm`) on the name's
-    /// keys; its error says it was about `what` of `name`.
-    pub(crate) fn confirm(&self, call: &Call<'_>, what: &str, name: &[u8]) -> Result<i64> {
+    /// keys; its error says it was about `what` of this name.
+    pub(crate) fn confirm(&self, call: &Call<'_>, what: &str) -> Result<i64> {
         let done = self.client.backend().confirm(call);
-        done.map_err(|e| e.about(what, name))
+        done.map_err(|e| e.about(what, &self.name))
     }
 
     /// The keys, or the invalid name's error.
@@ -94,6 +109,30 @@ impl<K> Core<K> {
     /// The lease of an acquisition: the fixed one, or the watchdog's.
     pub(crate) fn lease_or_watchdog(&self) -> Duration {
         self.lease.unwrap_or(self.client.watchdog_timeout())
+    }
+
+    /// Acquires through this handle (see `lease::acquire`): `slot` is the
+    /// thread's hold of the name, for re-entry as this handle allows it
+    /// (`None`: no re-entry, as for permits).
+    pub(crate) fn acquire(
+        &self,
+        slot: Option<&HoldKey>,
+        deadline: Option<Instant>,
+        spec: impl Fn(&Arc<str>) -> Result<Spec>,
+    ) -> Result<Option<Arc<Held>>> {
+        let slot = slot.map(|s| (s, self.reentry()));
+        crate::lease::acquire(&self.client, slot, deadline, spec)
+    }
+
+    /// What an acquisition with `deadline` asks for (see [`Ask`]).
+    pub(crate) fn ask(&self, deadline: Option<Instant>) -> Result<Ask> {
+        let lease = self.lease_or_watchdog();
+        Ok(Ask {
+            lease,
+            lease_ms: crate::lease::lease_millis(lease)?.to_string(),
+            // A try never queues: a waiter queues from its first attempt.
+            waits: deadline.is_none_or(|d| d > Instant::now()),
+        })
     }
 
     /// How long a waiter's queue entry lives: not at all for one that does
@@ -152,3 +191,37 @@ macro_rules! waits {
 }
 
 pub(crate) use waits;
+
+/// The settings of a handle, consuming as a builder's are: a fixed lease
+/// (`$what` names what is held), and for handles with re-entry, refusing
+/// it (`$reentry` says what counts as asking again).
+macro_rules! settings {
+    ($handle:ty, $what:literal) => {
+        #[doc = concat!("Gives ", $what, " taken through this handle a fixed lease of `lease` and")]
+        /// no watchdog: the hold ends by itself after `lease`, even if its
+        /// guard is still alive (then the guard's `is_held()` turns false).
+        /// Defaults to the client's watchdog timeout, renewed while the
+        /// guard lives.
+        pub fn lease(mut self, lease: Duration) -> $handle {
+            self.core.lease = Some(lease);
+            self
+        }
+    };
+    ($handle:ty, $what:literal, $reentry:literal) => {
+        settings!($handle, $what);
+
+        #[doc = concat!("Makes this handle refuse re-entry: a thread that already holds ", $reentry)]
+        /// gets [`ErrorKind::WouldDeadlock`](crate::ErrorKind::WouldDeadlock)
+        /// at once, without a round trip, and its first hold is untouched.
+        /// Use it in work-stealing pools (rayon), where another task may run
+        /// on a thread that waits inside a critical section. Defaults to the
+        /// client's [`ClientBuilder::reentrant`](crate::ClientBuilder::reentrant)
+        /// (reentrant).
+        pub fn non_reentrant(mut self) -> $handle {
+            self.core.reentrant = Some(false);
+            self
+        }
+    };
+}
+
+pub(crate) use settings;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Joined, JoinedArgs, PreparedCall};
 use crate::error::{Error, Result};
-use crate::handles::core::{waits, Core};
+use crate::handles::core::{settings, waits, Ask, Core};
 use crate::lease::context::Context;
 use crate::lease::reentrancy::{self, HoldKey, Mode};
 use crate::lease::{self, guard_controls, Direct, Holding, PopAlone, Spec};
@@ -21,8 +21,6 @@ use crate::protocol::scripts::{
 use crate::wakeup::Turns;
 
 struct Keys {
-    /// The name as given (for messages and events).
-    name: Arc<[u8]>,
     lock: Arc<[u8]>,
     fence: Vec<u8>,
     /// The holder's note (`LockGuard::annotate`).
@@ -106,7 +104,6 @@ impl Lock {
             );
             let floor = client.backend().fence_floor(&fence);
             Keys {
-                name: n.name().clone(),
                 scripted: Arc::from([
                     lock.clone(),
                     fence.clone(),
@@ -127,25 +124,7 @@ impl Lock {
         Lock { core, fair }
     }
 
-    /// Gives acquisitions through this handle a fixed lease of `lease` and no
-    /// watchdog: the lock ends by itself after `lease`, even if the guard is
-    /// still alive (then [`LockGuard::is_held`] turns false). Defaults to
-    /// the client's watchdog timeout, renewed while the guard lives.
-    pub fn lease(mut self, lease: Duration) -> Lock {
-        self.core.lease = Some(lease);
-        self
-    }
-
-    /// Makes this handle refuse re-entry: a thread that already holds the
-    /// lock and asks again gets [`ErrorKind::WouldDeadlock`](crate::ErrorKind::WouldDeadlock)
-    /// at once, without a round trip, and its first hold is untouched. Use it
-    /// in work-stealing pools (rayon), where another task may run on a thread
-    /// that waits inside a critical section. Defaults to the client's
-    /// [`ClientBuilder::reentrant`](crate::ClientBuilder::reentrant) (reentrant).
-    pub fn non_reentrant(mut self) -> Lock {
-        self.core.reentrant = Some(false);
-        self
-    }
+    settings!(Lock, "holds", "the lock and asks again");
 
     fn hold_key(&self, keys: &Keys) -> HoldKey {
         HoldKey {
@@ -167,12 +146,11 @@ impl Lock {
         if reentrancy::depth(&slot) > 0 {
             return Ok(None);
         }
-        let lease = self.core.lease_or_watchdog();
-        let lease_arg = lease::lease_millis(lease)?.to_string();
-        Ok(Some((
-            self.spec(keys, token, lease, &lease_arg, false),
-            slot,
-        )))
+        let ask = Ask {
+            waits: false,
+            ..self.core.ask(None)?
+        };
+        Ok(Some((self.spec(keys, token, &ask), slot)))
     }
 
     /// The guard of a hold this lock's name got outside `acquire_until`.
@@ -198,8 +176,7 @@ impl Lock {
 
     pub(crate) fn acquire_until(&self, deadline: Option<Instant>) -> Result<Option<LockGuard>> {
         let keys = self.core.keys()?;
-        let lease = self.core.lease_or_watchdog();
-        let lease_arg = lease::lease_millis(lease)?.to_string();
+        let ask = self.core.ask(deadline)?;
         if self.fair && self.core.client.backend().is_redlock() {
             return Err(Error::new(
                 crate::ErrorKind::Unsupported,
@@ -207,14 +184,9 @@ impl Lock {
             ));
         }
         let slot = self.hold_key(keys);
-        // A try never queues; a waiter queues from its first attempt.
-        let waits = deadline.is_none_or(|d| d > Instant::now());
-        let held = lease::acquire(
-            &self.core.client,
-            Some((&slot, self.core.reentry())),
-            deadline,
-            |token| Ok(self.spec(keys, token, lease, &lease_arg, waits)),
-        )?;
+        let held = self.core.acquire(Some(&slot), deadline, |token| {
+            Ok(self.spec(keys, token, &ask))
+        })?;
         Ok(held.map(|held| self.guard(slot, held)))
     }
 
@@ -223,14 +195,8 @@ impl Lock {
     /// the oldest live one. They differ in who queues: every waiting
     /// thread of a fair lock, only the first waiting thread per client of a
     /// plain one (the others wait behind it locally, which is cheaper).
-    fn spec(
-        &self,
-        keys: &Keys,
-        token: &str,
-        lease: Duration,
-        lease_arg: &str,
-        waits: bool,
-    ) -> Spec {
+    fn spec(&self, keys: &Keys, token: &str, ask: &Ask) -> Spec {
+        let (lease, lease_arg, waits) = (ask.lease, ask.lease_ms.as_str(), ask.waits);
         let backend = self.core.client.backend();
         let t = token.as_bytes().to_vec();
         let ms = lease_arg.as_bytes().to_vec();
@@ -290,7 +256,7 @@ impl Lock {
         });
         Spec {
             what: if self.fair { "fair lock" } else { "lock" },
-            name: keys.name.clone(),
+            name: self.core.name.clone(),
             wake: keys.lock.clone(),
             turns: Turns::fair(self.fair),
             jump: false,
@@ -393,7 +359,7 @@ impl Lock {
             keys: Parts::Owned(&keys.scripted),
             args: Parts::Encoded(&args.argv()),
         };
-        let removed = self.core.confirm(&release, "lock", &keys.name)?;
+        let removed = self.core.confirm(&release, "lock")?;
         let backend = self.core.client.backend();
         if removed == 2 && !backend.is_redlock() && backend.grants_directly() {
             // Opened to the waiters: should the blocked one whose pop takes
@@ -497,9 +463,8 @@ impl LockGuard {
     pub fn annotate(&self, note: &str) -> Result<bool> {
         let keys = self.lock.core.keys()?;
         if note.len() > 1024 {
-            return Err(
-                Error::invalid("a holder note must be at most 1 KiB").about("lock", &keys.name)
-            );
+            return Err(Error::invalid("a holder note must be at most 1 KiB")
+                .about("lock", &self.lock.core.name));
         }
         let fence = self.inner.held().fence.to_string();
         let (lock_keys, args) = (
@@ -511,7 +476,7 @@ impl LockGuard {
             ],
         );
         let store = crate::backend::Call::borrowed(&LOCK_NOTE, &lock_keys, &args);
-        let stored = self.lock.core.confirm(&store, "lock", &keys.name)?;
+        let stored = self.lock.core.confirm(&store, "lock")?;
         Ok(stored == 1)
     }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::backend::PreparedCall;
 use crate::error::{Error, ErrorKind, Result};
-use crate::handles::core::{waits, Core};
+use crate::handles::core::{settings, waits, Ask, Core};
 use crate::lease::context::Context;
 use crate::lease::reentrancy::{self, HoldKey, Mode};
 use crate::lease::{self, guard_controls, Direct, Holding, Spec};
@@ -22,8 +22,6 @@ use crate::wakeup::Turns;
 
 #[derive(Debug)]
 struct Keys {
-    /// The name as given (for messages and events).
-    name: Arc<[u8]>,
     writer: Arc<[u8]>,
     readers: Vec<u8>,
     /// Waiting writers (lua/queue.lua): while a live one waits, new
@@ -47,7 +45,6 @@ impl Keys {
     fn new(client: &Context, n: crate::protocol::keys::Names) -> Keys {
         let fence = n.key(schema::FENCE);
         let mut keys = Keys {
-            name: n.name().clone(),
             writer: n.key(schema::RW_WRITER).into(),
             readers: n.key(schema::RW_READERS),
             writer_queue: n.key(schema::RW_WRITER_QUEUE),
@@ -103,22 +100,11 @@ impl RwLock {
         RwLock { core }
     }
 
-    /// Gives holds taken through this handle a fixed lease and no watchdog.
-    /// Defaults to the client's watchdog timeout, renewed while a guard lives.
-    pub fn lease(mut self, lease: Duration) -> RwLock {
-        self.core.lease = Some(lease);
-        self
-    }
-
-    /// Makes this handle refuse re-entry: a thread that already holds the
-    /// read (or the write) hold and asks for the same again gets
-    /// [`ErrorKind::WouldDeadlock`] at once, without a round trip, its first
-    /// hold untouched. A writer may still take the read hold (a downgrade).
-    /// Defaults to the client's [`ClientBuilder::reentrant`](crate::ClientBuilder::reentrant).
-    pub fn non_reentrant(mut self) -> RwLock {
-        self.core.reentrant = Some(false);
-        self
-    }
+    settings!(
+        RwLock,
+        "holds",
+        "the read (or the write) hold and asks for the same again (a writer may still take the read hold: a downgrade)"
+    );
 
     fn hold_key(&self, keys: &Keys, mode: Mode) -> HoldKey {
         HoldKey {
@@ -139,7 +125,7 @@ impl RwLock {
             &[keys.writer.to_vec(), keys.readers.clone()],
             &keys.writer,
         )
-        .map_err(|e| e.about("read-write lock", &keys.name))?;
+        .map_err(|e| e.about("read-write lock", &self.core.name))?;
         // Blocked writers hear no message: a look now opens the write hold
         // to them.
         let backend = self.core.client.backend();
@@ -205,16 +191,15 @@ impl RwLock {
         Ok((writer, readers))
     }
 
-    fn lease_of(&self) -> Result<(Duration, String)> {
+    /// What an acquisition asks for (`Core::ask`), where there is one leader.
+    fn ask(&self, deadline: Option<Instant>) -> Result<Ask> {
         if self.core.client.backend().is_redlock() {
             return Err(Error::new(
                 ErrorKind::Unsupported,
                 "read-write locks need a single leader (one server, Sentinel or Cluster)",
             ));
         }
-        let lease = self.core.lease_or_watchdog();
-        let ms = lease::lease_millis(lease)?;
-        Ok((lease, ms.to_string()))
+        self.core.ask(deadline)
     }
 
     /// Where a hand-over of the write hold goes (lua/rw_grant.lua).
@@ -241,15 +226,8 @@ impl RwLock {
     }
 
     /// What a read acquisition with `token` sends (see `lease::Spec`).
-    fn read_spec(
-        &self,
-        keys: &Keys,
-        token: &str,
-        lease: Duration,
-        lease_arg: &str,
-        own_write: &str,
-        waits: bool,
-    ) -> Spec {
+    fn read_spec(&self, keys: &Keys, token: &str, ask: &Ask, own_write: &str) -> Spec {
+        let (lease, lease_arg, waits) = (ask.lease, ask.lease_ms.as_str(), ask.waits);
         let waiting = if waits {
             self.core.client.wakeup().entry_life(true)
         } else {
@@ -258,14 +236,7 @@ impl RwLock {
         let t = token.as_bytes().to_vec();
         let ms = lease_arg.as_bytes().to_vec();
         let open = self.open(keys);
-        let release = |leave: bool| {
-            let args = ReleaseArgs {
-                token: &t,
-                open: &open,
-                leave,
-            };
-            PreparedCall::new(&RW_READ_RELEASE, keys.scripted.clone(), args.argv())
-        };
+        let release = |leave| release_call(&RW_READ_RELEASE, keys, &t, &open, leave);
         let leave = waits.then(|| Arc::new(release(true)));
         let grant = ReadAcquireArgs {
             token: &t,
@@ -276,7 +247,7 @@ impl RwLock {
         };
         Spec {
             what: "read lock",
-            name: keys.name.clone(),
+            name: self.core.name.clone(),
             wake: keys.writer.clone(),
             turns: Turns::Local(0),
             jump: !own_write.is_empty(),
@@ -313,14 +284,8 @@ impl RwLock {
     /// What a write acquisition with `token` sends (see `lease::Spec`). A
     /// waiter blocks on the write hold's open list where the backend
     /// allows it.
-    fn write_spec(
-        &self,
-        keys: &Keys,
-        token: &str,
-        lease: Duration,
-        lease_arg: &str,
-        waits: bool,
-    ) -> Spec {
+    fn write_spec(&self, keys: &Keys, token: &str, ask: &Ask) -> Spec {
+        let (lease, lease_arg, waits) = (ask.lease, ask.lease_ms.as_str(), ask.waits);
         let backend = self.core.client.backend();
         let blocks = waits && backend.grants_directly();
         let t = token.as_bytes().to_vec();
@@ -336,18 +301,11 @@ impl RwLock {
             };
             PreparedCall::new(&RW_WRITE_ACQUIRE, keys.scripted.clone(), args.argv())
         };
-        let release = |leave: bool| {
-            let args = ReleaseArgs {
-                token: &t,
-                open: &open,
-                leave,
-            };
-            PreparedCall::new(&RW_WRITE_RELEASE, keys.scripted.clone(), args.argv())
-        };
+        let release = |leave| release_call(&RW_WRITE_RELEASE, keys, &t, &open, leave);
         let leave = waits.then(|| Arc::new(release(true)));
         Spec {
             what: "write lock",
-            name: keys.name.clone(),
+            name: self.core.name.clone(),
             wake: keys.writer.clone(),
             turns: Turns::Local(0),
             jump: false,
@@ -390,7 +348,7 @@ impl RwLock {
 
     fn read_until(&self, deadline: Option<Instant>) -> Result<Option<ReadGuard>> {
         let keys = self.core.keys()?;
-        let (lease, lease_arg) = self.lease_of()?;
+        let ask = self.ask(deadline)?;
         let slot = self.hold_key(keys, Mode::Read);
         // A downgrade: this thread's live write hold lets the read in, and
         // it must not queue behind this client's other waiters (they wait
@@ -399,15 +357,9 @@ impl RwLock {
             .filter(|h| !h.state.is_lost())
             .map(|h| h.token.clone());
         let own_write = own_write.as_deref().unwrap_or("");
-        // A waiting reader registers (so that a writer's release tells it);
-        // a try never does.
-        let waits = deadline.is_none_or(|d| d > Instant::now());
-        let held = lease::acquire(
-            &self.core.client,
-            Some((&slot, self.core.reentry())),
-            deadline,
-            |token| Ok(self.read_spec(keys, token, lease, &lease_arg, own_write, waits)),
-        )?;
+        let held = self.core.acquire(Some(&slot), deadline, |token| {
+            Ok(self.read_spec(keys, token, &ask, own_write))
+        })?;
         Ok(held.map(|held| {
             ReadGuard::new(
                 self.clone(),
@@ -418,7 +370,7 @@ impl RwLock {
 
     fn write_until(&self, deadline: Option<Instant>) -> Result<Option<WriteGuard>> {
         let keys = self.core.keys()?;
-        let (lease, lease_arg) = self.lease_of()?;
+        let ask = self.ask(deadline)?;
         let slot = self.hold_key(keys, Mode::Write);
         if reentrancy::depth(&slot) == 0 && reentrancy::depth(&self.hold_key(keys, Mode::Read)) > 0
         {
@@ -428,15 +380,9 @@ impl RwLock {
                  itself (release the read guard first)",
             ));
         }
-        // A try never queues (readers would wait for it, and a try whose
-        // reply is late could not take its entry back).
-        let waits = deadline.is_none_or(|d| d > Instant::now());
-        let held = lease::acquire(
-            &self.core.client,
-            Some((&slot, self.core.reentry())),
-            deadline,
-            |token| Ok(self.write_spec(keys, token, lease, &lease_arg, waits)),
-        )?;
+        let held = self.core.acquire(Some(&slot), deadline, |token| {
+            Ok(self.write_spec(keys, token, &ask))
+        })?;
         Ok(held.map(|held| {
             WriteGuard::new(
                 self.clone(),
@@ -444,6 +390,19 @@ impl RwLock {
             )
         }))
     }
+}
+
+/// The release of a read hold or the write hold (`lua`) by `token`, or with
+/// `leave` the withdrawal of its waiting entry.
+fn release_call(
+    lua: &'static crate::protocol::scripts::Lua,
+    keys: &Keys,
+    token: &[u8],
+    open: &Open<'_>,
+    leave: bool,
+) -> PreparedCall {
+    let args = ReleaseArgs { token, open, leave };
+    PreparedCall::new(lua, keys.scripted.clone(), args.argv())
 }
 
 macro_rules! rw_guard {

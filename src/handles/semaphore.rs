@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Call, PreparedCall};
 use crate::error::{Error, Result};
-use crate::handles::core::{waits, Core};
+use crate::handles::core::{settings, waits, Ask, Core};
 use crate::lease::context::Context;
 use crate::lease::{self, guard_controls, Direct, Holding, Spec};
 use crate::protocol::keys as schema;
@@ -19,8 +19,6 @@ use crate::wakeup::Turns;
 
 #[derive(Debug)]
 struct Keys {
-    /// The name as given (for messages and events).
-    name: Arc<[u8]>,
     permits: Arc<[u8]>,
     count: Vec<u8>,
     /// Prefix of a waiter's grant list (its member follows).
@@ -40,7 +38,6 @@ impl Keys {
             n.key(schema::SEM_QUEUE_DEADLINES),
         );
         Keys {
-            name: n.name().clone(),
             // Its waiter queue and the queue's deadlines go only here.
             scripted: Arc::from([permits.clone(), count.clone(), queue, queue_deadlines]),
             permits: permits.into(),
@@ -104,12 +101,7 @@ impl Semaphore {
         }
     }
 
-    /// Gives permits taken through this handle a fixed lease and no watchdog.
-    /// Defaults to the client's watchdog timeout, renewed while the permit lives.
-    pub fn lease(mut self, lease: Duration) -> Semaphore {
-        self.core.lease = Some(lease);
-        self
-    }
+    settings!(Semaphore, "permits");
 
     /// The permit count this handle uses.
     pub fn permits(&self) -> u32 {
@@ -213,7 +205,7 @@ impl Semaphore {
             keys: Parts::Owned(&keys.scripted()),
             args: Parts::Encoded(&args.argv()),
         };
-        let released = self.core.confirm(&release, "semaphore", &keys.name)?;
+        let released = self.core.confirm(&release, "semaphore")?;
         wakeup.notify_local(&keys.permits);
         Ok(released >= 1)
     }
@@ -230,7 +222,7 @@ impl Semaphore {
             keys: Parts::Owned(&keys.scripted()),
             args: Parts::Encoded(&self.offer(keys).force_release_argv()),
         };
-        let removed = self.core.confirm(&release, "semaphore", &keys.name)?;
+        let removed = self.core.confirm(&release, "semaphore")?;
         let backend = self.core.client.backend();
         if removed > 0 && backend.grants_directly() {
             // Offered to the waiters: should the blocked one whose pop takes
@@ -273,15 +265,10 @@ impl Semaphore {
     fn acquire_until(&self, k: u32, deadline: Option<Instant>) -> Result<Option<Permit>> {
         let keys = self.core.keys()?;
         self.check(k)?;
-        let lease = self.core.lease_or_watchdog();
-        let lease_arg = lease::lease_millis(lease)?.to_string();
-        // A try never queues; a waiter queues from its first attempt, and
-        // blocks on its own grant list where the backend allows it.
-        let waits = deadline.is_none_or(|d| d > Instant::now());
+        let ask = self.core.ask(deadline)?;
         let attempt = || {
-            lease::acquire(&self.core.client, None, deadline, |token| {
-                Ok(self.spec(keys, k, token, lease, &lease_arg, waits))
-            })
+            self.core
+                .acquire(None, deadline, |token| Ok(self.spec(keys, k, token, &ask)))
         };
         let held = match attempt() {
             // A resized handle meets the count a stale handle set while the
@@ -323,15 +310,8 @@ impl Semaphore {
 
     /// What an acquisition of `k` permits with `token` sends (see
     /// `lease::Spec`).
-    fn spec(
-        &self,
-        keys: &Keys,
-        k: u32,
-        token: &str,
-        lease: Duration,
-        lease_arg: &str,
-        waits: bool,
-    ) -> Spec {
+    fn spec(&self, keys: &Keys, k: u32, token: &str, ask: &Ask) -> Spec {
+        let (lease, lease_arg, waits) = (ask.lease, ask.lease_ms.as_str(), ask.waits);
         let backend = self.core.client.backend();
         let blocks = waits && backend.grants_directly();
         let entry = |blocks: bool| self.core.queue_entry(waits, blocks);
@@ -364,7 +344,7 @@ impl Semaphore {
         let own = [keys.grant_prefix.as_slice(), &member].concat();
         Spec {
             what: "semaphore",
-            name: keys.name.clone(),
+            name: self.core.name.clone(),
             wake: keys.permits.clone(),
             turns: if self.fair {
                 Turns::Server
