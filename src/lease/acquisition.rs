@@ -10,6 +10,7 @@ use crate::backend::{Answer, Blocked, BlockingGrant, Pop};
 use crate::error::{Error, Result};
 use crate::lease::context::Context;
 use crate::lease::reentrancy::{self, Held, HoldKey};
+use crate::protocol::clean_up::{goes_on, undos, Undo};
 use crate::protocol::lease_state::LeaseState;
 use crate::protocol::timing::{first_look, NAME_LOOK_AFTER, ROOM_CHUNK};
 use crate::renewal;
@@ -312,44 +313,28 @@ impl<'a> Acquisition<'a> {
     }
 }
 
-/// After giving up (or after a grant made with a later token): withdraws
-/// queue entries and intents of every token that reached the server,
-/// releases a hold the last attempt may have made (`ambiguous`), and wakes
-/// this client's other waiters. Skipped when the server is stalled or
-/// unreachable (`late`), and given up at the first call that cannot reach
-/// it: each call would wait another timeout, the undo of a late grant is
-/// already queued behind it, and queue entries and intents lapse by
-/// themselves.
+/// After giving up (or after a grant made with a later token): makes the
+/// clean-up calls `protocol::clean_up` decides (a hold the last attempt may
+/// have made, the queue entries and intents of every token that reached
+/// the server), until one cannot reach the server, and wakes this client's
+/// other waiters.
 fn clean_up(client: &Context, sent: &[Spec], ambiguous: bool, late: bool) {
-    if sent.is_empty() {
+    let Some(last) = sent.last() else {
         return;
-    }
-    if !late {
-        withdraw(client, sent, ambiguous);
-    }
-    if let Some(spec) = sent.last() {
-        client.wakeup().notify_local(&spec.wake);
-    }
-}
-
-/// [`clean_up`]'s calls, until one cannot reach the server.
-fn withdraw(client: &Context, sent: &[Spec], ambiguous: bool) {
+    };
     let backend = client.backend();
-    let unreachable = |e: &Error| e.kind() == crate::error::ErrorKind::Connection;
-    if let (true, Some(last)) = (ambiguous, sent.last()) {
-        if backend
-            .confirm(&last.release.call())
-            .is_err_and(|e| unreachable(&e))
-        {
-            return;
+    let leaves = |n: usize| sent.get(n).is_some_and(|s| s.leave.is_some());
+    for undo in undos(sent.len(), leaves, ambiguous, late) {
+        let failed = match undo {
+            Undo::ReleaseLast => backend.confirm(&last.release.call()).err(),
+            Undo::Leave(n) => match sent.get(n).and_then(|s| s.leave.as_ref()) {
+                Some(leave) => backend.eval::<redis::Value>(&leave.call()).err(),
+                None => None,
+            },
+        };
+        if !goes_on(failed.map(|e| e.kind())) {
+            break;
         }
     }
-    for spec in sent {
-        if let Some(leave) = &spec.leave {
-            let left: Result<redis::Value> = backend.eval(&leave.call());
-            if left.is_err_and(|e| unreachable(&e)) {
-                return;
-            }
-        }
-    }
+    client.wakeup().notify_local(&last.wake);
 }

@@ -1,12 +1,14 @@
 //! The protocol core: what redlease's scripts are and what the client
 //! concludes from them, with no I/O. The key schema, the scripts and
 //! their typed arguments, the protocol's timings and the rules that
-//! decide when to look at a name, and what a guard believes of its lease.
+//! decide when to look at a name, what to clean up after a wait, and what
+//! a guard believes of its lease.
 //! The drivers (the backend, the renewal thread, the waiting loop, the
 //! lease lifecycle) and the model checker (`check/`) use the same items.
 
 pub(crate) mod answer;
 pub(crate) mod blocking;
+pub(crate) mod clean_up;
 pub(crate) mod keys;
 pub(crate) mod lease_state;
 pub(crate) mod looks;
