@@ -389,7 +389,7 @@ macro_rules! guard_controls {
             self.inner.is_held()
         }
 
-        #[doc = concat!("Releases this level of ", $what, " (in Redis when it is the outermost).")]
+        #[doc = concat!("Releases ", $what, " (one level of a re-entered hold; in Redis at the outermost).")]
         /// Fails with `LockLost` if the lease had been lost.
         pub fn release(mut self) -> crate::Result<()> {
             self.inner.release()
