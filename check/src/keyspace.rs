@@ -5,6 +5,7 @@
 //! and compares the replies.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, OnceLock};
 
 /// A reply, as the server would write it (RESP2).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -71,10 +72,66 @@ pub struct Entry {
     pub expires: Option<i64>,
 }
 
+/// The keys, shared by the states that have them alike until a step
+/// changes them (most steps do not: a tick of the clock, a client's own
+/// step), with their fingerprint kept once made: a state's clone and hash
+/// then cost nothing for its keys. Changed only through [`Keys::make_mut`].
+#[derive(Clone, Default)]
+pub struct Keys(Arc<Shared>);
+
+#[derive(Clone, Default)]
+struct Shared {
+    map: BTreeMap<Vec<u8>, Entry>,
+    fingerprint: OnceLock<u128>,
+}
+
+impl Keys {
+    /// The map, to change: copied first if another state shares it.
+    pub fn make_mut(&mut self) -> &mut BTreeMap<Vec<u8>, Entry> {
+        let shared = Arc::make_mut(&mut self.0);
+        shared.fingerprint = OnceLock::new();
+        &mut shared.map
+    }
+
+    fn fingerprint(&self) -> u128 {
+        *self
+            .0
+            .fingerprint
+            .get_or_init(|| crate::search::fingerprint(&self.0.map))
+    }
+}
+
+impl std::ops::Deref for Keys {
+    type Target = BTreeMap<Vec<u8>, Entry>;
+    fn deref(&self) -> &Self::Target {
+        &self.0.map
+    }
+}
+
+impl PartialEq for Keys {
+    fn eq(&self, other: &Keys) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.map == other.0.map
+    }
+}
+
+impl Eq for Keys {}
+
+impl std::hash::Hash for Keys {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.fingerprint().hash(h)
+    }
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.map.fmt(f)
+    }
+}
+
 /// The keyspace and the server's clock.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Keyspace {
-    pub keys: BTreeMap<Vec<u8>, Entry>,
+    pub keys: Keys,
     /// The server's clock, in microseconds.
     pub now_us: i64,
 }
@@ -155,7 +212,10 @@ impl Keyspace {
     /// expiry, taken together: no expired key is ever seen).
     pub fn expire(&mut self) {
         let now = self.now_ms();
-        self.keys.retain(|_, e| e.expires.is_none_or(|at| at > now));
+        let live = |e: &Entry| e.expires.is_none_or(|at| at > now);
+        if !self.keys.values().all(live) {
+            self.keys.make_mut().retain(|_, e| live(e));
+        }
     }
 
     /// The earliest expiry still ahead, in server milliseconds.
@@ -176,7 +236,7 @@ impl Keyspace {
     }
 
     fn zset_mut(&mut self, k: &[u8]) -> Result<Option<&mut Members>, Reply> {
-        match self.keys.get_mut(k).map(|e| &mut e.value) {
+        match self.keys.make_mut().get_mut(k).map(|e| &mut e.value) {
             None => Ok(None),
             Some(Value::ZSet(z)) => Ok(Some(z)),
             Some(_) => Err(err(WRONGTYPE)),
@@ -190,7 +250,7 @@ impl Keyspace {
             _ => false,
         };
         if empty {
-            self.keys.remove(k);
+            self.keys.make_mut().remove(k);
         }
     }
 
@@ -241,7 +301,11 @@ impl Keyspace {
             }
             "DEL" => {
                 need(1, false)?;
-                Reply::Int(a.iter().filter(|k| self.keys.remove(*k).is_some()).count() as i64)
+                Reply::Int(
+                    a.iter()
+                        .filter(|k| self.keys.make_mut().remove(*k).is_some())
+                        .count() as i64,
+                )
             }
             "TYPE" => {
                 need(1, true)?;
@@ -291,7 +355,7 @@ impl Keyspace {
                 if keep {
                     expires = self.get(&a[0]).and_then(|e| e.expires);
                 }
-                self.keys.insert(
+                self.keys.make_mut().insert(
                     a[0].clone(),
                     Entry {
                         value: Value::Str(a[1].clone()),
@@ -307,10 +371,10 @@ impl Keyspace {
                 if !self.keys.contains_key(&a[0]) {
                     Reply::Int(0)
                 } else if ms <= 0 {
-                    self.keys.remove(&a[0]);
+                    self.keys.make_mut().remove(&a[0]);
                     Reply::Int(1)
                 } else {
-                    self.keys.get_mut(&a[0]).unwrap().expires = Some(now + ms);
+                    self.keys.make_mut().get_mut(&a[0]).unwrap().expires = Some(now + ms);
                     Reply::Int(1)
                 }
             }
@@ -326,7 +390,7 @@ impl Keyspace {
             }
             "RPUSH" => {
                 need(2, false)?;
-                let e = self.keys.entry(a[0].clone()).or_insert(Entry {
+                let e = self.keys.make_mut().entry(a[0].clone()).or_insert(Entry {
                     value: Value::List(VecDeque::new()),
                     expires: None,
                 });
@@ -338,7 +402,7 @@ impl Keyspace {
             }
             "LPOP" => {
                 need(1, true)?;
-                let r = match self.keys.get_mut(&a[0]).map(|e| &mut e.value) {
+                let r = match self.keys.make_mut().get_mut(&a[0]).map(|e| &mut e.value) {
                     None => Reply::Nil,
                     Some(Value::List(l)) => l.pop_front().map(Reply::Bulk).unwrap_or(Reply::Nil),
                     Some(_) => return Err(err(WRONGTYPE)),
@@ -382,7 +446,7 @@ impl Keyspace {
                     pairs.push((s, p[1].clone()));
                 }
                 if self.zset(&a[0])?.is_none() {
-                    self.keys.insert(
+                    self.keys.make_mut().insert(
                         a[0].clone(),
                         Entry {
                             value: Value::ZSet(Vec::new()),
@@ -551,7 +615,7 @@ impl Keyspace {
                 }
             }
         }
-        let item = match self.keys.get_mut(src).map(|e| &mut e.value) {
+        let item = match self.keys.make_mut().get_mut(src).map(|e| &mut e.value) {
             Some(Value::List(l)) => l.pop_front(),
             _ => None,
         };
@@ -559,7 +623,7 @@ impl Keyspace {
         let Some(item) = item else {
             return Ok(Reply::Nil);
         };
-        let e = self.keys.entry(dst.to_vec()).or_insert(Entry {
+        let e = self.keys.make_mut().entry(dst.to_vec()).or_insert(Entry {
             value: Value::List(VecDeque::new()),
             expires: None,
         });
