@@ -44,6 +44,29 @@ pub struct Report<A> {
     pub violation: Option<(String, Vec<A>)>,
 }
 
+/// A set or map keyed by fingerprints, which are hashes already: hashing
+/// them again (SipHash, the default) is work wasted on every state.
+pub(crate) type Fingerprints = std::hash::BuildHasherDefault<Spread>;
+
+/// The hasher of [`Fingerprints`]: a fingerprint's own low bits.
+#[derive(Default)]
+pub(crate) struct Spread(u64);
+
+impl std::hash::Hasher for Spread {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u128` is expected; anything else is still hashed.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u128(&mut self, n: u128) {
+        self.0 = n as u64;
+    }
+}
+
 pub(crate) fn fingerprint<T: Hash>(t: &T) -> u128 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     t.hash(&mut h);
@@ -60,7 +83,7 @@ pub fn explore<M: Model>(
 ) -> Report<M::Action> {
     let started = Instant::now();
     let init = model.init();
-    let mut seen: HashSet<u128> = HashSet::new();
+    let mut seen: HashSet<u128, Fingerprints> = HashSet::default();
     seen.insert(fingerprint(&init));
     // Every state's parent and the action that made it, for traces.
     let mut parents: Vec<(u32, Option<M::Action>)> = vec![(0, None)];

@@ -31,7 +31,7 @@ pub struct Server {
     argv: Table,
     /// Verdicts of checks that depend on the keyspace alone, by its
     /// fingerprint (see [`Server::memo`]).
-    memo: HashMap<u128, Result<(), String>>,
+    memo: HashMap<u128, Result<(), String>, crate::search::Fingerprints>,
 }
 
 /// A script's or command's outcome on the server.
@@ -197,7 +197,7 @@ impl Server {
             scripts: HashMap::new(),
             keys,
             argv,
-            memo: HashMap::new(),
+            memo: HashMap::default(),
         })
     }
 
