@@ -309,6 +309,7 @@ pub use protocol::scripts::sent_code as __sent_code;
 /// the API.
 #[doc(hidden)]
 pub mod __protocol {
+    pub use crate::protocol::clean_up::{goes_on, undos, Undo};
     pub use crate::protocol::looks::{next_look, LOOK_MARGIN, LOOK_MAX, NAME_LOOKS, WAITER_LOOKS};
     pub use crate::protocol::scripts::{lock, semaphore};
     pub use crate::protocol::timing::{

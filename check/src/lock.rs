@@ -499,7 +499,9 @@ impl LockModel {
         Ok(())
     }
 
-    /// `Acquisition::finish`'s clean-up of retired tokens' queue entries.
+    /// `Acquisition::finish`'s clean-up of retired tokens' queue entries,
+    /// in the order the library's own rule makes them
+    /// (`protocol::clean_up`; each reaches the server here).
     fn withdraw(
         &self,
         server: &mut Server,
@@ -507,8 +509,10 @@ impl LockModel {
         i: usize,
         log: &mut Option<Vec<String>>,
     ) {
-        for t in std::mem::take(&mut s.clients[i].retired) {
-            let args = self.release_args(i, t, true, None);
+        let retired = std::mem::take(&mut s.clients[i].retired);
+        for undo in p::undos(retired.len(), |_| true, false, false) {
+            let p::Undo::Leave(n) = undo else { continue };
+            let args = self.release_args(i, retired[n], true, None);
             self.eval(server, s, "lock_release.lua", &scripted(), &args, log);
         }
     }

@@ -7,7 +7,7 @@ use crate::error::ErrorKind;
 
 /// One clean-up call, in the order they are made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Undo {
+pub enum Undo {
     /// The token-checked release of what the last attempt may have
     /// granted (its outcome is unknown).
     ReleaseLast,
@@ -21,7 +21,7 @@ pub(crate) enum Undo {
 /// server is stalled or unreachable (`late`): each call would wait another
 /// timeout, the undo of a late grant is already queued behind its grant,
 /// and queue entries and intents lapse by themselves.
-pub(crate) fn undos(
+pub fn undos(
     sent: usize,
     leaves: impl Fn(usize) -> bool,
     ambiguous: bool,
@@ -40,7 +40,7 @@ pub(crate) fn undos(
 /// Whether the clean-up goes on after a call that came to `failed`: not
 /// once the server cannot be reached (every later call would wait a
 /// timeout of its own).
-pub(crate) fn goes_on(failed: Option<ErrorKind>) -> bool {
+pub fn goes_on(failed: Option<ErrorKind>) -> bool {
     failed != Some(ErrorKind::Connection)
 }
 
