@@ -74,10 +74,7 @@ fn idle_lock_waiters_cost_the_server_nothing() {
             })
             .collect();
         let queue = format!("{{{name}}}:queue");
-        assert!(eventually(Duration::from_secs(5), || con
-            .zcard::<_, usize>(&queue)
-            .unwrap()
-            == 5));
+        common::queued(&mut con, &queue, 5);
         std::thread::sleep(Duration::from_millis(200)); // all blocked
         let before = commandstats(&mut con);
         let window = Duration::from_secs(5);
@@ -750,10 +747,7 @@ fn idle_semaphore_waiters_cost_the_server_nothing() {
             })
             .collect();
         let queue = format!("{{{name}}}:sem:queue:t");
-        assert!(eventually(Duration::from_secs(5), || con
-            .zcard::<_, usize>(&queue)
-            .unwrap()
-            == 5));
+        common::queued(&mut con, &queue, 5);
         std::thread::sleep(Duration::from_millis(200)); // all blocked
         let before = commandstats(&mut con);
         let window = Duration::from_secs(5);
@@ -888,10 +882,7 @@ fn queued_writers(
         })
         .collect();
     let queue = format!("{{{name}}}:rw:wq");
-    assert!(eventually(Duration::from_secs(5), || con
-        .zcard::<_, usize>(&queue)
-        .unwrap()
-        == 5));
+    common::queued(con, &queue, 5);
     waiters
 }
 
