@@ -3,7 +3,9 @@
 
 use crate::lock::{LockModel, Op};
 use crate::parties::{Fault, Faults};
-use crate::semaphore::{SemModel, SemOp};
+use crate::rwlock::{Rw, RwLock, RwModel};
+use crate::semaphore::{SemModel, SemOp, Semaphore};
+use crate::waiters::WaitOp;
 
 /// What a configuration's search must end with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,6 +22,7 @@ pub enum Expect {
 pub enum Checked {
     Lock(LockModel),
     Semaphore(SemModel),
+    RwLock(RwModel),
 }
 
 pub struct Config {
@@ -64,9 +67,22 @@ fn staying(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> Checked {
 /// A semaphore of `permits` whose clients run `ops`.
 fn semaphore(ops: Vec<Vec<SemOp>>, permits: u32, fair: bool, faults: Faults) -> Checked {
     Checked::Semaphore(SemModel {
+        prim: Semaphore { permits, fair },
+        ops: ops.into_iter().map(|o| ((), o)).collect(),
+        faults,
+        lease_ms: LockModel::default_lease(),
+        horizon_ms: 12_000,
+        response_ms: 2_000,
+        fallback_ms: 2_000,
+        exits: true,
+    })
+}
+
+/// A read-write lock whose clients (each a reader or a writer) run `ops`.
+fn rw_lock(ops: Vec<(Rw, Vec<WaitOp>)>, faults: Faults) -> Checked {
+    Checked::RwLock(RwModel {
+        prim: RwLock,
         ops,
-        permits,
-        fair,
         faults,
         lease_ms: LockModel::default_lease(),
         horizon_ms: 12_000,
@@ -174,6 +190,32 @@ pub fn all() -> Vec<Config> {
                 ],
                 2,
                 true,
+                Faults::all(1),
+            ),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        Config {
+            name: "rw lock: a writer and 2 readers waiting for messages, 1 fault",
+            model: rw_lock(
+                vec![
+                    (Rw::Write, vec![WaitOp::AcquireFor(800), WaitOp::Release]),
+                    (Rw::Read, vec![WaitOp::AcquireFor(800), WaitOp::Release]),
+                    (Rw::Read, vec![WaitOp::AcquireFor(800), WaitOp::Release]),
+                ],
+                Faults::all(1),
+            ),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        Config {
+            name: "rw lock: 2 writers and a reader waiting for messages, 1 fault",
+            model: rw_lock(
+                vec![
+                    (Rw::Write, vec![WaitOp::AcquireFor(800), WaitOp::Release]),
+                    (Rw::Write, vec![WaitOp::AcquireFor(800), WaitOp::Release]),
+                    (Rw::Read, vec![WaitOp::AcquireFor(800), WaitOp::Release]),
+                ],
                 Faults::all(1),
             ),
             expect: Expect::Holds,

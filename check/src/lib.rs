@@ -8,6 +8,8 @@ pub mod configs;
 pub mod keyspace;
 pub mod lock;
 pub mod parties;
+pub mod rwlock;
 pub mod search;
 pub mod semaphore;
 pub mod server;
+pub mod waiters;

@@ -129,6 +129,7 @@ fn main() {
         ok &= match &c.model {
             Checked::Lock(m) => run(c.name, m, depth, c.expect, &a),
             Checked::Semaphore(m) => run(c.name, m, depth, c.expect, &a),
+            Checked::RwLock(m) => run(c.name, m, depth, c.expect, &a),
         };
     }
     println!(

@@ -133,7 +133,7 @@ fn configurations_have_unique_names() {
 
 #[test]
 fn a_semaphore_that_grants_past_its_count_is_reported() {
-    use redlease_check::semaphore::{SemModel, SemOp};
+    use redlease_check::semaphore::{SemModel, SemOp, Semaphore};
     // The used permits are counted from the set; counted as none, every
     // waiter is granted.
     let files = [(
@@ -145,9 +145,11 @@ fn a_semaphore_that_grants_past_its_count_is_reported() {
         ),
     )];
     let model = SemModel {
-        ops: vec![vec![SemOp::AcquireFor(800), SemOp::Release]; 3],
-        permits: 2,
-        fair: false,
+        prim: Semaphore {
+            permits: 2,
+            fair: false,
+        },
+        ops: vec![((), vec![SemOp::AcquireFor(800), SemOp::Release]); 3],
         faults: Faults::only(0, &[]),
         lease_ms: LockModel::default_lease(),
         horizon_ms: 10_000,
@@ -166,4 +168,94 @@ fn a_semaphore_that_grants_past_its_count_is_reported() {
         .map(|(v, _)| v)
         .expect("reported");
     assert!(v.contains("permits"), "{v}");
+}
+
+mod rw {
+    use super::*;
+    use redlease_check::rwlock::{Rw, RwLock, RwModel};
+    use redlease_check::waiters::WaitOp;
+
+    /// Clients of these roles, each waiting for messages up to 800 ms and
+    /// releasing; no faults.
+    fn model(roles: &[Rw]) -> RwModel {
+        RwModel {
+            prim: RwLock,
+            ops: roles
+                .iter()
+                .map(|&r| (r, vec![WaitOp::AcquireFor(800), WaitOp::Release]))
+                .collect(),
+            faults: Faults::only(0, &[]),
+            lease_ms: LockModel::default_lease(),
+            horizon_ms: 10_000,
+            response_ms: 2_000,
+            fallback_ms: 2_000,
+            exits: true,
+        }
+    }
+
+    fn violation(model: &RwModel, files: &[(&'static str, String)]) -> Option<String> {
+        let mut server = Server::new().unwrap();
+        for (file, code) in files {
+            server.load(file, code);
+        }
+        explore(model, &mut server, 40, 2_000_000)
+            .violation
+            .map(|(v, _)| v)
+    }
+
+    #[test]
+    fn the_unmutated_scripts_pass() {
+        for roles in [
+            &[Rw::Write, Rw::Read, Rw::Read][..],
+            &[Rw::Write, Rw::Write, Rw::Read][..],
+        ] {
+            assert_eq!(violation(&model(roles), &[]), None, "{roles:?}");
+        }
+    }
+
+    #[test]
+    fn a_reader_let_in_beside_a_writer_is_reported() {
+        let files = [(
+            "rw_read_acquire.lua",
+            mutated(
+                "rw_read_acquire.lua",
+                "if holder and string.match(holder, '^[^#]*') ~= ARGV[3] then",
+                "if false then",
+            ),
+        )];
+        let v = violation(&model(&[Rw::Write, Rw::Read]), &files).expect("reported");
+        assert!(v.contains("exclusion"), "{v}");
+    }
+
+    #[test]
+    fn a_write_release_that_tells_no_waiting_reader_is_reported() {
+        let files = [(
+            "rw_write_release.lua",
+            mutated(
+                "rw_write_release.lua",
+                "redis.call('DEL', counter)\nif readers_wait() then\npublish(ARGV[2], ARGV[3])\nend",
+                "redis.call('DEL', counter)",
+            ),
+        )];
+        let v = violation(&model(&[Rw::Write, Rw::Read]), &files).expect("reported");
+        assert!(v.contains("idle time without a cause"), "{v}");
+    }
+
+    #[test]
+    fn a_write_fence_that_does_not_grow_is_reported() {
+        let from = "f = as_fence(cur, 'fencing counter') + 1";
+        let to = "f = as_fence(cur, 'fencing counter')";
+        let files: Vec<_> = [
+            "rw_write_acquire.lua",
+            "rw_read_acquire.lua",
+            "rw_read_release.lua",
+            "rw_write_release.lua",
+            "rw_watch.lua",
+        ]
+        .into_iter()
+        .map(|f| (f, mutated(f, from, to)))
+        .collect();
+        let v = violation(&model(&[Rw::Write, Rw::Write]), &files).expect("reported");
+        assert!(v.contains("fence"), "{v}");
+    }
 }

@@ -90,7 +90,7 @@ impl Arg for std::time::Duration {
 
 mod args;
 pub mod lock;
-pub(crate) mod rwlock;
+pub mod rwlock;
 pub mod semaphore;
 
 pub(crate) use args::{millis, Args, Parts};

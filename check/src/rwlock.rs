@@ -1,0 +1,250 @@
+//! The read-write lock as separate clients use it, readers and writers
+//! together, each waiting for messages (`waiters.rs`: the clients, as the
+//! library's waiting loop decides them; readers are patient waiters whose
+//! registration decides whether a release publishes). This file says the
+//! read-write lock's part: its scripts with the library's arguments
+//! (`redlease::__protocol::rwlock`, the structs `handles/rwlock.rs`
+//! sends), and its properties: never a writer with a reader or a second
+//! writer, every holder known to the server, write fences that only grow
+//! and go to one hold each, quiescence.
+//!
+//! Not modelled yet: writers that block on the open list (waits of a
+//! second and more: the probes and the alive mark they answer), and a
+//! downgrade (a read inside the client's own write hold).
+
+use std::time::Duration;
+
+use redlease::__protocol as p;
+
+use crate::keyspace::{Keyspace, Value};
+use crate::parties::b;
+use crate::server::Server;
+use crate::waiters::{lapsed, tries_succeed, Holder, Primitive, Script, WaitModel};
+
+/// What a client asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Rw {
+    Read,
+    Write,
+}
+
+/// The read-write lock's part of the waiter model.
+pub struct RwLock;
+
+/// A read-write lock whose clients wait for messages.
+pub type RwModel = WaitModel<RwLock>;
+
+const NAME: &str = "{w}";
+const FLOOR: &[u8] = b"redlease:fence-floor";
+const CHANNEL: &[u8] = b"redlease:wake";
+
+fn key(suffix: &str) -> Vec<u8> {
+    format!("{NAME}{suffix}").into_bytes()
+}
+
+/// `Keys::scripted` (handles/rwlock.rs): writer, readers, fence counter,
+/// writer queue and its deadlines, waiting readers, fence floor.
+fn scripted() -> Vec<Vec<u8>> {
+    vec![
+        key(":rw:w"),
+        key(":rw:r"),
+        key(":fence"),
+        key(":rw:wq"),
+        key(":rw:wq:t"),
+        key(":rw:rq"),
+        FLOOR.to_vec(),
+    ]
+}
+
+/// `rl:<client id>:<n>`, as `Client::new_token` makes them.
+fn token(client: usize, n: u8) -> Vec<u8> {
+    format!("rl:c{client}:t{n}").into_bytes()
+}
+
+const PREFIX: &[u8] = b"{w}:rw:grant:";
+
+/// Where a client's hand-overs go (`RwLock::open`).
+fn open(client: usize) -> p::rwlock::Open<'static> {
+    p::rwlock::Open {
+        grant_prefix: PREFIX,
+        claim: p::GRANT_CLAIM,
+        channel: CHANNEL.to_vec(),
+        message: format!("c{client}:{NAME}:rw:w").into_bytes(),
+    }
+}
+
+impl Primitive for RwLock {
+    type Mode = Rw;
+    const TAG: u8 = 3;
+
+    /// `RwLock::read_spec`'s and `write_spec`'s grants (a writer that
+    /// waits for messages: its queue entry lives as a message waiter's
+    /// registration, `Core::queue_entry`).
+    fn acquire(&self, m: &RwModel, i: usize, mode: Rw, t: u8, queue: bool) -> Script {
+        let (tok, lease, open) = (token(i, t), b(m.lease_ms), open(i));
+        let entry =
+            |patient| Duration::from_millis(if queue { m.entry_ms(patient) as u64 } else { 0 });
+        let (file, args) = match mode {
+            Rw::Read => (
+                "rw_read_acquire.lua",
+                p::rwlock::ReadAcquireArgs {
+                    token: &tok,
+                    lease_ms: &lease,
+                    own_write: b"",
+                    waiting: entry(true),
+                    open: &open,
+                }
+                .parts(),
+            ),
+            Rw::Write => (
+                "rw_write_acquire.lua",
+                p::rwlock::WriteAcquireArgs {
+                    token: &tok,
+                    lease_ms: &lease,
+                    queue_ttl: entry(false),
+                    open: &open,
+                    blocks: false,
+                }
+                .parts(),
+            ),
+        };
+        Script {
+            file,
+            keys: scripted(),
+            args,
+        }
+    }
+
+    /// `release_call` (handles/rwlock.rs).
+    fn release(&self, _: &RwModel, i: usize, mode: Rw, t: u8, leave: bool) -> Script {
+        let args = p::rwlock::ReleaseArgs {
+            token: &token(i, t),
+            open: &open(i),
+            leave,
+        }
+        .parts();
+        Script {
+            file: match mode {
+                Rw::Read => "rw_read_release.lua",
+                Rw::Write => "rw_write_release.lua",
+            },
+            keys: scripted(),
+            args,
+        }
+    }
+
+    /// The specs' `extend`: the reader's score, the writer's key.
+    fn renew(&self, m: &RwModel, i: usize, mode: Rw, t: u8) -> Script {
+        match mode {
+            Rw::Read => Script {
+                file: "zset_extend.lua",
+                keys: vec![key(":rw:r")],
+                args: vec![token(i, t), b(m.lease_ms)],
+            },
+            Rw::Write => Script {
+                file: "lock_extend.lua",
+                keys: vec![key(":rw:w")],
+                args: vec![
+                    token(i, t),
+                    Vec::new(),
+                    b"0".to_vec(),
+                    Vec::new(),
+                    b(m.lease_ms),
+                ],
+            },
+        }
+    }
+
+    /// `RwLock::watch` for the name alone.
+    fn look(&self, _: &RwModel, i: usize) -> Script {
+        let args = p::rwlock::WatchArgs {
+            writer: b"",
+            entry: p::ROOM_ENTRY,
+            open: &open(i),
+        }
+        .parts();
+        Script {
+            file: "rw_watch.lua",
+            keys: scripted(),
+            args,
+        }
+    }
+
+    fn patient(&self, mode: Rw) -> bool {
+        mode == Rw::Read
+    }
+
+    fn holders(&self, keys: &Keyspace, holders: &[Holder<Rw>]) -> Result<(), String> {
+        let writers: Vec<usize> = holders
+            .iter()
+            .filter(|h| h.1 == Rw::Write)
+            .map(|h| h.0)
+            .collect();
+        let readers: Vec<usize> = holders
+            .iter()
+            .filter(|h| h.1 == Rw::Read)
+            .map(|h| h.0)
+            .collect();
+        if writers.len() > 1 || (!writers.is_empty() && !readers.is_empty()) {
+            return Err(format!(
+                "exclusion: writers {writers:?} and readers {readers:?} hold with valid leases"
+            ));
+        }
+        let server_now = keys.now_ms();
+        for &(i, mode, t) in holders {
+            let tok = token(i, t);
+            let known = match mode {
+                Rw::Write => match keys.keys.get(&key(":rw:w")).map(|e| &e.value) {
+                    Some(Value::Str(v)) => v.starts_with(&tok) && v.get(tok.len()) == Some(&b'#'),
+                    _ => false,
+                },
+                Rw::Read => match keys.keys.get(&key(":rw:r")).map(|e| &e.value) {
+                    Some(Value::ZSet(z)) => z
+                        .iter()
+                        .any(|(score, x)| *x == tok && score.0 as i64 > server_now),
+                    _ => false,
+                },
+            };
+            if !known {
+                return Err(format!(
+                    "c{i} believes it holds a {mode:?} hold the server does not know"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn fence_on_server(&self, keys: &Keyspace) -> Option<i64> {
+        let Some(Value::Str(v)) = keys.keys.get(&key(":rw:w")).map(|e| &e.value) else {
+            return None;
+        };
+        let at = v.iter().rposition(|&c| c == b'#')?;
+        String::from_utf8_lossy(&v[at + 1..]).parse().ok()
+    }
+
+    fn quiet(&self, m: &RwModel, server: &mut Server, keys: &Keyspace) -> Result<(), String> {
+        // `try_read` and `try_write`, each every 100 ms from the end of
+        // the last lease (a dead holder's), are granted within the claim +
+        // 1 s.
+        let writer_until = keys.keys.get(&key(":rw:w")).and_then(|e| e.expires);
+        let readers_until = match keys.keys.get(&key(":rw:r")).map(|e| &e.value) {
+            Some(Value::ZSet(z)) => z.iter().map(|(sc, _)| sc.0 as i64).max(),
+            _ => None,
+        };
+        let from = writer_until
+            .into_iter()
+            .chain(readers_until)
+            .fold(keys.now_ms(), i64::max);
+        for mode in [Rw::Read, Rw::Write] {
+            let probe = self.acquire(m, 9, mode, 1, false);
+            tries_succeed(server, keys, from, &probe).map_err(|reply| {
+                format!(
+                    "liveness: nobody holds or waits, yet a try of the {mode:?} hold every \
+                     100 ms for the claim + 1 s after the last lease ended got {} at the end",
+                    reply.show()
+                )
+            })?;
+        }
+        lapsed(keys, &[FLOOR])
+    }
+}

@@ -1,0 +1,855 @@
+//! Clients whose waiters wait for messages, as the library's waiting loop
+//! decides them, for any primitive whose scripts follow the one pattern
+//! (an acquire that grants or says how long to wait and registers the
+//! waiter, a release that may offer or hand on and publish, a `'leave'`
+//! that withdraws, a renewal, a look at the name): the semaphores
+//! (`semaphore.rs`) and the read-write lock (`rwlock.rs`) say only their
+//! scripts, arguments and properties ([`Primitive`]).
+//!
+//! A wait shorter than a second never blocks on the server
+//! (`wakeup::worth_blocking`), and every wait ends that way. Each client
+//! runs its operations (acquire with a deadline, try, release) as
+//! `Wakeup::acquire` makes its attempts (one, a second once subscribed,
+//! then one at each message or after the busy reply's hint, at most the
+//! fallback poll, until the deadline, then the withdrawal of its entry),
+//! with its renewal thread's renewals and its look after a release that
+//! offered or handed on. A message reaches every subscribed client (it
+//! waits in the client's channel until its next wait: the attempt before
+//! that wait drains it, `Wakeup::acquire`'s "stale wake-up"), or is lost
+//! (a fault).
+//!
+//! Not modelled yet: waiters that block on the server (waits of a second
+//! and more), requests for several permits, clock steps, freezes, several
+//! threads of one client.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+
+use redlease::__protocol as p;
+
+use crate::keyspace::{Keyspace, Reply};
+use crate::parties::{busy, int, ms, Faults, Life, Look, Outcome};
+use crate::search::Model;
+use crate::server::Server;
+
+/// What one client does, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WaitOp {
+    /// An acquisition with a timeout of this many milliseconds (under a
+    /// second: it waits for messages).
+    AcquireFor(i64),
+    /// A `try_*` acquisition.
+    Try,
+    /// The guard's `release()` (nothing when the op before got none).
+    Release,
+}
+
+/// One script run: the file, its keys and its arguments.
+pub struct Script {
+    pub file: &'static str,
+    pub keys: Vec<Vec<u8>>,
+    pub args: Vec<Vec<u8>>,
+}
+
+/// A holder as the checks see it: client, what it holds, its token.
+pub type Holder<M> = (usize, M, u8);
+
+/// What a primitive says to the waiter model: its scripts with the
+/// library's arguments, and its properties.
+pub trait Primitive: Sized {
+    /// What a client asks for (the semaphore: a permit; the read-write
+    /// lock: a read or the write hold).
+    type Mode: Copy + Debug + PartialEq + Eq + Hash;
+    /// Tags the quiescence verdicts this primitive memoizes.
+    const TAG: u8;
+    /// The acquire script of client `i`'s token `t` (`queue`: the waiter
+    /// registers; a try does not).
+    fn acquire(
+        &self,
+        m: &WaitModel<Self>,
+        i: usize,
+        mode: Self::Mode,
+        t: u8,
+        queue: bool,
+    ) -> Script;
+    /// The release (`leave`: a waiter gives up, its entry withdrawn).
+    fn release(
+        &self,
+        m: &WaitModel<Self>,
+        i: usize,
+        mode: Self::Mode,
+        t: u8,
+        leave: bool,
+    ) -> Script;
+    /// The renewal thread's renewal (replies 1 when renewed).
+    fn renew(&self, m: &WaitModel<Self>, i: usize, mode: Self::Mode, t: u8) -> Script;
+    /// The renewal thread's look at the name alone.
+    fn look(&self, m: &WaitModel<Self>, i: usize) -> Script;
+    /// A waiter whose registration only decides whether a release
+    /// publishes (`Wait::patient`): it polls at most every 30 s.
+    fn patient(&self, mode: Self::Mode) -> bool;
+    /// Exclusion, and that every holder (valid in its own view) is known
+    /// to the server.
+    fn holders(&self, keys: &Keyspace, holders: &[Holder<Self::Mode>]) -> Result<(), String>;
+    /// The fence the server names now, if any (it must never go down).
+    fn fence_on_server(&self, keys: &Keyspace) -> Option<i64>;
+    /// Once nobody holds or waits: a try succeeds within the claim + 1 s
+    /// of the last lease's end, and every key but the fence floor lapses.
+    fn quiet(
+        &self,
+        m: &WaitModel<Self>,
+        server: &mut Server,
+        keys: &Keyspace,
+    ) -> Result<(), String>;
+}
+
+pub struct WaitModel<P: Primitive> {
+    pub prim: P,
+    /// Each client's role (what it asks for) and its operations.
+    pub ops: Vec<(P::Mode, Vec<WaitOp>)>,
+    pub faults: Faults,
+    pub lease_ms: i64,
+    pub horizon_ms: i64,
+    pub response_ms: i64,
+    /// The client's fallback poll (`ClientBuilder::fallback_poll`).
+    pub fallback_ms: i64,
+    pub exits: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    /// The acquire script for a waiter that waits for messages (or a try).
+    Grant { queue: bool },
+    /// The release.
+    Release,
+    /// The release with `'leave'`: a waiter gives up.
+    Leave,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Main {
+    Idle,
+    Call {
+        kind: Kind,
+        token: u8,
+        at: i64,
+        out: Outcome,
+    },
+    /// Waiting for a message, or until `until` (the busy reply's hint, at
+    /// most the fallback poll, never past the deadline).
+    Waiting {
+        token: u8,
+        until: i64,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Hold {
+    token: u8,
+    valid_until: i64,
+    renew_due: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Client {
+    pc: u8,
+    life: Life,
+    tokens: u8,
+    deadline: i64,
+    /// Subscribed for this wait (the attempt after subscribing is made at
+    /// once).
+    subscribed: bool,
+    /// A message reached this client's channel since its last attempt.
+    inbox: bool,
+    main: Main,
+    hold: Option<Hold>,
+    looks: Vec<Look>,
+    /// Tokens retired after a lost reply, withdrawn when the wait ends.
+    retired: Vec<u8>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    keys: Keyspace,
+    now: i64,
+    clients: Vec<Client>,
+    faults: u8,
+    exits: u8,
+    /// The largest fence the server has named.
+    top_fence: i64,
+    /// Every hold's fence and its owner (client, token).
+    fences: Vec<(i64, (u8, u8))>,
+    /// A property broken inside a step (reported by `check`).
+    broken: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub enum Action {
+    Start(usize),
+    Run(usize),
+    LoseRequest(usize),
+    LoseReply(usize),
+    Receive(usize),
+    Message(usize),
+    LoseMessage(usize),
+    Retry(usize),
+    Renew(usize),
+    Look(usize, usize),
+    Crash(usize),
+    Exit(usize),
+    Tick,
+}
+
+/// The server's clock, ahead of the clients' by this (milliseconds).
+pub const SERVER_OFFSET: i64 = 1_000_000_000;
+
+impl<P: Primitive> WaitModel<P> {
+    /// The registration of a waiter that waits for messages
+    /// (`Wakeup::entry_life`).
+    pub fn entry_ms(&self, patient: bool) -> i64 {
+        self.fallback(patient) * 3 + 1000
+    }
+
+    /// `Wakeup::fallback_for`: a patient waiter polls every 30 s at most.
+    fn fallback(&self, patient: bool) -> i64 {
+        if patient {
+            self.fallback_ms.max(30_000)
+        } else {
+            self.fallback_ms
+        }
+    }
+
+    fn mode(&self, i: usize) -> P::Mode {
+        self.ops[i].0
+    }
+
+    fn eval(
+        &self,
+        server: &mut Server,
+        s: &mut State,
+        run: Script,
+        log: &mut Option<Vec<String>>,
+    ) -> Reply {
+        let ran = server.eval(&mut s.keys, run.file, &run.keys, &run.args);
+        if let Some(l) = log {
+            let shown: Vec<String> = run
+                .args
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            l.push(format!(
+                "EVALSHA {} ARGV {shown:?} -> {}",
+                run.file,
+                ran.reply.show()
+            ));
+            l.extend(ran.calls.iter().map(|c| format!("    {c}")));
+        }
+        // Every subscribed client receives it. A hand-over's naming of its
+        // watchers wakes nobody (`Shared::dispatch`), and these waiters,
+        // waiting for messages, watch nothing.
+        if ran
+            .published
+            .iter()
+            .any(|m| p::hand_over(&m.message).is_none())
+        {
+            for c in &mut s.clients {
+                if c.life == Life::Running && c.subscribed {
+                    c.inbox = true;
+                }
+            }
+        }
+        if let Some(f) = self.prim.fence_on_server(&s.keys) {
+            if f < s.top_fence && s.broken.is_none() {
+                s.broken = Some(format!(
+                    "fence {f} on the server is below {} drawn before",
+                    s.top_fence
+                ));
+            }
+            s.top_fence = s.top_fence.max(f);
+        }
+        ran.reply
+    }
+
+    /// The next call; an attempt drains the channel first (it sees the
+    /// state the messages announced).
+    fn call(&self, s: &mut State, i: usize, kind: Kind, t: u8) {
+        let c = &mut s.clients[i];
+        if matches!(kind, Kind::Grant { .. }) {
+            c.inbox = false;
+        }
+        c.main = Main::Call {
+            kind,
+            token: t,
+            at: s.now,
+            out: Outcome::Unsent,
+        };
+    }
+
+    /// The wait's end: its retired tokens' entries withdrawn (`clean_up`).
+    fn finish(&self, server: &mut Server, s: &mut State, i: usize, log: &mut Option<Vec<String>>) {
+        let mode = self.mode(i);
+        for t in std::mem::take(&mut s.clients[i].retired) {
+            let run = self.prim.release(self, i, mode, t, true);
+            self.eval(server, s, run, log);
+        }
+        let c = &mut s.clients[i];
+        c.subscribed = false;
+        c.inbox = false;
+    }
+
+    fn new_hold(&self, s: &mut State, i: usize, t: u8, fence: i64, at: i64) -> Result<(), String> {
+        if fence > 0 {
+            // One grant, one holder: a fence is never handed to two holds.
+            match s.fences.iter().find(|(f, _)| *f == fence).map(|(_, o)| *o) {
+                Some(owner) if owner != (i as u8, t) => {
+                    return Err(format!(
+                        "fence {fence} was handed to c{} and again to c{i}",
+                        owner.0
+                    ));
+                }
+                Some(_) => {}
+                None => s.fences.push((fence, (i as u8, t))),
+            }
+        }
+        let c = &mut s.clients[i];
+        c.hold = Some(Hold {
+            token: t,
+            valid_until: at + self.lease_ms - 1,
+            renew_due: at + self.lease_ms / 3,
+        });
+        c.main = Main::Idle;
+        c.pc += 1;
+        Ok(())
+    }
+
+    fn receive(
+        &self,
+        server: &mut Server,
+        s: &mut State,
+        i: usize,
+        log: &mut Option<Vec<String>>,
+    ) -> Result<(), String> {
+        let Main::Call {
+            kind,
+            token: t,
+            at,
+            out,
+        } = s.clients[i].main.clone()
+        else {
+            return Ok(());
+        };
+        let reply = match out {
+            Outcome::Ran(r) => Some(r),
+            _ => None,
+        };
+        if let Some(Reply::Error(e)) = &reply {
+            return Err(format!("c{i}'s {kind:?} got an error reply: {e}"));
+        }
+        let now = s.now;
+        let mode = self.mode(i);
+        match kind {
+            Kind::Grant { queue } => match reply {
+                Some(Reply::Int(fence)) => {
+                    self.finish(server, s, i, log);
+                    self.new_hold(s, i, t, fence, at)?;
+                }
+                Some(r) if !queue => {
+                    busy(&r).ok_or_else(|| format!("c{i}: unexpected reply {}", r.show()))?;
+                    let c = &mut s.clients[i];
+                    c.main = Main::Idle;
+                    c.pc += 1;
+                }
+                Some(r) => {
+                    let wait =
+                        busy(&r).ok_or_else(|| format!("c{i}: unexpected reply {}", r.show()))?;
+                    let fallback = self.fallback(self.prim.patient(mode));
+                    let c = &mut s.clients[i];
+                    if now >= c.deadline {
+                        self.call(s, i, Kind::Leave, t);
+                    } else if !c.subscribed {
+                        // Subscribed now: look again, or a message sent
+                        // before the subscription would be missed.
+                        c.subscribed = true;
+                        self.call(s, i, Kind::Grant { queue: true }, t);
+                    } else {
+                        let hint = if wait >= 0 { wait.max(1) } else { fallback };
+                        let until = (now + hint.min(fallback)).min(c.deadline);
+                        c.main = Main::Waiting { token: t, until };
+                    }
+                }
+                None if !queue => {
+                    // Maybe ran: released, token-checked (`clean_up`).
+                    let run = self.prim.release(self, i, mode, t, false);
+                    self.eval(server, s, run, log);
+                    let c = &mut s.clients[i];
+                    c.main = Main::Idle;
+                    c.pc += 1;
+                }
+                None => {
+                    // Retired with its undo behind it; a new token tries
+                    // again (`Acquisition::on_error`), or the wait ends.
+                    let c = &mut s.clients[i];
+                    c.retired.push(t);
+                    c.tokens += 1;
+                    let fresh = c.tokens;
+                    if now >= c.deadline {
+                        self.call(s, i, Kind::Leave, fresh);
+                    } else {
+                        self.call(s, i, Kind::Grant { queue: true }, fresh);
+                    }
+                }
+            },
+            Kind::Release => {
+                if reply.as_ref().and_then(int) == Some(2) {
+                    // Offered or handed on: a look after the claim
+                    // (`look_after_hand_over`).
+                    let due = (at + ms(p::NAME_LOOK_AFTER) + ms(p::LOOK_MARGIN))
+                        .min(at + ms(p::LOOK_MAX));
+                    s.clients[i].looks.push(Look {
+                        due,
+                        waiter: None,
+                        left: p::NAME_LOOKS,
+                        watch: false,
+                    });
+                }
+                let c = &mut s.clients[i];
+                c.main = Main::Idle;
+                c.pc += 1;
+            }
+            Kind::Leave => {
+                self.finish(server, s, i, log);
+                let c = &mut s.clients[i];
+                c.main = Main::Idle;
+                c.pc += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn next_event(&self, s: &State) -> Option<i64> {
+        let mut t: Vec<i64> = Vec::new();
+        if let Some(e) = s.keys.next_expiry() {
+            t.push(e - SERVER_OFFSET);
+        }
+        for c in &s.clients {
+            if c.life != Life::Running {
+                continue;
+            }
+            if let Some(h) = &c.hold {
+                t.push(h.renew_due);
+                t.push(h.valid_until);
+            }
+            t.extend(c.looks.iter().map(|l| l.due));
+            match &c.main {
+                Main::Waiting { until, .. } => t.push(*until),
+                Main::Call {
+                    at,
+                    out: Outcome::Failed,
+                    ..
+                } => t.push(at + self.response_ms),
+                _ => {}
+            }
+        }
+        t.into_iter().filter(|&x| x > s.now).min()
+    }
+
+    fn urgent(&self, s: &State) -> bool {
+        s.clients.iter().any(|c| {
+            c.life == Life::Running
+                && (c.hold.as_ref().is_some_and(|h| h.renew_due <= s.now)
+                    || c.looks.iter().any(|l| l.due <= s.now)
+                    || match &c.main {
+                        Main::Call {
+                            out: Outcome::Unsent | Outcome::Ran(_),
+                            ..
+                        } => true,
+                        Main::Call {
+                            at,
+                            out: Outcome::Failed,
+                            ..
+                        } => at + self.response_ms <= s.now,
+                        Main::Waiting { until, .. } => *until <= s.now || c.inbox,
+                        Main::Idle => false,
+                    })
+        })
+    }
+
+    /// No idle time without a cause: while no party died, exited or lost
+    /// a message, time never passes while a waiting client's next attempt
+    /// would be granted (it was owed a message, or its hint was too long).
+    fn idle(&self, server: &mut Server, s: &State) -> Result<(), String> {
+        if s.faults > 0 || s.exits > 0 {
+            return Ok(());
+        }
+        for (i, c) in s.clients.iter().enumerate() {
+            let Main::Waiting { token: t, .. } = c.main else {
+                continue;
+            };
+            if c.life != Life::Running {
+                continue;
+            }
+            let mut probe = s.keys.clone();
+            let run = self.prim.acquire(self, i, self.mode(i), t, true);
+            let reply = server
+                .eval(&mut probe, run.file, &run.keys, &run.args)
+                .reply;
+            if int(&reply).is_some() {
+                return Err(format!(
+                    "idle time without a cause: c{i} waits at {} ms and its attempt would be \
+                     granted, no party died, exited or lost a message, and time passes",
+                    s.now
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<P: Primitive> Model for WaitModel<P> {
+    type State = State;
+    type Action = Action;
+
+    fn init(&self) -> State {
+        State {
+            keys: Keyspace {
+                keys: Default::default(),
+                now_us: SERVER_OFFSET * 1000,
+            },
+            now: 0,
+            clients: (0..self.ops.len())
+                .map(|_| Client {
+                    pc: 0,
+                    life: Life::Running,
+                    tokens: 0,
+                    deadline: 0,
+                    subscribed: false,
+                    inbox: false,
+                    main: Main::Idle,
+                    hold: None,
+                    looks: Vec::new(),
+                    retired: Vec::new(),
+                })
+                .collect(),
+            faults: 0,
+            exits: 0,
+            top_fence: 0,
+            fences: Vec::new(),
+            broken: None,
+        }
+    }
+
+    fn actions(&self, s: &State, out: &mut Vec<Action>) {
+        let fault = s.faults < self.faults.budget;
+        for (i, c) in s.clients.iter().enumerate() {
+            if c.life != Life::Running {
+                continue;
+            }
+            if fault && self.faults.crash {
+                out.push(Action::Crash(i));
+            }
+            match &c.main {
+                Main::Idle => {
+                    if (c.pc as usize) < self.ops[i].1.len() {
+                        out.push(Action::Start(i));
+                    } else if c.hold.is_none() && self.exits {
+                        out.push(Action::Exit(i));
+                    }
+                }
+                Main::Call {
+                    out: Outcome::Unsent,
+                    ..
+                } => {
+                    out.push(Action::Run(i));
+                    if fault && self.faults.lost_request {
+                        out.push(Action::LoseRequest(i));
+                    }
+                    if fault && self.faults.lost_reply {
+                        out.push(Action::LoseReply(i));
+                    }
+                }
+                Main::Call {
+                    out: Outcome::Ran(_),
+                    ..
+                } => out.push(Action::Receive(i)),
+                Main::Call {
+                    at,
+                    out: Outcome::Failed,
+                    ..
+                } => {
+                    if at + self.response_ms <= s.now {
+                        out.push(Action::Receive(i));
+                    }
+                }
+                Main::Waiting { until, .. } => {
+                    if c.inbox {
+                        out.push(Action::Message(i));
+                        if fault && self.faults.lost_message {
+                            out.push(Action::LoseMessage(i));
+                        }
+                    } else if *until <= s.now {
+                        out.push(Action::Retry(i));
+                    }
+                }
+            }
+            if c.hold.as_ref().is_some_and(|h| h.renew_due <= s.now) {
+                out.push(Action::Renew(i));
+            }
+            for (k, l) in c.looks.iter().enumerate() {
+                if l.due <= s.now {
+                    out.push(Action::Look(i, k));
+                }
+            }
+        }
+        if !self.urgent(s) {
+            if let Some(t) = self.next_event(s) {
+                if t <= self.horizon_ms {
+                    out.push(Action::Tick);
+                }
+            }
+        }
+    }
+
+    fn step(
+        &self,
+        server: &mut Server,
+        s0: &State,
+        a: &Action,
+        log: &mut Option<Vec<String>>,
+    ) -> Result<State, String> {
+        let mut s = s0.clone();
+        s.keys.now_us = s.keys.now_us.max((s.now + SERVER_OFFSET) * 1000);
+        s.keys.expire();
+        match *a {
+            Action::Start(i) => {
+                let op = self.ops[i].1[s.clients[i].pc as usize];
+                let now = s.now;
+                let c = &mut s.clients[i];
+                match op {
+                    WaitOp::AcquireFor(d) => {
+                        c.tokens += 1;
+                        c.deadline = now + d;
+                        let t = c.tokens;
+                        self.call(&mut s, i, Kind::Grant { queue: true }, t);
+                    }
+                    WaitOp::Try => {
+                        c.tokens += 1;
+                        let t = c.tokens;
+                        self.call(&mut s, i, Kind::Grant { queue: false }, t);
+                    }
+                    WaitOp::Release => match c.hold.take() {
+                        Some(h) => self.call(&mut s, i, Kind::Release, h.token),
+                        None => c.pc += 1,
+                    },
+                }
+            }
+            Action::Run(i) | Action::LoseReply(i) => {
+                let Main::Call { kind, token: t, .. } = s.clients[i].main.clone() else {
+                    return Err("run without a call".into());
+                };
+                let mode = self.mode(i);
+                let run = match kind {
+                    Kind::Grant { queue } => self.prim.acquire(self, i, mode, t, queue),
+                    Kind::Release => self.prim.release(self, i, mode, t, false),
+                    Kind::Leave => self.prim.release(self, i, mode, t, true),
+                };
+                let reply = self.eval(server, &mut s, run, log);
+                let lost = matches!(a, Action::LoseReply(_));
+                if lost {
+                    s.faults += 1;
+                    if let Kind::Grant { queue: true } = kind {
+                        // The late grant's undo, written behind it.
+                        let undo = self.prim.release(self, i, mode, t, true);
+                        self.eval(server, &mut s, undo, log);
+                    }
+                }
+                if let Main::Call { out, .. } = &mut s.clients[i].main {
+                    *out = if lost {
+                        Outcome::Failed
+                    } else {
+                        Outcome::Ran(reply)
+                    };
+                }
+            }
+            Action::LoseRequest(i) => {
+                s.faults += 1;
+                if let Main::Call { out, .. } = &mut s.clients[i].main {
+                    *out = Outcome::Failed;
+                }
+            }
+            Action::Receive(i) => self.receive(server, &mut s, i, log)?,
+            Action::Message(i) | Action::Retry(i) | Action::LoseMessage(i) => {
+                if matches!(a, Action::LoseMessage(_)) {
+                    s.faults += 1;
+                    s.clients[i].inbox = false;
+                } else {
+                    let Main::Waiting { token: t, .. } = s.clients[i].main else {
+                        return Err("no wait to end".into());
+                    };
+                    if s.now >= s.clients[i].deadline {
+                        s.clients[i].inbox = false;
+                        self.call(&mut s, i, Kind::Leave, t);
+                    } else {
+                        self.call(&mut s, i, Kind::Grant { queue: true }, t);
+                    }
+                }
+            }
+            Action::Renew(i) => {
+                let Some(h) = s.clients[i].hold.clone() else {
+                    return Err("renew without a hold".into());
+                };
+                let run = self.prim.renew(self, i, self.mode(i), h.token);
+                let reply = self.eval(server, &mut s, run, log);
+                let now = s.now;
+                if let Some(h) = &mut s.clients[i].hold {
+                    if int(&reply) == Some(1) {
+                        h.valid_until = h.valid_until.max(now + self.lease_ms - 1);
+                        h.renew_due = now + self.lease_ms / 3;
+                    } else {
+                        s.clients[i].hold = None;
+                    }
+                }
+            }
+            Action::Look(i, k) => {
+                let l = s.clients[i].looks[k].clone();
+                let run = self.prim.look(self, i);
+                let reply = self.eval(server, &mut s, run, log);
+                let now = s.now;
+                let c = &mut s.clients[i];
+                c.looks.remove(k);
+                if let Some((after, left)) = p::next_look(int(&reply).unwrap_or(0), l.left) {
+                    c.looks.push(Look {
+                        due: now + ms(after),
+                        waiter: None,
+                        left,
+                        watch: false,
+                    });
+                }
+            }
+            Action::Crash(i) => {
+                s.faults += 1;
+                let c = &mut s.clients[i];
+                c.life = Life::Crashed;
+                c.hold = None;
+                c.looks.clear();
+                c.main = Main::Idle;
+            }
+            Action::Exit(i) => {
+                s.exits += 1;
+                let c = &mut s.clients[i];
+                c.life = Life::Exited;
+                c.looks.clear();
+            }
+            Action::Tick => {
+                let t = self.next_event(&s).ok_or("no event to wait for")?;
+                self.idle(server, &s)?;
+                s.now = t;
+                s.keys.now_us = s.keys.now_us.max((s.now + SERVER_OFFSET) * 1000);
+                s.keys.expire();
+                let now = s.now;
+                for c in &mut s.clients {
+                    if c.hold.as_ref().is_some_and(|h| h.valid_until <= now) {
+                        c.hold = None;
+                    }
+                }
+            }
+        }
+        Ok(s)
+    }
+
+    fn check(&self, server: &mut Server, s: &State) -> Result<(), String> {
+        if let Some(e) = &s.broken {
+            return Err(e.clone());
+        }
+        let holders: Vec<Holder<P::Mode>> = s
+            .clients
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.life == Life::Running)
+            .filter_map(|(i, c)| {
+                let h = c.hold.as_ref().filter(|h| h.valid_until > s.now)?;
+                Some((i, self.mode(i), h.token))
+            })
+            .collect();
+        self.prim.holders(&s.keys, &holders)?;
+        let quiet = s.clients.iter().enumerate().all(|(i, c)| match c.life {
+            Life::Crashed | Life::Exited => true,
+            Life::Frozen => false,
+            Life::Running => {
+                c.pc as usize >= self.ops[i].1.len()
+                    && matches!(c.main, Main::Idle)
+                    && c.hold.is_none()
+            }
+        });
+        if quiet {
+            // Depends on the keyspace alone (its clock included).
+            let memo = crate::search::fingerprint(&(P::TAG, &s.keys));
+            return server.memo(memo, |server| self.prim.quiet(self, server, &s.keys));
+        }
+        Ok(())
+    }
+
+    fn show(&self, s: &State) -> Vec<String> {
+        let mut out = vec![format!(
+            "t = {} ms, faults {}, exits {}, top fence {}",
+            s.now, s.faults, s.exits, s.top_fence
+        )];
+        for (i, c) in s.clients.iter().enumerate() {
+            out.push(format!(
+                "c{i} ({:?}): {:?}, op {}/{}, deadline {}, {:?}, subscribed {}, inbox {}, \
+                 hold {:?}, looks {:?}",
+                self.mode(i),
+                c.life,
+                c.pc,
+                self.ops[i].1.len(),
+                c.deadline,
+                c.main,
+                c.subscribed,
+                c.inbox,
+                c.hold,
+                c.looks
+            ));
+        }
+        out.extend(s.keys.show().into_iter().map(|l| format!("  {l}")));
+        out
+    }
+}
+
+/// `try_*` every 100 ms from `from` (server ms) for the claim + 1 s:
+/// whether it was granted, and the last reply.
+pub fn tries_succeed(
+    server: &mut Server,
+    keys: &Keyspace,
+    from: i64,
+    run: &Script,
+) -> Result<(), Reply> {
+    let mut probe = keys.clone();
+    let mut reply = Reply::Nil;
+    for k in 0..=((ms(p::GRANT_CLAIM) + 1000) / 100) {
+        probe.now_us = probe.now_us.max((from + 100 * k) * 1000);
+        reply = server
+            .eval(&mut probe, run.file, &run.keys, &run.args)
+            .reply;
+        if int(&reply).is_some() {
+            return Ok(());
+        }
+    }
+    Err(reply)
+}
+
+/// The keys left an hour later, but those named in `kept`.
+pub fn lapsed(keys: &Keyspace, kept: &[&[u8]]) -> Result<(), String> {
+    let mut later = keys.clone();
+    later.now_us += 3_600_000_000;
+    later.expire();
+    let left: Vec<String> = later
+        .keys
+        .keys()
+        .filter(|k| !kept.contains(&k.as_slice()))
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .collect();
+    if left.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("keys of an unused name never lapse: {left:?}"))
+    }
+}
