@@ -378,3 +378,72 @@ fn blocked_waiter_entry() {
     say("acquired");
     std::thread::sleep(Duration::from_secs(600));
 }
+
+/// Trace "rw lock: a writer shortening its lease, a reader in its client
+/// and one apart" (check/src/configs.rs): a writer thread and a reader
+/// thread of one client both tried the server before either joined the
+/// client's local queue (the writer's reply came late), so both waited
+/// there, the reader first. A release of another client handed the write
+/// hold to the writer and published it; the client woke its local head
+/// only, the reader, which found the hand-over not its own and waited on;
+/// the writer, which had tried and so waits for the server's grant
+/// rather than its turn, heard nothing, and the hand-over made to it
+/// lapsed. Now every waiter that tried hears each announcement.
+#[test]
+#[serial]
+fn a_writer_that_tried_behind_its_own_clients_reader_hears_its_hand_over() {
+    let server = Server::start();
+    let proxy = Proxy::start(server.port());
+    let other = client(&server);
+    let own = redlease::Client::builder()
+        .url(proxy.url())
+        .response_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let rw = own.rw_lock("tried");
+    // Scripts loaded, and two connections in the pool.
+    let warm: Vec<_> = (0..2)
+        .map(|_| {
+            let rw = rw.clone();
+            std::thread::spawn(move || drop(rw.read().unwrap()))
+        })
+        .collect();
+    warm.into_iter().for_each(|t| t.join().unwrap());
+    drop(rw.write().unwrap());
+    let held = other.rw_lock("tried").read().unwrap();
+    // The writer's first try runs at once (it queues); its reply comes
+    // 250 ms late.
+    proxy.arm(
+        sha("rw_write_acquire.lua"),
+        Fault::Delay(Duration::from_millis(250)),
+    );
+    let started = Instant::now();
+    let writer = {
+        let rw = rw.clone();
+        std::thread::spawn(move || {
+            // Under a second: it waits for messages.
+            let got = rw.write_timeout(Duration::from_millis(950)).unwrap();
+            (got.is_some(), started.elapsed())
+        })
+    };
+    assert!(proxy.wait_fired(1, Duration::from_secs(5)));
+    // The reader tries behind the queued writer, is refused and joins the
+    // local queue first.
+    std::thread::sleep(Duration::from_millis(60));
+    let reader = {
+        let rw = rw.clone();
+        std::thread::spawn(move || drop(rw.read_timeout(Duration::from_millis(900)).unwrap()))
+    };
+    std::thread::sleep(Duration::from_millis(340).saturating_sub(started.elapsed()));
+    // The last reader out hands the write hold to the writer.
+    held.release().unwrap();
+    let (granted, at) = writer.join().unwrap();
+    reader.join().unwrap();
+    // Before: not woken; the hand-over lapsed untaken at ~0.84 s, the
+    // reader's next look found it stale and went in, and the writer got
+    // the lock (at 0.84 s) only as the reader left, or timed out.
+    assert!(
+        granted && at < Duration::from_millis(650),
+        "the writer got the lock: {granted}, at {at:?}; it was handed over at ~0.35 s"
+    );
+}

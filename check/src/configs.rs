@@ -5,7 +5,7 @@ use crate::lock::{LockModel, Op};
 use crate::parties::{Fault, Faults};
 use crate::rwlock::{Rw, RwLock, RwModel};
 use crate::semaphore::{SemModel, SemOp, Semaphore};
-use crate::waiters::WaitOp;
+use crate::waiters::{Subscriber, WaitOp};
 
 /// What a configuration's search must end with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,12 +75,20 @@ fn semaphore(ops: Vec<Vec<SemOp>>, permits: u32, fair: bool, faults: Faults) -> 
         response_ms: 2_000,
         fallback_ms: 2_000,
         exits: true,
+        process: Vec::new(),
+        watchdog: true,
+        subscriber: Subscriber::Now,
     })
 }
 
 /// A read-write lock whose clients (each a reader or a writer) run `ops`.
 fn rw_lock(ops: Vec<(Rw, Vec<WaitOp>)>, faults: Faults) -> Checked {
-    Checked::RwLock(RwModel {
+    Checked::RwLock(rw_model(ops, faults))
+}
+
+/// The same, as a model to change.
+pub fn rw_model(ops: Vec<(Rw, Vec<WaitOp>)>, faults: Faults) -> RwModel {
+    RwModel {
         prim: RwLock,
         ops,
         faults,
@@ -89,7 +97,10 @@ fn rw_lock(ops: Vec<(Rw, Vec<WaitOp>)>, faults: Faults) -> Checked {
         response_ms: 2_000,
         fallback_ms: 2_000,
         exits: true,
-    })
+        process: Vec::new(),
+        watchdog: true,
+        subscriber: Subscriber::Now,
+    }
 }
 
 /// Every configuration, in the order the check runs them.
@@ -218,6 +229,34 @@ pub fn all() -> Vec<Config> {
                 ],
                 Faults::all(1),
             ),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        // Found, with the subscriber's old rule (`drops_own`, kept as the
+        // checker's own test): readers in the writer's own client waited
+        // to their deadline when its look told them a shortened lease had
+        // ended.
+        Config {
+            name: "rw lock: a writer shortening its lease, a reader in its client and one apart",
+            model: Checked::RwLock(RwModel {
+                process: vec![0, 0, 1],
+                watchdog: false,
+                ..rw_model(
+                    vec![
+                        (
+                            Rw::Write,
+                            vec![
+                                WaitOp::AcquireFor(800),
+                                WaitOp::Shorten(300),
+                                WaitOp::Release,
+                            ],
+                        ),
+                        (Rw::Read, vec![WaitOp::AcquireFor(800), WaitOp::Release]),
+                        (Rw::Read, vec![WaitOp::AcquireFor(800), WaitOp::Release]),
+                    ],
+                    Faults::all(1),
+                )
+            }),
             expect: Expect::Holds,
             depth: 60,
         },

@@ -63,7 +63,8 @@ fn token(client: usize, n: u8) -> Vec<u8> {
 
 const PREFIX: &[u8] = b"{w}:rw:grant:";
 
-/// Where a client's hand-overs go (`RwLock::open`).
+/// Where a client's hand-overs go (`RwLock::open`); its messages carry
+/// the client's id.
 fn open(client: usize) -> p::rwlock::Open<'static> {
     p::rwlock::Open {
         grant_prefix: PREFIX,
@@ -81,7 +82,7 @@ impl Primitive for RwLock {
     /// waits for messages: its queue entry lives as a message waiter's
     /// registration, `Core::queue_entry`).
     fn acquire(&self, m: &RwModel, i: usize, mode: Rw, t: u8, queue: bool) -> Script {
-        let (tok, lease, open) = (token(i, t), b(m.lease_ms), open(i));
+        let (tok, lease, open) = (token(i, t), b(m.lease_ms), open(m.pid(i)));
         let entry =
             |patient| Duration::from_millis(if queue { m.entry_ms(patient) as u64 } else { 0 });
         let (file, args) = match mode {
@@ -116,10 +117,10 @@ impl Primitive for RwLock {
     }
 
     /// `release_call` (handles/rwlock.rs).
-    fn release(&self, _: &RwModel, i: usize, mode: Rw, t: u8, leave: bool) -> Script {
+    fn release(&self, m: &RwModel, i: usize, mode: Rw, t: u8, leave: bool) -> Script {
         let args = p::rwlock::ReleaseArgs {
             token: &token(i, t),
-            open: &open(i),
+            open: &open(m.pid(i)),
             leave,
         }
         .parts();
@@ -133,34 +134,33 @@ impl Primitive for RwLock {
         }
     }
 
-    /// The specs' `extend`: the reader's score, the writer's key.
-    fn renew(&self, m: &RwModel, i: usize, mode: Rw, t: u8) -> Script {
-        match mode {
-            Rw::Read => Script {
-                file: "zset_extend.lua",
-                keys: vec![key(":rw:r")],
-                args: vec![token(i, t), b(m.lease_ms)],
-            },
-            Rw::Write => Script {
-                file: "lock_extend.lua",
-                keys: vec![key(":rw:w")],
-                args: vec![
-                    token(i, t),
-                    Vec::new(),
-                    b"0".to_vec(),
-                    Vec::new(),
-                    b(m.lease_ms),
-                ],
-            },
+    /// The specs' `extend`: the reader's score, the writer's key
+    /// (`Holding::extend` adds `exact`).
+    fn extend(&self, _: &RwModel, i: usize, mode: Rw, t: u8, lease: i64, exact: bool) -> Script {
+        let (file, keys, mut args) = match mode {
+            Rw::Read => (
+                "zset_extend.lua",
+                vec![key(":rw:r")],
+                vec![token(i, t), b(lease)],
+            ),
+            Rw::Write => (
+                "lock_extend.lua",
+                vec![key(":rw:w")],
+                vec![token(i, t), Vec::new(), b"0".to_vec(), Vec::new(), b(lease)],
+            ),
+        };
+        if exact {
+            args.push(b"exact".to_vec());
         }
+        Script { file, keys, args }
     }
 
     /// `RwLock::watch` for the name alone.
-    fn look(&self, _: &RwModel, i: usize) -> Script {
+    fn look(&self, m: &RwModel, i: usize) -> Script {
         let args = p::rwlock::WatchArgs {
             writer: b"",
             entry: p::ROOM_ENTRY,
-            open: &open(i),
+            open: &open(m.pid(i)),
         }
         .parts();
         Script {

@@ -71,7 +71,7 @@ impl Semaphore {
             k: 1,
             entry: Duration::from_millis(if queue { m.entry_ms(false) as u64 } else { 0 }),
             blocks: false,
-            offer: &self.offer(client),
+            offer: &self.offer(m.pid(client)),
         }
         .parts()
     }
@@ -90,10 +90,10 @@ impl Primitive for Semaphore {
     }
 
     /// lua/sem_release.lua's arguments, made by the library's `ReleaseArgs`.
-    fn release(&self, _: &SemModel, i: usize, _: (), t: u8, leave: bool) -> Script {
+    fn release(&self, m: &SemModel, i: usize, _: (), t: u8, leave: bool) -> Script {
         let args = p::semaphore::ReleaseArgs {
             member: &member(i, t),
-            offer: &self.offer(i),
+            offer: &self.offer(m.pid(i)),
             leave,
         }
         .parts();
@@ -104,11 +104,16 @@ impl Primitive for Semaphore {
         }
     }
 
-    fn renew(&self, m: &SemModel, i: usize, _: (), t: u8) -> Script {
+    /// The permit's `extend` (`Semaphore`'s spec): lua/zset_extend.lua.
+    fn extend(&self, _: &SemModel, i: usize, _: (), t: u8, lease: i64, exact: bool) -> Script {
+        let mut args = vec![member(i, t), b(lease)];
+        if exact {
+            args.push(b"exact".to_vec());
+        }
         Script {
             file: "zset_extend.lua",
             keys: vec![key(":sem"), key(":sem:n")],
-            args: vec![member(i, t), b(m.lease_ms)],
+            args,
         }
     }
 
@@ -118,7 +123,7 @@ impl Primitive for Semaphore {
         let args = p::semaphore::WatchArgs {
             waiter: b"",
             entry: Duration::from_millis(m.entry_ms(false) as u64),
-            offer: &self.offer(i),
+            offer: &self.offer(m.pid(i)),
         }
         .parts();
         Script {

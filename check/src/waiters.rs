@@ -18,9 +18,15 @@
 //! that wait drains it, `Wakeup::acquire`'s "stale wake-up"), or is lost
 //! (a fault).
 //!
+//! Several threads may share one client (`process`): they share its id
+//! (in their messages) and its life, and queue locally as the library's
+//! local queue makes them (`wakeup::lines`: a thread that finds another of
+//! its client waiting does not try first, but waits until it is the head;
+//! a message, or the client's own release, wakes each client's head only;
+//! a head that leaves wakes the next).
+//!
 //! Not modelled yet: waiters that block on the server (waits of a second
-//! and more), requests for several permits, clock steps, freezes, several
-//! threads of one client.
+//! and more), requests for several permits, clock steps, freezes.
 
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -42,6 +48,9 @@ pub enum WaitOp {
     Try,
     /// The guard's `release()` (nothing when the op before got none).
     Release,
+    /// The guard's `extend(ms)`, shorter than the lease (the hold kept):
+    /// the library's look at its new end (`Holding::extend`).
+    Shorten(i64),
 }
 
 /// One script run: the file, its keys and its arguments.
@@ -81,8 +90,17 @@ pub trait Primitive: Sized {
         t: u8,
         leave: bool,
     ) -> Script;
-    /// The renewal thread's renewal (replies 1 when renewed).
-    fn renew(&self, m: &WaitModel<Self>, i: usize, mode: Self::Mode, t: u8) -> Script;
+    /// The renewal thread's renewal to `lease_ms` (replies 1 when renewed);
+    /// `exact`: the guard's `extend`, which may shorten it.
+    fn extend(
+        &self,
+        m: &WaitModel<Self>,
+        i: usize,
+        mode: Self::Mode,
+        t: u8,
+        lease_ms: i64,
+        exact: bool,
+    ) -> Script;
     /// The renewal thread's look at the name alone.
     fn look(&self, m: &WaitModel<Self>, i: usize) -> Script;
     /// A waiter whose registration only decides whether a release
@@ -114,6 +132,29 @@ pub struct WaitModel<P: Primitive> {
     /// The client's fallback poll (`ClientBuilder::fallback_poll`).
     pub fallback_ms: i64,
     pub exits: bool,
+    /// Each thread's client (empty: every thread its own client).
+    pub process: Vec<usize>,
+    /// Holds are renewed by the watchdog (else a fixed lease).
+    pub watchdog: bool,
+    /// Whom a client's announcement wakes (the library's rule, or an old
+    /// one, kept for the checker's own tests).
+    pub subscriber: Subscriber,
+}
+
+/// Whom an announcement of a key (a message, or a release of the client's
+/// own) wakes among the client's waiting threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subscriber {
+    /// Each local line's head, and every thread that tried the server
+    /// before it joined the line (`wakeup::lines::announced`).
+    Now,
+    /// The rule before the checker found a writer that tried behind its
+    /// own client's reader deaf to its hand-over: heads only.
+    HeadsOnly,
+    /// The rule before round 4: messages carrying the client's own id
+    /// dropped, taken for releases whose local waiters were woken
+    /// directly.
+    DropsOwn,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -141,6 +182,10 @@ enum Main {
         token: u8,
         until: i64,
     },
+    /// Waiting in the client's local queue for its turn (or the deadline).
+    Local {
+        token: u8,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -166,6 +211,10 @@ struct Client {
     looks: Vec<Look>,
     /// Tokens retired after a lost reply, withdrawn when the wait ends.
     retired: Vec<u8>,
+    /// Its place in its client's local queue (`Membership::join`).
+    queued: Option<u32>,
+    /// It tried the server before it joined the local queue.
+    tried: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -181,6 +230,10 @@ pub struct State {
     fences: Vec<(i64, (u8, u8))>,
     /// A property broken inside a step (reported by `check`).
     broken: Option<String>,
+    /// The local queues' order.
+    seq: u32,
+    /// Since when a waiting thread's attempt would have been granted.
+    idle_since: Option<i64>,
 }
 
 #[derive(Clone, Debug)]
@@ -195,6 +248,8 @@ pub enum Action {
     Retry(usize),
     Renew(usize),
     Look(usize, usize),
+    /// A thread waiting in its local queue is now the head: it attempts.
+    Head(usize),
     Crash(usize),
     Exit(usize),
     Tick,
@@ -223,6 +278,38 @@ impl<P: Primitive> WaitModel<P> {
         self.ops[i].0
     }
 
+    /// The client thread `i` belongs to.
+    pub fn pid(&self, i: usize) -> usize {
+        self.process.get(i).copied().unwrap_or(i)
+    }
+
+    /// Threads of one client.
+    fn threads(&self, s: &State, pid: usize) -> impl Iterator<Item = usize> + '_ {
+        let n = s.clients.len();
+        (0..n).filter(move |&j| self.pid(j) == pid)
+    }
+
+    /// The head of client `pid`'s local queue.
+    fn head(&self, s: &State, pid: usize) -> Option<usize> {
+        self.threads(s, pid)
+            .filter_map(|j| s.clients[j].queued.map(|q| (q, j)))
+            .min()
+            .map(|(_, j)| j)
+    }
+
+    /// Wakes client `pid`'s head, and its threads that tried first
+    /// (`Lines::notify`): a message, or a release of its own.
+    fn wake(&self, s: &mut State, pid: usize) {
+        let head = self.head(s, pid);
+        for j in (0..s.clients.len()).filter(|&j| self.pid(j) == pid) {
+            let c = &mut s.clients[j];
+            let tried = c.tried && self.subscriber != Subscriber::HeadsOnly;
+            if c.life == Life::Running && c.subscribed && (head == Some(j) || tried) {
+                c.inbox = true;
+            }
+        }
+    }
+
     fn eval(
         &self,
         server: &mut Server,
@@ -244,18 +331,21 @@ impl<P: Primitive> WaitModel<P> {
             ));
             l.extend(ran.calls.iter().map(|c| format!("    {c}")));
         }
-        // Every subscribed client receives it. A hand-over's naming of its
-        // watchers wakes nobody (`Shared::dispatch`), and these waiters,
-        // waiting for messages, watch nothing.
-        if ran
-            .published
-            .iter()
-            .any(|m| p::hand_over(&m.message).is_none())
-        {
-            for c in &mut s.clients {
-                if c.life == Life::Running && c.subscribed {
-                    c.inbox = true;
+        // Every client's subscriber receives it and wakes its head. A
+        // hand-over's naming of its watchers wakes nobody
+        // (`Shared::dispatch`), and these waiters, waiting for messages,
+        // watch nothing.
+        for m in &ran.published {
+            if p::hand_over(&m.message).is_some() {
+                continue;
+            }
+            let from = m.message.split(|&c| c == b':').next().unwrap_or_default();
+            let pids: Vec<usize> = (0..s.clients.len()).map(|j| self.pid(j)).collect();
+            for pid in pids {
+                if self.subscriber == Subscriber::DropsOwn && from == format!("c{pid}").as_bytes() {
+                    continue;
                 }
+                self.wake(s, pid);
             }
         }
         if let Some(f) = self.prim.fence_on_server(&s.keys) {
@@ -295,6 +385,16 @@ impl<P: Primitive> WaitModel<P> {
         let c = &mut s.clients[i];
         c.subscribed = false;
         c.inbox = false;
+        // Leaving the local queue wakes the next (`Membership`'s drop).
+        if c.queued.take().is_some() {
+            let pid = self.pid(i);
+            if let Some(h) = self.head(s, pid) {
+                let c = &mut s.clients[h];
+                if matches!(c.main, Main::Waiting { .. }) {
+                    c.inbox = true;
+                }
+            }
+        }
     }
 
     fn new_hold(&self, s: &mut State, i: usize, t: u8, fence: i64, at: i64) -> Result<(), String> {
@@ -315,7 +415,11 @@ impl<P: Primitive> WaitModel<P> {
         c.hold = Some(Hold {
             token: t,
             valid_until: at + self.lease_ms - 1,
-            renew_due: at + self.lease_ms / 3,
+            renew_due: if self.watchdog {
+                at + self.lease_ms / 3
+            } else {
+                i64::MAX
+            },
         });
         c.main = Main::Idle;
         c.pc += 1;
@@ -367,9 +471,12 @@ impl<P: Primitive> WaitModel<P> {
                     if now >= c.deadline {
                         self.call(s, i, Kind::Leave, t);
                     } else if !c.subscribed {
-                        // Subscribed now: look again, or a message sent
-                        // before the subscription would be missed.
+                        // Subscribed now, and in the local queue: look
+                        // again, or a message sent before the subscription
+                        // would be missed.
                         c.subscribed = true;
+                        s.seq += 1;
+                        c.queued = Some(s.seq);
                         self.call(s, i, Kind::Grant { queue: true }, t);
                     } else {
                         let hint = if wait >= 0 { wait.max(1) } else { fallback };
@@ -400,6 +507,10 @@ impl<P: Primitive> WaitModel<P> {
                 }
             },
             Kind::Release => {
+                if matches!(reply.as_ref().and_then(int), Some(1 | 2)) {
+                    // The client's own waiters are woken directly.
+                    self.wake(s, self.pid(i));
+                }
                 if reply.as_ref().and_then(int) == Some(2) {
                     // Offered or handed on: a look after the claim
                     // (`look_after_hand_over`).
@@ -442,6 +553,7 @@ impl<P: Primitive> WaitModel<P> {
             t.extend(c.looks.iter().map(|l| l.due));
             match &c.main {
                 Main::Waiting { until, .. } => t.push(*until),
+                Main::Local { .. } => t.push(c.deadline),
                 Main::Call {
                     at,
                     out: Outcome::Failed,
@@ -454,7 +566,7 @@ impl<P: Primitive> WaitModel<P> {
     }
 
     fn urgent(&self, s: &State) -> bool {
-        s.clients.iter().any(|c| {
+        s.clients.iter().enumerate().any(|(i, c)| {
             c.life == Life::Running
                 && (c.hold.as_ref().is_some_and(|h| h.renew_due <= s.now)
                     || c.looks.iter().any(|l| l.due <= s.now)
@@ -469,18 +581,71 @@ impl<P: Primitive> WaitModel<P> {
                             ..
                         } => at + self.response_ms <= s.now,
                         Main::Waiting { until, .. } => *until <= s.now || c.inbox,
+                        Main::Local { .. } => {
+                            c.deadline <= s.now || self.head(s, self.pid(i)) == Some(i)
+                        }
                         Main::Idle => false,
                     })
         })
     }
 
     /// No idle time without a cause: while no party died, exited or lost
-    /// a message, time never passes while a waiting client's next attempt
-    /// would be granted (it was owed a message, or its hint was too long).
-    fn idle(&self, server: &mut Server, s: &State) -> Result<(), String> {
+    /// a message, time passes at most the look margin (a look at a lease
+    /// that ended without a release, `LOOK_MARGIN` after its end) while a
+    /// waiting client's next attempt would be granted (else it was owed a
+    /// message, or its hint was too long). Called as time passes to `to`.
+    fn idle(&self, server: &mut Server, s: &mut State, to: i64) -> Result<(), String> {
         if s.faults > 0 || s.exits > 0 {
             return Ok(());
         }
+        match self.granted_now(server, s) {
+            None => s.idle_since = None,
+            Some(i) => {
+                let since = *s.idle_since.get_or_insert(s.now);
+                if to > since + ms(p::LOOK_MARGIN) {
+                    return Err(format!(
+                        "idle time without a cause: c{i} waits from {since} ms and its attempt \
+                         would be granted, no party died, exited or lost a message, and time \
+                         passes to {to} ms"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The guard's `extend(lease)` (`Holding::extend`): the lease set
+    /// exactly, and a look at the name at its new end.
+    fn shorten(
+        &self,
+        server: &mut Server,
+        s: &mut State,
+        i: usize,
+        t: u8,
+        lease: i64,
+        log: &mut Option<Vec<String>>,
+    ) {
+        let run = self.prim.extend(self, i, self.mode(i), t, lease, true);
+        let reply = self.eval(server, s, run, log);
+        let now = s.now;
+        let c = &mut s.clients[i];
+        if int(&reply) != Some(1) {
+            c.hold = None;
+            return;
+        }
+        if let Some(h) = &mut c.hold {
+            h.valid_until = now + lease - 1;
+        }
+        c.looks.push(Look {
+            due: (now + lease - 1 + ms(p::LOOK_MARGIN)).min(now + ms(p::LOOK_MAX)),
+            waiter: None,
+            left: p::NAME_LOOKS,
+            watch: false,
+        });
+    }
+
+    /// A waiting thread whose attempt would be granted now.
+    fn granted_now(&self, server: &mut Server, s: &State) -> Option<usize> {
         for (i, c) in s.clients.iter().enumerate() {
             let Main::Waiting { token: t, .. } = c.main else {
                 continue;
@@ -494,14 +659,10 @@ impl<P: Primitive> WaitModel<P> {
                 .eval(&mut probe, run.file, &run.keys, &run.args)
                 .reply;
             if int(&reply).is_some() {
-                return Err(format!(
-                    "idle time without a cause: c{i} waits at {} ms and its attempt would be \
-                     granted, no party died, exited or lost a message, and time passes",
-                    s.now
-                ));
+                return Some(i);
             }
         }
-        Ok(())
+        None
     }
 }
 
@@ -528,6 +689,8 @@ impl<P: Primitive> Model for WaitModel<P> {
                     hold: None,
                     looks: Vec::new(),
                     retired: Vec::new(),
+                    queued: None,
+                    tried: false,
                 })
                 .collect(),
             faults: 0,
@@ -535,6 +698,8 @@ impl<P: Primitive> Model for WaitModel<P> {
             top_fence: 0,
             fences: Vec::new(),
             broken: None,
+            seq: 0,
+            idle_since: None,
         }
     }
 
@@ -544,15 +709,31 @@ impl<P: Primitive> Model for WaitModel<P> {
             if c.life != Life::Running {
                 continue;
             }
-            if fault && self.faults.crash {
+            // A client's first thread stands for it: it crashes, or
+            // exits once every thread of it is done.
+            let first = self.threads(s, self.pid(i)).next() == Some(i);
+            if fault && self.faults.crash && first {
                 out.push(Action::Crash(i));
             }
+            let done = |j: usize| {
+                let c = &s.clients[j];
+                c.pc as usize >= self.ops[j].1.len()
+                    && matches!(c.main, Main::Idle)
+                    && c.hold.is_none()
+            };
             match &c.main {
                 Main::Idle => {
                     if (c.pc as usize) < self.ops[i].1.len() {
                         out.push(Action::Start(i));
-                    } else if c.hold.is_none() && self.exits {
+                    } else if self.exits && first && self.threads(s, self.pid(i)).all(done) {
                         out.push(Action::Exit(i));
+                    }
+                }
+                Main::Local { .. } => {
+                    if self.head(s, self.pid(i)) == Some(i) {
+                        out.push(Action::Head(i));
+                    } else if c.deadline <= s.now {
+                        out.push(Action::Retry(i));
                     }
                 }
                 Main::Call {
@@ -629,7 +810,23 @@ impl<P: Primitive> Model for WaitModel<P> {
                         c.tokens += 1;
                         c.deadline = now + d;
                         let t = c.tokens;
-                        self.call(&mut s, i, Kind::Grant { queue: true }, t);
+                        let pid = self.pid(i);
+                        let queued = self
+                            .threads(&s, pid)
+                            .any(|j| j != i && s.clients[j].queued.is_some());
+                        s.clients[i].tried = !queued;
+                        if queued {
+                            // Another thread of its client waits: no first
+                            // try; subscribed and in the local queue, it
+                            // waits for its turn (`Wakeup::acquire`).
+                            let c = &mut s.clients[i];
+                            c.subscribed = true;
+                            s.seq += 1;
+                            c.queued = Some(s.seq);
+                            c.main = Main::Local { token: t };
+                        } else {
+                            self.call(&mut s, i, Kind::Grant { queue: true }, t);
+                        }
                     }
                     WaitOp::Try => {
                         c.tokens += 1;
@@ -640,7 +837,19 @@ impl<P: Primitive> Model for WaitModel<P> {
                         Some(h) => self.call(&mut s, i, Kind::Release, h.token),
                         None => c.pc += 1,
                     },
+                    WaitOp::Shorten(lease) => {
+                        c.pc += 1;
+                        if let Some(h) = c.hold.clone() {
+                            self.shorten(server, &mut s, i, h.token, lease, log);
+                        }
+                    }
                 }
+            }
+            Action::Head(i) => {
+                let Main::Local { token: t } = s.clients[i].main else {
+                    return Err("no local wait".into());
+                };
+                self.call(&mut s, i, Kind::Grant { queue: true }, t);
             }
             Action::Run(i) | Action::LoseReply(i) => {
                 let Main::Call { kind, token: t, .. } = s.clients[i].main.clone() else {
@@ -681,6 +890,13 @@ impl<P: Primitive> Model for WaitModel<P> {
                 if matches!(a, Action::LoseMessage(_)) {
                     s.faults += 1;
                     s.clients[i].inbox = false;
+                } else if let Main::Local { .. } = s.clients[i].main {
+                    // Its deadline came in the local queue: nothing of it
+                    // reached the server.
+                    self.finish(server, &mut s, i, log);
+                    let c = &mut s.clients[i];
+                    c.main = Main::Idle;
+                    c.pc += 1;
                 } else {
                     let Main::Waiting { token: t, .. } = s.clients[i].main else {
                         return Err("no wait to end".into());
@@ -697,7 +913,9 @@ impl<P: Primitive> Model for WaitModel<P> {
                 let Some(h) = s.clients[i].hold.clone() else {
                     return Err("renew without a hold".into());
                 };
-                let run = self.prim.renew(self, i, self.mode(i), h.token);
+                let run = self
+                    .prim
+                    .extend(self, i, self.mode(i), h.token, self.lease_ms, false);
                 let reply = self.eval(server, &mut s, run, log);
                 let now = s.now;
                 if let Some(h) = &mut s.clients[i].hold {
@@ -727,21 +945,25 @@ impl<P: Primitive> Model for WaitModel<P> {
             }
             Action::Crash(i) => {
                 s.faults += 1;
-                let c = &mut s.clients[i];
-                c.life = Life::Crashed;
-                c.hold = None;
-                c.looks.clear();
-                c.main = Main::Idle;
+                for j in self.threads(s0, self.pid(i)) {
+                    let c = &mut s.clients[j];
+                    c.life = Life::Crashed;
+                    c.hold = None;
+                    c.looks.clear();
+                    c.main = Main::Idle;
+                }
             }
             Action::Exit(i) => {
                 s.exits += 1;
-                let c = &mut s.clients[i];
-                c.life = Life::Exited;
-                c.looks.clear();
+                for j in self.threads(s0, self.pid(i)) {
+                    let c = &mut s.clients[j];
+                    c.life = Life::Exited;
+                    c.looks.clear();
+                }
             }
             Action::Tick => {
                 let t = self.next_event(&s).ok_or("no event to wait for")?;
-                self.idle(server, &s)?;
+                self.idle(server, &mut s, t)?;
                 s.now = t;
                 s.keys.now_us = s.keys.now_us.max((s.now + SERVER_OFFSET) * 1000);
                 s.keys.expire();

@@ -6,6 +6,7 @@ use redlease_check::configs::all;
 use redlease_check::lock::{Fault, Faults, LockModel, Op};
 use redlease_check::search::explore;
 use redlease_check::server::Server;
+use redlease_check::waiters::Subscriber;
 
 /// `file`'s code as the library sends it, with `from` replaced by `to`
 /// (which must occur).
@@ -156,6 +157,9 @@ fn a_semaphore_that_grants_past_its_count_is_reported() {
         response_ms: 2_000,
         fallback_ms: 2_000,
         exits: true,
+        process: Vec::new(),
+        watchdog: true,
+        subscriber: Subscriber::Now,
     };
     let mut server = Server::new().unwrap();
     let clean = explore(&model, &mut server, 40, 2_000_000).violation;
@@ -190,6 +194,9 @@ mod rw {
             response_ms: 2_000,
             fallback_ms: 2_000,
             exits: true,
+            process: Vec::new(),
+            watchdog: true,
+            subscriber: Subscriber::Now,
         }
     }
 
@@ -257,5 +264,36 @@ mod rw {
         .collect();
         let v = violation(&model(&[Rw::Write, Rw::Write]), &files).expect("reported");
         assert!(v.contains("fence"), "{v}");
+    }
+
+    /// The configuration where threads of one client wait, with the
+    /// subscriber's rule `rule`: the violation found.
+    fn threads_with(rule: Subscriber) -> Option<String> {
+        use redlease_check::configs::Checked;
+        let config = all()
+            .into_iter()
+            .find(|c| c.name.starts_with("rw lock: a writer shortening"))
+            .expect("the configuration");
+        let Checked::RwLock(mut model) = config.model else {
+            panic!("not a read-write lock model");
+        };
+        model.subscriber = rule;
+        violation(&model, &[])
+    }
+
+    #[test]
+    fn the_subscriber_that_woke_heads_only_is_reported() {
+        // A writer that tried behind its own client's reader never heard
+        // the hand-over made to it (tests/model_traces.rs replays it).
+        let v = threads_with(Subscriber::HeadsOnly).expect("reported");
+        assert!(v.contains("idle time without a cause"), "{v}");
+    }
+
+    #[test]
+    fn the_subscriber_that_dropped_its_own_clients_messages_is_reported() {
+        // A reader in the writer's own client missed the look that told
+        // it the writer's shortened lease had ended (round 3's bug).
+        let v = threads_with(Subscriber::DropsOwn).expect("reported");
+        assert!(v.contains("idle time without a cause"), "{v}");
     }
 }

@@ -20,14 +20,24 @@ pub(super) struct Waiter {
     pub(super) rx: Receiver<bool>,
     /// The local line it waits in (see [`Turns::Local`]).
     line: u32,
+    /// It tried the server before it joined its line (two threads of a
+    /// client can both get there first): it may be queued in Redis, and a
+    /// grant made to it lapses unless it hears of it, so it hears every
+    /// announcement of its key, not only as its line's head.
+    tried: bool,
 }
 
 impl Waiter {
-    pub(super) fn new(line: u32) -> Arc<Waiter> {
+    pub(super) fn new(line: u32, tried: bool) -> Arc<Waiter> {
         // Capacity 1: wake-ups coalesce, and a wake-up sent between a failed
         // attempt and the wait is kept, so it is never missed.
         let (tx, rx) = crossbeam_channel::bounded(1);
-        Arc::new(Waiter { tx, rx, line })
+        Arc::new(Waiter {
+            tx,
+            rx,
+            line,
+            tried,
+        })
     }
 
     pub(super) fn wake(&self) {
@@ -78,6 +88,13 @@ pub(super) fn heads(q: &VecDeque<Arc<Waiter>>) -> impl Iterator<Item = &Arc<Wait
         }
         first
     })
+}
+
+/// The waiters of a local queue that hear an announcement of its key:
+/// each line's head, and every waiter that tried the server first (a head
+/// that tried comes twice; its slot keeps one wake-up).
+pub(super) fn announced(q: &VecDeque<Arc<Waiter>>) -> impl Iterator<Item = &Arc<Waiter>> {
+    heads(q).chain(q.iter().filter(|w| w.tried))
 }
 
 /// A place in a key's local queue; leaving it wakes the next waiter.
@@ -144,7 +161,8 @@ impl Shared {
             .is_some_and(|h| Arc::ptr_eq(h, waiter))
     }
 
-    /// Wakes the local heads of `key`, and every server-ordered waiter.
+    /// Wakes the local heads of `key`, every waiter of it that tried the
+    /// server first, and every server-ordered waiter.
     pub(super) fn notify(&self, key: &[u8]) {
         let queues = lock(&self.queues);
         if queues.is_empty() {
@@ -152,8 +170,8 @@ impl Shared {
             return;
         }
         let mut k = (key.to_vec(), false);
-        for head in queues.get(&k).into_iter().flat_map(heads) {
-            head.signal();
+        for w in queues.get(&k).into_iter().flat_map(announced) {
+            w.signal();
         }
         k.1 = true;
         for w in queues.get(&k).into_iter().flatten() {
@@ -166,8 +184,28 @@ impl Shared {
             if *server {
                 q.iter().for_each(|w| w.wake());
             } else {
-                heads(q).for_each(|w| w.wake());
+                announced(q).for_each(|w| w.wake());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_announcement_reaches_heads_and_waiters_that_tried() {
+        // Line 0: a head that tried, one that waits its turn, one that
+        // tried behind it (two threads both got to the server first).
+        // Line 1: a head that did not try.
+        let q: VecDeque<_> = [(0, true), (0, false), (0, true), (1, false)]
+            .into_iter()
+            .map(|(line, tried)| Waiter::new(line, tried))
+            .collect();
+        let got: Vec<usize> = announced(&q)
+            .map(|w| q.iter().position(|x| Arc::ptr_eq(x, w)).unwrap())
+            .collect();
+        assert_eq!(got, [0, 3, 0, 2]);
     }
 }

@@ -294,7 +294,7 @@ impl Wakeup {
             }
             _ => None,
         };
-        let waiter = Waiter::new(line);
+        let waiter = Waiter::new(line, tried);
         let _member = Membership::join(&self.shared, key, server, waiter.clone());
         // The next attempt blocks for a grant (direct waiting, head only):
         // at once if the fast path found the name busy (and queued us).
