@@ -1,6 +1,7 @@
 //! The bounded configurations `scripts/check.sh` explores, and the known
 //! counterexamples it must go on finding until their fix lands.
 
+use crate::latch::{LatchModel, LatchOp};
 use crate::lock::{LockModel, Op};
 use crate::parties::{Fault, Faults};
 use crate::rwlock::{Rw, RwLock, RwModel};
@@ -23,6 +24,7 @@ pub enum Checked {
     Lock(LockModel),
     Semaphore(SemModel),
     RwLock(RwModel),
+    Latch(LatchModel),
 }
 
 pub struct Config {
@@ -256,6 +258,40 @@ pub fn all() -> Vec<Config> {
                     ],
                     Faults::all(1),
                 )
+            }),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        Config {
+            name: "latch: count 2, a counter and 2 waiters, 2 faults",
+            model: Checked::Latch(LatchModel {
+                ops: vec![
+                    vec![LatchOp::Set(2), LatchOp::CountDown, LatchOp::CountDown],
+                    vec![LatchOp::WaitFor(800)],
+                    vec![LatchOp::WaitFor(800)],
+                ],
+                faults: Faults::all(2),
+                horizon_ms: 12_000,
+                response_ms: 2_000,
+                fallback_ms: 2_000,
+                exits: true,
+            }),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        Config {
+            name: "latch: 2 counters and a waiter, 2 faults",
+            model: Checked::Latch(LatchModel {
+                ops: vec![
+                    vec![LatchOp::Set(2), LatchOp::CountDown],
+                    vec![LatchOp::CountDown],
+                    vec![LatchOp::WaitFor(800)],
+                ],
+                faults: Faults::all(2),
+                horizon_ms: 12_000,
+                response_ms: 2_000,
+                fallback_ms: 2_000,
+                exits: true,
             }),
             expect: Expect::Holds,
             depth: 60,

@@ -6,6 +6,7 @@
 
 pub mod configs;
 pub mod keyspace;
+pub mod latch;
 pub mod lock;
 pub mod parties;
 pub mod rwlock;

@@ -130,6 +130,7 @@ fn main() {
             Checked::Lock(m) => run(c.name, m, depth, c.expect, &a),
             Checked::Semaphore(m) => run(c.name, m, depth, c.expect, &a),
             Checked::RwLock(m) => run(c.name, m, depth, c.expect, &a),
+            Checked::Latch(m) => run(c.name, m, depth, c.expect, &a),
         };
     }
     println!(

@@ -297,3 +297,58 @@ mod rw {
         assert!(v.contains("idle time without a cause"), "{v}");
     }
 }
+
+mod latch {
+    use super::*;
+    use redlease_check::latch::{LatchModel, LatchOp};
+
+    /// Count 2, counted down twice, and two waiters; no faults.
+    fn model() -> LatchModel {
+        LatchModel {
+            ops: vec![
+                vec![LatchOp::Set(2), LatchOp::CountDown, LatchOp::CountDown],
+                vec![LatchOp::WaitFor(800)],
+                vec![LatchOp::WaitFor(800)],
+            ],
+            faults: Faults::only(0, &[]),
+            horizon_ms: 10_000,
+            response_ms: 2_000,
+            fallback_ms: 2_000,
+            exits: true,
+        }
+    }
+
+    fn violation(files: &[(&'static str, String)]) -> Option<String> {
+        let mut server = Server::new().unwrap();
+        for (file, code) in files {
+            server.load(file, code);
+        }
+        explore(&model(), &mut server, 60, 2_000_000)
+            .violation
+            .map(|(v, _)| v)
+    }
+
+    #[test]
+    fn the_unmutated_scripts_pass() {
+        assert_eq!(violation(&[]), None);
+    }
+
+    #[test]
+    fn an_opening_that_tells_no_waiter_is_reported() {
+        let file = "latch_count_down.lua";
+        let files = [(
+            file,
+            mutated(file, "publish(ARGV[1], ARGV[2] .. '#' .. round)", ""),
+        )];
+        let v = violation(&files).expect("reported");
+        assert!(v.contains("idle time without a cause"), "{v}");
+    }
+
+    #[test]
+    fn a_count_down_that_opens_one_late_is_reported() {
+        let file = "latch_count_down.lua";
+        let files = [(file, mutated(file, "if n <= 1 then", "if n <= 0 then"))];
+        let v = violation(&files).expect("reported");
+        assert!(v.contains("did not open"), "{v}");
+    }
+}
