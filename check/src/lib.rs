@@ -9,6 +9,7 @@ pub mod keyspace;
 pub mod latch;
 pub mod lock;
 pub mod parties;
+pub mod redlock;
 pub mod rwlock;
 pub mod search;
 pub mod semaphore;

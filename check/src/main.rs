@@ -2,12 +2,14 @@
 //! `scripts/check.sh` runs). Exit 0 when every property holds; 1 with the
 //! counterexample's trace (also written to `--trace-dir`) when one fails.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use redlease_check::configs::{Checked, Expect};
+use redlease_check::configs::{Checked, Config, Expect};
 use redlease_check::search::{explore, replay, Model, Report};
 use redlease_check::server::Server;
 
@@ -16,6 +18,8 @@ struct Args {
     max_states: u64,
     trace_dir: std::path::PathBuf,
     only: Option<String>,
+    /// Configurations explored at once, each on its own thread.
+    jobs: usize,
 }
 
 fn args() -> Result<Args, String> {
@@ -24,6 +28,7 @@ fn args() -> Result<Args, String> {
         max_states: 2_100_000,
         trace_dir: "target/check".into(),
         only: None,
+        jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let mut it = std::env::args().skip(1);
     while let Some(x) = it.next() {
@@ -43,10 +48,17 @@ fn args() -> Result<Args, String> {
             }
             "--trace-dir" => a.trace_dir = val("--trace-dir")?.into(),
             "--only" => a.only = Some(val("--only")?),
+            "--jobs" => {
+                a.jobs = val("--jobs")?
+                    .parse::<usize>()
+                    .map_err(|e| format!("--jobs: {e}"))?
+                    .max(1)
+            }
             "-h" | "--help" => {
                 println!(
-                    "redlease-check [--depth N] [--max-states N] [--only NAME] [--trace-dir DIR]\n\
-                     Explores every configuration (or NAME's) to N steps; exit 0 when no property \
+                    "redlease-check [--depth N] [--max-states N] [--only NAME] [--jobs N] [--trace-dir DIR]\n\
+                     Explores every configuration (or NAME's) to N steps, --jobs at once (default: \
+                     one a core); exit 0 when no property \
                      is broken, 1 with a trace when one is."
                 );
                 std::process::exit(0);
@@ -57,11 +69,15 @@ fn args() -> Result<Args, String> {
     Ok(a)
 }
 
-fn run<M: Model>(name: &str, model: &M, depth: usize, expect: Expect, a: &Args) -> bool {
+/// Explores one configuration: whether it passed, and what to print.
+fn run<M: Model>(name: &str, model: &M, depth: usize, expect: Expect, a: &Args) -> (bool, String) {
+    use std::fmt::Write;
+    let mut out = String::new();
     let mut server = Server::new().expect("Lua starts");
     let r: Report<M::Action> = explore(model, &mut server, depth, a.max_states);
     let secs = r.elapsed.as_secs_f64().max(1e-9);
-    println!(
+    let _ = writeln!(
+        out,
         "{name:<28} {:>9} states {:>10} transitions  depth {:>3}{}  {:>6.1} s  {:>7.0} states/s  {}",
         r.states,
         r.transitions,
@@ -72,7 +88,7 @@ fn run<M: Model>(name: &str, model: &M, depth: usize, expect: Expect, a: &Args) 
         match (&r.violation, expect) {
             (None, Expect::Holds) => "0 violations",
             (Some(_), Expect::Holds) => "VIOLATION",
-            (Some((what, _)), Expect::Finds(known)) if what.contains(known) => "found (known, open)",
+            (Some((what, _)), Expect::Finds(known)) if what.contains(known) => "found, as expected",
             (_, Expect::Finds(_)) => "KNOWN BUG NOT FOUND",
         }
     );
@@ -84,7 +100,8 @@ fn run<M: Model>(name: &str, model: &M, depth: usize, expect: Expect, a: &Args) 
     if let Some((what, path)) = &r.violation {
         let trace = replay(model, &mut server, path);
         let file = write_trace(a, name, what, &trace);
-        println!(
+        let _ = writeln!(
+            out,
             "  {what}\n  trace ({} steps) in {}",
             path.len(),
             file.display()
@@ -92,11 +109,11 @@ fn run<M: Model>(name: &str, model: &M, depth: usize, expect: Expect, a: &Args) 
         // A new counterexample is shown whole; a known one by its file.
         if !passed {
             for l in trace.iter().take(400) {
-                println!("  | {l}");
+                let _ = writeln!(out, "  | {l}");
             }
         }
     }
-    passed
+    (passed, out)
 }
 
 fn write_trace(a: &Args, name: &str, what: &str, trace: &[String]) -> std::path::PathBuf {
@@ -111,6 +128,18 @@ fn write_trace(a: &Args, name: &str, what: &str, trace: &[String]) -> std::path:
     file
 }
 
+/// One configuration, to its depth bound.
+fn check(c: &Config, a: &Args) -> (bool, String) {
+    let depth = a.depth.unwrap_or(c.depth);
+    match &c.model {
+        Checked::Lock(m) => run(c.name, m, depth, c.expect, a),
+        Checked::Semaphore(m) => run(c.name, m, depth, c.expect, a),
+        Checked::RwLock(m) => run(c.name, m, depth, c.expect, a),
+        Checked::Latch(m) => run(c.name, m, depth, c.expect, a),
+        Checked::Redlock(m) => run(c.name, m, depth, c.expect, a),
+    }
+}
+
 fn main() {
     let a = match args() {
         Ok(a) => a,
@@ -120,19 +149,34 @@ fn main() {
         }
     };
     let started = Instant::now();
-    let mut ok = true;
-    for c in redlease_check::configs::all() {
-        if a.only.as_deref().is_some_and(|o| !c.name.contains(o)) {
-            continue;
+    let chosen: Vec<usize> = redlease_check::configs::all()
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| a.only.as_deref().is_none_or(|o| c.name.contains(o)))
+        .map(|(i, _)| i)
+        .collect();
+    // Configurations are independent: each worker takes the next, with
+    // its own Lua and its own models, and prints each result whole as it
+    // ends.
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let print = Mutex::new(());
+    std::thread::scope(|scope| {
+        for _ in 0..a.jobs.min(chosen.len()).max(1) {
+            scope.spawn(|| {
+                let configs = redlease_check::configs::all();
+                while let Some(&i) = chosen.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let (passed, out) = check(&configs[i], &a);
+                    if !passed {
+                        failed.store(true, Ordering::Relaxed);
+                    }
+                    let _one_at_a_time = print.lock();
+                    print!("{out}");
+                }
+            });
         }
-        let depth = a.depth.unwrap_or(c.depth);
-        ok &= match &c.model {
-            Checked::Lock(m) => run(c.name, m, depth, c.expect, &a),
-            Checked::Semaphore(m) => run(c.name, m, depth, c.expect, &a),
-            Checked::RwLock(m) => run(c.name, m, depth, c.expect, &a),
-            Checked::Latch(m) => run(c.name, m, depth, c.expect, &a),
-        };
-    }
+    });
+    let ok = !failed.load(Ordering::Relaxed);
     println!(
         "{} in {:.1} s",
         if ok {

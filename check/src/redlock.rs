@@ -1,0 +1,729 @@
+//! The lock on Redlock: three independent masters, each running the
+//! lock's scripts on its own keyspace, and clients that decide by
+//! majority as `backend::redlock` does. An acquisition writes its grant to
+//! every master (each runs it at its own moment, or the request or the
+//! reply is lost: a missing vote, the undo written behind a lost reply as
+//! `Node::fail` does); with a majority of grants the fence is the largest,
+//! agreed by a majority of counters (raised with lua/fence_raise.lua when
+//! fewer than a majority returned it), and the lease's validity is what is
+//! left of it after the time spent and the drift allowance
+//! (`redlock::drift`); otherwise the attempt is undone on every master and
+//! the waiter retries at the hint (`Redlock::grant`: the wait, at most a
+//! quarter of it and at least the jitter, here its largest, 50 ms) or on
+//! a release message from the first master (its subscriber's). Renewals
+//! and releases go by majority. A master restarts without its keys: at
+//! once, or (Redlock's rule) staying down for a lease and the drift first.
+//!
+//! Properties: never two holders whose leases are valid in their own view;
+//! each grant's fence above every earlier grant's; once nobody holds or
+//! waits, every key but the fence floors lapses.
+//!
+//! Not modelled yet: faults of renewals, releases and fence raises (each
+//! runs on every master in one step), clock steps, frozen clients.
+
+use std::time::Duration;
+
+use redlease::__protocol as p;
+
+use crate::keyspace::{Keyspace, Reply};
+use crate::parties::{b, busy, int, Faults, Life};
+use crate::search::Model;
+use crate::server::Server;
+use crate::waiters::SERVER_OFFSET;
+
+/// What one client does, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RlOp {
+    /// `acquire_timeout(ms)`.
+    AcquireFor(i64),
+    /// `try_acquire()`.
+    Try,
+    /// The guard's `release()`.
+    Release,
+}
+
+pub struct RedlockModel {
+    pub ops: Vec<Vec<RlOp>>,
+    /// `crash` means a master restarting without its keys.
+    pub faults: Faults,
+    pub lease_ms: i64,
+    pub horizon_ms: i64,
+    /// A lost request or reply costs the node timeout.
+    pub response_ms: i64,
+    pub fallback_ms: i64,
+    /// A restarted master stays down a lease and the drift first.
+    pub delayed_restart: bool,
+    pub exits: bool,
+}
+
+const MASTERS: usize = 3;
+const QUORUM: usize = MASTERS / 2 + 1;
+/// The largest jitter of `Redlock::grant`'s retry hint.
+const JITTER: i64 = 50;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Vote {
+    Pending,
+    Ran(Reply),
+    /// Lost: `slow` after the node timeout, else at once (a master down
+    /// refuses the connection).
+    Failed {
+        slow: bool,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Main {
+    Idle,
+    Grant { at: i64, votes: Vec<Vote> },
+    Waiting { until: i64 },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Hold {
+    fence: i64,
+    valid_until: i64,
+    renew_due: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Client {
+    pc: u8,
+    life: Life,
+    tokens: u8,
+    deadline: Option<i64>,
+    main: Main,
+    hold: Option<Hold>,
+    subscribed: bool,
+    inbox: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    masters: Vec<Keyspace>,
+    /// A restarted master answers again from then.
+    down_until: Vec<i64>,
+    now: i64,
+    clients: Vec<Client>,
+    faults: u8,
+    exits: u8,
+    /// The largest fence granted so far.
+    top_fence: i64,
+    broken: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub enum Action {
+    Start(usize),
+    RunOn(usize, usize),
+    LoseRequest(usize, usize),
+    LoseReply(usize, usize),
+    Decide(usize),
+    Message(usize),
+    LoseMessage(usize),
+    Retry(usize),
+    Renew(usize),
+    Restart(usize),
+    Exit(usize),
+    Tick,
+}
+
+const NAME: &str = "{n}";
+const FLOOR: &[u8] = b"redlease:fence-floor";
+const CHANNEL: &[u8] = b"redlease:wake";
+
+fn key(suffix: &str) -> Vec<u8> {
+    format!("{NAME}{suffix}").into_bytes()
+}
+
+fn token(client: usize, n: u8) -> Vec<u8> {
+    format!("rl:c{client}:t{n}").into_bytes()
+}
+
+fn scripted() -> Vec<Vec<u8>> {
+    vec![
+        key(""),
+        key(":fence"),
+        key(":queue"),
+        key(":queue:t"),
+        FLOOR.to_vec(),
+    ]
+}
+
+/// Where a client's releases are announced (`Lock::announce`; nobody
+/// queues on Redlock).
+fn announce(client: usize) -> p::lock::Announce<'static> {
+    p::lock::Announce {
+        channel: std::borrow::Cow::Borrowed(CHANNEL),
+        message: format!("c{client}:{NAME}").into_bytes(),
+        queued: false,
+    }
+}
+
+impl RedlockModel {
+    /// `redlock::drift`: 1 % of the lease and 2 ms.
+    fn drift(&self) -> i64 {
+        self.lease_ms / 100 + 2
+    }
+
+    /// lua/lock_acquire.lua's arguments on Redlock (`Lock`'s spec: no
+    /// queue, no blocking).
+    fn acquire_args(&self, i: usize, t: u8) -> Vec<Vec<u8>> {
+        let (tok, lease, prefix, announce) =
+            (token(i, t), b(self.lease_ms), key(":grant:"), announce(i));
+        p::lock::AcquireArgs {
+            token: &tok,
+            lease_ms: &lease,
+            queue_ttl: Duration::ZERO,
+            grant_prefix: &prefix,
+            claim: p::GRANT_CLAIM,
+            announce: &announce,
+            blocks: false,
+        }
+        .parts()
+    }
+
+    /// lua/lock_release.lua's arguments on Redlock (`keep`: the counter
+    /// lapses by itself).
+    fn release_args(&self, i: usize, t: u8) -> Vec<Vec<u8>> {
+        let (tok, prefix, announce) = (token(i, t), key(":grant:"), announce(i));
+        p::lock::ReleaseArgs {
+            token: &tok,
+            announce: &announce,
+            grant_prefix: &prefix,
+            claim: p::GRANT_CLAIM,
+            force: false,
+            keep: true,
+            leave: false,
+        }
+        .parts()
+    }
+
+    fn up(&self, s: &State, m: usize) -> bool {
+        s.now >= s.down_until[m]
+    }
+
+    fn eval(
+        &self,
+        server: &mut Server,
+        s: &mut State,
+        m: usize,
+        file: &'static str,
+        keys: &[Vec<u8>],
+        args: &[Vec<u8>],
+        log: &mut Option<Vec<String>>,
+    ) -> Reply {
+        let ran = server.eval(&mut s.masters[m], file, keys, args);
+        if let Some(l) = log {
+            let shown: Vec<String> = args
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            l.push(format!(
+                "master {m}: EVALSHA {file} ARGV {shown:?} -> {}",
+                ran.reply.show()
+            ));
+            l.extend(ran.calls.iter().map(|c| format!("    {c}")));
+        }
+        // The subscriber listens on the first master.
+        if m == 0 && !ran.published.is_empty() {
+            for c in &mut s.clients {
+                if c.life == Life::Running && c.subscribed {
+                    c.inbox = true;
+                }
+            }
+        }
+        ran.reply
+    }
+
+    /// A call on every master that answers, in one step: the votes.
+    fn on_all(
+        &self,
+        server: &mut Server,
+        s: &mut State,
+        file: &'static str,
+        keys: &[Vec<u8>],
+        args: &[Vec<u8>],
+        log: &mut Option<Vec<String>>,
+    ) -> Vec<Option<Reply>> {
+        (0..MASTERS)
+            .map(|m| {
+                self.up(s, m)
+                    .then(|| self.eval(server, s, m, file, keys, args, log))
+            })
+            .collect()
+    }
+
+    fn attempt(&self, s: &mut State, i: usize) {
+        let c = &mut s.clients[i];
+        c.inbox = false;
+        c.main = Main::Grant {
+            at: s.now,
+            votes: vec![Vote::Pending; MASTERS],
+        };
+    }
+
+    fn end_wait(&self, s: &mut State, i: usize) {
+        let c = &mut s.clients[i];
+        c.main = Main::Idle;
+        c.deadline = None;
+        c.subscribed = false;
+        c.inbox = false;
+        c.pc += 1;
+    }
+
+    /// `Redlock::grant`'s verdict on the votes.
+    fn decide(
+        &self,
+        server: &mut Server,
+        s: &mut State,
+        i: usize,
+        log: &mut Option<Vec<String>>,
+    ) -> Result<(), String> {
+        let Main::Grant { at, votes } = s.clients[i].main.clone() else {
+            return Err("no votes".into());
+        };
+        let t = s.clients[i].tokens;
+        let fences: Vec<i64> = votes
+            .iter()
+            .filter_map(|v| match v {
+                Vote::Ran(r) => int(r).filter(|&f| f > 0),
+                _ => None,
+            })
+            .collect();
+        let wait = votes
+            .iter()
+            .filter_map(|v| match v {
+                Vote::Ran(r) => busy(r).filter(|&w| w > 0),
+                _ => None,
+            })
+            .min();
+        if fences.len() >= QUORUM {
+            let best = fences.iter().copied().max().unwrap_or(0);
+            let agreed = fences.iter().filter(|&&f| f >= best).count() >= QUORUM || {
+                let keys = vec![key(":fence"), FLOOR.to_vec()];
+                let args = vec![b(best), b(self.lease_ms)];
+                let votes = self.on_all(server, s, "fence_raise.lua", &keys, &args, log);
+                votes
+                    .iter()
+                    .filter(|v| v.as_ref().and_then(int).is_some_and(|f| f >= best))
+                    .count()
+                    >= QUORUM
+            };
+            let valid = self.lease_ms - (s.now - at) - self.drift();
+            if agreed && valid > 0 {
+                if best <= s.top_fence {
+                    return Err(format!(
+                        "fence {best} granted to c{i}, not above {} granted before",
+                        s.top_fence
+                    ));
+                }
+                s.top_fence = best;
+                let c = &mut s.clients[i];
+                c.hold = Some(Hold {
+                    fence: best,
+                    valid_until: at + self.lease_ms - self.drift() - 1,
+                    renew_due: at + self.lease_ms / 3,
+                });
+                self.end_wait(s, i);
+                return Ok(());
+            }
+        }
+        // Undone on every master.
+        let args = self.release_args(i, t);
+        self.on_all(server, s, "lock_release.lua", &scripted(), &args, log);
+        let c = &mut s.clients[i];
+        match c.deadline {
+            None => self.end_wait(s, i),
+            Some(d) if s.now >= d => self.end_wait(s, i),
+            Some(d) => {
+                if !c.subscribed {
+                    // Subscribed now: again at once.
+                    c.subscribed = true;
+                    self.attempt(s, i);
+                } else {
+                    let hint = wait.map_or(JITTER, |w| w.min(JITTER.max(w / 4)));
+                    let until = (s.now + hint.min(self.fallback_ms)).min(d);
+                    c.main = Main::Waiting { until };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn next_event(&self, s: &State) -> Option<i64> {
+        let mut t: Vec<i64> = s
+            .masters
+            .iter()
+            .filter_map(|k| k.next_expiry())
+            .map(|e| e - SERVER_OFFSET)
+            .collect();
+        t.extend(s.down_until.iter().copied());
+        for c in &s.clients {
+            if c.life != Life::Running {
+                continue;
+            }
+            if let Some(h) = &c.hold {
+                t.push(h.renew_due);
+                t.push(h.valid_until);
+            }
+            match &c.main {
+                Main::Waiting { until } => t.push(*until),
+                Main::Grant { at, votes } => {
+                    if votes.contains(&Vote::Failed { slow: true }) {
+                        t.push(at + self.response_ms);
+                    }
+                }
+                Main::Idle => {}
+            }
+        }
+        t.into_iter().filter(|&x| x > s.now).min()
+    }
+
+    fn decidable(&self, s: &State, at: i64, votes: &[Vote]) -> bool {
+        !votes.contains(&Vote::Pending)
+            && (!votes.contains(&Vote::Failed { slow: true }) || at + self.response_ms <= s.now)
+    }
+
+    fn urgent(&self, s: &State) -> bool {
+        s.clients.iter().any(|c| {
+            c.life == Life::Running
+                && (c.hold.as_ref().is_some_and(|h| h.renew_due <= s.now)
+                    || match &c.main {
+                        Main::Grant { at, votes } => {
+                            votes.contains(&Vote::Pending) || self.decidable(s, *at, votes)
+                        }
+                        Main::Waiting { until } => *until <= s.now || c.inbox,
+                        Main::Idle => false,
+                    })
+        })
+    }
+}
+
+impl Model for RedlockModel {
+    type State = State;
+    type Action = Action;
+
+    fn init(&self) -> State {
+        State {
+            masters: (0..MASTERS)
+                .map(|_| Keyspace {
+                    keys: Default::default(),
+                    now_us: SERVER_OFFSET * 1000,
+                })
+                .collect(),
+            down_until: vec![0; MASTERS],
+            now: 0,
+            clients: (0..self.ops.len())
+                .map(|_| Client {
+                    pc: 0,
+                    life: Life::Running,
+                    tokens: 0,
+                    deadline: None,
+                    main: Main::Idle,
+                    hold: None,
+                    subscribed: false,
+                    inbox: false,
+                })
+                .collect(),
+            faults: 0,
+            exits: 0,
+            top_fence: 0,
+            broken: None,
+        }
+    }
+
+    fn actions(&self, s: &State, out: &mut Vec<Action>) {
+        let fault = s.faults < self.faults.budget;
+        if fault && self.faults.crash {
+            for m in 0..MASTERS {
+                if self.up(s, m) {
+                    out.push(Action::Restart(m));
+                }
+            }
+        }
+        for (i, c) in s.clients.iter().enumerate() {
+            if c.life != Life::Running {
+                continue;
+            }
+            match &c.main {
+                Main::Idle => {
+                    if (c.pc as usize) < self.ops[i].len() {
+                        out.push(Action::Start(i));
+                    } else if c.hold.is_none() && self.exits {
+                        out.push(Action::Exit(i));
+                    }
+                }
+                Main::Grant { at, votes } => {
+                    for (m, v) in votes.iter().enumerate() {
+                        if *v == Vote::Pending {
+                            out.push(Action::RunOn(i, m));
+                            if fault && self.faults.lost_request {
+                                out.push(Action::LoseRequest(i, m));
+                            }
+                            if fault && self.faults.lost_reply {
+                                out.push(Action::LoseReply(i, m));
+                            }
+                        }
+                    }
+                    if self.decidable(s, *at, votes) {
+                        out.push(Action::Decide(i));
+                    }
+                }
+                Main::Waiting { until } => {
+                    if c.inbox {
+                        out.push(Action::Message(i));
+                        if fault && self.faults.lost_message {
+                            out.push(Action::LoseMessage(i));
+                        }
+                    } else if *until <= s.now {
+                        out.push(Action::Retry(i));
+                    }
+                }
+            }
+            if c.hold.as_ref().is_some_and(|h| h.renew_due <= s.now) {
+                out.push(Action::Renew(i));
+            }
+        }
+        if !self.urgent(s) {
+            if let Some(t) = self.next_event(s) {
+                if t <= self.horizon_ms {
+                    out.push(Action::Tick);
+                }
+            }
+        }
+    }
+
+    fn step(
+        &self,
+        server: &mut Server,
+        s0: &State,
+        a: &Action,
+        log: &mut Option<Vec<String>>,
+    ) -> Result<State, String> {
+        let mut s = s0.clone();
+        let server_now = (s.now + SERVER_OFFSET) * 1000;
+        for k in &mut s.masters {
+            k.now_us = k.now_us.max(server_now);
+            k.expire();
+        }
+        match *a {
+            Action::Start(i) => {
+                let op = self.ops[i][s.clients[i].pc as usize];
+                let now = s.now;
+                let c = &mut s.clients[i];
+                match op {
+                    RlOp::AcquireFor(d) => {
+                        c.tokens += 1;
+                        c.deadline = Some(now + d);
+                        self.attempt(&mut s, i);
+                    }
+                    RlOp::Try => {
+                        c.tokens += 1;
+                        c.deadline = None;
+                        self.attempt(&mut s, i);
+                    }
+                    RlOp::Release => {
+                        c.pc += 1;
+                        if c.hold.take().is_some() {
+                            let t = c.tokens;
+                            let args = self.release_args(i, t);
+                            self.on_all(
+                                server,
+                                &mut s,
+                                "lock_release.lua",
+                                &scripted(),
+                                &args,
+                                log,
+                            );
+                        }
+                    }
+                }
+            }
+            Action::RunOn(i, m) | Action::LoseReply(i, m) => {
+                let t = s.clients[i].tokens;
+                let vote = if !self.up(&s, m) {
+                    Vote::Failed { slow: false }
+                } else {
+                    let args = self.acquire_args(i, t);
+                    let reply = self.eval(
+                        server,
+                        &mut s,
+                        m,
+                        "lock_acquire.lua",
+                        &scripted(),
+                        &args,
+                        log,
+                    );
+                    if matches!(a, Action::LoseReply(..)) {
+                        s.faults += 1;
+                        // The undo written behind the lost reply.
+                        let undo = self.release_args(i, t);
+                        self.eval(
+                            server,
+                            &mut s,
+                            m,
+                            "lock_release.lua",
+                            &scripted(),
+                            &undo,
+                            log,
+                        );
+                        Vote::Failed { slow: true }
+                    } else {
+                        Vote::Ran(reply)
+                    }
+                };
+                if let Main::Grant { votes, .. } = &mut s.clients[i].main {
+                    votes[m] = vote;
+                }
+            }
+            Action::LoseRequest(i, m) => {
+                s.faults += 1;
+                if let Main::Grant { votes, .. } = &mut s.clients[i].main {
+                    votes[m] = Vote::Failed { slow: true };
+                }
+            }
+            Action::Decide(i) => self.decide(server, &mut s, i, log)?,
+            Action::Message(i) | Action::Retry(i) => {
+                let c = &s.clients[i];
+                if c.deadline.is_some_and(|d| s.now >= d) {
+                    self.end_wait(&mut s, i);
+                } else {
+                    self.attempt(&mut s, i);
+                }
+            }
+            Action::LoseMessage(i) => {
+                s.faults += 1;
+                s.clients[i].inbox = false;
+            }
+            Action::Renew(i) => {
+                let t = s.clients[i].tokens;
+                let (tok, lease) = (token(i, t), b(self.lease_ms));
+                let args = p::lock::ExtendArgs {
+                    token: &tok,
+                    claiming: None,
+                    lease_ms: &lease,
+                }
+                .parts();
+                let keys = vec![key(""), key(":queue"), key(":queue:t")];
+                let votes = self.on_all(server, &mut s, "lock_extend.lua", &keys, &args, log);
+                let yes = votes
+                    .iter()
+                    .filter(|v| v.as_ref().and_then(int) == Some(1))
+                    .count();
+                let no = votes
+                    .iter()
+                    .filter(|v| v.as_ref().is_some_and(|r| int(r) != Some(1)))
+                    .count();
+                let now = s.now;
+                let c = &mut s.clients[i];
+                if let Some(h) = &mut c.hold {
+                    if yes >= QUORUM {
+                        h.valid_until = h.valid_until.max(now + self.lease_ms - self.drift() - 1);
+                        h.renew_due = now + self.lease_ms / 3;
+                    } else if no > MASTERS - QUORUM {
+                        c.hold = None;
+                    } else {
+                        h.renew_due = now + self.lease_ms / 3;
+                    }
+                }
+            }
+            Action::Restart(m) => {
+                s.faults += 1;
+                s.masters[m].keys = Default::default();
+                if self.delayed_restart {
+                    s.down_until[m] = s.now + self.lease_ms + self.drift();
+                }
+                if m == 0 {
+                    // The subscriber's connection broke: a nudge to every
+                    // waiter (`notify_all`).
+                    for c in &mut s.clients {
+                        if c.life == Life::Running && c.subscribed {
+                            c.inbox = true;
+                        }
+                    }
+                }
+            }
+            Action::Exit(i) => {
+                s.exits += 1;
+                s.clients[i].life = Life::Exited;
+            }
+            Action::Tick => {
+                let t = self.next_event(&s).ok_or("no event to wait for")?;
+                s.now = t;
+                let server_now = (s.now + SERVER_OFFSET) * 1000;
+                for k in &mut s.masters {
+                    k.now_us = k.now_us.max(server_now);
+                    k.expire();
+                }
+                for c in &mut s.clients {
+                    if c.hold.as_ref().is_some_and(|h| h.valid_until <= t) {
+                        c.hold = None;
+                    }
+                }
+            }
+        }
+        Ok(s)
+    }
+
+    fn check(&self, _server: &mut Server, s: &State) -> Result<(), String> {
+        if let Some(e) = &s.broken {
+            return Err(e.clone());
+        }
+        let holders: Vec<usize> = s
+            .clients
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.life == Life::Running)
+            .filter(|(_, c)| c.hold.as_ref().is_some_and(|h| h.valid_until > s.now))
+            .map(|(i, _)| i)
+            .collect();
+        if holders.len() > 1 {
+            return Err(format!(
+                "exclusion: c{} and c{} both hold the lock with valid leases",
+                holders[0], holders[1]
+            ));
+        }
+        let quiet = s.clients.iter().enumerate().all(|(i, c)| match c.life {
+            Life::Crashed | Life::Exited => true,
+            Life::Frozen => false,
+            Life::Running => {
+                c.pc as usize >= self.ops[i].len()
+                    && matches!(c.main, Main::Idle)
+                    && c.hold.is_none()
+            }
+        });
+        if quiet {
+            for k in &s.masters {
+                crate::waiters::lapsed(k, &[FLOOR])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn show(&self, s: &State) -> Vec<String> {
+        let mut out = vec![format!(
+            "t = {} ms, faults {}, top fence {}, masters down until {:?}",
+            s.now, s.faults, s.top_fence, s.down_until
+        )];
+        for (i, c) in s.clients.iter().enumerate() {
+            out.push(format!(
+                "c{i}: {:?}, op {}/{}, token {}, deadline {:?}, {:?}, hold {:?}, subscribed {}, inbox {}",
+                c.life,
+                c.pc,
+                self.ops[i].len(),
+                c.tokens,
+                c.deadline,
+                c.main,
+                c.hold,
+                c.subscribed,
+                c.inbox
+            ));
+        }
+        for (m, k) in s.masters.iter().enumerate() {
+            out.push(format!("  master {m}:"));
+            out.extend(k.show().into_iter().map(|l| format!("    {l}")));
+        }
+        out
+    }
+}
