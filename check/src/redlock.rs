@@ -208,9 +208,7 @@ impl RedlockModel {
         server: &mut Server,
         s: &mut State,
         m: usize,
-        file: &'static str,
-        keys: &[Vec<u8>],
-        args: &[Vec<u8>],
+        (file, keys, args): (&'static str, &[Vec<u8>], &[Vec<u8>]),
         log: &mut Option<Vec<String>>,
     ) -> Reply {
         let ran = server.eval(&mut s.masters[m], file, keys, args);
@@ -249,7 +247,7 @@ impl RedlockModel {
         (0..MASTERS)
             .map(|m| {
                 self.up(s, m)
-                    .then(|| self.eval(server, s, m, file, keys, args, log))
+                    .then(|| self.eval(server, s, m, (file, keys, args), log))
             })
             .collect()
     }
@@ -546,28 +544,14 @@ impl Model for RedlockModel {
                     Vote::Failed { slow: false }
                 } else {
                     let args = self.acquire_args(i, t);
-                    let reply = self.eval(
-                        server,
-                        &mut s,
-                        m,
-                        "lock_acquire.lua",
-                        &scripted(),
-                        &args,
-                        log,
-                    );
+                    let grant = ("lock_acquire.lua", &scripted()[..], &args[..]);
+                    let reply = self.eval(server, &mut s, m, grant, log);
                     if matches!(a, Action::LoseReply(..)) {
                         s.faults += 1;
                         // The undo written behind the lost reply.
                         let undo = self.release_args(i, t);
-                        self.eval(
-                            server,
-                            &mut s,
-                            m,
-                            "lock_release.lua",
-                            &scripted(),
-                            &undo,
-                            log,
-                        );
+                        let undo = ("lock_release.lua", &scripted()[..], &undo[..]);
+                        self.eval(server, &mut s, m, undo, log);
                         Vote::Failed { slow: true }
                     } else {
                         Vote::Ran(reply)
