@@ -113,6 +113,9 @@ struct Client {
     /// Tokens an acquisition retired after a lost reply: withdrawn when it
     /// ends (`Acquisition::finish`, `clean_up`).
     retired: Vec<u8>,
+    /// When its acquisition last blocked (the order Redis serves the
+    /// blocked in), until it holds or gives up.
+    blocked: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -315,7 +318,9 @@ impl LockModel {
         args: &[Vec<u8>],
         log: &mut Option<Vec<String>>,
     ) -> Reply {
+        let before = s.lock_value();
         let ran = server.eval(&mut s.keys, file, keys, args);
+        self.queue_order(s, before);
         self.hear_hand_overs(s, &ran.published);
         if let Some(l) = log {
             let shown: Vec<String> = args
@@ -376,6 +381,44 @@ impl LockModel {
                 watch: true,
             });
             c.looks.sort_by_key(|l| (l.due, l.waiter));
+        }
+    }
+
+    /// Queue order: while nobody died, froze, exited or lost a call, the
+    /// lock never goes (a script naming a new holder) to a newcomer, or to
+    /// a waiter that blocked later, while a waiter that blocked earlier
+    /// still waits.
+    fn queue_order(&self, s: &mut State, before: Option<Vec<u8>>) {
+        if s.faults > 0 || s.exits > 0 || s.broken.is_some() {
+            return;
+        }
+        let Some(v) = s.lock_value().filter(|v| Some(v) != before.as_ref()) else {
+            return;
+        };
+        let Some(i) = (0..s.clients.len()).find(|&i| {
+            let tok = token(i, 0);
+            let prefix = &tok[..tok.len() - 1];
+            v.starts_with(prefix)
+        }) else {
+            return;
+        };
+        if s.clients[i].hold.is_some() {
+            return; // its claim of a grant its pop took
+        }
+        let mine = s.clients[i].blocked.unwrap_or(u32::MAX);
+        for (j, c) in s.clients.iter().enumerate() {
+            if let Main::Blocked {
+                seq, served: None, ..
+            } = c.main
+            {
+                if j != i && c.life == Life::Running && seq < mine {
+                    s.broken = Some(format!(
+                        "queue order: c{i} was granted the lock while c{j}, blocked before it, \
+                         still waits"
+                    ));
+                    return;
+                }
+            }
         }
     }
 
@@ -486,6 +529,7 @@ impl LockModel {
             s.fences.push((fence, (i as u8, t)));
         }
         let c = &mut s.clients[i];
+        c.blocked = None;
         c.hold = Some(Hold {
             token: t,
             fence,
@@ -581,6 +625,7 @@ impl LockModel {
             });
         }
         s.seq += 1;
+        c.blocked = Some(s.seq);
         c.main = Main::Blocked {
             token: t,
             at: now,
@@ -778,6 +823,7 @@ impl LockModel {
                 let c = &mut s.clients[i];
                 c.main = Main::Idle;
                 c.deadline = None;
+                c.blocked = None;
                 c.looks.retain(|l| l.waiter.is_none());
                 c.pc += 1;
             }
@@ -968,6 +1014,7 @@ impl Model for LockModel {
                     hold: None,
                     looks: Vec::new(),
                     retired: Vec::new(),
+                    blocked: None,
                 })
                 .collect(),
             faults: 0,

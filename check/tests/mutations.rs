@@ -352,3 +352,39 @@ mod latch {
         assert!(v.contains("did not open"), "{v}");
     }
 }
+
+#[test]
+fn a_grant_that_passes_over_the_queue_is_reported() {
+    // A release that frees the name instead of handing it to the queue,
+    // and an acquire that takes a free name whoever is queued: a
+    // newcomer's try takes it while a waiter that blocked first waits.
+    let (release, acquire) = ("lock_release.lua", "lock_acquire.lua");
+    let files = [
+        (
+            release,
+            mutated(
+                release,
+                "if redis.call('EXISTS', q) == 1 then",
+                "if false then",
+            ),
+        ),
+        (
+            acquire,
+            mutated(acquire, "if head == nil or head == me then", "if true then"),
+        ),
+    ];
+    let model = LockModel {
+        ops: vec![
+            vec![Op::Acquire, Op::Release],
+            vec![Op::Acquire, Op::Release],
+            vec![Op::Try, Op::Release],
+        ],
+        faults: Faults::only(0, &[]),
+        // Time stands still: the waiter left behind is not reported by the
+        // liveness checks (a time step) before the order is.
+        horizon_ms: 0,
+        ..two_waiters()
+    };
+    let v = violation(&model, &files).expect("reported");
+    assert!(v.contains("queue order"), "{v}");
+}
