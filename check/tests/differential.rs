@@ -327,3 +327,116 @@ fn scripts_answer_as_redis_does() {
         _ => panic!("redis {want:?}, checker {got:?}"),
     }
 }
+
+/// Replies alike, a wait's milliseconds (text) within 250 ms: the real
+/// server's clock runs on while the checker's stands still.
+fn near(a: &Reply, b: &Reply) -> bool {
+    let ms = |r: &Reply| match r {
+        Reply::Bulk(v) => std::str::from_utf8(v).ok()?.parse::<i64>().ok(),
+        _ => None,
+    };
+    match (ms(a), ms(b)) {
+        (Some(x), Some(y)) => (x - y).abs() <= 250,
+        _ => same(a, b),
+    }
+}
+
+/// The read-write lock's, the latch's and Redlock's scripts: readers in
+/// and out, a writer refused then in, a count-down latch set, looked at
+/// and opened, a fence raised, a reader's lease extended.
+#[test]
+fn the_other_primitives_scripts_answer_as_redis_does() {
+    let mut r = real();
+    let mut server = Server::new().unwrap();
+    // The checker's clock set to the real server's.
+    let time = send(&mut r.con, &[b"TIME"]);
+    let Reply::Array(parts) = time else {
+        panic!("TIME: {time:?}")
+    };
+    let num = |r: &Reply| match r {
+        Reply::Bulk(v) => std::str::from_utf8(v).unwrap().parse::<i64>().unwrap(),
+        other => panic!("{other:?}"),
+    };
+    let mut ks = Keyspace {
+        now_us: num(&parts[0]) * 1_000_000 + num(&parts[1]),
+        ..Default::default()
+    };
+    let mut published = Vec::new();
+    for setup in [
+        ["SET", "{d}:fence", "41"],
+        ["SET", "redlease:fence-floor", "41"],
+    ] {
+        let args: Vec<Vec<u8>> = setup.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        send(&mut r.con, &refs);
+        ks.run(&args, &mut published);
+    }
+    let v = |xs: &[&str]| -> Vec<Vec<u8>> { xs.iter().map(|a| a.as_bytes().to_vec()).collect() };
+    let rw = v(&[
+        "{d}:rw:w",
+        "{d}:rw:r",
+        "{d}:fence",
+        "{d}:rw:wq",
+        "{d}:rw:wq:t",
+        "{d}:rw:rq",
+        "redlease:fence-floor",
+    ]);
+    let latch = v(&["{d}:latch", "{d}:latch:w", "{d}:latch:b"]);
+    let read =
+        |t: &str, waiting: &str| v(&[t, "60000", "", waiting, "{d}:rw:grant:", "500", "ch", "m"]);
+    let write =
+        |t: &str, queue: &str| v(&[t, "60000", queue, "{d}:rw:grant:", "500", "ch", "m", ""]);
+    let release = |t: &str| v(&[t, "ch", "m", "{d}:rw:grant:", "500", ""]);
+    let steps: Vec<(&'static str, Vec<Vec<u8>>, Vec<Vec<u8>>)> = vec![
+        ("rw_read_acquire.lua", rw.clone(), read("rl:r1", "0")),
+        ("rw_read_acquire.lua", rw.clone(), read("rl:r2", "0")),
+        ("rw_write_acquire.lua", rw.clone(), write("rl:w", "0")),
+        ("rw_write_acquire.lua", rw.clone(), write("rl:w", "7000")),
+        ("rw_read_acquire.lua", rw.clone(), read("rl:r3", "91000")),
+        ("zset_extend.lua", v(&["{d}:rw:r"]), v(&["rl:r1", "30000"])),
+        ("rw_read_release.lua", rw.clone(), release("rl:r1")),
+        ("rw_read_release.lua", rw.clone(), release("rl:r2")),
+        ("rw_write_acquire.lua", rw.clone(), write("rl:w", "7000")),
+        ("rw_read_acquire.lua", rw.clone(), read("rl:r3", "91000")),
+        ("rw_write_release.lua", rw.clone(), release("rl:w")),
+        ("rw_read_acquire.lua", rw.clone(), read("rl:r3", "91000")),
+        ("rw_read_release.lua", rw.clone(), release("rl:r3")),
+        ("latch_set.lua", latch[..1].to_vec(), v(&["2", "round1"])),
+        ("latch_set.lua", latch[..1].to_vec(), v(&["3", "round2"])),
+        ("latch_look.lua", latch[..2].to_vec(), v(&["rl:x", "91000"])),
+        (
+            "latch_count_down.lua",
+            latch.clone(),
+            v(&["ch", "m", "500"]),
+        ),
+        (
+            "latch_count_down.lua",
+            latch.clone(),
+            v(&["ch", "m", "500"]),
+        ),
+        (
+            "latch_count_down.lua",
+            latch.clone(),
+            v(&["ch", "m", "500"]),
+        ),
+        ("latch_look.lua", latch[..2].to_vec(), v(&["rl:x", "91000"])),
+        (
+            "fence_raise.lua",
+            v(&["{d}:fence", "redlease:fence-floor"]),
+            v(&["100", "60000"]),
+        ),
+        (
+            "fence_raise.lua",
+            v(&["{d}:fence", "redlease:fence-floor"]),
+            v(&["90", "60000"]),
+        ),
+    ];
+    for (file, keys, args) in steps {
+        let want = eval_real(&mut r.con, file, &keys, &args);
+        let got = server.eval(&mut ks, file, &keys, &args).reply;
+        assert!(
+            near(&want, &got),
+            "{file} {args:?}: redis {want:?}, checker {got:?}"
+        );
+    }
+}
