@@ -328,6 +328,9 @@ fn scripts_answer_as_redis_does() {
     }
 }
 
+/// A script run: the file, its keys, its arguments.
+type Step = (&'static str, Vec<Vec<u8>>, Vec<Vec<u8>>);
+
 /// Replies alike, a wait's milliseconds (text) within 250 ms: the real
 /// server's clock runs on while the checker's stands still.
 fn near(a: &Reply, b: &Reply) -> bool {
@@ -387,7 +390,7 @@ fn the_other_primitives_scripts_answer_as_redis_does() {
     let write =
         |t: &str, queue: &str| v(&[t, "60000", queue, "{d}:rw:grant:", "500", "ch", "m", ""]);
     let release = |t: &str| v(&[t, "ch", "m", "{d}:rw:grant:", "500", ""]);
-    let steps: Vec<(&'static str, Vec<Vec<u8>>, Vec<Vec<u8>>)> = vec![
+    let steps: Vec<Step> = vec![
         ("rw_read_acquire.lua", rw.clone(), read("rl:r1", "0")),
         ("rw_read_acquire.lua", rw.clone(), read("rl:r2", "0")),
         ("rw_write_acquire.lua", rw.clone(), write("rl:w", "0")),
