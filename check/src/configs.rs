@@ -3,6 +3,7 @@
 
 use crate::latch::{LatchModel, LatchOp};
 use crate::lock::{LockModel, Op};
+use crate::multilock::{MultiLock, MultiModel, Names};
 use crate::parties::{Fault, Faults};
 use crate::redlock::{RedlockModel, RlOp};
 use crate::rwlock::{Rw, RwLock, RwModel};
@@ -27,6 +28,7 @@ pub enum Checked {
     RwLock(RwModel),
     Latch(LatchModel),
     Redlock(RedlockModel),
+    MultiLock(MultiModel),
 }
 
 pub struct Config {
@@ -324,6 +326,28 @@ pub fn all() -> Vec<Config> {
             ),
             expect: Expect::Holds,
             depth: 36,
+        },
+        Config {
+            name: "multi-lock: 2 clients taking both names, a lock on one, 1 fault",
+            model: Checked::MultiLock(MultiModel {
+                prim: MultiLock,
+                ops: vec![
+                    (Names::multi(0, 2), vec![WaitOp::AcquireFor(800), WaitOp::Release]),
+                    (Names::multi(0, 2), vec![WaitOp::AcquireFor(800), WaitOp::Release]),
+                    (Names::lock(1), vec![WaitOp::AcquireFor(800), WaitOp::Release]),
+                ],
+                faults: Faults::only(1, &[LostRequest, LostReply, Crash, Fault::LostMessage]),
+                lease_ms: LockModel::default_lease(),
+                horizon_ms: 12_000,
+                response_ms: 2_000,
+                fallback_ms: 2_000,
+                exits: true,
+                process: Vec::new(),
+                watchdog: true,
+                subscriber: Subscriber::Now,
+            }),
+            expect: Expect::Holds,
+            depth: 60,
         },
         // Redlock's own limit (GUARANTEES.md, "On Redlock"): a master that
         // restarts at once without its keys lets a second client win a

@@ -8,6 +8,7 @@ pub mod configs;
 pub mod keyspace;
 pub mod latch;
 pub mod lock;
+pub mod multilock;
 pub mod parties;
 pub mod redlock;
 pub mod rwlock;

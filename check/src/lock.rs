@@ -379,6 +379,7 @@ impl LockModel {
                 waiter: None,
                 left: p::NAME_LOOKS,
                 watch: true,
+                name: 0,
             });
             c.looks.sort_by_key(|l| (l.due, l.waiter));
         }
@@ -622,6 +623,7 @@ impl LockModel {
                 waiter: Some(t),
                 left: p::WAITER_LOOKS,
                 watch: false,
+                name: 0,
             });
         }
         s.seq += 1;
@@ -812,6 +814,7 @@ impl LockModel {
                         waiter: None,
                         left: p::NAME_LOOKS,
                         watch: false,
+                        name: 0,
                     });
                 }
                 let c = &mut s.clients[i];
@@ -1226,6 +1229,7 @@ impl Model for LockModel {
                         // (`Watches::on_message` finishes only a look
                         // not yet due).
                         watch: false,
+                        name: 0,
                     });
                     c.looks.sort_by_key(|l| (l.due, l.waiter));
                 }

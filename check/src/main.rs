@@ -137,6 +137,7 @@ fn check(c: &Config, a: &Args) -> (bool, String) {
         Checked::RwLock(m) => run(c.name, m, depth, c.expect, a),
         Checked::Latch(m) => run(c.name, m, depth, c.expect, a),
         Checked::Redlock(m) => run(c.name, m, depth, c.expect, a),
+        Checked::MultiLock(m) => run(c.name, m, depth, c.expect, a),
     }
 }
 

@@ -92,6 +92,8 @@ pub(crate) struct Look {
     /// Asked for by a hand-over that named this client as a watcher
     /// (src/wakeup/watch.rs): the next naming replaces it.
     pub(crate) watch: bool,
+    /// Which of the client's names it looks at (a multi-lock's; else 0).
+    pub(crate) name: u8,
 }
 
 pub(crate) fn b(s: impl ToString) -> Vec<u8> {

@@ -156,7 +156,7 @@ impl Primitive for RwLock {
     }
 
     /// `RwLock::watch` for the name alone.
-    fn look(&self, m: &RwModel, i: usize) -> Script {
+    fn look(&self, m: &RwModel, i: usize, _: Rw) -> Script {
         let args = p::rwlock::WatchArgs {
             writer: b"",
             entry: p::ROOM_ENTRY,
@@ -214,12 +214,8 @@ impl Primitive for RwLock {
         Ok(())
     }
 
-    fn fence_on_server(&self, keys: &Keyspace) -> Option<i64> {
-        let Some(Value::Str(v)) = keys.keys.get(&key(":rw:w")).map(|e| &e.value) else {
-            return None;
-        };
-        let at = v.iter().rposition(|&c| c == b'#')?;
-        String::from_utf8_lossy(&v[at + 1..]).parse().ok()
+    fn fences_on_server(&self, keys: &Keyspace) -> Vec<i64> {
+        vec![crate::waiters::fence_of(keys, &key(":rw:w")).unwrap_or(0)]
     }
 
     fn quiet(&self, m: &RwModel, server: &mut Server, keys: &Keyspace) -> Result<(), String> {

@@ -119,7 +119,7 @@ impl Primitive for Semaphore {
 
     /// lua/sem_watch.lua's arguments, a look at the name alone, made by the
     /// library's `WatchArgs`.
-    fn look(&self, m: &SemModel, i: usize) -> Script {
+    fn look(&self, m: &SemModel, i: usize, _: ()) -> Script {
         let args = p::semaphore::WatchArgs {
             waiter: b"",
             entry: Duration::from_millis(m.entry_ms(false) as u64),
@@ -163,8 +163,8 @@ impl Primitive for Semaphore {
         Ok(())
     }
 
-    fn fence_on_server(&self, _: &Keyspace) -> Option<i64> {
-        None
+    fn fences_on_server(&self, _: &Keyspace) -> Vec<i64> {
+        Vec::new()
     }
 
     fn quiet(&self, m: &SemModel, server: &mut Server, keys: &Keyspace) -> Result<(), String> {

@@ -101,16 +101,49 @@ pub trait Primitive: Sized {
         lease_ms: i64,
         exact: bool,
     ) -> Script;
-    /// The renewal thread's look at the name alone.
-    fn look(&self, m: &WaitModel<Self>, i: usize) -> Script;
+    /// The renewal thread's look at the name alone (`mode`: what its
+    /// client asked of it).
+    fn look(&self, m: &WaitModel<Self>, i: usize, mode: Self::Mode) -> Script;
     /// A waiter whose registration only decides whether a release
     /// publishes (`Wait::patient`): it polls at most every 30 s.
     fn patient(&self, mode: Self::Mode) -> bool;
     /// Exclusion, and that every holder (valid in its own view) is known
     /// to the server.
     fn holders(&self, keys: &Keyspace, holders: &[Holder<Self::Mode>]) -> Result<(), String>;
-    /// The fence the server names now, if any (it must never go down).
-    fn fence_on_server(&self, keys: &Keyspace) -> Option<i64>;
+    /// The fence the server names now for each name (0: none; none may
+    /// ever go down).
+    fn fences_on_server(&self, keys: &Keyspace) -> Vec<i64>;
+    /// How many names an acquisition of `mode` takes, one after another
+    /// in this order (a multi-lock's canonical order).
+    fn names(&self, _mode: Self::Mode) -> u8 {
+        1
+    }
+    /// What is asked of name `k` (the acquisition's own mode when it takes
+    /// one name).
+    fn at(&self, mode: Self::Mode, _k: u8) -> Self::Mode {
+        mode
+    }
+    /// Every name at once, one token, never queueing (a multi-lock's
+    /// first try): the script, if the primitive has one.
+    fn acquire_all(
+        &self,
+        _m: &WaitModel<Self>,
+        _i: usize,
+        _mode: Self::Mode,
+        _t: u8,
+    ) -> Option<Script> {
+        None
+    }
+    /// Which of the primitive's names (the index of `fences_on_server`) a
+    /// hold of `mode` is of.
+    fn name_of(&self, _mode: Self::Mode) -> u8 {
+        0
+    }
+    /// Whether a message (`<client id>:<key>`) announces what a waiter of
+    /// `mode` waits on.
+    fn wakes(&self, _message: &[u8], _mode: Self::Mode) -> bool {
+        true
+    }
     /// Once nobody holds or waits: a try succeeds within the claim + 1 s
     /// of the last lease's end, and every key but the fence floor lapses.
     fn quiet(
@@ -159,10 +192,14 @@ pub enum Subscriber {
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Kind {
-    /// The acquire script for a waiter that waits for messages (or a try).
+    /// Every name at once (`Primitive::acquire_all`).
+    All,
+    /// The acquire script, for the current name, of a waiter that waits
+    /// for messages (or a try).
     Grant { queue: bool },
-    /// The release.
-    Release,
+    /// The release of the hold of `name`; then those of `left` (name,
+    /// token), one after another.
+    Release { name: u8, left: Vec<(u8, u8)> },
     /// The release with `'leave'`: a waiter gives up.
     Leave,
 }
@@ -190,6 +227,8 @@ enum Main {
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Hold {
+    /// Which of the acquisition's names.
+    name: u8,
     token: u8,
     valid_until: i64,
     renew_due: i64,
@@ -207,7 +246,9 @@ struct Client {
     /// A message reached this client's channel since its last attempt.
     inbox: bool,
     main: Main,
-    hold: Option<Hold>,
+    /// The name its acquisition waits for now.
+    name: u8,
+    holds: Vec<Hold>,
     looks: Vec<Look>,
     /// Tokens retired after a lost reply, withdrawn when the wait ends.
     retired: Vec<u8>,
@@ -224,10 +265,10 @@ pub struct State {
     clients: Vec<Client>,
     faults: u8,
     exits: u8,
-    /// The largest fence the server has named.
-    top_fence: i64,
-    /// Every hold's fence and its owner (client, token).
-    fences: Vec<(i64, (u8, u8))>,
+    /// The largest fence the server has named, per name.
+    top_fence: Vec<i64>,
+    /// Every hold's name, fence and owner (client, token).
+    fences: Vec<(u8, i64, (u8, u8))>,
     /// A property broken inside a step (reported by `check`).
     broken: Option<String>,
     /// The local queues' order.
@@ -278,6 +319,11 @@ impl<P: Primitive> WaitModel<P> {
         self.ops[i].0
     }
 
+    /// What client `i` asks of its name `k`.
+    fn at(&self, i: usize, k: u8) -> P::Mode {
+        self.prim.at(self.mode(i), k)
+    }
+
     /// The client thread `i` belongs to.
     pub fn pid(&self, i: usize) -> usize {
         self.process.get(i).copied().unwrap_or(i)
@@ -298,13 +344,21 @@ impl<P: Primitive> WaitModel<P> {
     }
 
     /// Wakes client `pid`'s head, and its threads that tried first
-    /// (`Lines::notify`): a message, or a release of its own.
-    fn wake(&self, s: &mut State, pid: usize) {
+    /// (`Lines::notify`), of those `waits` says wait for what was
+    /// announced (given what each asks, and of which name): a message, or
+    /// a release of its own.
+    fn wake(&self, s: &mut State, pid: usize, waits: impl Fn(P::Mode, u8) -> bool) {
         let head = self.head(s, pid);
         for j in (0..s.clients.len()).filter(|&j| self.pid(j) == pid) {
+            let name = s.clients[j].name;
+            let mode = self.at(j, name);
             let c = &mut s.clients[j];
             let tried = c.tried && self.subscriber != Subscriber::HeadsOnly;
-            if c.life == Life::Running && c.subscribed && (head == Some(j) || tried) {
+            if c.life == Life::Running
+                && c.subscribed
+                && (head == Some(j) || tried)
+                && waits(mode, name)
+            {
                 c.inbox = true;
             }
         }
@@ -345,17 +399,24 @@ impl<P: Primitive> WaitModel<P> {
                 if self.subscriber == Subscriber::DropsOwn && from == format!("c{pid}").as_bytes() {
                     continue;
                 }
-                self.wake(s, pid);
+                self.wake(s, pid, |mode, _| self.prim.wakes(&m.message, mode));
             }
         }
-        if let Some(f) = self.prim.fence_on_server(&s.keys) {
-            if f < s.top_fence && s.broken.is_none() {
+        let fences = self.prim.fences_on_server(&s.keys);
+        if s.top_fence.len() < fences.len() {
+            s.top_fence.resize(fences.len(), 0);
+        }
+        for (k, f) in fences.into_iter().enumerate() {
+            if f == 0 {
+                continue; // no fence named there now
+            }
+            if f < s.top_fence[k] && s.broken.is_none() {
                 s.broken = Some(format!(
                     "fence {f} on the server is below {} drawn before",
-                    s.top_fence
+                    s.top_fence[k]
                 ));
             }
-            s.top_fence = s.top_fence.max(f);
+            s.top_fence[k] = s.top_fence[k].max(f);
         }
         ran.reply
     }
@@ -377,7 +438,7 @@ impl<P: Primitive> WaitModel<P> {
 
     /// The wait's end: its retired tokens' entries withdrawn (`clean_up`).
     fn finish(&self, server: &mut Server, s: &mut State, i: usize, log: &mut Option<Vec<String>>) {
-        let mode = self.mode(i);
+        let mode = self.at(i, s.clients[i].name);
         for t in std::mem::take(&mut s.clients[i].retired) {
             let run = self.prim.release(self, i, mode, t, true);
             self.eval(server, s, run, log);
@@ -397,10 +458,25 @@ impl<P: Primitive> WaitModel<P> {
         }
     }
 
-    fn new_hold(&self, s: &mut State, i: usize, t: u8, fence: i64, at: i64) -> Result<(), String> {
+    /// A hold of name `k` granted with `fence` (0: none).
+    fn hold(
+        &self,
+        s: &mut State,
+        i: usize,
+        k: u8,
+        t: u8,
+        fence: i64,
+        at: i64,
+    ) -> Result<(), String> {
+        let n = self.prim.name_of(self.at(i, k));
         if fence > 0 {
             // One grant, one holder: a fence is never handed to two holds.
-            match s.fences.iter().find(|(f, _)| *f == fence).map(|(_, o)| *o) {
+            match s
+                .fences
+                .iter()
+                .find(|(m, f, _)| (*m, *f) == (n, fence))
+                .map(|(_, _, o)| *o)
+            {
                 Some(owner) if owner != (i as u8, t) => {
                     return Err(format!(
                         "fence {fence} was handed to c{} and again to c{i}",
@@ -408,11 +484,11 @@ impl<P: Primitive> WaitModel<P> {
                     ));
                 }
                 Some(_) => {}
-                None => s.fences.push((fence, (i as u8, t))),
+                None => s.fences.push((n, fence, (i as u8, t))),
             }
         }
-        let c = &mut s.clients[i];
-        c.hold = Some(Hold {
+        s.clients[i].holds.push(Hold {
+            name: k,
             token: t,
             valid_until: at + self.lease_ms - 1,
             renew_due: if self.watchdog {
@@ -421,9 +497,47 @@ impl<P: Primitive> WaitModel<P> {
                 i64::MAX
             },
         });
+        Ok(())
+    }
+
+    /// The current name granted: the acquisition goes on to the next
+    /// name (a multi-lock's next `acquire_until`, with the same deadline
+    /// and a new token), or ends.
+    fn new_hold(&self, s: &mut State, i: usize, t: u8, fence: i64, at: i64) -> Result<(), String> {
+        let k = s.clients[i].name;
+        self.hold(s, i, k, t, fence, at)?;
+        if k + 1 < self.prim.names(self.mode(i)) {
+            let c = &mut s.clients[i];
+            c.name = k + 1;
+            c.tokens += 1;
+            let fresh = c.tokens;
+            c.tried = true;
+            self.call(s, i, Kind::Grant { queue: true }, fresh);
+            return Ok(());
+        }
+        let c = &mut s.clients[i];
+        c.name = 0;
         c.main = Main::Idle;
         c.pc += 1;
         Ok(())
+    }
+
+    /// An acquisition that gave up gives back the names it took
+    /// (`MultiLock::acquire_until`: its guards dropped, each released).
+    fn give_back(
+        &self,
+        server: &mut Server,
+        s: &mut State,
+        i: usize,
+        log: &mut Option<Vec<String>>,
+    ) {
+        for h in std::mem::take(&mut s.clients[i].holds) {
+            let run = self
+                .prim
+                .release(self, i, self.at(i, h.name), h.token, false);
+            self.eval(server, s, run, log);
+        }
+        s.clients[i].name = 0;
     }
 
     fn receive(
@@ -450,8 +564,36 @@ impl<P: Primitive> WaitModel<P> {
             return Err(format!("c{i}'s {kind:?} got an error reply: {e}"));
         }
         let now = s.now;
-        let mode = self.mode(i);
+        let mode = self.at(i, s.clients[i].name);
         match kind {
+            Kind::All => match reply {
+                Some(Reply::Array(fences)) => {
+                    for (k, f) in fences.iter().enumerate() {
+                        self.hold(s, i, k as u8, t, int(f).unwrap_or(0), at)?;
+                    }
+                    let c = &mut s.clients[i];
+                    c.main = Main::Idle;
+                    c.pc += 1;
+                }
+                other => {
+                    if other.is_none() {
+                        // Undecided: whatever it may have granted is
+                        // released, token-checked, before the one-by-one
+                        // way (`MultiLock::all_at_once`).
+                        for k in 0..self.prim.names(self.mode(i)) {
+                            let run = self.prim.release(self, i, self.at(i, k), t, false);
+                            self.eval(server, s, run, log);
+                        }
+                    }
+                    // One name after another, each its own acquisition.
+                    let c = &mut s.clients[i];
+                    c.name = 0;
+                    c.tokens += 1;
+                    let fresh = c.tokens;
+                    c.tried = true;
+                    self.call(s, i, Kind::Grant { queue: true }, fresh);
+                }
+            },
             Kind::Grant { queue } => match reply {
                 Some(Reply::Int(fence)) => {
                     self.finish(server, s, i, log);
@@ -506,10 +648,11 @@ impl<P: Primitive> WaitModel<P> {
                     }
                 }
             },
-            Kind::Release => {
+            Kind::Release { name, left } => {
                 if matches!(reply.as_ref().and_then(int), Some(1 | 2)) {
-                    // The client's own waiters are woken directly.
-                    self.wake(s, self.pid(i));
+                    // The client's own waiters of that name are woken
+                    // directly.
+                    self.wake(s, self.pid(i), |_, waits_for| waits_for == name);
                 }
                 if reply.as_ref().and_then(int) == Some(2) {
                     // Offered or handed on: a look after the claim
@@ -521,14 +664,24 @@ impl<P: Primitive> WaitModel<P> {
                         waiter: None,
                         left: p::NAME_LOOKS,
                         watch: false,
+                        name,
                     });
                 }
-                let c = &mut s.clients[i];
-                c.main = Main::Idle;
-                c.pc += 1;
+                match left.split_first() {
+                    Some((&(name, t), rest)) => {
+                        let left = rest.to_vec();
+                        self.call(s, i, Kind::Release { name, left }, t);
+                    }
+                    None => {
+                        let c = &mut s.clients[i];
+                        c.main = Main::Idle;
+                        c.pc += 1;
+                    }
+                }
             }
             Kind::Leave => {
                 self.finish(server, s, i, log);
+                self.give_back(server, s, i, log);
                 let c = &mut s.clients[i];
                 c.main = Main::Idle;
                 c.pc += 1;
@@ -546,7 +699,7 @@ impl<P: Primitive> WaitModel<P> {
             if c.life != Life::Running {
                 continue;
             }
-            if let Some(h) = &c.hold {
+            for h in &c.holds {
                 t.push(h.renew_due);
                 t.push(h.valid_until);
             }
@@ -568,7 +721,7 @@ impl<P: Primitive> WaitModel<P> {
     fn urgent(&self, s: &State) -> bool {
         s.clients.iter().enumerate().any(|(i, c)| {
             c.life == Life::Running
-                && (c.hold.as_ref().is_some_and(|h| h.renew_due <= s.now)
+                && (c.holds.iter().any(|h| h.renew_due <= s.now)
                     || c.looks.iter().any(|l| l.due <= s.now)
                     || match &c.main {
                         Main::Call {
@@ -625,15 +778,16 @@ impl<P: Primitive> WaitModel<P> {
         lease: i64,
         log: &mut Option<Vec<String>>,
     ) {
-        let run = self.prim.extend(self, i, self.mode(i), t, lease, true);
+        let name = s.clients[i].holds.first().map_or(0, |h| h.name);
+        let run = self.prim.extend(self, i, self.at(i, name), t, lease, true);
         let reply = self.eval(server, s, run, log);
         let now = s.now;
         let c = &mut s.clients[i];
         if int(&reply) != Some(1) {
-            c.hold = None;
+            c.holds.retain(|h| h.name != name);
             return;
         }
-        if let Some(h) = &mut c.hold {
+        for h in c.holds.iter_mut().filter(|h| h.name == name) {
             h.valid_until = now + lease - 1;
         }
         c.looks.push(Look {
@@ -641,6 +795,7 @@ impl<P: Primitive> WaitModel<P> {
             waiter: None,
             left: p::NAME_LOOKS,
             watch: false,
+            name,
         });
     }
 
@@ -686,7 +841,8 @@ impl<P: Primitive> Model for WaitModel<P> {
                     subscribed: false,
                     inbox: false,
                     main: Main::Idle,
-                    hold: None,
+                    name: 0,
+                    holds: Vec::new(),
                     looks: Vec::new(),
                     retired: Vec::new(),
                     queued: None,
@@ -695,7 +851,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                 .collect(),
             faults: 0,
             exits: 0,
-            top_fence: 0,
+            top_fence: Vec::new(),
             fences: Vec::new(),
             broken: None,
             seq: 0,
@@ -719,7 +875,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                 let c = &s.clients[j];
                 c.pc as usize >= self.ops[j].1.len()
                     && matches!(c.main, Main::Idle)
-                    && c.hold.is_none()
+                    && c.holds.is_empty()
             };
             match &c.main {
                 Main::Idle => {
@@ -772,7 +928,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                     }
                 }
             }
-            if c.hold.as_ref().is_some_and(|h| h.renew_due <= s.now) {
+            if c.holds.iter().any(|h| h.renew_due <= s.now) {
                 out.push(Action::Renew(i));
             }
             for (k, l) in c.looks.iter().enumerate() {
@@ -809,7 +965,13 @@ impl<P: Primitive> Model for WaitModel<P> {
                     WaitOp::AcquireFor(d) => {
                         c.tokens += 1;
                         c.deadline = now + d;
+                        c.name = 0;
                         let t = c.tokens;
+                        if self.prim.names(self.mode(i)) > 1 {
+                            // Every name at once first (`MultiLock::all_at_once`).
+                            self.call(&mut s, i, Kind::All, t);
+                            return Ok(s);
+                        }
                         let pid = self.pid(i);
                         let queued = self
                             .threads(&s, pid)
@@ -833,13 +995,21 @@ impl<P: Primitive> Model for WaitModel<P> {
                         let t = c.tokens;
                         self.call(&mut s, i, Kind::Grant { queue: false }, t);
                     }
-                    WaitOp::Release => match c.hold.take() {
-                        Some(h) => self.call(&mut s, i, Kind::Release, h.token),
-                        None => c.pc += 1,
-                    },
+                    WaitOp::Release => {
+                        // Every name, one after another.
+                        let holds: Vec<(u8, u8)> =
+                            c.holds.drain(..).map(|h| (h.name, h.token)).collect();
+                        match holds.split_first() {
+                            Some((&(name, t), rest)) => {
+                                let left = rest.to_vec();
+                                self.call(&mut s, i, Kind::Release { name, left }, t);
+                            }
+                            None => c.pc += 1,
+                        }
+                    }
                     WaitOp::Shorten(lease) => {
                         c.pc += 1;
-                        if let Some(h) = c.hold.clone() {
+                        if let Some(h) = c.holds.first().cloned() {
                             self.shorten(server, &mut s, i, h.token, lease, log);
                         }
                     }
@@ -855,10 +1025,16 @@ impl<P: Primitive> Model for WaitModel<P> {
                 let Main::Call { kind, token: t, .. } = s.clients[i].main.clone() else {
                     return Err("run without a call".into());
                 };
-                let mode = self.mode(i);
-                let run = match kind {
-                    Kind::Grant { queue } => self.prim.acquire(self, i, mode, t, queue),
-                    Kind::Release => self.prim.release(self, i, mode, t, false),
+                let mode = self.at(i, s.clients[i].name);
+                let run = match &kind {
+                    Kind::All => self
+                        .prim
+                        .acquire_all(self, i, self.mode(i), t)
+                        .ok_or("no script takes every name")?,
+                    Kind::Grant { queue } => self.prim.acquire(self, i, mode, t, *queue),
+                    Kind::Release { name, .. } => {
+                        self.prim.release(self, i, self.at(i, *name), t, false)
+                    }
                     Kind::Leave => self.prim.release(self, i, mode, t, true),
                 };
                 let reply = self.eval(server, &mut s, run, log);
@@ -910,26 +1086,32 @@ impl<P: Primitive> Model for WaitModel<P> {
                 }
             }
             Action::Renew(i) => {
-                let Some(h) = s.clients[i].hold.clone() else {
-                    return Err("renew without a hold".into());
-                };
-                let run = self
-                    .prim
-                    .extend(self, i, self.mode(i), h.token, self.lease_ms, false);
-                let reply = self.eval(server, &mut s, run, log);
                 let now = s.now;
-                if let Some(h) = &mut s.clients[i].hold {
-                    if int(&reply) == Some(1) {
-                        h.valid_until = h.valid_until.max(now + self.lease_ms - 1);
-                        h.renew_due = now + self.lease_ms / 3;
-                    } else {
-                        s.clients[i].hold = None;
+                let Some(h) = s.clients[i]
+                    .holds
+                    .iter()
+                    .find(|h| h.renew_due <= now)
+                    .cloned()
+                else {
+                    return Err("renew without a hold due".into());
+                };
+                let run =
+                    self.prim
+                        .extend(self, i, self.at(i, h.name), h.token, self.lease_ms, false);
+                let reply = self.eval(server, &mut s, run, log);
+                let c = &mut s.clients[i];
+                if int(&reply) == Some(1) {
+                    for g in c.holds.iter_mut().filter(|g| g.name == h.name) {
+                        g.valid_until = g.valid_until.max(now + self.lease_ms - 1);
+                        g.renew_due = now + self.lease_ms / 3;
                     }
+                } else {
+                    c.holds.retain(|g| g.name != h.name);
                 }
             }
             Action::Look(i, k) => {
                 let l = s.clients[i].looks[k].clone();
-                let run = self.prim.look(self, i);
+                let run = self.prim.look(self, i, self.at(i, l.name));
                 let reply = self.eval(server, &mut s, run, log);
                 let now = s.now;
                 let c = &mut s.clients[i];
@@ -940,6 +1122,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                         waiter: None,
                         left,
                         watch: false,
+                        name: l.name,
                     });
                 }
             }
@@ -948,7 +1131,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                 for j in self.threads(s0, self.pid(i)) {
                     let c = &mut s.clients[j];
                     c.life = Life::Crashed;
-                    c.hold = None;
+                    c.holds.clear();
                     c.looks.clear();
                     c.main = Main::Idle;
                 }
@@ -969,9 +1152,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                 s.keys.expire();
                 let now = s.now;
                 for c in &mut s.clients {
-                    if c.hold.as_ref().is_some_and(|h| h.valid_until <= now) {
-                        c.hold = None;
-                    }
+                    c.holds.retain(|h| h.valid_until > now);
                 }
             }
         }
@@ -988,9 +1169,10 @@ impl<P: Primitive> Model for WaitModel<P> {
             .enumerate()
             .filter(|(_, c)| c.life == Life::Running)
             .filter_map(|(i, c)| {
-                let h = c.hold.as_ref().filter(|h| h.valid_until > s.now)?;
-                Some((i, self.mode(i), h.token))
+                let holds = c.holds.iter().filter(|h| h.valid_until > s.now);
+                Some(holds.map(move |h| (i, self.at(i, h.name), h.token)))
             })
+            .flatten()
             .collect();
         self.prim.holders(&s.keys, &holders)?;
         let quiet = s.clients.iter().enumerate().all(|(i, c)| match c.life {
@@ -999,7 +1181,7 @@ impl<P: Primitive> Model for WaitModel<P> {
             Life::Running => {
                 c.pc as usize >= self.ops[i].1.len()
                     && matches!(c.main, Main::Idle)
-                    && c.hold.is_none()
+                    && c.holds.is_empty()
             }
         });
         if quiet {
@@ -1012,7 +1194,7 @@ impl<P: Primitive> Model for WaitModel<P> {
 
     fn show(&self, s: &State) -> Vec<String> {
         let mut out = vec![format!(
-            "t = {} ms, faults {}, exits {}, top fence {}",
+            "t = {} ms, faults {}, exits {}, top fences {:?}",
             s.now, s.faults, s.exits, s.top_fence
         )];
         for (i, c) in s.clients.iter().enumerate() {
@@ -1027,7 +1209,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                 c.main,
                 c.subscribed,
                 c.inbox,
-                c.hold,
+                c.holds,
                 c.looks
             ));
         }
@@ -1074,4 +1256,13 @@ pub fn lapsed(keys: &Keyspace, kept: &[&[u8]]) -> Result<(), String> {
     } else {
         Err(format!("keys of an unused name never lapse: {left:?}"))
     }
+}
+
+/// The fence a holder key (`<token>#<fence>`) names.
+pub fn fence_of(keys: &Keyspace, key: &[u8]) -> Option<i64> {
+    let Some(crate::keyspace::Value::Str(v)) = keys.keys.get(key).map(|e| &e.value) else {
+        return None;
+    };
+    let at = v.iter().rposition(|&c| c == b'#')?;
+    String::from_utf8_lossy(&v[at + 1..]).parse().ok()
 }

@@ -388,3 +388,38 @@ fn a_grant_that_passes_over_the_queue_is_reported() {
     let v = violation(&model, &files).expect("reported");
     assert!(v.contains("queue order"), "{v}");
 }
+
+#[test]
+fn a_multi_lock_taking_a_held_name_is_reported() {
+    use redlease_check::configs::Checked;
+    // Every name at once, without looking whether one is held.
+    let file = "lock_acquire_all.lua";
+    let files = [(
+        file,
+        mutated(
+            file,
+            "if redis.call('EXISTS', unpack(busy)) > 0 then",
+            "if false then",
+        ),
+    )];
+    let config = all()
+        .into_iter()
+        .find(|c| c.name.starts_with("multi-lock:"))
+        .expect("the configuration");
+    let Checked::MultiLock(mut model) = config.model else {
+        panic!("not a multi-lock model");
+    };
+    model.faults = Faults::only(0, &[]);
+    let mut server = Server::new().unwrap();
+    for (file, code) in &files {
+        server.load(file, code);
+    }
+    let v = explore(&model, &mut server, 40, 2_000_000)
+        .violation
+        .map(|(v, _)| v)
+        .expect("reported");
+    assert!(
+        v.contains("exclusion") || v.contains("believes it holds"),
+        "{v}"
+    );
+}

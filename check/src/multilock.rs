@@ -1,0 +1,303 @@
+//! The multi-lock (and the plain lock it is made of) as separate clients
+//! use it, each waiting for messages (`waiters.rs`: the clients, as the
+//! library's waiting loop decides them). A multi-lock's acquisition tries
+//! every name at once first (lua/lock_acquire_all.lua, one token, never
+//! queueing; an undecided outcome released name by name), then takes its
+//! names one after another in their canonical order, each an acquisition
+//! of its own with the shared deadline, and gives back what it took when
+//! one times out (`MultiLock::acquire_until`). Both orders a user may give
+//! the names in come to one canonical order (`MultiLock::new` sorts
+//! them), so two multi-lock clients and a plain lock on one of the names
+//! cover the orders that could deadlock.
+//!
+//! Properties: never two holders of a name whose leases are valid in
+//! their own view; every hold known to the server; fences that grow per
+//! name and go to one hold each; no idle time without a cause (no
+//! deadlock: a waiter whose attempt would be granted is never left
+//! waiting while time passes); quiescence per name.
+
+use std::time::Duration;
+
+use redlease::__protocol as p;
+
+use crate::keyspace::{Keyspace, Value};
+use crate::parties::b;
+use crate::server::Server;
+use crate::waiters::{fence_of, lapsed, tries_succeed, Holder, Primitive, Script, WaitModel};
+
+/// Which names a client asks for: `count` of them from name `from` in
+/// canonical order (a plain lock: one), and the one its acquisition is at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Names {
+    pub from: u8,
+    pub count: u8,
+    pub at: u8,
+}
+
+impl Names {
+    /// A multi-lock of names `from..from + count`.
+    pub fn multi(from: u8, count: u8) -> Names {
+        Names {
+            from,
+            count,
+            at: from,
+        }
+    }
+
+    /// A plain lock of name `name`.
+    pub fn lock(name: u8) -> Names {
+        Names::multi(name, 1)
+    }
+}
+
+/// The multi-lock's part of the waiter model.
+pub struct MultiLock;
+
+/// Multi-lock and lock clients that wait for messages.
+pub type MultiModel = WaitModel<MultiLock>;
+
+const FLOOR: &[u8] = b"redlease:fence-floor";
+const CHANNEL: &[u8] = b"redlease:wake";
+
+/// Name `k`'s lock key (canonical order is the keys' order).
+fn lock_key(k: u8) -> Vec<u8> {
+    format!("{{{}}}", (b'a' + k) as char).into_bytes()
+}
+
+fn key(k: u8, suffix: &str) -> Vec<u8> {
+    [lock_key(k), suffix.as_bytes().to_vec()].concat()
+}
+
+/// `Lock::new`'s keys before the fence floor: lock, counter, queue,
+/// deadlines.
+fn lock_keys(k: u8) -> Vec<Vec<u8>> {
+    vec![
+        lock_key(k),
+        key(k, ":fence"),
+        key(k, ":queue"),
+        key(k, ":queue:t"),
+    ]
+}
+
+fn scripted(k: u8) -> Vec<Vec<u8>> {
+    let mut keys = lock_keys(k);
+    keys.push(FLOOR.to_vec());
+    keys
+}
+
+fn token(client: usize, n: u8) -> Vec<u8> {
+    format!("rl:c{client}:t{n}").into_bytes()
+}
+
+/// Where a client's hand-overs of name `k` are announced (every waiter
+/// queues on one server).
+fn announce(pid: usize, k: u8) -> p::lock::Announce<'static> {
+    p::lock::Announce {
+        channel: std::borrow::Cow::Borrowed(CHANNEL),
+        message: [format!("c{pid}:").into_bytes(), lock_key(k)].concat(),
+        queued: true,
+    }
+}
+
+impl MultiLock {
+    fn release_args(&self, m: &MultiModel, i: usize, k: u8, t: u8, leave: bool) -> Vec<Vec<u8>> {
+        let (tok, prefix, announce) = (token(i, t), key(k, ":grant:"), announce(m.pid(i), k));
+        p::lock::ReleaseArgs {
+            token: &tok,
+            announce: &announce,
+            grant_prefix: &prefix,
+            claim: p::GRANT_CLAIM,
+            force: false,
+            keep: false,
+            leave,
+        }
+        .parts()
+    }
+}
+
+impl Primitive for MultiLock {
+    type Mode = Names;
+    const TAG: u8 = 4;
+
+    /// `Lock`'s spec for a waiter that waits for messages (its queue entry
+    /// lives as a message waiter's registration).
+    fn acquire(&self, m: &MultiModel, i: usize, mode: Names, t: u8, queue: bool) -> Script {
+        let k = mode.at;
+        let (tok, lease, prefix, announce) = (
+            token(i, t),
+            b(m.lease_ms),
+            key(k, ":grant:"),
+            announce(m.pid(i), k),
+        );
+        let entry = if queue { m.entry_ms(false) as u64 } else { 0 };
+        let args = p::lock::AcquireArgs {
+            token: &tok,
+            lease_ms: &lease,
+            queue_ttl: Duration::from_millis(entry),
+            grant_prefix: &prefix,
+            claim: p::GRANT_CLAIM,
+            announce: &announce,
+            blocks: false,
+        }
+        .parts();
+        Script {
+            file: "lock_acquire.lua",
+            keys: scripted(k),
+            args,
+        }
+    }
+
+    fn release(&self, m: &MultiModel, i: usize, mode: Names, t: u8, leave: bool) -> Script {
+        Script {
+            file: "lock_release.lua",
+            keys: scripted(mode.at),
+            args: self.release_args(m, i, mode.at, t, leave),
+        }
+    }
+
+    /// `Lock::extend` of a hold no pop took.
+    fn extend(
+        &self,
+        _: &MultiModel,
+        i: usize,
+        mode: Names,
+        t: u8,
+        lease: i64,
+        exact: bool,
+    ) -> Script {
+        let (tok, ms) = (token(i, t), b(lease));
+        let mut args = p::lock::ExtendArgs {
+            token: &tok,
+            claiming: None,
+            lease_ms: &ms,
+        }
+        .parts();
+        if exact {
+            args.push(b"exact".to_vec());
+        }
+        let k = mode.at;
+        Script {
+            file: "lock_extend.lua",
+            keys: vec![lock_key(k), key(k, ":queue"), key(k, ":queue:t")],
+            args,
+        }
+    }
+
+    /// `Lock::look` for the name alone.
+    fn look(&self, m: &MultiModel, i: usize, mode: Names) -> Script {
+        let k = mode.at;
+        let (prefix, announce) = (key(k, ":grant:"), announce(m.pid(i), k));
+        let args = p::lock::WatchArgs {
+            waiter: b"",
+            entry: p::ROOM_ENTRY,
+            grant_prefix: &prefix,
+            claim: p::GRANT_CLAIM,
+            announce: &announce,
+        }
+        .parts();
+        Script {
+            file: "lock_watch.lua",
+            keys: scripted(k),
+            args,
+        }
+    }
+
+    fn patient(&self, _: Names) -> bool {
+        false
+    }
+
+    fn names(&self, mode: Names) -> u8 {
+        mode.count
+    }
+
+    fn at(&self, mode: Names, k: u8) -> Names {
+        Names {
+            at: mode.from + k,
+            ..mode
+        }
+    }
+
+    /// `MultiLock::all_at_once` on one server: lua/lock_acquire_all.lua,
+    /// every name's keys in canonical order, then the fence floor; the
+    /// token, then each name's lease and grant prefix.
+    fn acquire_all(&self, m: &MultiModel, i: usize, mode: Names, t: u8) -> Option<Script> {
+        let names = mode.from..mode.from + mode.count;
+        let mut keys: Vec<Vec<u8>> = names.clone().flat_map(lock_keys).collect();
+        keys.push(FLOOR.to_vec());
+        let mut args = vec![token(i, t)];
+        for k in names {
+            args.push(b(m.lease_ms));
+            args.push(key(k, ":grant:"));
+        }
+        Some(Script {
+            file: "lock_acquire_all.lua",
+            keys,
+            args,
+        })
+    }
+
+    fn name_of(&self, mode: Names) -> u8 {
+        mode.at
+    }
+
+    fn wakes(&self, message: &[u8], mode: Names) -> bool {
+        let Some(colon) = message.iter().position(|&c| c == b':') else {
+            return false;
+        };
+        message[colon + 1..] == lock_key(mode.at)[..]
+    }
+
+    fn holders(&self, keys: &Keyspace, holders: &[Holder<Names>]) -> Result<(), String> {
+        for k in 0..2u8 {
+            let of: Vec<&Holder<Names>> = holders.iter().filter(|h| h.1.at == k).collect();
+            if of.len() > 1 {
+                return Err(format!(
+                    "exclusion: c{} and c{} both hold name {k} with valid leases",
+                    of[0].0, of[1].0
+                ));
+            }
+            let v = match keys.keys.get(&lock_key(k)).map(|e| &e.value) {
+                Some(Value::Str(v)) => v.clone(),
+                _ => Vec::new(),
+            };
+            for &&(i, _, t) in &of {
+                let tok = token(i, t);
+                if !(v.starts_with(&tok) && v.get(tok.len()) == Some(&b'#')) {
+                    return Err(format!(
+                        "c{i} believes it holds name {k} but the server has {:?}",
+                        String::from_utf8_lossy(&v)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn fences_on_server(&self, keys: &Keyspace) -> Vec<i64> {
+        (0..2u8)
+            .map(|k| fence_of(keys, &lock_key(k)).unwrap_or(0))
+            .collect()
+    }
+
+    fn quiet(&self, m: &MultiModel, server: &mut Server, keys: &Keyspace) -> Result<(), String> {
+        // Each name: `try_acquire` every 100 ms from the end of its last
+        // lease (a dead holder's) is granted within the claim + 1 s.
+        for k in 0..2u8 {
+            let from = keys
+                .keys
+                .get(&lock_key(k))
+                .and_then(|e| e.expires)
+                .unwrap_or(keys.now_ms())
+                .max(keys.now_ms());
+            let probe = self.acquire(m, 9, Names::lock(k), 1, false);
+            tries_succeed(server, keys, from, &probe).map_err(|reply| {
+                format!(
+                    "liveness: nobody holds or waits, yet try_acquire of name {k} every 100 ms \
+                     for the claim + 1 s after its last lease ended got {} at the end",
+                    reply.show()
+                )
+            })?;
+        }
+        lapsed(keys, &[FLOOR])
+    }
+}
