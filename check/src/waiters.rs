@@ -1168,11 +1168,10 @@ impl<P: Primitive> Model for WaitModel<P> {
             .iter()
             .enumerate()
             .filter(|(_, c)| c.life == Life::Running)
-            .filter_map(|(i, c)| {
+            .flat_map(|(i, c)| {
                 let holds = c.holds.iter().filter(|h| h.valid_until > s.now);
-                Some(holds.map(move |h| (i, self.at(i, h.name), h.token)))
+                holds.map(move |h| (i, self.at(i, h.name), h.token))
             })
-            .flatten()
             .collect();
         self.prim.holders(&s.keys, &holders)?;
         let quiet = s.clients.iter().enumerate().all(|(i, c)| match c.life {
