@@ -32,6 +32,8 @@ pub struct Server {
     /// Verdicts of checks that depend on the keyspace alone, by its
     /// fingerprint (see [`Server::memo`]).
     memo: HashMap<u128, Result<(), String>, crate::search::Fingerprints>,
+    /// Answers of yes-or-no probes, by the fingerprint of what they read.
+    answers: HashMap<u128, bool, crate::search::Fingerprints>,
 }
 
 /// A script's or command's outcome on the server.
@@ -198,6 +200,7 @@ impl Server {
             keys,
             argv,
             memo: HashMap::default(),
+            answers: HashMap::default(),
         })
     }
 
@@ -220,6 +223,17 @@ impl Server {
     }
 
     /// Turns the per-run command log on (for traces) or off (the search).
+    /// A yes-or-no probe whose answer depends only on what `key` is the
+    /// fingerprint of (a keyspace and a waiter), computed once.
+    pub fn answer(&mut self, key: u128, probe: impl FnOnce(&mut Server) -> bool) -> bool {
+        if let Some(&v) = self.answers.get(&key) {
+            return v;
+        }
+        let v = probe(self);
+        self.answers.insert(key, v);
+        v
+    }
+
     pub fn trace(&mut self, on: bool) {
         self.world.borrow_mut().log = on.then(Vec::new);
     }

@@ -808,12 +808,15 @@ impl<P: Primitive> WaitModel<P> {
             if c.life != Life::Running {
                 continue;
             }
-            let mut probe = s.keys.clone();
-            let run = self.prim.acquire(self, i, self.mode(i), t, true);
-            let reply = server
-                .eval(&mut probe, run.file, &run.keys, &run.args)
-                .reply;
-            if int(&reply).is_some() {
+            // Depends on the keyspace and the attempt alone.
+            let key = crate::search::fingerprint(&(P::TAG, &s.keys, i, t, c.name));
+            let granted = server.answer(key, |server| {
+                let mut probe = s.keys.clone();
+                let run = self.prim.acquire(self, i, self.at(i, c.name), t, true);
+                let ran = server.eval(&mut probe, run.file, &run.keys, &run.args);
+                int(&ran.reply).is_some()
+            });
+            if granted {
                 return Some(i);
             }
         }
