@@ -18,7 +18,7 @@
 //! second and more), several threads of one client, clock steps.
 
 use crate::keyspace::{Keyspace, Reply};
-use crate::parties::{b, Faults, Life, Outcome};
+use crate::parties::{b, CallStep, Faults, Life, Outcome};
 use crate::search::Model;
 use crate::server::Server;
 use crate::waiters::SERVER_OFFSET;
@@ -104,10 +104,8 @@ pub struct State {
 #[derive(Clone, Debug)]
 pub enum Action {
     Start(usize),
-    Run(usize),
-    LoseRequest(usize),
-    LoseReply(usize),
-    Receive(usize),
+    /// A step of client `i`'s call in flight.
+    Call(usize, CallStep),
     Message(usize),
     LoseMessage(usize),
     Timeout(usize),
@@ -390,15 +388,7 @@ impl LatchModel {
         s.clients.iter().any(|c| {
             c.life == Life::Running
                 && match &c.main {
-                    Main::Call {
-                        out: Outcome::Unsent | Outcome::Ran(_),
-                        ..
-                    } => true,
-                    Main::Call {
-                        at,
-                        out: Outcome::Failed,
-                        ..
-                    } => at + self.response_ms <= s.now,
+                    Main::Call { at, out, .. } => out.due(*at, s.now, self.response_ms),
                     Main::Waiting { until, .. } => *until <= s.now || c.inbox,
                     Main::Idle => false,
                 }
@@ -453,30 +443,9 @@ impl Model for LatchModel {
                         out.push(Action::Exit(i));
                     }
                 }
-                Main::Call {
-                    out: Outcome::Unsent,
-                    ..
-                } => {
-                    out.push(Action::Run(i));
-                    if fault && self.faults.lost_request {
-                        out.push(Action::LoseRequest(i));
-                    }
-                    if fault && self.faults.lost_reply {
-                        out.push(Action::LoseReply(i));
-                    }
-                }
-                Main::Call {
-                    out: Outcome::Ran(_),
-                    ..
-                } => out.push(Action::Receive(i)),
-                Main::Call {
-                    at,
-                    out: Outcome::Failed,
-                    ..
-                } => {
-                    if at + self.response_ms <= s.now {
-                        out.push(Action::Receive(i));
-                    }
+                Main::Call { at, out: o, .. } => {
+                    let steps = o.steps(*at, s.now, self.response_ms, &self.faults, fault);
+                    out.extend(steps.map(|c| Action::Call(i, c)));
                 }
                 Main::Waiting { until, .. } => {
                     if c.inbox {
@@ -526,12 +495,12 @@ impl Model for LatchModel {
                 };
                 self.call(&mut s, i, kind);
             }
-            Action::Run(i) | Action::LoseReply(i) => {
+            Action::Call(i, CallStep::Run | CallStep::LoseReply) => {
                 let Main::Call { kind, .. } = s.clients[i].main.clone() else {
                     return Err("run without a call".into());
                 };
                 let reply = self.run(server, &mut s, i, &kind, log);
-                let lost = matches!(a, Action::LoseReply(_));
+                let lost = matches!(a, Action::Call(_, CallStep::LoseReply));
                 if lost {
                     s.faults += 1;
                 }
@@ -543,13 +512,13 @@ impl Model for LatchModel {
                     };
                 }
             }
-            Action::LoseRequest(i) => {
+            Action::Call(i, CallStep::LoseRequest) => {
                 s.faults += 1;
                 if let Main::Call { out, .. } = &mut s.clients[i].main {
                     *out = Outcome::Failed;
                 }
             }
-            Action::Receive(i) => self.receive(server, &mut s, i, log),
+            Action::Call(i, CallStep::Receive) => self.receive(server, &mut s, i, log),
             Action::Message(i) => {
                 // The announcement is the answer: no re-read.
                 let Main::Waiting { round, .. } = s.clients[i].main.clone() else {

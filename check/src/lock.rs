@@ -13,7 +13,7 @@ use std::time::Duration;
 use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Reply};
-use crate::parties::{b, busy, int, ms, Life, Look, Outcome};
+use crate::parties::{b, busy, int, ms, CallStep, Life, Look, Outcome};
 pub use crate::parties::{Fault, Faults};
 use crate::search::Model;
 use crate::server::Server;
@@ -143,10 +143,8 @@ pub struct State {
 #[derive(Clone, Debug)]
 pub enum Action {
     Start(usize),
-    Run(usize),
-    LoseRequest(usize),
-    LoseReply(usize),
-    Receive(usize),
+    /// A step of client `i`'s call in flight.
+    Call(usize, CallStep),
     Popped(usize),
     Renew(usize),
     Look(usize, usize),
@@ -977,15 +975,7 @@ impl LockModel {
                 && (c.hold.as_ref().is_some_and(|h| h.renew_due <= s.now)
                     || c.looks.iter().any(|l| l.due <= s.now)
                     || match &c.main {
-                        Main::Call {
-                            out: Outcome::Unsent | Outcome::Ran(_),
-                            ..
-                        } => true,
-                        Main::Call {
-                            at,
-                            out: Outcome::Failed,
-                            ..
-                        } => at + self.response_ms <= s.now,
+                        Main::Call { at, out, .. } => out.due(*at, s.now, self.response_ms),
                         Main::Blocked {
                             served: Some(_), ..
                         } => true,
@@ -1056,30 +1046,9 @@ impl Model for LockModel {
                         out.push(Action::Exit(i));
                     }
                 }
-                Main::Call {
-                    out: Outcome::Unsent,
-                    ..
-                } => {
-                    out.push(Action::Run(i));
-                    if fault && self.faults.lost_request {
-                        out.push(Action::LoseRequest(i));
-                    }
-                    if fault && self.faults.lost_reply {
-                        out.push(Action::LoseReply(i));
-                    }
-                }
-                Main::Call {
-                    out: Outcome::Ran(_),
-                    ..
-                } => out.push(Action::Receive(i)),
-                Main::Call {
-                    at,
-                    out: Outcome::Failed,
-                    ..
-                } => {
-                    if at + self.response_ms <= s.now {
-                        out.push(Action::Receive(i));
-                    }
+                Main::Call { at, out: o, .. } => {
+                    let steps = o.steps(*at, s.now, self.response_ms, &self.faults, fault);
+                    out.extend(steps.map(|c| Action::Call(i, c)));
                 }
                 Main::Blocked {
                     served: Some(_), ..
@@ -1159,13 +1128,13 @@ impl Model for LockModel {
                     out: Outcome::Unsent,
                 };
             }
-            Action::Run(i) | Action::LoseReply(i) => {
+            Action::Call(i, CallStep::Run | CallStep::LoseReply) => {
                 let Main::Call { kind, token: t, .. } = s.clients[i].main.clone() else {
                     return Err("run without a call".into());
                 };
                 let (file, keys, args) = self.call_of(i, &kind, t);
                 let reply = self.eval(server, &mut s, file, &keys, &args, log);
-                let lost = matches!(a, Action::LoseReply(_));
+                let lost = matches!(a, Action::Call(_, CallStep::LoseReply));
                 if lost {
                     s.faults += 1;
                     // A late reply: the grant's undo (its release) is
@@ -1183,13 +1152,13 @@ impl Model for LockModel {
                     };
                 }
             }
-            Action::LoseRequest(i) => {
+            Action::Call(i, CallStep::LoseRequest) => {
                 s.faults += 1;
                 if let Main::Call { out, .. } = &mut s.clients[i].main {
                     *out = Outcome::Failed;
                 }
             }
-            Action::Receive(i) => self.receive(server, &mut s, i, log)?,
+            Action::Call(i, CallStep::Receive) => self.receive(server, &mut s, i, log)?,
             Action::Popped(i) => self.popped(&mut s, i)?,
             Action::Renew(i) => {
                 let Some(h) = s.clients[i].hold.clone() else {

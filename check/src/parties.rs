@@ -83,6 +83,61 @@ pub(crate) enum Outcome {
     Failed,
 }
 
+/// What may happen next to a call in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallStep {
+    /// It reaches the server and runs.
+    Run,
+    /// Its request is lost (a fault): it never ran.
+    LoseRequest,
+    /// It runs and its reply is lost (a fault).
+    LoseReply,
+    /// Its caller reads the outcome.
+    Receive,
+}
+
+impl Outcome {
+    /// The steps open to a call sent at `at` with this outcome: unsent, it
+    /// runs, or (with a fault left) its request or its reply is lost; once
+    /// it ran, it is received; once failed, when the response timeout
+    /// has passed.
+    pub(crate) fn steps(
+        &self,
+        at: i64,
+        now: i64,
+        response_ms: i64,
+        faults: &Faults,
+        fault: bool,
+    ) -> impl Iterator<Item = CallStep> {
+        let (run, request, reply, receive) = match self {
+            Outcome::Unsent => (
+                true,
+                fault && faults.lost_request,
+                fault && faults.lost_reply,
+                false,
+            ),
+            Outcome::Ran(_) => (false, false, false, true),
+            Outcome::Failed => (false, false, false, at + response_ms <= now),
+        };
+        [
+            (run, CallStep::Run),
+            (request, CallStep::LoseRequest),
+            (reply, CallStep::LoseReply),
+            (receive, CallStep::Receive),
+        ]
+        .into_iter()
+        .filter_map(|(open, step)| open.then_some(step))
+    }
+
+    /// Whether the call has a step now (time waits for it).
+    pub(crate) fn due(&self, at: i64, now: i64, response_ms: i64) -> bool {
+        match self {
+            Outcome::Unsent | Outcome::Ran(_) => true,
+            Outcome::Failed => at + response_ms <= now,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Look {
     pub(crate) due: i64,

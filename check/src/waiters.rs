@@ -34,7 +34,7 @@ use std::hash::Hash;
 use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Reply};
-use crate::parties::{busy, int, ms, Faults, Life, Look, Outcome};
+use crate::parties::{busy, int, ms, CallStep, Faults, Life, Look, Outcome};
 use crate::search::Model;
 use crate::server::Server;
 
@@ -280,10 +280,8 @@ pub struct State {
 #[derive(Clone, Debug)]
 pub enum Action {
     Start(usize),
-    Run(usize),
-    LoseRequest(usize),
-    LoseReply(usize),
-    Receive(usize),
+    /// A step of client `i`'s call in flight.
+    Call(usize, CallStep),
     Message(usize),
     LoseMessage(usize),
     Retry(usize),
@@ -724,15 +722,7 @@ impl<P: Primitive> WaitModel<P> {
                 && (c.holds.iter().any(|h| h.renew_due <= s.now)
                     || c.looks.iter().any(|l| l.due <= s.now)
                     || match &c.main {
-                        Main::Call {
-                            out: Outcome::Unsent | Outcome::Ran(_),
-                            ..
-                        } => true,
-                        Main::Call {
-                            at,
-                            out: Outcome::Failed,
-                            ..
-                        } => at + self.response_ms <= s.now,
+                        Main::Call { at, out, .. } => out.due(*at, s.now, self.response_ms),
                         Main::Waiting { until, .. } => *until <= s.now || c.inbox,
                         Main::Local { .. } => {
                             c.deadline <= s.now || self.head(s, self.pid(i)) == Some(i)
@@ -895,30 +885,9 @@ impl<P: Primitive> Model for WaitModel<P> {
                         out.push(Action::Retry(i));
                     }
                 }
-                Main::Call {
-                    out: Outcome::Unsent,
-                    ..
-                } => {
-                    out.push(Action::Run(i));
-                    if fault && self.faults.lost_request {
-                        out.push(Action::LoseRequest(i));
-                    }
-                    if fault && self.faults.lost_reply {
-                        out.push(Action::LoseReply(i));
-                    }
-                }
-                Main::Call {
-                    out: Outcome::Ran(_),
-                    ..
-                } => out.push(Action::Receive(i)),
-                Main::Call {
-                    at,
-                    out: Outcome::Failed,
-                    ..
-                } => {
-                    if at + self.response_ms <= s.now {
-                        out.push(Action::Receive(i));
-                    }
+                Main::Call { at, out: o, .. } => {
+                    let steps = o.steps(*at, s.now, self.response_ms, &self.faults, fault);
+                    out.extend(steps.map(|c| Action::Call(i, c)));
                 }
                 Main::Waiting { until, .. } => {
                     if c.inbox {
@@ -1024,7 +993,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                 };
                 self.call(&mut s, i, Kind::Grant { queue: true }, t);
             }
-            Action::Run(i) | Action::LoseReply(i) => {
+            Action::Call(i, CallStep::Run | CallStep::LoseReply) => {
                 let Main::Call { kind, token: t, .. } = s.clients[i].main.clone() else {
                     return Err("run without a call".into());
                 };
@@ -1041,7 +1010,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                     Kind::Leave => self.prim.release(self, i, mode, t, true),
                 };
                 let reply = self.eval(server, &mut s, run, log);
-                let lost = matches!(a, Action::LoseReply(_));
+                let lost = matches!(a, Action::Call(_, CallStep::LoseReply));
                 if lost {
                     s.faults += 1;
                     if let Kind::Grant { queue: true } = kind {
@@ -1058,13 +1027,13 @@ impl<P: Primitive> Model for WaitModel<P> {
                     };
                 }
             }
-            Action::LoseRequest(i) => {
+            Action::Call(i, CallStep::LoseRequest) => {
                 s.faults += 1;
                 if let Main::Call { out, .. } = &mut s.clients[i].main {
                     *out = Outcome::Failed;
                 }
             }
-            Action::Receive(i) => self.receive(server, &mut s, i, log)?,
+            Action::Call(i, CallStep::Receive) => self.receive(server, &mut s, i, log)?,
             Action::Message(i) | Action::Retry(i) | Action::LoseMessage(i) => {
                 if matches!(a, Action::LoseMessage(_)) {
                     s.faults += 1;
