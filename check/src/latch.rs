@@ -288,10 +288,7 @@ impl LatchModel {
             return;
         };
         let now = s.now;
-        let reply = match out {
-            Outcome::Ran(r) => Some(r),
-            _ => None,
-        };
+        let reply = out.reply();
         match (kind, reply) {
             (Kind::Set { .. } | Kind::CountDown, _) => {
                 // Sent once: a lost reply is an ambiguous error.

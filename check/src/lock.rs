@@ -159,23 +159,23 @@ pub enum Action {
     Tick,
 }
 
-const NAME: &str = "{n}";
-const FLOOR: &[u8] = b"redlease:fence-floor";
-const CHANNEL: &[u8] = b"redlease:wake";
+pub(crate) const NAME: &str = "{n}";
+pub(crate) const FLOOR: &[u8] = b"redlease:fence-floor";
+pub(crate) const CHANNEL: &[u8] = b"redlease:wake";
 
-fn key(suffix: &str) -> Vec<u8> {
+pub(crate) fn key(suffix: &str) -> Vec<u8> {
     format!("{NAME}{suffix}").into_bytes()
 }
 
 /// `rl:<client id>:<n>`, as `Client::new_token` makes them (hand-overs
 /// name watchers by the client id in it).
-fn token(client: usize, n: u8) -> Vec<u8> {
+pub(crate) fn token(client: usize, n: u8) -> Vec<u8> {
     format!("rl:c{client}:t{n}").into_bytes()
 }
 
 /// lua/lock_acquire.lua, lock_release.lua and lock_watch.lua's keys
 /// (`Lock::new`): lock, counter, queue, deadlines, fence floor.
-fn scripted() -> Vec<Vec<u8>> {
+pub(crate) fn scripted() -> Vec<Vec<u8>> {
     vec![
         key(""),
         key(":fence"),
@@ -741,10 +741,7 @@ impl LockModel {
         else {
             return Ok(());
         };
-        let reply = match out {
-            Outcome::Ran(r) => Some(r),
-            _ => None,
-        };
+        let reply = out.reply();
         if let Some(Reply::Error(e)) = &reply {
             return Err(format!("c{i}'s {kind:?} got an error reply: {e}"));
         }

@@ -129,6 +129,14 @@ impl Outcome {
         .filter_map(|(open, step)| open.then_some(step))
     }
 
+    /// The reply, if the call ran and its reply came.
+    pub(crate) fn reply(self) -> Option<Reply> {
+        match self {
+            Outcome::Ran(r) => Some(r),
+            _ => None,
+        }
+    }
+
     /// Whether the call has a step now (time waits for it).
     pub(crate) fn due(&self, at: i64, now: i64, response_ms: i64) -> bool {
         match self {

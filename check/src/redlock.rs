@@ -26,6 +26,7 @@ use std::time::Duration;
 use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Reply};
+use crate::lock::{key, scripted, token, CHANNEL, FLOOR, NAME};
 use crate::parties::{b, busy, int, Faults, Life};
 use crate::search::Model;
 use crate::server::Server;
@@ -126,28 +127,6 @@ pub enum Action {
     Restart(usize),
     Exit(usize),
     Tick,
-}
-
-const NAME: &str = "{n}";
-const FLOOR: &[u8] = b"redlease:fence-floor";
-const CHANNEL: &[u8] = b"redlease:wake";
-
-fn key(suffix: &str) -> Vec<u8> {
-    format!("{NAME}{suffix}").into_bytes()
-}
-
-fn token(client: usize, n: u8) -> Vec<u8> {
-    format!("rl:c{client}:t{n}").into_bytes()
-}
-
-fn scripted() -> Vec<Vec<u8>> {
-    vec![
-        key(""),
-        key(":fence"),
-        key(":queue"),
-        key(":queue:t"),
-        FLOOR.to_vec(),
-    ]
 }
 
 /// Where a client's releases are announced (`Lock::announce`; nobody

@@ -554,10 +554,7 @@ impl<P: Primitive> WaitModel<P> {
         else {
             return Ok(());
         };
-        let reply = match out {
-            Outcome::Ran(r) => Some(r),
-            _ => None,
-        };
+        let reply = out.reply();
         if let Some(Reply::Error(e)) = &reply {
             return Err(format!("c{i}'s {kind:?} got an error reply: {e}"));
         }
