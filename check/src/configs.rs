@@ -7,8 +7,8 @@ use crate::multilock::{MultiLock, MultiModel, Names};
 use crate::parties::{Fault, Faults};
 use crate::redlock::{RedlockModel, RlOp};
 use crate::rwlock::{Rw, RwLock, RwModel};
-use crate::semaphore::{SemModel, SemOp, Semaphore};
-use crate::waiters::{Subscriber, WaitOp};
+use crate::semaphore::{SemModel, Semaphore};
+use crate::waiters::WaitOp;
 
 /// What a configuration's search must end with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,21 +70,11 @@ fn staying(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> Checked {
     })
 }
 
-/// A semaphore of `permits` whose clients run `ops`.
-fn semaphore(ops: Vec<Vec<SemOp>>, permits: u32, fair: bool, faults: Faults) -> Checked {
-    Checked::Semaphore(SemModel {
-        prim: Semaphore { permits, fair },
-        ops: ops.into_iter().map(|o| ((), o)).collect(),
-        faults,
-        lease_ms: LockModel::default_lease(),
-        horizon_ms: 12_000,
-        response_ms: 2_000,
-        fallback_ms: 2_000,
-        exits: true,
-        process: Vec::new(),
-        watchdog: true,
-        subscriber: Subscriber::Now,
-    })
+/// A semaphore of `permits` with three clients, each waiting up to
+/// 800 ms for a permit and releasing it.
+fn semaphore(permits: u32, fair: bool, faults: Faults) -> Checked {
+    let ops = wait_and_release(&[(); 3]);
+    Checked::Semaphore(SemModel::new(Semaphore { permits, fair }, ops, faults))
 }
 
 /// A read-write lock whose clients (each a reader or a writer) run `ops`.
@@ -94,19 +84,7 @@ fn rw_lock(ops: Vec<(Rw, Vec<WaitOp>)>, faults: Faults) -> Checked {
 
 /// The same, as a model to change.
 pub fn rw_model(ops: Vec<(Rw, Vec<WaitOp>)>, faults: Faults) -> RwModel {
-    RwModel {
-        prim: RwLock,
-        ops,
-        faults,
-        lease_ms: LockModel::default_lease(),
-        horizon_ms: 12_000,
-        response_ms: 2_000,
-        fallback_ms: 2_000,
-        exits: true,
-        process: Vec::new(),
-        watchdog: true,
-        subscriber: Subscriber::Now,
-    }
+    RwModel::new(RwLock, ops, faults)
 }
 
 /// Two clients of a lock on three Redlock masters, each acquiring within
@@ -123,6 +101,27 @@ fn redlock(faults: Faults, delayed_restart: bool) -> Checked {
         response_ms: 2_000,
         fallback_ms: 2_000,
         delayed_restart,
+        exits: true,
+    })
+}
+
+/// Clients of these roles, each waiting up to 800 ms (for messages) and
+/// releasing what it got.
+pub fn wait_and_release<M: Copy>(roles: &[M]) -> Vec<(M, Vec<WaitOp>)> {
+    roles
+        .iter()
+        .map(|&r| (r, vec![WaitOp::AcquireFor(800), WaitOp::Release]))
+        .collect()
+}
+
+/// A count-down latch whose clients run `ops`.
+fn latch(ops: Vec<Vec<LatchOp>>, faults: Faults) -> Checked {
+    Checked::Latch(LatchModel {
+        ops,
+        faults,
+        horizon_ms: 12_000,
+        response_ms: 2_000,
+        fallback_ms: 2_000,
         exits: true,
     })
 }
@@ -202,42 +201,20 @@ pub fn all() -> Vec<Config> {
         },
         Config {
             name: "semaphore: 2 permits, 3 clients waiting for messages, 1 fault",
-            model: semaphore(
-                vec![
-                    vec![SemOp::AcquireFor(800), SemOp::Release],
-                    vec![SemOp::AcquireFor(800), SemOp::Release],
-                    vec![SemOp::AcquireFor(800), SemOp::Release],
-                ],
-                2,
-                false,
-                Faults::all(1),
-            ),
+            model: semaphore(2, false, Faults::all(1)),
             expect: Expect::Holds,
             depth: 60,
         },
         Config {
             name: "fair semaphore: 2 permits, 3 clients waiting for messages, 1 fault",
-            model: semaphore(
-                vec![
-                    vec![SemOp::AcquireFor(800), SemOp::Release],
-                    vec![SemOp::AcquireFor(800), SemOp::Release],
-                    vec![SemOp::AcquireFor(800), SemOp::Release],
-                ],
-                2,
-                true,
-                Faults::all(1),
-            ),
+            model: semaphore(2, true, Faults::all(1)),
             expect: Expect::Holds,
             depth: 60,
         },
         Config {
             name: "rw lock: a writer and 2 readers waiting for messages, 1 fault",
             model: rw_lock(
-                vec![
-                    (Rw::Write, vec![WaitOp::AcquireFor(800), WaitOp::Release]),
-                    (Rw::Read, vec![WaitOp::AcquireFor(800), WaitOp::Release]),
-                    (Rw::Read, vec![WaitOp::AcquireFor(800), WaitOp::Release]),
-                ],
+                wait_and_release(&[Rw::Write, Rw::Read, Rw::Read]),
                 Faults::all(1),
             ),
             expect: Expect::Holds,
@@ -246,20 +223,17 @@ pub fn all() -> Vec<Config> {
         Config {
             name: "rw lock: 2 writers and a reader waiting for messages, 1 fault",
             model: rw_lock(
-                vec![
-                    (Rw::Write, vec![WaitOp::AcquireFor(800), WaitOp::Release]),
-                    (Rw::Write, vec![WaitOp::AcquireFor(800), WaitOp::Release]),
-                    (Rw::Read, vec![WaitOp::AcquireFor(800), WaitOp::Release]),
-                ],
+                wait_and_release(&[Rw::Write, Rw::Write, Rw::Read]),
                 Faults::all(1),
             ),
             expect: Expect::Holds,
             depth: 60,
         },
-        // Found, with the subscriber's old rule (`drops_own`, kept as the
-        // checker's own test): readers in the writer's own client waited
-        // to their deadline when its look told them a shortened lease had
-        // ended.
+        // Finds, with the subscriber's older rules (`Subscriber`, kept as
+        // the checker's own tests): readers in the writer's own client
+        // waiting to their deadline when its look told them a shortened
+        // lease had ended (`DropsOwn`), and a writer that tried behind its
+        // own client's reader deaf to its hand-over (`HeadsOnly`).
         Config {
             name: "rw lock: a writer shortening its lease, a reader in its client and one apart",
             model: Checked::RwLock(RwModel {
@@ -275,9 +249,10 @@ pub fn all() -> Vec<Config> {
                                 WaitOp::Release,
                             ],
                         ),
-                        (Rw::Read, vec![WaitOp::AcquireFor(800), WaitOp::Release]),
-                        (Rw::Read, vec![WaitOp::AcquireFor(800), WaitOp::Release]),
-                    ],
+                    ]
+                    .into_iter()
+                    .chain(wait_and_release(&[Rw::Read, Rw::Read]))
+                    .collect(),
                     Faults::all(1),
                 )
             }),
@@ -286,35 +261,27 @@ pub fn all() -> Vec<Config> {
         },
         Config {
             name: "latch: count 2, a counter and 2 waiters, 2 faults",
-            model: Checked::Latch(LatchModel {
-                ops: vec![
+            model: latch(
+                vec![
                     vec![LatchOp::Set(2), LatchOp::CountDown, LatchOp::CountDown],
                     vec![LatchOp::WaitFor(800)],
                     vec![LatchOp::WaitFor(800)],
                 ],
-                faults: Faults::all(2),
-                horizon_ms: 12_000,
-                response_ms: 2_000,
-                fallback_ms: 2_000,
-                exits: true,
-            }),
+                Faults::all(2),
+            ),
             expect: Expect::Holds,
             depth: 60,
         },
         Config {
             name: "latch: 2 counters and a waiter, 2 faults",
-            model: Checked::Latch(LatchModel {
-                ops: vec![
+            model: latch(
+                vec![
                     vec![LatchOp::Set(2), LatchOp::CountDown],
                     vec![LatchOp::CountDown],
                     vec![LatchOp::WaitFor(800)],
                 ],
-                faults: Faults::all(2),
-                horizon_ms: 12_000,
-                response_ms: 2_000,
-                fallback_ms: 2_000,
-                exits: true,
-            }),
+                Faults::all(2),
+            ),
             expect: Expect::Holds,
             depth: 60,
         },
@@ -329,23 +296,11 @@ pub fn all() -> Vec<Config> {
         },
         Config {
             name: "multi-lock: 2 clients taking both names, a lock on one, 1 fault",
-            model: Checked::MultiLock(MultiModel {
-                prim: MultiLock,
-                ops: vec![
-                    (Names::multi(0, 2), vec![WaitOp::AcquireFor(800), WaitOp::Release]),
-                    (Names::multi(0, 2), vec![WaitOp::AcquireFor(800), WaitOp::Release]),
-                    (Names::lock(1), vec![WaitOp::AcquireFor(800), WaitOp::Release]),
-                ],
-                faults: Faults::only(1, &[LostRequest, LostReply, Crash, Fault::LostMessage]),
-                lease_ms: LockModel::default_lease(),
-                horizon_ms: 12_000,
-                response_ms: 2_000,
-                fallback_ms: 2_000,
-                exits: true,
-                process: Vec::new(),
-                watchdog: true,
-                subscriber: Subscriber::Now,
-            }),
+            model: Checked::MultiLock(MultiModel::new(
+                MultiLock,
+                wait_and_release(&[Names::multi(0, 2), Names::multi(0, 2), Names::lock(1)]),
+                Faults::only(1, &[LostRequest, LostReply, Crash, Fault::LostMessage]),
+            )),
             expect: Expect::Holds,
             depth: 60,
         },

@@ -208,6 +208,14 @@ impl Keyspace {
         self.now_us.div_euclid(1000)
     }
 
+    /// The server's clock moved to `ms` (never back: a step back is
+    /// written to `now_us` directly), and the keys whose time has come
+    /// gone.
+    pub fn advance_to(&mut self, ms: i64) {
+        self.now_us = self.now_us.max(ms * 1000);
+        self.expire();
+    }
+
     /// Removes every key whose time has come (Redis's lazy and active
     /// expiry, taken together: no expired key is ever seen).
     pub fn expire(&mut self) {

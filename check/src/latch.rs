@@ -18,7 +18,7 @@
 //! second and more), several threads of one client, clock steps.
 
 use crate::keyspace::{Keyspace, Reply};
-use crate::parties::{b, CallStep, Faults, Life, Outcome};
+use crate::parties::{b, time_may_pass, CallStep, Faults, Life, Outcome};
 use crate::search::Model;
 use crate::server::Server;
 use crate::waiters::SERVER_OFFSET;
@@ -456,12 +456,8 @@ impl Model for LatchModel {
                 }
             }
         }
-        if !self.urgent(s) {
-            if let Some(t) = self.next_event(s) {
-                if t <= self.horizon_ms {
-                    out.push(Action::Tick);
-                }
-            }
+        if time_may_pass(self.urgent(s), self.next_event(s), self.horizon_ms) {
+            out.push(Action::Tick);
         }
     }
 
@@ -473,8 +469,7 @@ impl Model for LatchModel {
         log: &mut Option<Vec<String>>,
     ) -> Result<State, String> {
         let mut s = s0.clone();
-        s.keys.now_us = s.keys.now_us.max((s.now + SERVER_OFFSET) * 1000);
-        s.keys.expire();
+        s.keys.advance_to(s.now + SERVER_OFFSET);
         match *a {
             Action::Start(i) => {
                 let op = self.ops[i][s.clients[i].pc as usize];
@@ -564,8 +559,7 @@ impl Model for LatchModel {
                     }
                 }
                 s.now = t;
-                s.keys.now_us = s.keys.now_us.max((s.now + SERVER_OFFSET) * 1000);
-                s.keys.expire();
+                s.keys.advance_to(s.now + SERVER_OFFSET);
             }
         }
         Ok(s)

@@ -13,7 +13,7 @@ use std::time::Duration;
 use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Reply};
-use crate::parties::{b, busy, int, ms, CallStep, Life, Look, Outcome};
+use crate::parties::{b, busy, int, ms, time_may_pass, CallStep, Life, Look, Outcome};
 pub use crate::parties::{Fault, Faults};
 use crate::search::Model;
 use crate::server::Server;
@@ -288,8 +288,7 @@ impl LockModel {
 
 impl State {
     fn server_sync(&mut self) {
-        self.keys.now_us = self.keys.now_us.max((self.now + self.offset) * 1000);
-        self.keys.expire();
+        self.keys.advance_to(self.now + self.offset);
     }
 
     fn lock_value(&self) -> Option<Vec<u8>> {
@@ -1067,12 +1066,8 @@ impl Model for LockModel {
         if fault && self.faults.clock_step {
             out.push(Action::StepBack);
         }
-        if !self.urgent(s) {
-            if let Some(t) = self.next_event(s) {
-                if t <= self.horizon_ms {
-                    out.push(Action::Tick);
-                }
-            }
+        if time_may_pass(self.urgent(s), self.next_event(s), self.horizon_ms) {
+            out.push(Action::Tick);
         }
     }
 

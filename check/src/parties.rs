@@ -159,6 +159,12 @@ pub(crate) struct Look {
     pub(crate) name: u8,
 }
 
+/// Whether a model may let time pass: nobody has anything to do now, and
+/// the next event (`next`) is within the horizon.
+pub(crate) fn time_may_pass(urgent: bool, next: Option<i64>, horizon_ms: i64) -> bool {
+    !urgent && next.is_some_and(|t| t <= horizon_ms)
+}
+
 pub(crate) fn b(s: impl ToString) -> Vec<u8> {
     s.to_string().into_bytes()
 }

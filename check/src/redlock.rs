@@ -27,7 +27,7 @@ use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Reply};
 use crate::lock::{key, scripted, token, CHANNEL, FLOOR, NAME};
-use crate::parties::{b, busy, int, Faults, Life};
+use crate::parties::{b, busy, int, time_may_pass, Faults, Life};
 use crate::search::Model;
 use crate::server::Server;
 use crate::waiters::SERVER_OFFSET;
@@ -462,12 +462,8 @@ impl Model for RedlockModel {
                 out.push(Action::Renew(i));
             }
         }
-        if !self.urgent(s) {
-            if let Some(t) = self.next_event(s) {
-                if t <= self.horizon_ms {
-                    out.push(Action::Tick);
-                }
-            }
+        if time_may_pass(self.urgent(s), self.next_event(s), self.horizon_ms) {
+            out.push(Action::Tick);
         }
     }
 
@@ -479,10 +475,8 @@ impl Model for RedlockModel {
         log: &mut Option<Vec<String>>,
     ) -> Result<State, String> {
         let mut s = s0.clone();
-        let server_now = (s.now + SERVER_OFFSET) * 1000;
         for k in &mut s.masters {
-            k.now_us = k.now_us.max(server_now);
-            k.expire();
+            k.advance_to(s.now + SERVER_OFFSET);
         }
         match *a {
             Action::Start(i) => {
@@ -614,10 +608,8 @@ impl Model for RedlockModel {
             Action::Tick => {
                 let t = self.next_event(&s).ok_or("no event to wait for")?;
                 s.now = t;
-                let server_now = (s.now + SERVER_OFFSET) * 1000;
                 for k in &mut s.masters {
-                    k.now_us = k.now_us.max(server_now);
-                    k.expire();
+                    k.advance_to(s.now + SERVER_OFFSET);
                 }
                 for c in &mut s.clients {
                     if c.hold.as_ref().is_some_and(|h| h.valid_until <= t) {

@@ -34,7 +34,7 @@ use std::hash::Hash;
 use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Reply};
-use crate::parties::{busy, int, ms, CallStep, Faults, Life, Look, Outcome};
+use crate::parties::{busy, int, ms, time_may_pass, CallStep, Faults, Life, Look, Outcome};
 use crate::search::Model;
 use crate::server::Server;
 
@@ -298,6 +298,26 @@ pub enum Action {
 pub const SERVER_OFFSET: i64 = 1_000_000_000;
 
 impl<P: Primitive> WaitModel<P> {
+    /// The configurations' defaults: the lease the lock's configurations
+    /// use (`LockModel::default_lease`), a 12 s horizon, 2 s response timeout and fallback poll,
+    /// clients that exit when done, one thread a client, the watchdog, the
+    /// library's subscriber.
+    pub fn new(prim: P, ops: Vec<(P::Mode, Vec<WaitOp>)>, faults: Faults) -> WaitModel<P> {
+        WaitModel {
+            prim,
+            ops,
+            faults,
+            lease_ms: 3_000,
+            horizon_ms: 12_000,
+            response_ms: 2_000,
+            fallback_ms: 2_000,
+            exits: true,
+            process: Vec::new(),
+            watchdog: true,
+            subscriber: Subscriber::Now,
+        }
+    }
+
     /// The registration of a waiter that waits for messages
     /// (`Wakeup::entry_life`).
     pub fn entry_ms(&self, patient: bool) -> i64 {
@@ -906,12 +926,8 @@ impl<P: Primitive> Model for WaitModel<P> {
                 }
             }
         }
-        if !self.urgent(s) {
-            if let Some(t) = self.next_event(s) {
-                if t <= self.horizon_ms {
-                    out.push(Action::Tick);
-                }
-            }
+        if time_may_pass(self.urgent(s), self.next_event(s), self.horizon_ms) {
+            out.push(Action::Tick);
         }
     }
 
@@ -923,8 +939,7 @@ impl<P: Primitive> Model for WaitModel<P> {
         log: &mut Option<Vec<String>>,
     ) -> Result<State, String> {
         let mut s = s0.clone();
-        s.keys.now_us = s.keys.now_us.max((s.now + SERVER_OFFSET) * 1000);
-        s.keys.expire();
+        s.keys.advance_to(s.now + SERVER_OFFSET);
         match *a {
             Action::Start(i) => {
                 let op = self.ops[i].1[s.clients[i].pc as usize];
@@ -1117,8 +1132,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                 let t = self.next_event(&s).ok_or("no event to wait for")?;
                 self.idle(server, &mut s, t)?;
                 s.now = t;
-                s.keys.now_us = s.keys.now_us.max((s.now + SERVER_OFFSET) * 1000);
-                s.keys.expire();
+                s.keys.advance_to(s.now + SERVER_OFFSET);
                 let now = s.now;
                 for c in &mut s.clients {
                     c.holds.retain(|h| h.valid_until > now);

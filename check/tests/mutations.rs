@@ -2,9 +2,9 @@
 //! must be reported as a violation (a checker that passes them would pass
 //! anything).
 
-use redlease_check::configs::all;
+use redlease_check::configs::{all, wait_and_release};
 use redlease_check::lock::{Fault, Faults, LockModel, Op};
-use redlease_check::search::explore;
+use redlease_check::search::{explore, Model};
 use redlease_check::server::Server;
 use redlease_check::waiters::Subscriber;
 
@@ -30,16 +30,21 @@ fn two_waiters() -> LockModel {
     }
 }
 
-/// Explores `model` with `files` replaced by their mutations; the
-/// violation found.
-fn violation(model: &LockModel, files: &[(&'static str, String)]) -> Option<String> {
+/// Explores `model` to `depth` with `files` replaced by their mutations;
+/// the violation found.
+fn found<M: Model>(model: &M, files: &[(&'static str, String)], depth: usize) -> Option<String> {
     let mut server = Server::new().unwrap();
     for (file, code) in files {
         server.load(file, code);
     }
-    explore(model, &mut server, 60, 2_000_000)
+    explore(model, &mut server, depth, 2_000_000)
         .violation
         .map(|(v, _)| v)
+}
+
+/// [`found`] for a lock model, to depth 60.
+fn violation(model: &LockModel, files: &[(&'static str, String)]) -> Option<String> {
+    found(model, files, 60)
 }
 
 #[test]
@@ -134,7 +139,7 @@ fn configurations_have_unique_names() {
 
 #[test]
 fn a_semaphore_that_grants_past_its_count_is_reported() {
-    use redlease_check::semaphore::{SemModel, SemOp, Semaphore};
+    use redlease_check::semaphore::{SemModel, Semaphore};
     // The used permits are counted from the set; counted as none, every
     // waiter is granted.
     let files = [(
@@ -145,69 +150,39 @@ fn a_semaphore_that_grants_past_its_count_is_reported() {
             "local used = sem_used(permits, now) * 0",
         ),
     )];
+    let ops = wait_and_release(&[(); 3]);
     let model = SemModel {
-        prim: Semaphore {
-            permits: 2,
-            fair: false,
-        },
-        ops: vec![((), vec![SemOp::AcquireFor(800), SemOp::Release]); 3],
-        faults: Faults::only(0, &[]),
-        lease_ms: LockModel::default_lease(),
         horizon_ms: 10_000,
-        response_ms: 2_000,
-        fallback_ms: 2_000,
-        exits: true,
-        process: Vec::new(),
-        watchdog: true,
-        subscriber: Subscriber::Now,
+        ..SemModel::new(
+            Semaphore {
+                permits: 2,
+                fair: false,
+            },
+            ops,
+            Faults::only(0, &[]),
+        )
     };
-    let mut server = Server::new().unwrap();
-    let clean = explore(&model, &mut server, 40, 2_000_000).violation;
+    let clean = found(&model, &[], 40);
     assert!(clean.is_none(), "unmutated: {clean:?}");
-    for (file, code) in &files {
-        server.load(file, code);
-    }
-    let v = explore(&model, &mut server, 40, 2_000_000)
-        .violation
-        .map(|(v, _)| v)
-        .expect("reported");
+    let v = found(&model, &files, 40).expect("reported");
     assert!(v.contains("permits"), "{v}");
 }
 
 mod rw {
     use super::*;
     use redlease_check::rwlock::{Rw, RwLock, RwModel};
-    use redlease_check::waiters::WaitOp;
 
     /// Clients of these roles, each waiting for messages up to 800 ms and
     /// releasing; no faults.
     fn model(roles: &[Rw]) -> RwModel {
         RwModel {
-            prim: RwLock,
-            ops: roles
-                .iter()
-                .map(|&r| (r, vec![WaitOp::AcquireFor(800), WaitOp::Release]))
-                .collect(),
-            faults: Faults::only(0, &[]),
-            lease_ms: LockModel::default_lease(),
             horizon_ms: 10_000,
-            response_ms: 2_000,
-            fallback_ms: 2_000,
-            exits: true,
-            process: Vec::new(),
-            watchdog: true,
-            subscriber: Subscriber::Now,
+            ..RwModel::new(RwLock, wait_and_release(roles), Faults::only(0, &[]))
         }
     }
 
     fn violation(model: &RwModel, files: &[(&'static str, String)]) -> Option<String> {
-        let mut server = Server::new().unwrap();
-        for (file, code) in files {
-            server.load(file, code);
-        }
-        explore(model, &mut server, 40, 2_000_000)
-            .violation
-            .map(|(v, _)| v)
+        found(model, files, 40)
     }
 
     #[test]
@@ -319,13 +294,7 @@ mod latch {
     }
 
     fn violation(files: &[(&'static str, String)]) -> Option<String> {
-        let mut server = Server::new().unwrap();
-        for (file, code) in files {
-            server.load(file, code);
-        }
-        explore(&model(), &mut server, 60, 2_000_000)
-            .violation
-            .map(|(v, _)| v)
+        found(&model(), files, 60)
     }
 
     #[test]
@@ -410,14 +379,7 @@ fn a_multi_lock_taking_a_held_name_is_reported() {
         panic!("not a multi-lock model");
     };
     model.faults = Faults::only(0, &[]);
-    let mut server = Server::new().unwrap();
-    for (file, code) in &files {
-        server.load(file, code);
-    }
-    let v = explore(&model, &mut server, 40, 2_000_000)
-        .violation
-        .map(|(v, _)| v)
-        .expect("reported");
+    let v = found(&model, &files, 40).expect("reported");
     assert!(
         v.contains("exclusion") || v.contains("believes it holds"),
         "{v}"
