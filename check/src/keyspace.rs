@@ -204,6 +204,14 @@ fn in_range(s: f64, min: (f64, bool), max: (f64, bool)) -> bool {
 }
 
 impl Keyspace {
+    /// An empty keyspace whose clock reads `ms` (server milliseconds).
+    pub fn starting_at(ms: i64) -> Keyspace {
+        Keyspace {
+            keys: Default::default(),
+            now_us: ms * 1000,
+        }
+    }
+
     pub fn now_ms(&self) -> i64 {
         self.now_us.div_euclid(1000)
     }

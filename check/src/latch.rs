@@ -201,17 +201,7 @@ impl LatchModel {
         }
         let (file, keys, args) = self.script(i, kind, t);
         let ran = server.eval(&mut s.keys, file, &keys, &args);
-        if let Some(l) = log {
-            let shown: Vec<String> = args
-                .iter()
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            l.push(format!(
-                "EVALSHA {file} ARGV {shown:?} -> {}",
-                ran.reply.show()
-            ));
-            l.extend(ran.calls.iter().map(|c| format!("    {c}")));
-        }
+        ran.log(log, "", file, &args);
         match (kind, &ran.reply) {
             (Kind::Set { count, .. }, Reply::Int(1)) => s.count = Some((*count, 0)),
             (Kind::CountDown, r) => {
@@ -399,10 +389,7 @@ impl Model for LatchModel {
 
     fn init(&self) -> State {
         State {
-            keys: Keyspace {
-                keys: Default::default(),
-                now_us: SERVER_OFFSET * 1000,
-            },
+            keys: Keyspace::starting_at(SERVER_OFFSET),
             now: 0,
             clients: (0..self.ops.len())
                 .map(|_| Client {

@@ -319,18 +319,7 @@ impl LockModel {
         let ran = server.eval(&mut s.keys, file, keys, args);
         self.queue_order(s, before);
         self.hear_hand_overs(s, &ran.published);
-        if let Some(l) = log {
-            let shown: Vec<String> = args
-                .iter()
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            l.push(format!(
-                "EVALSHA {file} ARGV {:?} -> {}",
-                shown,
-                ran.reply.show()
-            ));
-            l.extend(ran.calls.iter().map(|c| format!("    {c}")));
-        }
+        ran.log(log, "", file, args);
         self.serve(s, log);
         self.fence_seen(s);
         ran.reply
@@ -987,10 +976,7 @@ impl Model for LockModel {
 
     fn init(&self) -> State {
         State {
-            keys: Keyspace {
-                keys: Default::default(),
-                now_us: 1_000_000_000_000,
-            },
+            keys: Keyspace::starting_at(1_000_000_000),
             now: 0,
             offset: 1_000_000_000,
             clients: (0..self.ops.len())

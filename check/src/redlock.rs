@@ -191,17 +191,7 @@ impl RedlockModel {
         log: &mut Option<Vec<String>>,
     ) -> Reply {
         let ran = server.eval(&mut s.masters[m], file, keys, args);
-        if let Some(l) = log {
-            let shown: Vec<String> = args
-                .iter()
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            l.push(format!(
-                "master {m}: EVALSHA {file} ARGV {shown:?} -> {}",
-                ran.reply.show()
-            ));
-            l.extend(ran.calls.iter().map(|c| format!("    {c}")));
-        }
+        ran.log(log, &format!("master {m}: "), file, args);
         // The subscriber listens on the first master.
         if m == 0 && !ran.published.is_empty() {
             for c in &mut s.clients {
@@ -384,10 +374,7 @@ impl Model for RedlockModel {
     fn init(&self) -> State {
         State {
             masters: (0..MASTERS)
-                .map(|_| Keyspace {
-                    keys: Default::default(),
-                    now_us: SERVER_OFFSET * 1000,
-                })
+                .map(|_| Keyspace::starting_at(SERVER_OFFSET))
                 .collect(),
             down_until: vec![0; MASTERS],
             now: 0,

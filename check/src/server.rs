@@ -44,6 +44,24 @@ pub struct Ran {
     pub calls: Vec<String>,
 }
 
+impl Ran {
+    /// Writes this run to a trace (if one is kept): `head` (which server,
+    /// or nothing), the script, its arguments and reply, then each command
+    /// it called.
+    pub fn log(&self, log: &mut Option<Vec<String>>, head: &str, file: &str, args: &[Vec<u8>]) {
+        let Some(l) = log else { return };
+        let shown: Vec<String> = args
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        l.push(format!(
+            "{head}EVALSHA {file} ARGV {shown:?} -> {}",
+            self.reply.show()
+        ));
+        l.extend(self.calls.iter().map(|c| format!("    {c}")));
+    }
+}
+
 fn text(b: &[u8]) -> String {
     let s = String::from_utf8_lossy(b);
     if s.len() > 48 {

@@ -390,19 +390,7 @@ impl<P: Primitive> WaitModel<P> {
         log: &mut Option<Vec<String>>,
     ) -> Reply {
         let ran = server.eval(&mut s.keys, run.file, &run.keys, &run.args);
-        if let Some(l) = log {
-            let shown: Vec<String> = run
-                .args
-                .iter()
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            l.push(format!(
-                "EVALSHA {} ARGV {shown:?} -> {}",
-                run.file,
-                ran.reply.show()
-            ));
-            l.extend(ran.calls.iter().map(|c| format!("    {c}")));
-        }
+        ran.log(log, "", run.file, &run.args);
         // Every client's subscriber receives it and wakes its head. A
         // hand-over's naming of its watchers wakes nobody
         // (`Shared::dispatch`), and these waiters, waiting for messages,
@@ -837,10 +825,7 @@ impl<P: Primitive> Model for WaitModel<P> {
 
     fn init(&self) -> State {
         State {
-            keys: Keyspace {
-                keys: Default::default(),
-                now_us: SERVER_OFFSET * 1000,
-            },
+            keys: Keyspace::starting_at(SERVER_OFFSET),
             now: 0,
             clients: (0..self.ops.len())
                 .map(|_| Client {
