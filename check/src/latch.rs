@@ -19,9 +19,9 @@
 
 use crate::keyspace::{Keyspace, Reply};
 use crate::parties::{b, time_may_pass, CallStep, Faults, Life, Outcome};
+use crate::probes::SERVER_OFFSET;
 use crate::search::Model;
 use crate::server::Server;
-use crate::waiters::SERVER_OFFSET;
 
 /// What one latch client does, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -563,7 +563,7 @@ impl Model for LatchModel {
         });
         if quiet && !s.keys.keys.contains_key(KEY) {
             // Open, and nobody waits: every key lapses.
-            crate::waiters::lapsed(&s.keys, &[])?;
+            crate::probes::lapsed(&s.keys, &[])?;
         }
         Ok(())
     }

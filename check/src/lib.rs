@@ -10,6 +10,8 @@ pub mod latch;
 pub mod lock;
 pub mod multilock;
 pub mod parties;
+pub mod primitive;
+pub mod probes;
 pub mod redlock;
 pub mod rwlock;
 pub mod search;

@@ -22,8 +22,10 @@ use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Value};
 use crate::parties::b;
+use crate::primitive::{Holder, Primitive, Script};
+use crate::probes::{fence_of, lapsed, tries_succeed};
 use crate::server::Server;
-use crate::waiters::{fence_of, lapsed, tries_succeed, Holder, Primitive, Script, WaitModel};
+use crate::waiters::WaitModel;
 
 /// Which names a client asks for: `count` of them from name `from` in
 /// canonical order (a plain lock: one), and the one its acquisition is at.

@@ -28,9 +28,9 @@ use redlease::__protocol as p;
 use crate::keyspace::{Keyspace, Reply};
 use crate::lock::{key, scripted, token, CHANNEL, FLOOR, NAME};
 use crate::parties::{b, busy, int, time_may_pass, Faults, Life};
+use crate::probes::SERVER_OFFSET;
 use crate::search::Model;
 use crate::server::Server;
-use crate::waiters::SERVER_OFFSET;
 
 /// What one client does, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -637,7 +637,7 @@ impl Model for RedlockModel {
         });
         if quiet {
             for k in &s.masters {
-                crate::waiters::lapsed(k, &[FLOOR])?;
+                crate::probes::lapsed(k, &[FLOOR])?;
             }
         }
         Ok(())

@@ -18,8 +18,10 @@ use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Value};
 use crate::parties::b;
+use crate::primitive::{Holder, Primitive, Script};
+use crate::probes::{fence_of, lapsed, tries_succeed};
 use crate::server::Server;
-use crate::waiters::{lapsed, tries_succeed, Holder, Primitive, Script, WaitModel};
+use crate::waiters::WaitModel;
 
 /// What a client asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -215,7 +217,7 @@ impl Primitive for RwLock {
     }
 
     fn fences_on_server(&self, keys: &Keyspace) -> Vec<i64> {
-        vec![crate::waiters::fence_of(keys, &key(":rw:w")).unwrap_or(0)]
+        vec![fence_of(keys, &key(":rw:w")).unwrap_or(0)]
     }
 
     fn quiet(&self, m: &RwModel, server: &mut Server, keys: &Keyspace) -> Result<(), String> {

@@ -11,8 +11,10 @@ use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Value};
 use crate::parties::b;
+use crate::primitive::{Holder, Primitive, Script};
+use crate::probes::{lapsed, tries_succeed};
 use crate::server::Server;
-use crate::waiters::{lapsed, tries_succeed, Holder, Primitive, Script, WaitModel};
+use crate::waiters::WaitModel;
 
 pub use crate::waiters::WaitOp as SemOp;
 

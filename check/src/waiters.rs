@@ -28,13 +28,12 @@
 //! Not modelled yet: waiters that block on the server (waits of a second
 //! and more), requests for several permits, clock steps, freezes.
 
-use std::fmt::Debug;
-use std::hash::Hash;
-
 use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Reply};
 use crate::parties::{busy, int, ms, time_may_pass, CallStep, Faults, Life, Look, Outcome};
+use crate::primitive::{Holder, Primitive, Script};
+use crate::probes::SERVER_OFFSET;
 use crate::search::Model;
 use crate::server::Server;
 
@@ -51,107 +50,6 @@ pub enum WaitOp {
     /// The guard's `extend(ms)`, shorter than the lease (the hold kept):
     /// the library's look at its new end (`Holding::extend`).
     Shorten(i64),
-}
-
-/// One script run: the file, its keys and its arguments.
-pub struct Script {
-    pub file: &'static str,
-    pub keys: Vec<Vec<u8>>,
-    pub args: Vec<Vec<u8>>,
-}
-
-/// A holder as the checks see it: client, what it holds, its token.
-pub type Holder<M> = (usize, M, u8);
-
-/// What a primitive says to the waiter model: its scripts with the
-/// library's arguments, and its properties.
-pub trait Primitive: Sized {
-    /// What a client asks for (the semaphore: a permit; the read-write
-    /// lock: a read or the write hold).
-    type Mode: Copy + Debug + PartialEq + Eq + Hash;
-    /// Tags the quiescence verdicts this primitive memoizes.
-    const TAG: u8;
-    /// The acquire script of client `i`'s token `t` (`queue`: the waiter
-    /// registers; a try does not).
-    fn acquire(
-        &self,
-        m: &WaitModel<Self>,
-        i: usize,
-        mode: Self::Mode,
-        t: u8,
-        queue: bool,
-    ) -> Script;
-    /// The release (`leave`: a waiter gives up, its entry withdrawn).
-    fn release(
-        &self,
-        m: &WaitModel<Self>,
-        i: usize,
-        mode: Self::Mode,
-        t: u8,
-        leave: bool,
-    ) -> Script;
-    /// The renewal thread's renewal to `lease_ms` (replies 1 when renewed);
-    /// `exact`: the guard's `extend`, which may shorten it.
-    fn extend(
-        &self,
-        m: &WaitModel<Self>,
-        i: usize,
-        mode: Self::Mode,
-        t: u8,
-        lease_ms: i64,
-        exact: bool,
-    ) -> Script;
-    /// The renewal thread's look at the name alone (`mode`: what its
-    /// client asked of it).
-    fn look(&self, m: &WaitModel<Self>, i: usize, mode: Self::Mode) -> Script;
-    /// A waiter whose registration only decides whether a release
-    /// publishes (`Wait::patient`): it polls at most every 30 s.
-    fn patient(&self, mode: Self::Mode) -> bool;
-    /// Exclusion, and that every holder (valid in its own view) is known
-    /// to the server.
-    fn holders(&self, keys: &Keyspace, holders: &[Holder<Self::Mode>]) -> Result<(), String>;
-    /// The fence the server names now for each name (0: none; none may
-    /// ever go down).
-    fn fences_on_server(&self, keys: &Keyspace) -> Vec<i64>;
-    /// How many names an acquisition of `mode` takes, one after another
-    /// in this order (a multi-lock's canonical order).
-    fn names(&self, _mode: Self::Mode) -> u8 {
-        1
-    }
-    /// What is asked of name `k` (the acquisition's own mode when it takes
-    /// one name).
-    fn at(&self, mode: Self::Mode, _k: u8) -> Self::Mode {
-        mode
-    }
-    /// Every name at once, one token, never queueing (a multi-lock's
-    /// first try): the script, if the primitive has one.
-    fn acquire_all(
-        &self,
-        _m: &WaitModel<Self>,
-        _i: usize,
-        _mode: Self::Mode,
-        _t: u8,
-    ) -> Option<Script> {
-        None
-    }
-    /// Which of the primitive's names (the index of `fences_on_server`) a
-    /// hold of `mode` is of.
-    fn name_of(&self, _mode: Self::Mode) -> u8 {
-        0
-    }
-    /// Whether a message (`<client id>:<key>`) announces what a waiter of
-    /// `mode` waits on.
-    fn wakes(&self, _message: &[u8], _mode: Self::Mode) -> bool {
-        true
-    }
-    /// Once nobody holds or waits: a try succeeds within the claim + 1 s
-    /// of the last lease's end, and every key but the fence floor lapses.
-    fn quiet(
-        &self,
-        m: &WaitModel<Self>,
-        server: &mut Server,
-        keys: &Keyspace,
-    ) -> Result<(), String>;
 }
 
 pub struct WaitModel<P: Primitive> {
@@ -293,9 +191,6 @@ pub enum Action {
     Exit(usize),
     Tick,
 }
-
-/// The server's clock, ahead of the clients' by this (milliseconds).
-pub const SERVER_OFFSET: i64 = 1_000_000_000;
 
 impl<P: Primitive> WaitModel<P> {
     /// The configurations' defaults: the lease the lock's configurations
@@ -1183,53 +1078,4 @@ impl<P: Primitive> Model for WaitModel<P> {
         out.extend(s.keys.show().into_iter().map(|l| format!("  {l}")));
         out
     }
-}
-
-/// `try_*` every 100 ms from `from` (server ms) for the claim + 1 s:
-/// whether it was granted, and the last reply.
-pub fn tries_succeed(
-    server: &mut Server,
-    keys: &Keyspace,
-    from: i64,
-    run: &Script,
-) -> Result<(), Reply> {
-    let mut probe = keys.clone();
-    let mut reply = Reply::Nil;
-    for k in 0..=((ms(p::GRANT_CLAIM) + 1000) / 100) {
-        probe.now_us = probe.now_us.max((from + 100 * k) * 1000);
-        reply = server
-            .eval(&mut probe, run.file, &run.keys, &run.args)
-            .reply;
-        if int(&reply).is_some() {
-            return Ok(());
-        }
-    }
-    Err(reply)
-}
-
-/// The keys left an hour later, but those named in `kept`.
-pub fn lapsed(keys: &Keyspace, kept: &[&[u8]]) -> Result<(), String> {
-    let mut later = keys.clone();
-    later.now_us += 3_600_000_000;
-    later.expire();
-    let left: Vec<String> = later
-        .keys
-        .keys()
-        .filter(|k| !kept.contains(&k.as_slice()))
-        .map(|k| String::from_utf8_lossy(k).into_owned())
-        .collect();
-    if left.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("keys of an unused name never lapse: {left:?}"))
-    }
-}
-
-/// The fence a holder key (`<token>#<fence>`) names.
-pub fn fence_of(keys: &Keyspace, key: &[u8]) -> Option<i64> {
-    let Some(crate::keyspace::Value::Str(v)) = keys.keys.get(key).map(|e| &e.value) else {
-        return None;
-    };
-    let at = v.iter().rposition(|&c| c == b'#')?;
-    String::from_utf8_lossy(&v[at + 1..]).parse().ok()
 }

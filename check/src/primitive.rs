@@ -1,0 +1,112 @@
+//! What a primitive tells the waiter model (`waiters.rs`): its scripts
+//! with the library's arguments, how many names an acquisition takes, and
+//! its properties. `semaphore.rs`, `rwlock.rs` and `multilock.rs` each
+//! implement it.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+
+use crate::keyspace::Keyspace;
+use crate::server::Server;
+use crate::waiters::WaitModel;
+
+/// One script run: the file, its keys and its arguments.
+pub struct Script {
+    pub file: &'static str,
+    pub keys: Vec<Vec<u8>>,
+    pub args: Vec<Vec<u8>>,
+}
+
+/// A holder as the checks see it: client, what it holds, its token.
+pub type Holder<M> = (usize, M, u8);
+
+/// What a primitive says to the waiter model: its scripts with the
+/// library's arguments, and its properties.
+pub trait Primitive: Sized {
+    /// What a client asks for (the semaphore: a permit; the read-write
+    /// lock: a read or the write hold).
+    type Mode: Copy + Debug + PartialEq + Eq + Hash;
+    /// Tags the quiescence verdicts this primitive memoizes.
+    const TAG: u8;
+    /// The acquire script of client `i`'s token `t` (`queue`: the waiter
+    /// registers; a try does not).
+    fn acquire(
+        &self,
+        m: &WaitModel<Self>,
+        i: usize,
+        mode: Self::Mode,
+        t: u8,
+        queue: bool,
+    ) -> Script;
+    /// The release (`leave`: a waiter gives up, its entry withdrawn).
+    fn release(
+        &self,
+        m: &WaitModel<Self>,
+        i: usize,
+        mode: Self::Mode,
+        t: u8,
+        leave: bool,
+    ) -> Script;
+    /// The renewal thread's renewal to `lease_ms` (replies 1 when renewed);
+    /// `exact`: the guard's `extend`, which may shorten it.
+    fn extend(
+        &self,
+        m: &WaitModel<Self>,
+        i: usize,
+        mode: Self::Mode,
+        t: u8,
+        lease_ms: i64,
+        exact: bool,
+    ) -> Script;
+    /// The renewal thread's look at the name alone (`mode`: what its
+    /// client asked of it).
+    fn look(&self, m: &WaitModel<Self>, i: usize, mode: Self::Mode) -> Script;
+    /// A waiter whose registration only decides whether a release
+    /// publishes (`Wait::patient`): it polls at most every 30 s.
+    fn patient(&self, mode: Self::Mode) -> bool;
+    /// Exclusion, and that every holder (valid in its own view) is known
+    /// to the server.
+    fn holders(&self, keys: &Keyspace, holders: &[Holder<Self::Mode>]) -> Result<(), String>;
+    /// The fence the server names now for each name (0: none; none may
+    /// ever go down).
+    fn fences_on_server(&self, keys: &Keyspace) -> Vec<i64>;
+    /// How many names an acquisition of `mode` takes, one after another
+    /// in this order (a multi-lock's canonical order).
+    fn names(&self, _mode: Self::Mode) -> u8 {
+        1
+    }
+    /// What is asked of name `k` (the acquisition's own mode when it takes
+    /// one name).
+    fn at(&self, mode: Self::Mode, _k: u8) -> Self::Mode {
+        mode
+    }
+    /// Every name at once, one token, never queueing (a multi-lock's
+    /// first try): the script, if the primitive has one.
+    fn acquire_all(
+        &self,
+        _m: &WaitModel<Self>,
+        _i: usize,
+        _mode: Self::Mode,
+        _t: u8,
+    ) -> Option<Script> {
+        None
+    }
+    /// Which of the primitive's names (the index of `fences_on_server`) a
+    /// hold of `mode` is of.
+    fn name_of(&self, _mode: Self::Mode) -> u8 {
+        0
+    }
+    /// Whether a message (`<client id>:<key>`) announces what a waiter of
+    /// `mode` waits on.
+    fn wakes(&self, _message: &[u8], _mode: Self::Mode) -> bool {
+        true
+    }
+    /// Once nobody holds or waits: a try succeeds within the claim + 1 s
+    /// of the last lease's end, and every key but the fence floor lapses.
+    fn quiet(
+        &self,
+        m: &WaitModel<Self>,
+        server: &mut Server,
+        keys: &Keyspace,
+    ) -> Result<(), String>;
+}
