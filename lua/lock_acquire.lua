@@ -53,7 +53,7 @@ if holder then
     return tonumber(string.match(holder, '#(%d+)$')) or 0
   end
   -- Open to the waiters: ours if our pop took it (queue.lua).
-  local fence = queue_take_open(lock, holder, q, qt, prefix, me, lease, ttl, tonumber(ARGV[5]), took, blocks)
+  local fence = queue_take_open(lock, holder, q, qt, prefix, me, lease, ttl, tonumber(ARGV[5]), took, blocks, true)
   if fence then
     return fence
   end
@@ -83,13 +83,8 @@ end
 -- of its own, and the reply an empty table).
 local head = nil
 if redis.call('EXISTS', open, q) > 0 then
-  if redis.call('EXISTS', open) == 1 then
-    -- A hand-over's claim window passed with its fence still on the open
-    -- list: no waiter was blocked for all of it, so the entries left are
-    -- of waiters that died or went away. Live ones queue again when they
-    -- look.
-    redis.call('DEL', open, q, qt, prefix .. 'told')
-  end
+  -- A hand-over whose claim window passed untaken (queue.lua).
+  queue_untaken(q, qt, prefix, true)
   head = queue_head(q, qt)
 end
 if head == nil or head == me then
@@ -102,7 +97,7 @@ if head == nil or head == me then
 end
 -- Free, yet a live waiter is ahead (the holder's lease ran out with nobody
 -- to hand the lock on): open it to the waiters now, then wait.
-local told = hand_on(lock, counter, q, qt, prefix, tonumber(ARGV[5]), ARGV[6], ARGV[7])
+local told = hand_on(lock, counter, q, qt, prefix, tonumber(ARGV[5]), ARGV[6], ARGV[7], true)
 announce(ARGV[6], ARGV[7], ARGV[8], told)
 if ttl > 0 then
   queue_join(q, qt, prefix, me, ttl, blocks)

@@ -22,7 +22,8 @@
 --          otherwise always publish
 -- ARGV[9]  'leave': a waiter gives up. Its queue entry is withdrawn
 --          first, and an open grant its pop took without its script
---          running is put back; a grant it took just as it gave up is then
+--          running, or one kept for it, is offered to the next waiter
+--          (queue.lua offer); a grant it took just as it gave up is then
 --          handed on like a release; a name opened as it gave up, with
 --          nobody left in the queue, is closed again. A holder never has either (taking the
 --          lock takes it off the queue), so a release skips that work:
@@ -42,31 +43,51 @@ local function release(k, a)
   local force, keep, queued, leave, fence = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9]
   local took = false
   if leave == 'leave' then
+    -- The oldest waiter leaving: a hand-over left on the open list for it
+    -- (it waited for messages and could take it, queue.lua) is the next
+    -- one's to take now, and that one must hear of it.
+    local oldest = redis.call('ZRANGE', q, 0, 0)[1] == token
     queue_leave(q, qt, prefix, token, false)
     took = redis.pcall('LPOP', prefix .. token)
     if type(took) == 'table' then
       took = false -- an ACL without LPOP: the pop was refused too
     end
     redis.call('DEL', prefix .. token)
+    -- A grant kept for this waiter (it waited for messages, queue.lua
+    -- offer) is its to pass on, as one its pop took.
+    local kept = redis.call('GET', prefix .. 'kept')
+    if kept and string.match(kept, '^[^#]*') == token then
+      redis.call('DEL', prefix .. 'kept')
+      took = string.match(kept, '#(%d+)$')
+    elseif not took and oldest then
+      local open = prefix .. 'open'
+      local f = redis.call('LINDEX', open, 0)
+      if f and redis.call('GET', lock) == 'rl:grant#' .. f then
+        redis.call('DEL', open)
+        took = f
+      end
+    end
   end
   local v = redis.call('GET', lock)
-  if v and took and v == 'rl:grant#' .. took then
-    -- Still open, with its fence taken off the list by our pop: put it back
-    -- for the next blocked waiter (only that fence: any other would let its
-    -- popper believe it holds a grant another may claim).
-    local open = prefix .. 'open'
-    redis.pcall('RPUSH', open, took)
-    redis.call('PEXPIRE', open, tonumber(claim) * 2)
-    return 0
-  end
+  local ours = v and took and v == 'rl:grant#' .. took
   if leave == 'leave' and v and string.match(v, '^[^#]*') == 'rl:grant'
-      and redis.call('EXISTS', q) == 0 and redis.call('EXISTS', prefix .. 'open') == 1 then
+      and redis.call('EXISTS', q) == 0
+      and (ours or redis.call('EXISTS', prefix .. 'open') == 1) then
     -- Opened as this waiter gave up, and nobody is left in the queue to take
     -- it: withdraw it, rather than hold the name up for the claim window.
     if keep ~= 'keep' then
       redis.call('DEL', lock, prefix .. 'open', counter)
     else
       redis.call('DEL', lock, prefix .. 'open')
+    end
+    return 0
+  end
+  if ours then
+    -- Still open, with its fence taken off the list by our pop (or kept
+    -- for us): offer it to the next waiter (only that fence: any other
+    -- would let its popper believe it holds a grant another may claim).
+    if offer(q, qt, prefix, took, tonumber(claim) * 2, true) == 'kept' then
+      announce(channel, message, '', false)
     end
     return 0
   end
@@ -86,7 +107,7 @@ local function release(k, a)
   -- No clock and no deadlines here: this runs before the next holder's reply.
   if redis.call('EXISTS', q) == 1 then
     -- The hand-over overwrites the lock key: no DEL first.
-    told = hand_on(lock, counter, q, qt, prefix, tonumber(claim), channel, message)
+    told = hand_on(lock, counter, q, qt, prefix, tonumber(claim), channel, message, true)
     opened = true
   else
     -- The holder's note (lock_note.lua) goes with it: a name nobody holds

@@ -42,6 +42,14 @@ if pttl > 0 then
   -- with the name free and this waiter blocked until its next look (found
   -- by the model checker, check/: "3 waiters, one frozen").
   if me ~= '' and not redis.call('ZSCORE', qt, me) then
+    -- Not a waiter that took the name (its claim left the queue, and this
+    -- look, made before, ran after it): queued again, it would stand at
+    -- the head for nobody, and a waiter that waits for messages behind
+    -- it could not take the next hand-over before the claim window had
+    -- passed (found by the model checker, check/: "one's block cut").
+    if string.match(redis.call('GET', lock) or '', '^[^#]*') == me then
+      return 0
+    end
     queue_join(q, qt, prefix, me, ttl, true)
   end
   return pttl
@@ -53,17 +61,14 @@ end
 if pttl == 0 then
   return 1 -- under a millisecond left
 end
-local open = prefix .. 'open'
-if redis.call('EXISTS', open) == 1 then
-  -- As in lock_acquire.lua: a hand-over nobody blocked took.
-  redis.call('DEL', open, q, qt, prefix .. 'told')
-end
+-- As in lock_acquire.lua: a hand-over whose claim window passed untaken.
+queue_untaken(q, qt, prefix, true)
 if me ~= '' then
   -- Still waiting (the queue may have lapsed, been purged or flushed).
   queue_join(q, qt, prefix, me, ttl, true)
 elseif redis.call('EXISTS', q) == 0 then
   return 0
 end
-local told = hand_on(lock, counter, q, qt, prefix, claim, ARGV[5], ARGV[6])
+local told = hand_on(lock, counter, q, qt, prefix, claim, ARGV[5], ARGV[6], true)
 announce(ARGV[5], ARGV[6], ARGV[7], told)
 return claim

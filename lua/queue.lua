@@ -15,7 +15,8 @@
 --     told list (a waiter that blocks)
 --   queue_head(q, qt) -> the oldest live waiter's token (or nil); drops
 --     the lapsed ones on the way
---   hand_on(lock, counter, q, qt, prefix, claim_ms, channel, message) -> told
+--   hand_on(lock, counter, q, qt, prefix, claim_ms, channel, message,
+--     ordered) -> told
 --     Opens the name to its waiters for claim_ms: the lock holds
 --     "rl:grant#<fence>" (a fence drawn now) and the open list
 --     prefix..'open' holds that fence. Blocking waiters are blocked in
@@ -36,14 +37,32 @@
 --     waiters, publish.lua name_watchers), whose clients look at the
 --     name once the claim window has passed, unless watchers were named
 --     in the last 50 ms (prefix..'named', which lapses by then).
+--     ordered (the lock's queue, which keeps arrival order; a write
+--     lock's does not): when the queue's live head waits for messages (a
+--     fair waiter a Cluster redirection, a broken connection or an ACL
+--     stopped blocking, or a plain one in its last second), the fence is
+--     kept for it (prefix..'kept' = "<token>#<fence>", see offer) instead
+--     of going onto the open list, where a later waiter that blocks
+--     would pop it, and published for it; a message is then needed
+--     (the returned told is false), and only then.
+--   offer(q, qt, prefix, fence, twice_ms, ordered) -> 'kept', 'open' or
+--     nil (the push refused): where a hand-over's fence goes (see hand_on)
+--   queue_untaken(q, qt, prefix, ordered): the name fell free with a
+--     hand-over's claim window passed untaken: a head it was kept for is
+--     dropped (it died, froze or lost its message); found on the open
+--     list, the waiters that block are dropped (none was blocked all
+--     along: dead, or between round trips, they queue again when they
+--     look), and in a queue that is not ordered everyone. A head that
+--     died costs one claim window; the waiters behind it keep their order.
 --   queue_taken(q, qt, ttl_ms, blocks): a waiter whose entries live ttl_ms
 --     took a hand-over; the queue lives on for the others
 --   queue_take_open(lock, holder, q, qt, prefix, me, lease_ms, ttl_ms,
---     claim_ms, took, blocks) -> the fence, or nil: the name is open
---     ("rl:grant#<fence>" in holder) and it is me's to take, because my pop
---     took that very fence (took), or, while the fence is still on the open
---     list (no blocked waiter was there to take it), because me is queued
---     and waits for messages. A fence that is not the open grant's is
+--     claim_ms, took, blocks, ordered) -> the fence, or nil: the name is
+--     open ("rl:grant#<fence>" in holder) and it is me's to take, because
+--     my pop took that very fence (took), or it was kept for me, or,
+--     while the fence is still on the open list (no blocked waiter was
+--     there to take it), because me is queued (ordered: me is the live
+--     head) and waits for messages. A fence that is not the open grant's is
 --     never a right to it: a popped grant can stand unclaimed (held_by),
 --     and only its popper may take it. (The open list holds one fence at
 --     most: hand_on runs only while nothing is open, and a fence goes back
@@ -80,10 +99,15 @@ local function queue_join(q, qt, prefix, token, ttl, blocks)
   redis.call('ZADD', qt, string.format('%d', deadline), token)
   live_for(q, ttl * 2)
   live_for(qt, ttl * 2)
+  local told = prefix .. 'told'
   if not blocks then
-    local told = prefix .. 'told'
     redis.call('ZADD', told, string.format('%d', deadline), token)
     live_for(told, ttl * 2)
+  else
+    -- Blocking again (a plain lock's waiter after a Cluster redirection
+    -- waited for messages a while): a grant kept for it would wait
+    -- unseen (see offer).
+    redis.call('ZREM', told, token)
   end
 end
 
@@ -141,7 +165,69 @@ end
 -- tenth, and 20 ms) less the claim.
 local WATCHED_MS = '50'
 
-local function hand_on(lock, counter, q, qt, prefix, claim, channel, message)
+-- Where a hand-over's fence goes (see hand_on): kept for the queue's head
+-- when the queue keeps its order (ordered) and that head waits for
+-- messages, else onto the open list. Returns 'kept', 'open', or nil when
+-- the push was refused (an ACL without RPUSH).
+local function offer(q, qt, prefix, fence, twice, ordered)
+  local told = prefix .. 'told'
+  if ordered and redis.call('EXISTS', told) == 1 then
+    -- The clock only here: a fair queue's waiters all block, unless a
+    -- Cluster redirection, a broken connection or an ACL stopped them.
+    local head = queue_head(q, qt)
+    if head and redis.call('ZSCORE', told, head) then
+      redis.call('SET', prefix .. 'kept', head .. '#' .. fence, 'PX', twice)
+      return 'kept'
+    end
+  end
+  -- No open list is left from before: one is taken by a pop, removed by
+  -- the waiter that takes it otherwise, or purged once it lapses.
+  local open = prefix .. 'open'
+  local pushed = redis.pcall('RPUSH', open, fence)
+  if type(pushed) == 'table' then
+    return nil
+  end
+  -- Outlives the claim: found after it, it proves nobody took the grant.
+  redis.call('PEXPIRE', open, twice)
+  return 'open'
+end
+
+-- A hand-over's claim window passed untaken (the name is free again): the
+-- waiters it was for lose their places. Kept for the head: that head
+-- (it waits for messages, and took no grant in a whole claim window: it
+-- died, froze or lost its message). On the open list: every waiter that
+-- blocks (none was blocked for all of it: they died, or were between
+-- round trips, and queue again when they look), and in a queue that does
+-- not keep its order, everyone. In one that does, the waiters that wait
+-- for messages keep their places: the next hand-over goes to the oldest.
+local function queue_untaken(q, qt, prefix, ordered)
+  local open, kept, told = prefix .. 'open', prefix .. 'kept', prefix .. 'told'
+  -- The usual case, one call: nothing was left untaken.
+  if redis.call('EXISTS', open, kept) == 0 then
+    return
+  end
+  local k = redis.call('GET', kept)
+  if k then
+    queue_leave(q, qt, prefix, string.match(k, '^[^#]*'), false)
+    redis.call('DEL', kept)
+  end
+  if redis.call('EXISTS', open) == 0 then
+    return
+  end
+  if not (ordered and redis.call('EXISTS', told) == 1) then
+    redis.call('DEL', open, q, qt, told)
+    return
+  end
+  redis.call('DEL', open)
+  for _, w in ipairs(redis.call('ZRANGE', q, 0, -1)) do
+    if not redis.call('ZSCORE', told, w) then
+      redis.call('ZREM', q, w)
+      redis.call('ZREM', qt, w)
+    end
+  end
+end
+
+local function hand_on(lock, counter, q, qt, prefix, claim, channel, message, ordered)
   -- Times go to the server as text, formatted once: a Lua number handed to
   -- redis.call is printed with %.17g, about 1.2K instructions each (five of
   -- them were 5 % of a release's server work, callgrind).
@@ -153,15 +239,10 @@ local function hand_on(lock, counter, q, qt, prefix, claim, channel, message)
   redis.call('PEXPIRE', q, twice)
   redis.call('PEXPIRE', qt, twice)
   redis.call('SET', lock, holder_value('rl:grant', fence), 'PX', window)
-  -- No open list is left from before: one is taken by a pop, removed by
-  -- the waiter that takes it otherwise, or purged once it lapses.
-  local open = prefix .. 'open'
-  local pushed = redis.pcall('RPUSH', open, string.format('%d', fence))
-  if type(pushed) == 'table' then
+  local where = offer(q, qt, prefix, string.format('%d', fence), twice, ordered)
+  if where == nil then
     return false
   end
-  -- Outlives the claim: found after it, it proves nobody took the grant.
-  redis.call('PEXPIRE', open, twice)
   -- Watchers named less than WATCHED_MS ago look late enough for this
   -- hand-over too: named at t, they look at t + 0.57 s at the earliest
   -- (src/wakeup/watch.rs), when a grant made by t + 0.07 s and left
@@ -174,6 +255,11 @@ local function hand_on(lock, counter, q, qt, prefix, claim, channel, message)
   if channel ~= '' and redis.call('EXISTS', named) == 0
       and name_watchers(channel, message, hand_on_watchers(q, prefix)) then
     redis.call('SET', named, '1', 'PX', WATCHED_MS)
+  end
+  if ordered then
+    -- Only the head may take it: the others' messages would wake them
+    -- for nothing.
+    return where ~= 'kept'
   end
   return redis.call('EXISTS', prefix .. 'told') == 0
 end
@@ -196,14 +282,23 @@ local function queue_taken(q, qt, ttl, blocks)
   end
 end
 
-local function queue_take_open(lock, holder, q, qt, prefix, me, lease, ttl, claim, took, blocks)
+local function queue_take_open(lock, holder, q, qt, prefix, me, lease, ttl, claim, took, blocks, ordered)
   if string.match(holder, '^[^#]*') ~= 'rl:grant' then
     return nil
   end
   local open = prefix .. 'open'
   local f = string.match(holder, '#(%d+)$')
+  local kept = false
   if took then
     if took ~= f then
+      return nil
+    end
+  elseif ordered then
+    -- Kept for me, or on the open list while I am the oldest waiter (a
+    -- blocked one pops it first; one ahead of me between round trips
+    -- loses its place only once the claim window has passed).
+    kept = f ~= nil and redis.call('GET', prefix .. 'kept') == me .. '#' .. f
+    if not (kept or (redis.call('EXISTS', open) == 1 and queue_head(q, qt) == me)) then
       return nil
     end
   elseif not (redis.call('EXISTS', open) == 1 and redis.call('ZSCORE', q, me)) then
@@ -217,7 +312,9 @@ local function queue_take_open(lock, holder, q, qt, prefix, me, lease, ttl, clai
   redis.call('SET', lock, holder_value(me, fence), 'PX', ms)
   queue_leave(q, qt, prefix, me, blocks)
   queue_taken(q, qt, ttl, blocks)
-  if not took then
+  if kept then
+    redis.call('DEL', prefix .. 'kept')
+  elseif not took then
     redis.call('DEL', open)
   end
   return fence

@@ -60,7 +60,7 @@ if holder then
     return tonumber(string.match(holder, '#(%d+)$')) or 0
   end
   -- Open to the writers: ours if our pop took it (queue.lua).
-  local fence = queue_take_open(writer, holder, q, qt, prefix, me, lease, ttl, claim, took, blocks)
+  local fence = queue_take_open(writer, holder, q, qt, prefix, me, lease, ttl, claim, took, blocks, false)
   if fence then
     if redis.call('EXISTS', q) == 0 then
       redis.call('DEL', prefix .. 'alive') -- no writer waits now

@@ -50,10 +50,12 @@ fn arrives_within(t: JoinHandle<(Instant, bool)>, since: Instant, bound: Duratio
 /// the lock for it at most every 5 s (a script and one PTTL).
 #[test]
 fn idle_lock_waiters_cost_the_server_nothing() {
-    let server = Server::start();
-    let holder = client_with(&server, |b| b);
-    let mut con = server.con();
     for fair in [false, true] {
+        // A server each: the plain lock's last look at its name (after
+        // its last release) must not count against the fair lock.
+        let server = Server::start();
+        let holder = client_with(&server, |b| b);
+        let mut con = server.con();
         let name = if fair { "idle:fair" } else { "idle:plain" };
         let lock = |c: &Client| {
             if fair {
@@ -1382,4 +1384,55 @@ fn a_fair_locks_short_waiter_keeps_its_turn() {
         println!("FIGURES A waits {a_wait:?}, released after {release_after:?}: {order:?}");
         assert_eq!(order.first(), Some(&("A", true)), "{order:?}");
     }
+}
+
+/// Reproduction (issue 53, on one server): a fair lock's oldest waiter
+/// whose blocked connection broke blocked again, behind every waiter
+/// blocked meanwhile, and Redis served those first (the order came out
+/// B C A). A waiter whose block was cut short has lost its place among
+/// the blocked: it waits for messages from then on, and the hand-over
+/// keeps the grant for it as the oldest (lua/queue.lua `offer`).
+#[test]
+fn a_fair_waiter_whose_block_was_cut_keeps_its_turn() {
+    let server = Server::start();
+    let mut admin = server.con();
+    let proxy = common::proxy::Proxy::start(server.port());
+    let holder = client_with(&server, |b| b);
+    let g = holder.fair_lock("cut").acquire().unwrap();
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let waiter = |who: &'static str, url: String| {
+        let order = order.clone();
+        std::thread::spawn(move || {
+            let c = no_poll(&url);
+            let got = c.fair_lock("cut").acquire_timeout(Duration::from_secs(10));
+            order
+                .lock()
+                .unwrap()
+                .push((who, matches!(got, Ok(Some(_)))));
+            std::thread::sleep(Duration::from_millis(50));
+        })
+    };
+    let a = waiter("A", proxy.url());
+    common::queued(&mut admin, "{cut}:queue", 1);
+    assert!(eventually(Duration::from_secs(5), || blocked_clients(
+        &mut admin
+    ) == 1));
+    // A's connections break: its block ends early.
+    proxy.cut_all();
+    let b = waiter("B", server.url());
+    common::queued(&mut admin, "{cut}:queue", 2);
+    let c = waiter("C", server.url());
+    common::queued(&mut admin, "{cut}:queue", 3);
+    // B and C blocked; A back, its subscription live again.
+    assert!(eventually(Duration::from_secs(5), || blocked_clients(
+        &mut admin
+    ) >= 2));
+    std::thread::sleep(Duration::from_millis(500));
+    drop(g);
+    for w in [a, b, c] {
+        w.join().unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    println!("FIGURES granted after A's block was cut: {order:?}");
+    assert_eq!(order, [("A", true), ("B", true), ("C", true)]);
 }

@@ -289,7 +289,7 @@ impl CountDownLatch {
         // fan-out). Nor for a short wait, or the end of a long one (see
         // `blocks_now`, the rule the waiting loop asks too): it registers
         // for the message then.
-        let blocks = || blocks_now(backend, false, deadline) && !backend.is_cluster();
+        let blocks = || blocks_now(backend, None, deadline) && !backend.is_cluster();
         // A waiter that waits for messages is registered while it waits:
         // the opening is published only then. One that blocks registers
         // when it blocks (its look, behind which it pops).
@@ -330,7 +330,7 @@ impl CountDownLatch {
                     // Its read of the round just now was the first look.
                     looked: true,
                     direct: blocks().then_some(ROOM_CHUNK),
-                    keeps_blocking: false,
+                    place: None,
                     signalled: Some(&signalled),
                     patient: true,
                     // A latch's opening is no hand-over.

@@ -10,6 +10,7 @@ use crate::backend::{Answer, Blocked, BlockingGrant, Pop};
 use crate::error::{Error, Result};
 use crate::lease::context::Context;
 use crate::lease::reentrancy::{self, Held, HoldKey};
+use crate::protocol::blocking::Place;
 use crate::protocol::clean_up::{goes_on, undos, Undo};
 use crate::protocol::lease_state::LeaseState;
 use crate::protocol::timing::{first_look, NAME_LOOK_AFTER, ROOM_CHUNK};
@@ -45,7 +46,8 @@ pub(super) fn attempt(
             let _ = client.backend().confirm(&stale.release.call());
         }
     }
-    let mut acquisition = Acquisition::new(client, make, deadline)?;
+    let place = Place::default();
+    let mut acquisition = Acquisition::new(client, make, deadline, &place)?;
     *about = Some((acquisition.spec.what, acquisition.spec.name.clone()));
     let valid = valid_for(client, acquisition.spec.lease)?;
     let spec = &acquisition.spec;
@@ -60,7 +62,7 @@ pub(super) fn attempt(
             Some(_) if client.backend().grants_directly() => Some(ROOM_CHUNK),
             _ => None,
         },
-        keeps_blocking: spec.direct.as_ref().is_some_and(|d| d.ordered),
+        place: acquisition.place,
         signalled: None,
         patient: spec.patient,
         watch: match (&spec.direct, &spec.look) {
@@ -98,6 +100,9 @@ struct Acquisition<'a> {
     /// The renewal thread's looks for this waiter while it is blocked (see
     /// `Direct::watch`), for the current token.
     watching: Option<Arc<LeaseState>>,
+    /// A fair waiter's place among the blocked (see [`Place`]); `None`
+    /// where the turn is not that place.
+    place: Option<&'a Place>,
     /// The current token may hold a grant nobody confirmed: an attempt's
     /// outcome was unknown, and no reply has decided since (a repeat that
     /// could not even be sent does not).
@@ -117,10 +122,13 @@ impl<'a> Acquisition<'a> {
         client: &'a Context,
         make: &'a dyn Fn(&Arc<str>) -> Result<Spec>,
         deadline: Option<Instant>,
+        place: &'a Place,
     ) -> Result<Acquisition<'a>> {
         let token = client.new_token();
         let spec = make(&token)?;
+        let ordered = spec.direct.as_ref().is_some_and(|d| d.ordered);
         Ok(Acquisition {
+            place: ordered.then_some(place),
             client,
             make,
             deadline,
@@ -139,7 +147,25 @@ impl<'a> Acquisition<'a> {
     fn step(&mut self, block: Option<Duration>) -> Result<Attempt<Granted>> {
         // A lease granted in this round trip started after this instant.
         let at = Instant::now();
-        match self.send(block) {
+        let sent = self.send(block);
+        // A block cut short (an error, a broken connection, a slot moved
+        // under it) takes a fair waiter's place among the blocked, and so
+        // does a server that stopped granting directly (`blocks_now`).
+        // It waits for messages from then on: the renewal thread's looks
+        // for a blocked waiter end (its look would queue it again as one
+        // that blocks, and a hand-over would then go onto the open list,
+        // for a later waiter that blocks to pop).
+        if let (Some(place), Some(_)) = (self.place, block) {
+            if sent.as_ref().map_or(true, |b| b.cut) {
+                place.lose();
+            }
+        }
+        if self.place.is_some_and(|p| !p.held()) {
+            if let Some(w) = self.watching.take() {
+                w.finish();
+            }
+        }
+        match sent {
             Ok(Blocked {
                 reply: Answer::Granted(fence),
                 short,
@@ -215,6 +241,7 @@ impl<'a> Acquisition<'a> {
                     popped: false,
                     short: None,
                     sent: None,
+                    cut: false,
                 })
             }
         }
@@ -223,8 +250,7 @@ impl<'a> Acquisition<'a> {
     /// Whether this waiter blocks on the server for its grant now, as the
     /// waiting loop decides it (`Wakeup::acquire`).
     fn blocks(&self) -> bool {
-        let ordered = self.spec.direct.as_ref().is_some_and(|d| d.ordered);
-        blocks_now(self.client.backend(), ordered, self.deadline)
+        blocks_now(self.client.backend(), self.place, self.deadline)
     }
 
     /// Busy for `wait` ms: the grant was decided, and a waiter that blocks

@@ -89,7 +89,7 @@ pub(crate) struct Direct {
     /// lock: a pop alone takes the grant, with no script behind it to
     /// look at the queue), so a waiter blocks until its deadline however
     /// near it is: one that waited for messages instead would lose its
-    /// turn to any later waiter blocked (see `Wait::keeps_blocking`).
+    /// turn to any later waiter blocked (see `Wait::place`).
     pub(crate) ordered: bool,
 }
 

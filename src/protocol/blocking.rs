@@ -1,8 +1,39 @@
 //! When a waiter blocks on the server for a direct grant, and for how
 //! long, so that every wait ends at its deadline to the millisecond: rules
-//! given the deadline and the time.
+//! given the deadline and the time, and a fair waiter's place among the
+//! blocked.
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
+
+/// A fair lock's waiter's turn is its place among the blocked: its pop
+/// alone takes the grant, with no script to look at the queue, and Redis
+/// serves the connection blocked longest. The place lasts while the waiter
+/// stays blocked. Once a block is cut short (a Cluster redirection, a
+/// connection broken or late, direct grants paused or refused, no
+/// connection to block on), the place is gone: a waiter that blocked
+/// again would be served after every later one already blocked (after a
+/// slot move, whichever blocked again first was granted first). So from
+/// then on it waits for messages, never blocking again; its queue entry
+/// keeps its arrival and says so, and a hand-over keeps the grant for it
+/// once it is the oldest (lua/queue.lua `offer`).
+#[derive(Debug, Default)]
+pub(crate) struct Place {
+    lost: Cell<bool>,
+}
+
+impl Place {
+    /// Whether the waiter still has its place among the blocked.
+    pub(crate) fn held(&self) -> bool {
+        !self.lost.get()
+    }
+
+    /// The waiter's block was cut short, or it could not block: its place
+    /// is gone for the rest of its wait.
+    pub(crate) fn lose(&self) {
+        self.lost.set(true);
+    }
+}
 
 /// Whether a wait with this deadline is still long enough to block on the
 /// server: the server times a blocked pop out in steps of its clock tick
@@ -14,7 +45,7 @@ use std::time::{Duration, Instant};
 /// by the waiter's attempts, which say in their queue entry that they wait
 /// for messages (`Direct::by_message`, the latch's message registration)
 /// once it is `false`: time only moves on, so both sides agree from then on.
-/// Not asked for a waiter that keeps blocking (`Wait::keeps_blocking`).
+/// Not asked for a waiter whose turn is its [`Place`] (`Wait::place`).
 pub(crate) fn worth_blocking(deadline: Option<Instant>, now: Instant) -> bool {
     deadline.is_none_or(|d| d.saturating_duration_since(now) >= SHORT_WAIT)
 }
@@ -40,7 +71,7 @@ pub(crate) fn block_for(
 
 #[cfg(test)]
 mod tests {
-    use super::{block_for, worth_blocking, SHORT_WAIT};
+    use super::{block_for, worth_blocking, Place, SHORT_WAIT};
     use std::time::{Duration, Instant};
 
     const MS: Duration = Duration::from_millis(1);
@@ -52,6 +83,14 @@ mod tests {
         assert!(worth_blocking(Some(now + SHORT_WAIT), now));
         assert!(!worth_blocking(Some(now + SHORT_WAIT - MS), now));
         assert!(!worth_blocking(Some(now), now + MS));
+    }
+
+    #[test]
+    fn a_place_once_lost_stays_lost() {
+        let place = Place::default();
+        assert!(place.held());
+        place.lose();
+        assert!(!place.held());
     }
 
     #[test]

@@ -7,19 +7,30 @@ use std::time::{Duration, Instant};
 
 use crate::backend::Backend;
 use crate::error::{ErrorKind, Result};
-use crate::protocol::blocking::worth_blocking;
+use crate::protocol::blocking::{worth_blocking, Place};
 
 /// Whether a waiter that can block for a direct grant does so now: the
-/// server grants directly (an old ACL may refuse it meanwhile), and the
-/// waiter keeps blocking or its deadline is far enough
+/// server grants directly (an old ACL may refuse it meanwhile, a Cluster
+/// redirection pause it), and the waiter whose turn is its `place` among
+/// the blocked still has it (a server that does not grant directly now
+/// takes it: see [`Place`]), or the deadline of one without is far enough
 /// ([`worth_blocking`]). The waiting loop and the waiter's attempts (the
 /// queue entry they write) both ask this, so they agree.
 pub(crate) fn blocks_now(
     backend: &Backend,
-    keeps_blocking: bool,
+    place: Option<&Place>,
     deadline: Option<Instant>,
 ) -> bool {
-    backend.grants_directly() && (keeps_blocking || worth_blocking(deadline, Instant::now()))
+    let direct = backend.grants_directly();
+    match place {
+        Some(place) => {
+            if !direct {
+                place.lose();
+            }
+            place.held()
+        }
+        None => direct && worth_blocking(deadline, Instant::now()),
+    }
 }
 
 /// The result of a wait without deadline: it ends with the hold or an

@@ -31,7 +31,7 @@ mod sharded;
 mod subscriber;
 mod watch;
 
-use crate::protocol::blocking::{block_for, SHORT_WAIT};
+use crate::protocol::blocking::{block_for, Place, SHORT_WAIT};
 pub(crate) use crate::protocol::tries::Attempt;
 use crate::protocol::tries::{Step, Tries};
 pub(crate) use deadlines::{blocks_now, deadline_after, waited};
@@ -73,12 +73,14 @@ pub(crate) struct Wait<'a> {
     pub(crate) looked: bool,
     /// Block on the server for a direct grant, this long per round trip.
     pub(crate) direct: Option<Duration>,
-    /// Block until the deadline however near it is, rather than wait for
-    /// messages for its last [`SHORT_WAIT`] (see `protocol::blocking::worth_blocking`): the
-    /// waiter's turn is its place among the blocked, which it would lose
-    /// to any later blocked waiter (a fair lock). Such a wait may end up
-    /// to a server clock tick late.
-    pub(crate) keeps_blocking: bool,
+    /// The waiter's turn is its place among the blocked (a fair lock):
+    /// it blocks until the deadline however near it is, rather than wait
+    /// for messages for its last [`SHORT_WAIT`] (see
+    /// `protocol::blocking::worth_blocking`), which would lose its turn to
+    /// any later blocked waiter; such a wait may end up to a server clock
+    /// tick late. Once the place is lost (a block cut short), it waits for
+    /// messages for the rest of its wait (see [`Place`]).
+    pub(crate) place: Option<&'a Place>,
     /// Set when an announcement of `key` (a message, or a local notify)
     /// arrived, as opposed to a nudge or a timeout: for keys that name a
     /// single event (a latch round opening), the announcement itself is
@@ -246,7 +248,7 @@ impl Wakeup {
             jump,
             looked,
             direct,
-            keeps_blocking,
+            place,
             signalled,
             patient,
             watch,
@@ -273,9 +275,9 @@ impl Wakeup {
         // directly (an old ACL may refuse it meanwhile), and the deadline
         // must be far enough (see `worth_blocking`). Once it is not, the
         // waiter waits for messages for the rest of its wait.
-        let blocking = || direct.filter(|_| blocks_now(&self.backend, keeps_blocking, deadline));
+        let blocking = || direct.filter(|_| blocks_now(&self.backend, place, deadline));
         // Blocks end that long before the deadline (see `block_for`).
-        let tail = if keeps_blocking {
+        let tail = if place.is_some() {
             Duration::ZERO
         } else {
             SHORT_WAIT

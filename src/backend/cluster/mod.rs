@@ -223,6 +223,7 @@ impl ClusterLeader {
                 popped: false,
                 short: None,
                 sent: Some(sent),
+                cut: true,
             })
         };
         let Some(node) = call.keys.first().and_then(|k| self.masters.master_of(k)) else {

@@ -63,6 +63,11 @@ pub(crate) struct Blocked {
     /// the block (on Cluster, once the slot moved under the block): its
     /// full lease counts from then, not from the block's sending.
     pub(crate) sent: Option<Instant>,
+    /// The waiter was not blocked for the whole attempt (no connection to
+    /// block on, the connection broke while blocked, the slot moved under
+    /// the block): a fair waiter's place among the blocked is gone
+    /// (`protocol::blocking::Place`).
+    pub(crate) cut: bool,
 }
 
 /// A connection's worth of blocking, returned when dropped.
@@ -124,7 +129,9 @@ impl Node {
             // look once without blocking, which renews our entry; a grant
             // made to us meanwhile waits on our list or names our token.
             let args = popped_args(call);
-            return self.after_pop(&call.with_args(&args), undo, deadline, false);
+            return self
+                .after_pop(&call.with_args(&args), undo, deadline, false)
+                .map(|b| Blocked { cut: true, ..b });
         };
         let mut replies = replies.into_iter();
         let popped = self.pop_outcome(replies.next().unwrap_or(Value::Nil));
@@ -293,6 +300,7 @@ impl Node {
                 popped,
                 short: Some((at, POPPED_LEASE)),
                 sent: None,
+                cut: false,
             }),
             // Reading what the pop took is not allowed (an ACL with BLMOVE
             // but without LPOP): wait for messages instead.
@@ -303,6 +311,7 @@ impl Node {
                     popped: false,
                     short: None,
                     sent: None,
+                    cut: false,
                 })
             }
             Err(e) => Err(e),
@@ -347,6 +356,7 @@ impl Node {
                     popped: false,
                     short: None,
                     sent: None,
+                    cut: false,
                 })
             }
             Value::ServerError(e) => Err(redis::RedisError::from(e).into()),
@@ -355,6 +365,7 @@ impl Node {
                 popped,
                 short: None,
                 sent: None,
+                cut: false,
             }),
         }
     }
@@ -439,6 +450,7 @@ fn popped_grant(
         popped: true,
         short: Some((at, Duration::from_millis(ms as u64))),
         sent: None,
+        cut: false,
     })
 }
 
