@@ -59,6 +59,7 @@ fn lock_model(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> LockModel {
         horizon_ms,
         response_ms: 2_000,
         exits: true,
+        reblocks: false,
     }
 }
 
@@ -178,6 +179,15 @@ pub fn all() -> Vec<Config> {
             model: staying(three(), Faults::only(1, &[Fault::Freeze]), 10_000),
             expect: Expect::Holds,
             depth: 24,
+        },
+        // Found "a fair waiter whose block was cut (a Cluster slot move)
+        // blocks again behind later waiters and is served after them"
+        // before `protocol::blocking::Place` and lua/queue.lua `offer`.
+        Config {
+            name: "lock: 3 waiters, one's block cut (a slot move), nobody exits",
+            model: staying(three(), Faults::only(1, &[Fault::Cut]), 10_000),
+            expect: Expect::Holds,
+            depth: 40,
         },
         // Found as a known bug: a holder whose grant came by a pop loses
         // its release (a lost message) and the releaser of the hand-over
@@ -299,6 +309,19 @@ pub fn all() -> Vec<Config> {
             model: Checked::MultiLock(MultiModel::new(
                 MultiLock,
                 wait_and_release(&[Names::multi(0, 2), Names::multi(0, 2), Names::lock(1)]),
+                Faults::only(1, &[LostRequest, LostReply, Crash, Fault::LostMessage]),
+            )),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        // A fair lock's waiters wait for messages once their place among
+        // the blocked is lost (a Cluster slot move, a broken connection:
+        // `protocol::blocking::Place`); the hand-over keeps their order.
+        Config {
+            name: "lock: 3 waiters waiting for messages (a fair lock's after a slot move), 1 fault",
+            model: Checked::MultiLock(MultiModel::new(
+                MultiLock,
+                wait_and_release(&[Names::lock(0); 3]),
                 Faults::only(1, &[LostRequest, LostReply, Crash, Fault::LostMessage]),
             )),
             expect: Expect::Holds,

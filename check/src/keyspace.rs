@@ -234,6 +234,20 @@ impl Keyspace {
         }
     }
 
+    /// `member`'s place in the sorted set `k` (0: the first), if there.
+    pub fn rank(&self, k: &[u8], member: &[u8]) -> Option<usize> {
+        let z = self.zset(k).ok()??;
+        z.iter().position(|(_, m)| m == member)
+    }
+
+    /// The string at `k`, if there.
+    pub fn string(&self, k: &[u8]) -> Option<&[u8]> {
+        match self.get(k).map(|e| &e.value) {
+            Some(Value::Str(s)) => Some(s),
+            _ => None,
+        }
+    }
+
     /// The earliest expiry still ahead, in server milliseconds.
     pub fn next_expiry(&self) -> Option<i64> {
         self.keys.values().filter_map(|e| e.expires).min()

@@ -44,6 +44,10 @@ pub struct LockModel {
     /// Whether a client that has done its operations may exit (its
     /// renewal thread, and the looks it would make, gone with it).
     pub exits: bool,
+    /// A waiter whose block was cut blocks again (the rule before
+    /// `protocol::blocking::Place`, kept for the checker's own tests);
+    /// else it waits for messages, as the library's does.
+    pub reblocks: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -52,6 +56,10 @@ enum CallKind {
     Grant,
     /// lua/lock_acquire.lua that never queues.
     Try,
+    /// lua/lock_acquire.lua for a waiter that waits for messages (a fair
+    /// waiter whose place among the blocked was lost:
+    /// `protocol::blocking::Place`, `Direct::by_message`).
+    ByMessage,
     /// lua/lock_acquire.lua with `'popped'`, after a pop that granted
     /// nothing (`Node::after_pop`).
     AfterPop,
@@ -87,6 +95,14 @@ enum Main {
         seq: u32,
         served: Option<Served>,
     },
+    /// Waiting for a release message, or until `until` (the busy reply's
+    /// hint, at most the fallback poll, never past the deadline). A
+    /// message sets `until` to now (delivered: lost messages are not
+    /// modelled for these waiters).
+    Listening {
+        token: u8,
+        until: i64,
+    },
 }
 
 /// What a client believes it holds (its `LeaseState`).
@@ -116,6 +132,17 @@ struct Client {
     /// When its acquisition last blocked (the order Redis serves the
     /// blocked in), until it holds or gives up.
     blocked: Option<u32>,
+    /// Its block was cut: it waits for messages for the rest of this
+    /// acquisition (`Place::lose`).
+    lost_place: bool,
+    /// Since its block was cut, an attempt of its has reached the server,
+    /// which knows from then on that it waits for messages (until then it
+    /// is a waiter between round trips, whose turn any blocked one takes).
+    told: bool,
+    /// A release message reached its channel since its last attempt was
+    /// made: its next wait ends at once (`Wakeup::acquire` drains the
+    /// channel only before an attempt).
+    heard: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -127,6 +154,9 @@ pub struct State {
     offset: i64,
     clients: Vec<Client>,
     faults: u8,
+    /// Blocks cut (they count against the fault budget, but excuse no
+    /// disorder).
+    cuts: u8,
     exits: u8,
     seq: u32,
     /// The largest fence the lock key has named.
@@ -157,9 +187,16 @@ pub enum Action {
     Exit(usize),
     StepBack,
     Tick,
+    /// A blocked waiter's connection breaks.
+    Cut(usize),
+    /// A waiter that waits for messages attempts (a message, or its wait
+    /// ran out).
+    Retry(usize),
 }
 
 pub(crate) const NAME: &str = "{n}";
+/// The clients' fallback poll (`ClientBuilder::fallback_poll`).
+const FALLBACK_MS: i64 = 2_000;
 pub(crate) const FLOOR: &[u8] = b"redlease:fence-floor";
 pub(crate) const CHANNEL: &[u8] = b"redlease:wake";
 
@@ -208,6 +245,18 @@ impl LockModel {
     /// `AcquireArgs` (and `"popped"` behind a pop, as `Node::grant_blocking`
     /// adds it).
     fn acquire_args(&self, client: usize, t: u8, queue: bool, popped: bool) -> Vec<Vec<u8>> {
+        self.acquire_args_as(client, t, queue, queue, popped)
+    }
+
+    /// [`LockModel::acquire_args`], saying whether the waiter blocks.
+    fn acquire_args_as(
+        &self,
+        client: usize,
+        t: u8,
+        queue: bool,
+        blocks: bool,
+        popped: bool,
+    ) -> Vec<Vec<u8>> {
         let (tok, lease, prefix, announce) = (
             token(client, t),
             b(self.lease_ms),
@@ -217,11 +266,17 @@ impl LockModel {
         let mut a = p::lock::AcquireArgs {
             token: &tok,
             lease_ms: &lease,
-            queue_ttl: if queue { p::ROOM_ENTRY } else { Duration::ZERO },
+            // A message waiter's entry lives as `Wakeup::entry_life`
+            // makes it.
+            queue_ttl: match (queue, blocks) {
+                (false, _) => Duration::ZERO,
+                (true, true) => p::ROOM_ENTRY,
+                (true, false) => Duration::from_millis(FALLBACK_MS as u64 * 3 + 1000),
+            },
             grant_prefix: &prefix,
             claim: p::GRANT_CLAIM,
             announce: &announce,
-            blocks: queue,
+            blocks,
         }
         .parts();
         if popped {
@@ -315,10 +370,11 @@ impl LockModel {
         args: &[Vec<u8>],
         log: &mut Option<Vec<String>>,
     ) -> Reply {
-        let before = s.lock_value();
+        let before = s.keys.clone();
         let ran = server.eval(&mut s.keys, file, keys, args);
-        self.queue_order(s, before);
+        self.queue_order(s, file, &before);
         self.hear_hand_overs(s, &ran.published);
+        self.hear_announcements(s, &ran.published);
         ran.log(log, "", file, args);
         self.serve(s, log);
         self.fence_seen(s);
@@ -348,10 +404,13 @@ impl LockModel {
             let now = s.now;
             let c = &mut s.clients[i];
             let waiting = match &c.main {
-                Main::Blocked { .. } => true,
+                Main::Blocked { .. } | Main::Listening { .. } => true,
                 // A claim comes after the wait (`taken_by_pop`).
                 Main::Call { kind, .. } => {
-                    matches!(kind, CallKind::Grant | CallKind::AfterPop)
+                    matches!(
+                        kind,
+                        CallKind::Grant | CallKind::AfterPop | CallKind::ByMessage
+                    )
                 }
                 Main::Idle => false,
             };
@@ -371,17 +430,34 @@ impl LockModel {
         }
     }
 
-    /// Queue order: while nobody died, froze, exited or lost a call, the
-    /// lock never goes (a script naming a new holder) to a newcomer, or to
-    /// a waiter that blocked later, while a waiter that blocked earlier
-    /// still waits.
-    fn queue_order(&self, s: &mut State, before: Option<Vec<u8>>) {
-        if s.faults > 0 || s.exits > 0 || s.broken.is_some() {
+    /// A release message (`c<id>:{n}`, not a naming of watchers) reaches
+    /// every client, and wakes its waiter that waits for messages
+    /// (`Shared::dispatch`: every message of the key, its own client's
+    /// included).
+    fn hear_announcements(&self, s: &mut State, published: &[crate::keyspace::Published]) {
+        if published.iter().all(|m| p::hand_over(&m.message).is_some()) {
             return;
         }
-        let Some(v) = s.lock_value().filter(|v| Some(v) != before.as_ref()) else {
+        let now = s.now;
+        for c in &mut s.clients {
+            match (&mut c.main, c.life) {
+                (Main::Listening { until, .. }, Life::Running) => *until = now,
+                (Main::Call { .. }, Life::Running) if c.lost_place => c.heard = true,
+                _ => {}
+            }
+        }
+    }
+
+    /// Queue order, where a script names a new holder (a claim names the
+    /// holder its pop chose: checked at the pop, [`LockModel::finish_pop`]).
+    fn queue_order(&self, s: &mut State, file: &str, before: &Keyspace) {
+        if file == "lock_extend.lua" {
             return;
-        };
+        }
+        let Some(v) = s.lock_value() else { return };
+        if before.string(&key("")) == Some(v.as_slice()) {
+            return;
+        }
         let Some(i) = (0..s.clients.len()).find(|&i| {
             let tok = token(i, 0);
             let prefix = &tok[..tok.len() - 1];
@@ -392,19 +468,59 @@ impl LockModel {
         if s.clients[i].hold.is_some() {
             return; // its claim of a grant its pop took
         }
-        let mine = s.clients[i].blocked.unwrap_or(u32::MAX);
+        let held_by = &v[..v.iter().position(|&c| c == b'#').unwrap_or(v.len())];
+        self.granted_in_order(s, i, held_by, before);
+    }
+
+    /// Queue order: while nobody died, froze, exited or lost a call, the
+    /// lock never goes to a newcomer, or to a waiter behind another that
+    /// still waits (`keys`: the queue as it stood when the grant was
+    /// decided; `granted`: the token it went to). Two waiters blocked all
+    /// along are served in the order they blocked (Redis's); a waiter
+    /// whose block was cut, once the server knows it waits for messages,
+    /// keeps its arrival (its place in the server's queue) against every
+    /// other.
+    fn granted_in_order(&self, s: &mut State, i: usize, granted: &[u8], keys: &Keyspace) {
+        if s.faults > 0 || s.exits > 0 || s.broken.is_some() {
+            return;
+        }
+        let queue = key(":queue");
+        let arrived = keys.rank(&queue, granted);
+        let ahead_of_it = |j: usize, t: u8| {
+            keys.rank(&queue, &token(j, t))
+                .is_some_and(|r| arrived.is_none_or(|m| r < m))
+        };
+        let now = s.now;
+        let ci = &s.clients[i];
+        let placed = |c: &Client| !c.lost_place;
         for (j, c) in s.clients.iter().enumerate() {
-            if let Main::Blocked {
-                seq, served: None, ..
-            } = c.main
-            {
-                if j != i && c.life == Life::Running && seq < mine {
-                    s.broken = Some(format!(
-                        "queue order: c{i} was granted the lock while c{j}, blocked before it, \
-                         still waits"
-                    ));
-                    return;
+            if j == i || c.life != Life::Running {
+                continue;
+            }
+            let ahead = match &c.main {
+                // Blocked all along: by when each blocked.
+                Main::Blocked { served: None, .. } if placed(ci) && placed(c) => {
+                    c.blocked.unwrap_or(u32::MAX) < ci.blocked.unwrap_or(u32::MAX)
                 }
+                // One of the two lost its place: by arrival.
+                Main::Blocked {
+                    served: None,
+                    token: t,
+                    ..
+                } => ahead_of_it(j, *t),
+                Main::Listening { token: t, .. }
+                | Main::Call {
+                    kind: CallKind::ByMessage | CallKind::AfterPop,
+                    token: t,
+                    ..
+                } if c.told && c.deadline.is_none_or(|d| d > now) => ahead_of_it(j, *t),
+                _ => false,
+            };
+            if ahead {
+                s.broken = Some(format!(
+                    "queue order: c{i} was granted the lock while c{j}, ahead of it, still waits"
+                ));
+                return;
             }
         }
     }
@@ -491,6 +607,14 @@ impl LockModel {
                 value.as_deref().map(String::from_utf8_lossy)
             )
         });
+        // A pop that took the open grant is the grant (the claim later
+        // only writes it down).
+        if let (Some(f), Some(v)) = (&popped, &value) {
+            if ttl > 0 && v.strip_prefix(b"rl:grant#".as_slice()) == Some(f.as_slice()) {
+                let keys = s.keys.clone();
+                self.granted_in_order(s, i, &token(i, t), &keys);
+            }
+        }
         if let Main::Blocked { served, .. } = &mut s.clients[i].main {
             *served = Some((popped, ttl, value));
         }
@@ -517,6 +641,8 @@ impl LockModel {
         }
         let c = &mut s.clients[i];
         c.blocked = None;
+        c.lost_place = false;
+        c.told = false;
         c.hold = Some(Hold {
             token: t,
             fence,
@@ -644,6 +770,36 @@ impl LockModel {
             };
             return;
         }
+        if c.lost_place && !self.reblocks {
+            // `Wakeup::acquire`: the first wait after the block was cut
+            // subscribes and attempts at once; then each attempt waits for
+            // a message, or the busy reply's hint (at most the fallback
+            // poll), never past the deadline.
+            let now = s.now;
+            let c = &mut s.clients[i];
+            c.main = match c.main {
+                Main::Call {
+                    kind: CallKind::AfterPop,
+                    ..
+                } => Main::Call {
+                    kind: CallKind::ByMessage,
+                    token: t,
+                    at: now,
+                    out: Outcome::Unsent,
+                },
+                _ => {
+                    let until = match std::mem::take(&mut c.heard) {
+                        true => now,
+                        false => now + wait.clamp(1, FALLBACK_MS),
+                    };
+                    Main::Listening {
+                        token: t,
+                        until: c.deadline.map_or(until, |d| until.min(d)),
+                    }
+                }
+            };
+            return;
+        }
         self.block(s, i, t, at, wait, log);
     }
 
@@ -666,7 +822,11 @@ impl LockModel {
             };
         } else {
             c.main = Main::Call {
-                kind: CallKind::Grant,
+                kind: if c.lost_place {
+                    CallKind::ByMessage
+                } else {
+                    CallKind::Grant
+                },
                 token: fresh,
                 at: now,
                 out: Outcome::Unsent,
@@ -695,6 +855,11 @@ impl LockModel {
                 "lock_acquire.lua",
                 scripted(),
                 self.acquire_args(i, t, true, true),
+            ),
+            CallKind::ByMessage => (
+                "lock_acquire.lua",
+                scripted(),
+                self.acquire_args_as(i, t, true, false, false),
             ),
             CallKind::Claim { fence, .. } => {
                 let (k, a) = self.extend_call(i, t, *fence);
@@ -734,7 +899,7 @@ impl LockModel {
             return Err(format!("c{i}'s {kind:?} got an error reply: {e}"));
         }
         match kind {
-            CallKind::Grant | CallKind::AfterPop => match reply {
+            CallKind::Grant | CallKind::AfterPop | CallKind::ByMessage => match reply {
                 Some(r) if int(&r).is_some() => {
                     let fence = int(&r).unwrap_or(0);
                     self.withdraw(server, s, i, log);
@@ -810,6 +975,8 @@ impl LockModel {
                 c.main = Main::Idle;
                 c.deadline = None;
                 c.blocked = None;
+                c.lost_place = false;
+                c.told = false;
                 c.looks.retain(|l| l.waiter.is_none());
                 c.pc += 1;
             }
@@ -911,8 +1078,9 @@ impl LockModel {
                 && matches!(
                     c.main,
                     Main::Blocked { .. }
+                        | Main::Listening { .. }
                         | Main::Call {
-                            kind: CallKind::Grant | CallKind::AfterPop,
+                            kind: CallKind::Grant | CallKind::AfterPop | CallKind::ByMessage,
                             out: Outcome::Unsent | Outcome::Ran(_),
                             ..
                         }
@@ -941,6 +1109,7 @@ impl LockModel {
                     served: None,
                     ..
                 } => t.push(*until),
+                Main::Listening { until, .. } => t.push(*until),
                 Main::Call {
                     at,
                     out: Outcome::Failed,
@@ -964,6 +1133,7 @@ impl LockModel {
                         Main::Blocked {
                             served: Some(_), ..
                         } => true,
+                        Main::Listening { until, .. } => *until <= s.now,
                         _ => false,
                     })
         })
@@ -990,9 +1160,13 @@ impl Model for LockModel {
                     looks: Vec::new(),
                     retired: Vec::new(),
                     blocked: None,
+                    lost_place: false,
+                    told: false,
+                    heard: false,
                 })
                 .collect(),
             faults: 0,
+            cuts: 0,
             exits: 0,
             seq: 0,
             top_fence: 0,
@@ -1003,7 +1177,7 @@ impl Model for LockModel {
     }
 
     fn actions(&self, s: &State, out: &mut Vec<Action>) {
-        let fault = s.faults < self.faults.budget;
+        let fault = s.faults + s.cuts < self.faults.budget;
         for (i, c) in s.clients.iter().enumerate() {
             match c.life {
                 Life::Frozen => {
@@ -1035,7 +1209,16 @@ impl Model for LockModel {
                 Main::Blocked {
                     served: Some(_), ..
                 } => out.push(Action::Popped(i)),
-                Main::Blocked { .. } => {}
+                Main::Blocked { .. } => {
+                    if fault && self.faults.cut {
+                        out.push(Action::Cut(i));
+                    }
+                }
+                Main::Listening { until, .. } => {
+                    if *until <= s.now {
+                        out.push(Action::Retry(i));
+                    }
+                }
             }
             if c.hold.as_ref().is_some_and(|h| h.renew_due <= s.now) {
                 out.push(Action::Renew(i));
@@ -1072,6 +1255,8 @@ impl Model for LockModel {
                 let now = s.now;
                 let c = &mut s.clients[i];
                 c.tokens += 1;
+                c.lost_place = false;
+                c.told = false;
                 let t = c.tokens;
                 let kind = match op {
                     Op::Acquire => {
@@ -1111,13 +1296,17 @@ impl Model for LockModel {
                     return Err("run without a call".into());
                 };
                 let (file, keys, args) = self.call_of(i, &kind, t);
+                s.clients[i].told |= kind == CallKind::ByMessage;
                 let reply = self.eval(server, &mut s, file, &keys, &args, log);
                 let lost = matches!(a, Action::Call(_, CallStep::LoseReply));
                 if lost {
                     s.faults += 1;
                     // A late reply: the grant's undo (its release) is
                     // written behind it (`Node::fail`).
-                    if matches!(kind, CallKind::Grant | CallKind::AfterPop | CallKind::Try) {
+                    if matches!(
+                        kind,
+                        CallKind::Grant | CallKind::AfterPop | CallKind::ByMessage | CallKind::Try
+                    ) {
                         let undo = self.release_args(i, t, false, None);
                         self.eval(server, &mut s, "lock_release.lua", &scripted(), &undo, log);
                     }
@@ -1198,6 +1387,45 @@ impl Model for LockModel {
                 s.clients[i].life = Life::Frozen;
             }
             Action::Resume(i) => s.clients[i].life = Life::Running,
+            Action::Cut(i) => {
+                // `Node::grant_blocking`: the broken pop is followed by the
+                // script alone ('popped'), and the place is lost, with the
+                // renewal thread's looks for the blocked waiter
+                // (`Acquisition::step`).
+                let Main::Blocked { token: t, .. } = s.clients[i].main else {
+                    return Err("a cut without a block".into());
+                };
+                s.cuts += 1;
+                let now = s.now;
+                let c = &mut s.clients[i];
+                c.lost_place = true;
+                c.looks.retain(|l| l.waiter.is_none());
+                c.main = Main::Call {
+                    kind: CallKind::AfterPop,
+                    token: t,
+                    at: now,
+                    out: Outcome::Unsent,
+                };
+            }
+            Action::Retry(i) => {
+                let Main::Listening { token: t, .. } = s.clients[i].main else {
+                    return Err("a retry without a wait".into());
+                };
+                let now = s.now;
+                let c = &mut s.clients[i];
+                c.heard = false;
+                let kind = if c.deadline.is_some_and(|d| now >= d) {
+                    CallKind::Leave
+                } else {
+                    CallKind::ByMessage
+                };
+                c.main = Main::Call {
+                    kind,
+                    token: t,
+                    at: now,
+                    out: Outcome::Unsent,
+                };
+            }
             Action::Exit(i) => {
                 s.exits += 1;
                 let c = &mut s.clients[i];

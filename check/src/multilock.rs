@@ -22,7 +22,7 @@ use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Value};
 use crate::parties::b;
-use crate::primitive::{Holder, Primitive, Script};
+use crate::primitive::{Arrival, Holder, Primitive, Script};
 use crate::probes::{fence_of, lapsed, tries_succeed};
 use crate::server::Server;
 use crate::waiters::WaitModel;
@@ -235,6 +235,16 @@ impl Primitive for MultiLock {
             file: "lock_acquire_all.lua",
             keys,
             args,
+        })
+    }
+
+    /// Each name's queue keeps its waiters' arrival order (lua/queue.lua
+    /// `offer`: a fair lock's, and a plain lock's that waits for messages).
+    fn arrival(&self, mode: Names, i: usize, t: u8) -> Option<Arrival> {
+        Some(Arrival {
+            queue: key(mode.at, ":queue"),
+            holder: lock_key(mode.at),
+            token: token(i, t),
         })
     }
 

@@ -21,6 +21,10 @@ pub struct Faults {
     pub clock_step: bool,
     /// A wake-up message lost (models with message waiters).
     pub lost_message: bool,
+    /// A blocked waiter's connection broken (a Cluster slot move
+    /// redirects it, a network cut): a fair waiter's place among the
+    /// blocked is lost (the lock model). Not an excuse for the order.
+    pub cut: bool,
 }
 
 /// One kind of fault (see [`Faults`]).
@@ -32,6 +36,7 @@ pub enum Fault {
     Freeze,
     ClockStep,
     LostMessage,
+    Cut,
 }
 
 impl Faults {
@@ -61,6 +66,7 @@ impl Faults {
             freeze: kinds.contains(&Fault::Freeze),
             clock_step: kinds.contains(&Fault::ClockStep),
             lost_message: kinds.contains(&Fault::LostMessage),
+            cut: kinds.contains(&Fault::Cut),
         }
     }
 }

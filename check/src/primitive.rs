@@ -20,6 +20,15 @@ pub struct Script {
 /// A holder as the checks see it: client, what it holds, its token.
 pub type Holder<M> = (usize, M, u8);
 
+/// Where a waiter is served in arrival order: its name's queue and holder
+/// keys, and its token as the server names it (see
+/// [`Primitive::arrival`]).
+pub struct Arrival {
+    pub queue: Vec<u8>,
+    pub holder: Vec<u8>,
+    pub token: Vec<u8>,
+}
+
 /// What a primitive says to the waiter model: its scripts with the
 /// library's arguments, and its properties.
 pub trait Primitive: Sized {
@@ -95,6 +104,12 @@ pub trait Primitive: Sized {
     /// hold of `mode` is of.
     fn name_of(&self, _mode: Self::Mode) -> u8 {
         0
+    }
+    /// Where client `i`'s token `t`, asking `mode`, is served in arrival
+    /// order (a lock's queue, lua/queue.lua), if the primitive promises
+    /// that order.
+    fn arrival(&self, _mode: Self::Mode, _i: usize, _t: u8) -> Option<Arrival> {
+        None
     }
     /// Whether a message (`<client id>:<key>`) announces what a waiter of
     /// `mode` waits on.

@@ -32,7 +32,7 @@ use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Reply};
 use crate::parties::{busy, int, ms, time_may_pass, CallStep, Faults, Life, Look, Outcome};
-use crate::primitive::{Holder, Primitive, Script};
+use crate::primitive::{Arrival, Holder, Primitive, Script};
 use crate::probes::SERVER_OFFSET;
 use crate::search::Model;
 use crate::server::Server;
@@ -175,6 +175,11 @@ pub struct State {
     idle_since: Option<i64>,
 }
 
+/// A waiter as it stood before a script ran (see `WaitModel::queued`):
+/// the client, where it is served, its place in the queue (if queued),
+/// and what the holder key said.
+type Queued = (usize, Arrival, Option<usize>, Option<Vec<u8>>);
+
 #[derive(Clone, Debug)]
 pub enum Action {
     Start(usize),
@@ -284,7 +289,9 @@ impl<P: Primitive> WaitModel<P> {
         run: Script,
         log: &mut Option<Vec<String>>,
     ) -> Reply {
+        let queued = self.queued(s);
         let ran = server.eval(&mut s.keys, run.file, &run.keys, &run.args);
+        self.arrival_order(s, &queued);
         ran.log(log, "", run.file, &run.args);
         // Every client's subscriber receives it and wakes its head. A
         // hand-over's naming of its watchers wakes nobody
@@ -320,6 +327,65 @@ impl<P: Primitive> WaitModel<P> {
             s.top_fence[k] = s.top_fence[k].max(f);
         }
         ran.reply
+    }
+
+    /// Before a script runs, for the arrival-order check: each client in
+    /// an acquisition (or a try) whose primitive promises that order,
+    /// where it is served, its place in the queue (if queued) and what
+    /// the holder key said. Empty once a fault or an exit excuses the
+    /// order.
+    fn queued(&self, s: &State) -> Vec<Queued> {
+        if s.faults > 0 || s.exits > 0 || s.broken.is_some() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for (i, c) in s.clients.iter().enumerate() {
+            let t = match &c.main {
+                Main::Waiting { token, .. } => *token,
+                Main::Call {
+                    kind: Kind::Grant { .. },
+                    token,
+                    ..
+                } => *token,
+                _ => continue,
+            };
+            if c.life != Life::Running {
+                continue;
+            }
+            if let Some(a) = self.prim.arrival(self.at(i, c.name), i, t) {
+                let place = s.keys.rank(&a.queue, &a.token);
+                let held = s.keys.string(&a.holder).map(<[u8]>::to_vec);
+                out.push((i, a, place, held));
+            }
+        }
+        out
+    }
+
+    /// Arrival order: while nobody died, exited or lost a call or a
+    /// message, a script that names a new holder names the waiter that
+    /// queued first among those still waiting for that name (never a
+    /// newcomer, nor a later waiter, while an earlier one waits out its
+    /// deadline).
+    fn arrival_order(&self, s: &mut State, queued: &[Queued]) {
+        for (i, a, mine, before) in queued {
+            let now = s.keys.string(&a.holder);
+            let named =
+                now.is_some_and(|v| v.starts_with(&a.token) && v.get(a.token.len()) == Some(&b'#'));
+            if !named || now == before.as_deref() {
+                continue;
+            }
+            let earlier = queued.iter().find(|(j, b, theirs, _)| {
+                j != i
+                    && b.holder == a.holder
+                    && s.clients[*j].deadline > s.now
+                    && theirs.is_some_and(|r| mine.is_none_or(|m| r < m))
+            });
+            if let (Some((j, ..)), None) = (earlier, &s.broken) {
+                s.broken = Some(format!(
+                    "arrival order: c{i} was granted while c{j}, queued before it, still waits"
+                ));
+            }
+        }
     }
 
     /// The next call; an attempt drains the channel first (it sees the

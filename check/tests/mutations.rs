@@ -27,6 +27,7 @@ fn two_waiters() -> LockModel {
         horizon_ms: 10_000,
         response_ms: 2_000,
         exits: false,
+        reblocks: false,
     }
 }
 
@@ -384,4 +385,76 @@ fn a_multi_lock_taking_a_held_name_is_reported() {
         v.contains("exclusion") || v.contains("believes it holds"),
         "{v}"
     );
+}
+
+/// The hand-over before the fair order was kept for waiters that wait for
+/// messages (issue 53: a fair lock's waiters after a Cluster slot move):
+/// any queued waiter that waits for messages took an open grant, and the
+/// grant went onto the open list whoever was the oldest. The waiter whose
+/// attempt came first won, not the one queued first.
+#[test]
+fn a_hand_over_to_any_waiter_that_waits_for_messages_is_reported() {
+    use redlease_check::configs::Checked;
+    let config = all()
+        .into_iter()
+        .find(|c| c.name.starts_with("lock: 3 waiters waiting for messages"))
+        .expect("the configuration");
+    let Checked::MultiLock(mut model) = config.model else {
+        panic!("not a lock of the waiter model");
+    };
+    model.faults = Faults::only(0, &[]);
+    assert_eq!(found(&model, &[], 30), None, "unmutated");
+    let files: Vec<_> = ["lock_acquire.lua", "lock_release.lua", "lock_watch.lua"]
+        .into_iter()
+        .map(|f| {
+            let code = mutated(
+                f,
+                "if ordered and redis.call('EXISTS', told) == 1 then",
+                "if false then",
+            );
+            let from = "queue_head(q, qt) == me))";
+            let code = if code.contains(from) {
+                code.replace(from, "redis.call('ZSCORE', q, me)))")
+            } else {
+                code
+            };
+            (f, code)
+        })
+        .collect();
+    let v = found(&model, &files, 30).expect("reported");
+    assert!(v.contains("arrival order"), "{v}");
+}
+
+/// A fair waiter whose block was cut (a Cluster slot move) blocked again,
+/// behind every waiter blocked meanwhile, and the hand-over went onto the
+/// open list for whoever was blocked longest (issue 53): the model's
+/// client with the rule before `protocol::blocking::Place`, and the
+/// scripts without the grant kept for the oldest waiter.
+#[test]
+fn a_cut_waiter_that_blocks_again_is_reported() {
+    use redlease_check::configs::Checked;
+    let config = all()
+        .into_iter()
+        .find(|c| c.name.contains("one's block cut"))
+        .expect("the configuration");
+    let Checked::Lock(model) = config.model else {
+        panic!("not a lock model");
+    };
+    let model = LockModel {
+        reblocks: true,
+        ..model
+    };
+    let files: Vec<_> = ["lock_acquire.lua", "lock_release.lua", "lock_watch.lua"]
+        .into_iter()
+        .map(|f| {
+            let code = mutated(
+                f,
+                "if ordered and redis.call('EXISTS', told) == 1 then",
+                "if false then",
+            );
+            (f, code)
+        })
+        .collect();
+    let v = found(&model, &files, 30).expect("reported");
+    assert!(v.contains("queue order"), "{v}");
 }
