@@ -20,7 +20,11 @@
 -- ARGV[6]  wake-up channel, ARGV[7] wake-up message, ARGV[8] 'queued' or
 --          '' (queue.lua announce): for a lock handed on from here
 -- ARGV[9]  'block': this waiter blocks in BLMOVE from the open list to its
---          own list. Otherwise it waits for release messages.
+--          own list. Otherwise ('') it waits for release messages. A fair
+--          lock's waiter says 'turn block' or 'turn': it takes a grant its
+--          pop did not take only in its turn, and one that waits for
+--          messages keeps its turn (its place among the blocked was lost:
+--          queue.lua offer).
 -- ARGV[10] 'popped' (optional): this script runs right behind that pop: a
 --          fence found on the waiter's own list is an open grant it took
 -- Returns  fence (an integer): acquired, with the lease set to ARGV[2]
@@ -37,7 +41,8 @@
 --          is not a positive integer).
 local lock, counter, q, qt = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local me, lease, ttl, prefix = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local blocks = ARGV[9] == 'block'
+local blocks = ARGV[9] == 'block' or ARGV[9] == 'turn block'
+local turn = ARGV[9] == 'turn' or ARGV[9] == 'turn block'
 local open = prefix .. 'open'
 local mine = prefix .. me
 -- What this waiter's pop (right before this script) took (took.lua).
@@ -53,7 +58,7 @@ if holder then
     return tonumber(string.match(holder, '#(%d+)$')) or 0
   end
   -- Open to the waiters: ours if our pop took it (queue.lua).
-  local fence = queue_take_open(lock, holder, q, qt, prefix, me, lease, ttl, tonumber(ARGV[5]), took, blocks, true)
+  local fence = queue_take_open(lock, holder, q, qt, prefix, me, lease, ttl, tonumber(ARGV[5]), took, blocks, turn)
   if fence then
     return fence
   end
@@ -67,7 +72,7 @@ if holder then
     return redis.error_reply('REDLEASE_FOREIGN lock key has no expiry (redlease always sets one)')
   end
   if ttl > 0 then
-    queue_join(q, qt, prefix, me, ttl, blocks)
+    queue_join(q, qt, prefix, me, ttl, blocks, turn)
     if owner == 'rl:grant' and redis.call('EXISTS', open) == 1 then
       -- Queued while a hand-over waits on the open list (nobody was
       -- blocked to take it): this waiter may block before the older ones
@@ -84,7 +89,7 @@ end
 local head = nil
 if redis.call('EXISTS', open, q) > 0 then
   -- A hand-over whose claim window passed untaken (queue.lua).
-  queue_untaken(q, qt, prefix, true)
+  queue_untaken(q, qt, prefix)
   head = queue_head(q, qt)
 end
 if head == nil or head == me then
@@ -97,10 +102,10 @@ if head == nil or head == me then
 end
 -- Free, yet a live waiter is ahead (the holder's lease ran out with nobody
 -- to hand the lock on): open it to the waiters now, then wait.
-local told = hand_on(lock, counter, q, qt, prefix, tonumber(ARGV[5]), ARGV[6], ARGV[7], true)
+local told = hand_on(lock, counter, q, qt, prefix, tonumber(ARGV[5]), ARGV[6], ARGV[7])
 announce(ARGV[6], ARGV[7], ARGV[8], told)
 if ttl > 0 then
-  queue_join(q, qt, prefix, me, ttl, blocks)
+  queue_join(q, qt, prefix, me, ttl, blocks, turn)
 end
 -- The claim window as the client sent it (whole milliseconds, digits).
 return ARGV[5]

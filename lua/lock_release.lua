@@ -85,8 +85,11 @@ local function release(k, a)
   if ours then
     -- Still open, with its fence taken off the list by our pop (or kept
     -- for us): offer it to the next waiter (only that fence: any other
-    -- would let its popper believe it holds a grant another may claim).
-    if offer(q, qt, prefix, took, tonumber(claim) * 2, true) == 'kept' then
+    -- would let its popper believe it holds a grant another may claim),
+    -- with a whole claim window: one kept for it and let lapse would cost
+    -- it its place (queue.lua queue_untaken).
+    redis.call('PEXPIRE', lock, claim)
+    if offer(q, qt, prefix, took, tonumber(claim) * 2) == 'kept' then
       announce(channel, message, '', false)
     end
     return 0
@@ -107,7 +110,7 @@ local function release(k, a)
   -- No clock and no deadlines here: this runs before the next holder's reply.
   if redis.call('EXISTS', q) == 1 then
     -- The hand-over overwrites the lock key: no DEL first.
-    told = hand_on(lock, counter, q, qt, prefix, tonumber(claim), channel, message, true)
+    told = hand_on(lock, counter, q, qt, prefix, tonumber(claim), channel, message)
     opened = true
   else
     -- The holder's note (lock_note.lua) goes with it: a name nobody holds

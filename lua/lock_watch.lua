@@ -62,13 +62,13 @@ if pttl == 0 then
   return 1 -- under a millisecond left
 end
 -- As in lock_acquire.lua: a hand-over whose claim window passed untaken.
-queue_untaken(q, qt, prefix, true)
+queue_untaken(q, qt, prefix)
 if me ~= '' then
   -- Still waiting (the queue may have lapsed, been purged or flushed).
   queue_join(q, qt, prefix, me, ttl, true)
 elseif redis.call('EXISTS', q) == 0 then
   return 0
 end
-local told = hand_on(lock, counter, q, qt, prefix, claim, ARGV[5], ARGV[6], true)
+local told = hand_on(lock, counter, q, qt, prefix, claim, ARGV[5], ARGV[6])
 announce(ARGV[5], ARGV[6], ARGV[7], told)
 return claim

@@ -5,18 +5,19 @@
 -- KEYS     none of its own (callers pass the keys)
 -- ARGV     none of its own
 -- Returns  nothing; defines
---   queue_join(q, qt, prefix, token, ttl_ms, blocks): puts token in the
---     queue once, in order of arrival (q: sorted set, score = server
+--   queue_join(q, qt, prefix, token, ttl_ms, blocks, turn): puts token in
+--     the queue once, in order of arrival (q: sorted set, score = server
 --     microseconds), and gives it ttl_ms more to live (qt: sorted set,
 --     score = deadline in server ms). A waiter that does not block (it
 --     waits for release messages) is also listed in prefix..'told', so
---     that a hand-over publishes for it.
+--     that a hand-over publishes for it, and a fair one (turn: its place
+--     among the blocked was lost) in prefix..'turns' too (see offer).
 --   queue_leave(q, qt, prefix, token, blocks): blocks = it never was in the
 --     told list (a waiter that blocks)
 --   queue_head(q, qt) -> the oldest live waiter's token (or nil); drops
 --     the lapsed ones on the way
---   hand_on(lock, counter, q, qt, prefix, claim_ms, channel, message,
---     ordered) -> told
+--   hand_on(lock, counter, q, qt, prefix, claim_ms, channel, message)
+--     -> told
 --     Opens the name to its waiters for claim_ms: the lock holds
 --     "rl:grant#<fence>" (a fence drawn now) and the open list
 --     prefix..'open' holds that fence. Blocking waiters are blocked in
@@ -37,32 +38,32 @@
 --     waiters, publish.lua name_watchers), whose clients look at the
 --     name once the claim window has passed, unless watchers were named
 --     in the last 50 ms (prefix..'named', which lapses by then).
---     ordered (the lock's queue, which keeps arrival order; a write
---     lock's does not): when the queue's live head waits for messages (a
---     fair waiter a Cluster redirection, a broken connection or an ACL
---     stopped blocking, or a plain one in its last second), the fence is
---     kept for it (prefix..'kept' = "<token>#<fence>", see offer) instead
---     of going onto the open list, where a later waiter that blocks
---     would pop it, and published for it; a message is then needed
---     (the returned told is false), and only then.
---   offer(q, qt, prefix, fence, twice_ms, ordered) -> 'kept', 'open' or
---     nil (the push refused): where a hand-over's fence goes (see hand_on)
---   queue_untaken(q, qt, prefix, ordered): the name fell free with a
---     hand-over's claim window passed untaken: a head it was kept for is
---     dropped (it died, froze or lost its message); found on the open
---     list, the waiters that block are dropped (none was blocked all
---     along: dead, or between round trips, they queue again when they
---     look), and in a queue that is not ordered everyone. A head that
---     died costs one claim window; the waiters behind it keep their order.
+--     When the queue's live head keeps its turn waiting for messages (in
+--     prefix..'turns': a fair waiter a Cluster redirection, a broken
+--     connection or an ACL stopped blocking), the fence is kept for it
+--     (prefix..'kept' = "<token>#<fence>", see offer) instead of going
+--     onto the open list, where a later waiter that blocks would pop it,
+--     and a message is published for it (the returned told is false).
+--   offer(q, qt, prefix, fence, twice_ms) -> 'kept', 'open' or nil (the
+--     push refused): where a hand-over's fence goes (see hand_on)
+--   queue_untaken(q, qt, prefix): the name fell free with a hand-over's
+--     claim window passed untaken: a head it was kept for is dropped (it
+--     died, froze or lost its message); found on the open list, the
+--     waiters that block are dropped (none was blocked all along: dead,
+--     or between round trips, they queue again when they look), and
+--     unless a waiter keeps its turn, everyone. A head that died costs
+--     one claim window; the waiters behind it keep their order. Names
+--     whose waiters all block, or wait for messages without a turn (a
+--     plain lock's in their last second), are served as before turns.
 --   queue_taken(q, qt, ttl_ms, blocks): a waiter whose entries live ttl_ms
 --     took a hand-over; the queue lives on for the others
 --   queue_take_open(lock, holder, q, qt, prefix, me, lease_ms, ttl_ms,
---     claim_ms, took, blocks, ordered) -> the fence, or nil: the name is
+--     claim_ms, took, blocks, turn) -> the fence, or nil: the name is
 --     open ("rl:grant#<fence>" in holder) and it is me's to take, because
 --     my pop took that very fence (took), or it was kept for me, or,
 --     while the fence is still on the open list (no blocked waiter was
---     there to take it), because me is queued (ordered: me is the live
---     head) and waits for messages. A fence that is not the open grant's is
+--     there to take it), because me is queued (turn, a fair lock's
+--     waiter: as the live head). A fence that is not the open grant's is
 --     never a right to it: a popped grant can stand unclaimed (held_by),
 --     and only its popper may take it. (The open list holds one fence at
 --     most: hand_on runs only while nothing is open, and a fence goes back
@@ -91,7 +92,7 @@ local function live_for(key, ms)
   end
 end
 
-local function queue_join(q, qt, prefix, token, ttl, blocks)
+local function queue_join(q, qt, prefix, token, ttl, blocks, turn)
   if not redis.call('ZSCORE', q, token) then
     redis.call('ZADD', q, string.format('%d', now_us()), token)
   end
@@ -99,15 +100,19 @@ local function queue_join(q, qt, prefix, token, ttl, blocks)
   redis.call('ZADD', qt, string.format('%d', deadline), token)
   live_for(q, ttl * 2)
   live_for(qt, ttl * 2)
-  local told = prefix .. 'told'
+  -- One that blocks is left where it is listed: a look made for it
+  -- (lua/lock_watch.lua) may queue it again as one that blocks while it
+  -- waits for messages in its last second, and must not cost it its
+  -- message.
   if not blocks then
+    local told = prefix .. 'told'
     redis.call('ZADD', told, string.format('%d', deadline), token)
     live_for(told, ttl * 2)
-  else
-    -- Blocking again (a plain lock's waiter after a Cluster redirection
-    -- waited for messages a while): a grant kept for it would wait
-    -- unseen (see offer).
-    redis.call('ZREM', told, token)
+    if turn then
+      local turns = prefix .. 'turns'
+      redis.call('ZADD', turns, string.format('%d', deadline), token)
+      live_for(turns, ttl * 2)
+    end
   end
 end
 
@@ -116,6 +121,7 @@ local function queue_leave(q, qt, prefix, token, blocks)
   redis.call('ZREM', qt, token)
   if not blocks then
     redis.call('ZREM', prefix .. 'told', token)
+    redis.call('ZREM', prefix .. 'turns', token)
   end
 end
 
@@ -166,16 +172,16 @@ end
 local WATCHED_MS = '50'
 
 -- Where a hand-over's fence goes (see hand_on): kept for the queue's head
--- when the queue keeps its order (ordered) and that head waits for
--- messages, else onto the open list. Returns 'kept', 'open', or nil when
+-- when that head keeps its turn waiting for messages (prefix..'turns'),
+-- else onto the open list. Returns 'kept', 'open', or nil when
 -- the push was refused (an ACL without RPUSH).
-local function offer(q, qt, prefix, fence, twice, ordered)
-  local told = prefix .. 'told'
-  if ordered and redis.call('EXISTS', told) == 1 then
-    -- The clock only here: a fair queue's waiters all block, unless a
+local function offer(q, qt, prefix, fence, twice)
+  local turns = prefix .. 'turns'
+  if redis.call('EXISTS', turns) == 1 then
+    -- The clock only here: a fair lock's waiters all block, unless a
     -- Cluster redirection, a broken connection or an ACL stopped them.
     local head = queue_head(q, qt)
-    if head and redis.call('ZSCORE', told, head) then
+    if head and redis.call('ZSCORE', turns, head) then
       redis.call('SET', prefix .. 'kept', head .. '#' .. fence, 'PX', twice)
       return 'kept'
     end
@@ -200,7 +206,7 @@ end
 -- round trips, and queue again when they look), and in a queue that does
 -- not keep its order, everyone. In one that does, the waiters that wait
 -- for messages keep their places: the next hand-over goes to the oldest.
-local function queue_untaken(q, qt, prefix, ordered)
+local function queue_untaken(q, qt, prefix)
   local open, kept, told = prefix .. 'open', prefix .. 'kept', prefix .. 'told'
   -- The usual case, one call: nothing was left untaken.
   if redis.call('EXISTS', open, kept) == 0 then
@@ -214,7 +220,7 @@ local function queue_untaken(q, qt, prefix, ordered)
   if redis.call('EXISTS', open) == 0 then
     return
   end
-  if not (ordered and redis.call('EXISTS', told) == 1) then
+  if redis.call('EXISTS', prefix .. 'turns') == 0 then
     redis.call('DEL', open, q, qt, told)
     return
   end
@@ -227,7 +233,7 @@ local function queue_untaken(q, qt, prefix, ordered)
   end
 end
 
-local function hand_on(lock, counter, q, qt, prefix, claim, channel, message, ordered)
+local function hand_on(lock, counter, q, qt, prefix, claim, channel, message)
   -- Times go to the server as text, formatted once: a Lua number handed to
   -- redis.call is printed with %.17g, about 1.2K instructions each (five of
   -- them were 5 % of a release's server work, callgrind).
@@ -239,7 +245,7 @@ local function hand_on(lock, counter, q, qt, prefix, claim, channel, message, or
   redis.call('PEXPIRE', q, twice)
   redis.call('PEXPIRE', qt, twice)
   redis.call('SET', lock, holder_value('rl:grant', fence), 'PX', window)
-  local where = offer(q, qt, prefix, string.format('%d', fence), twice, ordered)
+  local where = offer(q, qt, prefix, string.format('%d', fence), twice)
   if where == nil then
     return false
   end
@@ -256,12 +262,7 @@ local function hand_on(lock, counter, q, qt, prefix, claim, channel, message, or
       and name_watchers(channel, message, hand_on_watchers(q, prefix)) then
     redis.call('SET', named, '1', 'PX', WATCHED_MS)
   end
-  if ordered then
-    -- Only the head may take it: the others' messages would wake them
-    -- for nothing.
-    return where ~= 'kept'
-  end
-  return redis.call('EXISTS', prefix .. 'told') == 0
+  return where ~= 'kept' and redis.call('EXISTS', prefix .. 'told') == 0
 end
 
 -- A waiter took a hand-over: the queue lives on for the waiters still
@@ -282,7 +283,7 @@ local function queue_taken(q, qt, ttl, blocks)
   end
 end
 
-local function queue_take_open(lock, holder, q, qt, prefix, me, lease, ttl, claim, took, blocks, ordered)
+local function queue_take_open(lock, holder, q, qt, prefix, me, lease, ttl, claim, took, blocks, turn)
   if string.match(holder, '^[^#]*') ~= 'rl:grant' then
     return nil
   end
@@ -293,10 +294,11 @@ local function queue_take_open(lock, holder, q, qt, prefix, me, lease, ttl, clai
     if took ~= f then
       return nil
     end
-  elseif ordered then
-    -- Kept for me, or on the open list while I am the oldest waiter (a
-    -- blocked one pops it first; one ahead of me between round trips
-    -- loses its place only once the claim window has passed).
+  elseif turn then
+    -- A fair lock's waiter, blocking or not: kept for me, or on the open
+    -- list while I am the oldest waiter (a blocked one pops it first; one
+    -- ahead of me between round trips loses its place only once the
+    -- claim window has passed).
     kept = f ~= nil and redis.call('GET', prefix .. 'kept') == me .. '#' .. f
     if not (kept or (redis.call('EXISTS', open) == 1 and queue_head(q, qt) == me)) then
       return nil

@@ -59,7 +59,7 @@ local function rw_open(writer, readers, counter, q, qt, prefix, claim, channel, 
   end
   -- A probe left on the list is moot: the hand-over answers it.
   redis.call('DEL', prefix .. 'open', prefix .. 'probe')
-  local told = hand_on(writer, counter, q, qt, prefix, claim, channel, message, false)
+  local told = hand_on(writer, counter, q, qt, prefix, claim, channel, message)
   announce(channel, message, 'queued', told)
   return true
 end

@@ -1436,3 +1436,47 @@ fn a_fair_waiter_whose_block_was_cut_keeps_its_turn() {
     println!("FIGURES granted after A's block was cut: {order:?}");
     assert_eq!(order, [("A", true), ("B", true), ("C", true)]);
 }
+
+/// Review (issue 53's fair order): plain locks share the scripts, and a
+/// plain lock's short waiter (it waits for messages) behind a waiter that
+/// blocked and died (its entry lives 75 s) was neither told of the
+/// hand-over nor allowed to take it: it timed out at 600 ms with the name
+/// open. Only a fair lock's waiters keep turns; a plain one takes an
+/// open hand-over as before, at once.
+#[test]
+fn a_plain_short_waiter_behind_a_dead_blocked_one_takes_the_hand_over() {
+    let server = Server::start();
+    let mut admin = server.con();
+    let holder = client_with(&server, |b| b);
+    let g = holder.lock("p").acquire().unwrap();
+    // A waiter that blocked and died: its queue entry lives on.
+    let now: Vec<u64> = redis::cmd("TIME").query(&mut admin).unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg("{p}:queue")
+        .arg(now[0] * 1_000_000)
+        .arg("rl:dead:1")
+        .query(&mut admin)
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg("{p}:queue:t")
+        .arg(now[0] * 1000 + 75_000)
+        .arg("rl:dead:1")
+        .query(&mut admin)
+        .unwrap();
+    let url = server.url();
+    let waiter = std::thread::spawn(move || {
+        let c = no_poll(&url);
+        let got = c.lock("p").acquire_timeout(Duration::from_millis(600));
+        got.map(|g| g.is_some()).map_err(|e| e.to_string())
+    });
+    common::queued(&mut admin, "{p}:queue", 2);
+    std::thread::sleep(Duration::from_millis(100));
+    let released = Instant::now();
+    g.release().unwrap();
+    let got = waiter.join().unwrap();
+    let took = released.elapsed();
+    println!(
+        "FIGURES a short waiter behind a dead blocked one: {got:?}, {took:?} after the release"
+    );
+    assert_eq!(got, Ok(true), "after {took:?}");
+}

@@ -12,7 +12,7 @@ use crate::lease::reentrancy::{self, HoldKey, Mode};
 use crate::lease::{self, guard_controls, Direct, Holding, PopAlone, Spec};
 use crate::protocol::keys as schema;
 use crate::protocol::scripts::lock::{
-    AcquireArgs, Announce, ExtendArgs, ReleaseArgs, WatchArgs, ACQUIRE_KEYS, ACQUIRE_LEASE,
+    AcquireArgs, Announce, ExtendArgs, ReleaseArgs, Waits, WatchArgs, ACQUIRE_KEYS, ACQUIRE_LEASE,
     ACQUIRE_PREFIX, ACQUIRE_TOKEN, EXTEND_FENCE, RELEASE_FENCE,
 };
 use crate::protocol::scripts::{
@@ -219,7 +219,14 @@ impl Lock {
             PreparedCall::new(&LOCK_RELEASE, keys.scripted.clone(), args.argv())
         };
         let leave = queues.then(|| Arc::new(release(true)));
-        let grant = |queue_ttl: Duration, blocks: bool| {
+        // A fair lock's waiter takes a grant only in its turn, and keeps
+        // it while it waits for messages.
+        let (blocking, by_message) = if self.fair {
+            (Waits::FairBlocking, Waits::FairMessages)
+        } else {
+            (Waits::Blocking, Waits::Messages)
+        };
+        let grant = |queue_ttl: Duration, waits: Waits| {
             let args = AcquireArgs {
                 token: &t,
                 lease_ms: &ms,
@@ -227,7 +234,7 @@ impl Lock {
                 grant_prefix: &keys.grant_prefix,
                 claim: crate::protocol::timing::GRANT_CLAIM,
                 announce: &announce,
-                blocks,
+                waits,
             };
             PreparedCall::new(&LOCK_ACQUIRE, keys.scripted.clone(), args.argv())
         };
@@ -251,7 +258,7 @@ impl Lock {
                 extend_arg: EXTEND_FENCE,
             }),
             watch: Some(look(&t)),
-            by_message: grant(self.core.queue_entry(true, false), false),
+            by_message: grant(self.core.queue_entry(true, false), by_message),
             ordered: self.fair,
         });
         Spec {
@@ -263,7 +270,7 @@ impl Lock {
             patient: false,
             lease,
             watchdog: self.core.lease.is_none(),
-            grant: grant(queue_ttl, blocks),
+            grant: grant(queue_ttl, if blocks { blocking } else { by_message }),
             fence: Some(keys.fence.clone()),
             // Giving up, and undoing a late grant, withdraw the queue
             // entry too, and hand on a grant that came meanwhile.

@@ -242,6 +242,7 @@ impl<'a> Acquisition<'a> {
                     short: None,
                     sent: None,
                     cut: false,
+                    refused: false,
                 })
             }
         }

@@ -224,6 +224,7 @@ impl ClusterLeader {
                 short: None,
                 sent: Some(sent),
                 cut: true,
+                refused: false,
             })
         };
         let Some(node) = call.keys.first().and_then(|k| self.masters.master_of(k)) else {
@@ -231,6 +232,12 @@ impl ClusterLeader {
             return plain();
         };
         let outcome = node.grant_blocking(grant);
+        // A pop the master refused (`ASK` while the slot migrates): direct
+        // grants pause, as after a redirected call; blocking again at once
+        // would be refused again, round trip after round trip.
+        if outcome.as_ref().is_ok_and(|b| b.refused) {
+            self.direct_off();
+        }
         if !node.blocks() {
             self.blocking_refused
                 .store(true, std::sync::atomic::Ordering::Relaxed);

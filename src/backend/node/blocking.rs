@@ -68,6 +68,11 @@ pub(crate) struct Blocked {
     /// the block): a fair waiter's place among the blocked is gone
     /// (`protocol::blocking::Place`).
     pub(crate) cut: bool,
+    /// The server refused the pop itself (a Cluster redirection,
+    /// `TRYAGAIN`): it never blocked, and blocking again at once would be
+    /// refused again. (Read by the Cluster backend.)
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(crate) refused: bool,
 }
 
 /// A connection's worth of blocking, returned when dropped.
@@ -134,11 +139,17 @@ impl Node {
                 .map(|b| Blocked { cut: true, ..b });
         };
         let mut replies = replies.into_iter();
-        let popped = self.pop_outcome(replies.next().unwrap_or(Value::Nil));
+        let pop = replies.next().unwrap_or(Value::Nil);
+        // The pop refused at once (a Cluster slot being migrated answers
+        // `ASK` for a list that is not there yet): never blocked.
+        let refused = matches!(&pop, Value::ServerError(e) if e.code() != "NOPERM");
+        let popped = self.pop_outcome(pop);
         if let Some(behind) = &behind {
             let reply = replies.next().unwrap_or(Value::Nil);
             return Ok(Blocked {
                 short: popped.is_some().then_some((at, POPPED_LEASE)),
+                cut: refused,
+                refused,
                 ..self.granted_by_pop(reply, behind, undo, deadline, popped.is_some())?
             });
         }
@@ -151,6 +162,11 @@ impl Node {
         // took.
         let args = popped_args(call);
         self.after_pop(&call.with_args(&args), undo, deadline, popped.is_some())
+            .map(|b| Blocked {
+                cut: refused,
+                refused,
+                ..b
+            })
     }
 
     /// One blocking round trip, the step [`Node::grant_blocking`] and
@@ -301,6 +317,7 @@ impl Node {
                 short: Some((at, POPPED_LEASE)),
                 sent: None,
                 cut: false,
+                refused: false,
             }),
             // Reading what the pop took is not allowed (an ACL with BLMOVE
             // but without LPOP): wait for messages instead.
@@ -312,6 +329,7 @@ impl Node {
                     short: None,
                     sent: None,
                     cut: false,
+                    refused: false,
                 })
             }
             Err(e) => Err(e),
@@ -357,6 +375,7 @@ impl Node {
                     short: None,
                     sent: None,
                     cut: false,
+                    refused: false,
                 })
             }
             Value::ServerError(e) => Err(redis::RedisError::from(e).into()),
@@ -366,6 +385,7 @@ impl Node {
                 short: None,
                 sent: None,
                 cut: false,
+                refused: false,
             }),
         }
     }
@@ -451,6 +471,7 @@ fn popped_grant(
         short: Some((at, Duration::from_millis(ms as u64))),
         sent: None,
         cut: false,
+        refused: false,
     })
 }
 

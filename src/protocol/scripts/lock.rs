@@ -47,10 +47,39 @@ pub struct AcquireArgs<'a> {
     pub claim: Duration,
     /// Where and how a hand-over is announced.
     pub announce: &'a Announce<'a>,
-    /// The waiter blocks in `BLMOVE` from the open list (else it waits for
-    /// messages).
-    pub blocks: bool = "block",
+    /// How the waiter waits.
+    pub waits: Waits,
 }
+}
+
+/// How a lock's waiter waits for its grant (lua/lock_acquire.lua `ARGV[9]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waits {
+    /// A plain lock's waiter blocked in `BLMOVE` from the open list
+    /// (`'block'`).
+    Blocking,
+    /// A plain lock's waiter that waits for release messages (in its last
+    /// second): it may take an open hand-over whoever is older.
+    Messages,
+    /// A fair lock's waiter blocked in `BLMOVE` (`'turn block'`): a grant
+    /// not taken by its pop it takes only as the oldest.
+    FairBlocking,
+    /// A fair lock's waiter that waits for messages (`'turn'`): its place
+    /// among the blocked was lost (`protocol::blocking::Place`), and it
+    /// keeps its turn: a hand-over is kept for it once it is the oldest
+    /// (lua/queue.lua `offer`).
+    FairMessages,
+}
+
+impl Arg for Waits {
+    fn push_to(&self, args: &mut Args) {
+        args.push(match self {
+            Waits::Blocking => b"block".as_slice(),
+            Waits::Messages => b"",
+            Waits::FairBlocking => b"turn block",
+            Waits::FairMessages => b"turn",
+        });
+    }
 }
 
 /// Where `AcquireArgs::argv` puts what lua/lock_acquire_all.lua takes of
