@@ -321,7 +321,7 @@ pub fn all() -> Vec<Config> {
             name: "lock: 3 waiters waiting for messages (a fair lock's after a slot move), 1 fault",
             model: Checked::MultiLock(MultiModel::new(
                 MultiLock,
-                wait_and_release(&[Names::lock(0); 3]),
+                wait_and_release(&[Names::fair_lock(0); 3]),
                 Faults::only(1, &[LostRequest, LostReply, Crash, Fault::LostMessage]),
             )),
             expect: Expect::Holds,

@@ -248,7 +248,9 @@ impl LockModel {
         self.acquire_args_as(client, t, queue, queue, popped)
     }
 
-    /// [`LockModel::acquire_args`], saying whether the waiter blocks.
+    /// [`LockModel::acquire_args`], saying whether the waiter blocks (else
+    /// it waits for messages, keeping its turn: a fair lock's waiter whose
+    /// place was lost).
     fn acquire_args_as(
         &self,
         client: usize,
@@ -276,7 +278,11 @@ impl LockModel {
             grant_prefix: &prefix,
             claim: p::GRANT_CLAIM,
             announce: &announce,
-            blocks,
+            waits: if blocks {
+                p::lock::Waits::FairBlocking
+            } else {
+                p::lock::Waits::FairMessages
+            },
         }
         .parts();
         if popped {

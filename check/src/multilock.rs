@@ -34,6 +34,8 @@ pub struct Names {
     pub from: u8,
     pub count: u8,
     pub at: u8,
+    /// A fair lock's waiter (it keeps its turn: lua/queue.lua `offer`).
+    pub fair: bool,
 }
 
 impl Names {
@@ -43,12 +45,22 @@ impl Names {
             from,
             count,
             at: from,
+            fair: false,
         }
     }
 
     /// A plain lock of name `name`.
     pub fn lock(name: u8) -> Names {
         Names::multi(name, 1)
+    }
+
+    /// A fair lock of name `name` whose waiters wait for messages (their
+    /// place among the blocked lost: a Cluster slot move).
+    pub fn fair_lock(name: u8) -> Names {
+        Names {
+            fair: true,
+            ..Names::lock(name)
+        }
     }
 }
 
@@ -139,7 +151,11 @@ impl Primitive for MultiLock {
             grant_prefix: &prefix,
             claim: p::GRANT_CLAIM,
             announce: &announce,
-            blocks: false,
+            waits: if mode.fair {
+                p::lock::Waits::FairMessages
+            } else {
+                p::lock::Waits::Messages
+            },
         }
         .parts();
         Script {
@@ -238,10 +254,10 @@ impl Primitive for MultiLock {
         })
     }
 
-    /// Each name's queue keeps its waiters' arrival order (lua/queue.lua
-    /// `offer`: a fair lock's, and a plain lock's that waits for messages).
+    /// A fair lock's waiters are served in arrival order (lua/queue.lua
+    /// `offer`); a plain lock's and a multi-lock's promise none.
     fn arrival(&self, mode: Names, i: usize, t: u8) -> Option<Arrival> {
-        Some(Arrival {
+        mode.fair.then(|| Arrival {
             queue: key(mode.at, ":queue"),
             holder: lock_key(mode.at),
             token: token(i, t),

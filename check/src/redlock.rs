@@ -157,7 +157,7 @@ impl RedlockModel {
             grant_prefix: &prefix,
             claim: p::GRANT_CLAIM,
             announce: &announce,
-            blocks: false,
+            waits: p::lock::Waits::Messages,
         }
         .parts()
     }

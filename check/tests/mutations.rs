@@ -409,7 +409,7 @@ fn a_hand_over_to_any_waiter_that_waits_for_messages_is_reported() {
         .map(|f| {
             let code = mutated(
                 f,
-                "if ordered and redis.call('EXISTS', told) == 1 then",
+                "if redis.call('EXISTS', turns) == 1 then",
                 "if false then",
             );
             let from = "queue_head(q, qt) == me))";
@@ -449,7 +449,7 @@ fn a_cut_waiter_that_blocks_again_is_reported() {
         .map(|f| {
             let code = mutated(
                 f,
-                "if ordered and redis.call('EXISTS', told) == 1 then",
+                "if redis.call('EXISTS', turns) == 1 then",
                 "if false then",
             );
             (f, code)
