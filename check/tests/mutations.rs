@@ -372,11 +372,7 @@ fn a_multi_lock_taking_a_held_name_is_reported() {
             "if false then",
         ),
     )];
-    let config = all()
-        .into_iter()
-        .find(|c| c.name.starts_with("multi-lock:"))
-        .expect("the configuration");
-    let Checked::MultiLock(mut model) = config.model else {
+    let Checked::MultiLock(mut model) = configured("multi-lock: 2 clients") else {
         panic!("not a multi-lock model");
     };
     model.faults = Faults::only(0, &[]);
@@ -387,6 +383,35 @@ fn a_multi_lock_taking_a_held_name_is_reported() {
     );
 }
 
+/// The model of the configuration whose name contains `part`.
+fn configured(part: &str) -> redlease_check::configs::Checked {
+    all()
+        .into_iter()
+        .find(|c| c.name.contains(part))
+        .expect("the configuration")
+        .model
+}
+
+/// The lock's scripts as they were before issue 53's fair order: a
+/// hand-over never kept for a fair waiter (lua/queue.lua `offer`), and
+/// each `(from, to)` of `also` replaced where a script has it.
+fn without_turns(also: &[(&str, &str)]) -> Vec<(&'static str, String)> {
+    ["lock_acquire.lua", "lock_release.lua", "lock_watch.lua"]
+        .into_iter()
+        .map(|f| {
+            let mut code = mutated(
+                f,
+                "if redis.call('EXISTS', turns) == 1 then",
+                "if false then",
+            );
+            for (from, to) in also {
+                code = code.replace(from, to);
+            }
+            (f, code)
+        })
+        .collect()
+}
+
 /// The hand-over before the fair order was kept for waiters that wait for
 /// messages (issue 53: a fair lock's waiters after a Cluster slot move):
 /// any queued waiter that waits for messages took an open grant, and the
@@ -395,32 +420,12 @@ fn a_multi_lock_taking_a_held_name_is_reported() {
 #[test]
 fn a_hand_over_to_any_waiter_that_waits_for_messages_is_reported() {
     use redlease_check::configs::Checked;
-    let config = all()
-        .into_iter()
-        .find(|c| c.name.starts_with("lock: 3 waiters waiting for messages"))
-        .expect("the configuration");
-    let Checked::MultiLock(mut model) = config.model else {
+    let Checked::MultiLock(mut model) = configured("lock: 3 waiters waiting for messages") else {
         panic!("not a lock of the waiter model");
     };
     model.faults = Faults::only(0, &[]);
     assert_eq!(found(&model, &[], 30), None, "unmutated");
-    let files: Vec<_> = ["lock_acquire.lua", "lock_release.lua", "lock_watch.lua"]
-        .into_iter()
-        .map(|f| {
-            let code = mutated(
-                f,
-                "if redis.call('EXISTS', turns) == 1 then",
-                "if false then",
-            );
-            let from = "queue_head(q, qt) == me))";
-            let code = if code.contains(from) {
-                code.replace(from, "redis.call('ZSCORE', q, me)))")
-            } else {
-                code
-            };
-            (f, code)
-        })
-        .collect();
+    let files = without_turns(&[("queue_head(q, qt) == me))", "redis.call('ZSCORE', q, me)))")]);
     let v = found(&model, &files, 30).expect("reported");
     assert!(v.contains("arrival order"), "{v}");
 }
@@ -433,28 +438,13 @@ fn a_hand_over_to_any_waiter_that_waits_for_messages_is_reported() {
 #[test]
 fn a_cut_waiter_that_blocks_again_is_reported() {
     use redlease_check::configs::Checked;
-    let config = all()
-        .into_iter()
-        .find(|c| c.name.contains("one's block cut"))
-        .expect("the configuration");
-    let Checked::Lock(model) = config.model else {
+    let Checked::Lock(model) = configured("one's block cut") else {
         panic!("not a lock model");
     };
     let model = LockModel {
         reblocks: true,
         ..model
     };
-    let files: Vec<_> = ["lock_acquire.lua", "lock_release.lua", "lock_watch.lua"]
-        .into_iter()
-        .map(|f| {
-            let code = mutated(
-                f,
-                "if redis.call('EXISTS', turns) == 1 then",
-                "if false then",
-            );
-            (f, code)
-        })
-        .collect();
-    let v = found(&model, &files, 30).expect("reported");
+    let v = found(&model, &without_turns(&[]), 30).expect("reported");
     assert!(v.contains("queue order"), "{v}");
 }
