@@ -58,9 +58,13 @@ if holder then
     return tonumber(string.match(holder, '#(%d+)$')) or 0
   end
   -- Open to the waiters: ours if our pop took it (queue.lua).
-  local fence = queue_take_open(lock, holder, q, qt, prefix, me, lease, ttl, tonumber(ARGV[5]), took, blocks, turn)
+  local fence, passed = queue_take_open(lock, holder, q, qt, prefix, me, lease, ttl, tonumber(ARGV[5]), took, blocks, turn)
   if fence then
     return fence
+  end
+  if passed then
+    -- Kept for an older waiter in its turn: it waits for this message.
+    announce(ARGV[6], ARGV[7], '', false)
   end
   if string.sub(holder, 1, 3) ~= 'rl:' then
     return redis.error_reply('REDLEASE_FOREIGN lock key holds a value not written by redlease')

@@ -63,7 +63,10 @@
 --     my pop took that very fence (took), or it was kept for me, or,
 --     while the fence is still on the open list (no blocked waiter was
 --     there to take it), because me is queued (turn, a fair lock's
---     waiter: as the live head). A fence that is not the open grant's is
+--     waiter: as the live head). A fair waiter's pop that took the turn
+--     of an older waiter keeping it by messages keeps the grant for that
+--     one instead (kept, with a whole claim window) and returns nil, true:
+--     the caller publishes for it. A fence that is not the open grant's is
 --     never a right to it: a popped grant can stand unclaimed (held_by),
 --     and only its popper may take it. (The open list holds one fence at
 --     most: hand_on runs only while nothing is open, and a fence goes back
@@ -283,6 +286,26 @@ local function queue_taken(q, qt, ttl, blocks)
   end
 end
 
+-- The oldest live waiter that keeps its turn waiting for messages (see
+-- offer) and arrived before me, if any.
+local function elder_in_turn(q, qt, prefix, me)
+  local turns = prefix .. 'turns'
+  if redis.call('EXISTS', turns) == 0 then
+    return nil
+  end
+  local now = now_ms()
+  local best = tonumber(redis.call('ZSCORE', q, me)) or math.huge
+  local elder = nil
+  for _, t in ipairs(redis.call('ZRANGE', turns, 0, -1)) do
+    local at = tonumber(redis.call('ZSCORE', q, t))
+    local until_ms = tonumber(redis.call('ZSCORE', qt, t))
+    if at and until_ms and until_ms > now and at < best then
+      best, elder = at, t
+    end
+  end
+  return elder
+end
+
 local function queue_take_open(lock, holder, q, qt, prefix, me, lease, ttl, claim, took, blocks, turn)
   if string.match(holder, '^[^#]*') ~= 'rl:grant' then
     return nil
@@ -293,6 +316,16 @@ local function queue_take_open(lock, holder, q, qt, prefix, me, lease, ttl, clai
   if took then
     if took ~= f then
       return nil
+    end
+    -- A fair waiter's pop took the turn of an older waiter that keeps it
+    -- waiting for messages (its place among the blocked was lost): the
+    -- grant is kept for that one, with a whole claim window, and told
+    -- (the caller publishes); the popper waits on.
+    local elder = turn and elder_in_turn(q, qt, prefix, me)
+    if elder then
+      redis.call('SET', prefix .. 'kept', elder .. '#' .. f, 'PX', claim * 2)
+      redis.call('PEXPIRE', lock, claim)
+      return nil, true
     end
   elseif turn then
     -- A fair lock's waiter, blocking or not: kept for me, or on the open

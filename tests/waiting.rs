@@ -1480,3 +1480,71 @@ fn a_plain_short_waiter_behind_a_dead_blocked_one_takes_the_hand_over() {
     );
     assert_eq!(got, Ok(true), "after {took:?}");
 }
+
+/// Review (issue 53's fair order): a fair waiter keeping its turn by
+/// messages (its block was cut) behind a waiter that blocks but is not
+/// blocked (here one that died: its entry lives 75 s). The hand-over went
+/// onto the open list, and a later waiter's pop took it, the pop alone
+/// being the grant: N before T. While a waiter keeps its turn, a fair
+/// lock's pop is no grant by itself; its script keeps the grant for the
+/// oldest such waiter.
+#[test]
+fn a_later_blocked_waiters_pop_does_not_take_a_kept_turn() {
+    let server = Server::start();
+    let mut admin = server.con();
+    let proxy = common::proxy::Proxy::start(server.port());
+    let holder = client_with(&server, |b| b);
+    let g = holder.fair_lock("turn").acquire().unwrap();
+    // A waiter that blocked and died, first in the queue.
+    let now: Vec<u64> = redis::cmd("TIME").query(&mut admin).unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg("{turn}:queue")
+        .arg(now[0] * 1_000_000)
+        .arg("rl:dead:1")
+        .query(&mut admin)
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg("{turn}:queue:t")
+        .arg(now[0] * 1000 + 75_000)
+        .arg("rl:dead:1")
+        .query(&mut admin)
+        .unwrap();
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let waiter = |who: &'static str, url: String| {
+        let order = order.clone();
+        std::thread::spawn(move || {
+            let c = no_poll(&url);
+            let got = c.fair_lock("turn").acquire_timeout(Duration::from_secs(10));
+            order
+                .lock()
+                .unwrap()
+                .push((who, matches!(got, Ok(Some(_)))));
+            std::thread::sleep(Duration::from_millis(50));
+        })
+    };
+    let t = waiter("T", proxy.url());
+    common::queued(&mut admin, "{turn}:queue", 2);
+    assert!(eventually(Duration::from_secs(5), || blocked_clients(
+        &mut admin
+    ) == 1));
+    // T's block is cut: it keeps its turn by messages.
+    proxy.cut_all();
+    assert!(eventually(Duration::from_secs(5), || redis::cmd("ZCARD")
+        .arg("{turn}:grant:turns")
+        .query::<usize>(&mut admin)
+        .unwrap()
+        == 1));
+    let n = waiter("N", server.url());
+    common::queued(&mut admin, "{turn}:queue", 3);
+    assert!(eventually(Duration::from_secs(5), || blocked_clients(
+        &mut admin
+    ) == 1));
+    std::thread::sleep(Duration::from_millis(300));
+    drop(g);
+    for w in [t, n] {
+        w.join().unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    println!("FIGURES behind a dead blocked waiter, T's turn kept by messages: {order:?}");
+    assert_eq!(order, [("T", true), ("N", true)]);
+}

@@ -254,6 +254,7 @@ impl Lock {
             // claims it (the extend below).
             alone: Some(PopAlone {
                 holder: keys.lock.to_vec(),
+                turns: self.fair.then(|| schema::turns(&keys.grant_prefix)),
                 release_arg: RELEASE_FENCE,
                 extend_arg: EXTEND_FENCE,
             }),

@@ -210,6 +210,7 @@ impl<'a> Acquisition<'a> {
                         list: &d.list,
                         into: &d.into,
                         holder: d.alone.as_ref().map(|a| a.holder.as_slice()),
+                        turns: d.alone.as_ref().and_then(|a| a.turns.as_deref()),
                     },
                     block,
                     call: spec.grant.call(),

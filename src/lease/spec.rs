@@ -98,9 +98,12 @@ pub(crate) struct Direct {
 /// first renewal claims it (lua/queue.lua `held_by`): `holder` is the lock
 /// key, looked at behind the pop, and the hold's fence goes in as its
 /// release's argument `release_arg` and its extension's `extend_arg`
-/// (where the spec has an empty placeholder).
+/// (where the spec has an empty placeholder). A fair lock's pop is the
+/// grant only while no waiter keeps its turn waiting for messages
+/// (`turns`, read behind the pop too): else its script decides.
 pub(crate) struct PopAlone {
     pub(crate) holder: Vec<u8>,
+    pub(crate) turns: Option<Vec<u8>>,
     pub(crate) release_arg: usize,
     pub(crate) extend_arg: usize,
 }

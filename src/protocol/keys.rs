@@ -53,6 +53,12 @@ pub(crate) fn open_list(grant_prefix: &[u8]) -> Vec<u8> {
     [grant_prefix, b"open"].concat()
 }
 
+/// A fair lock's waiters that keep their turn waiting for messages, under
+/// a grant prefix (lua/queue.lua `offer`).
+pub(crate) fn turns(grant_prefix: &[u8]) -> Vec<u8> {
+    [grant_prefix, b"turns"].concat()
+}
+
 /// The keys of one named primitive. All share the hash tag `{name}` so that
 /// one script may touch them all, also on Redis Cluster.
 #[derive(Clone, Debug)]

@@ -23,6 +23,10 @@ pub(crate) struct Pop<'a> {
     /// The lock key, where the pop alone is the grant (lua/queue.lua
     /// `held_by`); `None` where the granting script must run behind it.
     pub(crate) holder: Option<&'a [u8]>,
+    /// A fair lock's waiters that keep their turn waiting for messages:
+    /// while there are any, the pop alone is no grant, and the script
+    /// decides whose turn it is (lua/queue.lua `queue_take_open`).
+    pub(crate) turns: Option<&'a [u8]>,
 }
 
 /// A queued waiter's request for a grant that blocks (see
@@ -100,7 +104,9 @@ impl Node {
     /// - With [`Pop::holder`] (the lock), the pop alone is the grant
     ///   (lua/queue.lua `held_by`): behind it go only the own list's
     ///   expiry and a look at the lock key (`PTTL`, `GET`), which say
-    ///   whether the popped fence is the open grant and how long it runs.
+    ///   whether the popped fence is the open grant and how long it runs
+    ///   (and for a fair lock `EXISTS` of [`Pop::turns`]: while a waiter
+    ///   keeps its turn, the script decides).
     ///   Nothing else is on the handoff's path; the hold is claimed later,
     ///   by its first renewal (lua/lock_extend.lua). A pop that took
     ///   nothing (the block ran out), or a fence that is not the grant,
@@ -154,8 +160,11 @@ impl Node {
             });
         }
         let (_, ttl, value) = (replies.next(), replies.next(), replies.next());
-        if let Some(granted) = popped_grant(popped.as_deref(), ttl, value, at) {
-            return Ok(granted);
+        let in_turn = matches!(replies.next(), Some(Value::Int(n)) if n > 0);
+        if !in_turn {
+            if let Some(granted) = popped_grant(popped.as_deref(), ttl, value, at) {
+                return Ok(granted);
+            }
         }
         // Nothing granted by the pop: the script says where we stand (and
         // renews our queue entry), reading and dropping whatever the pop
@@ -437,7 +446,13 @@ fn pop_pipeline(pop: &Pop<'_>, block: Duration, behind: Option<&Call<'_>>) -> (V
                 .arg(crate::protocol::timing::GRANT_CLAIM.as_millis() as u64 * 2);
             pipe.cmd("PTTL").arg(holder);
             pipe.cmd("GET").arg(holder);
-            (pipe.get_packed_pipeline(), 4)
+            match pop.turns {
+                Some(turns) => {
+                    pipe.cmd("EXISTS").arg(turns);
+                    (pipe.get_packed_pipeline(), 5)
+                }
+                None => (pipe.get_packed_pipeline(), 4),
+            }
         }
         (None, Some(call)) => {
             pipe.add_command(call.command(false));
