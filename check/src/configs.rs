@@ -189,6 +189,25 @@ pub fn all() -> Vec<Config> {
             expect: Expect::Holds,
             depth: 40,
         },
+        // Found by review: the head gives up (between its block's end and
+        // its leave it is not blocked), the hand-over goes onto the open
+        // list, and the holder, waiting again, pops it ahead of the cut
+        // waiter that arrived before it. A fair lock's pop is now the
+        // grant only while nobody keeps a turn (`Pop::turns`).
+        Config {
+            name: "lock: a cut waiter behind one that gives up, the holder waiting again",
+            model: staying(
+                vec![
+                    vec![Acquire, Release, Acquire, Release],
+                    vec![AcquireFor(1_000), Release],
+                    vec![Acquire, Release],
+                ],
+                Faults::only(1, &[Fault::Cut]),
+                8_000,
+            ),
+            expect: Expect::Holds,
+            depth: 24,
+        },
         // Found as a known bug: a holder whose grant came by a pop loses
         // its release (a lost message) and the releaser of the hand-over
         // exits: the next live waiter waited for its own look. The

@@ -165,6 +165,10 @@ pub struct State {
     fences: Vec<(i64, (u8, u8))>,
     /// A property broken inside a step (reported by `check`).
     broken: Option<String>,
+    /// A fair lock's pop that took a grant while a waiter kept its turn
+    /// (its script decides whose it is): the popper, and who waited then
+    /// (a bit per client): the order is judged among those.
+    decided_at_pop: Option<(u8, u8)>,
     /// Since when the name has been free (or held by nobody alive) while a
     /// live waiter waits.
     free_since: Option<i64>,
@@ -454,9 +458,31 @@ impl LockModel {
         }
     }
 
-    /// Queue order, where a script names a new holder (a claim names the
-    /// holder its pop chose: checked at the pop, [`LockModel::finish_pop`]).
+    /// Queue order, where a script decides who gets the name: it names a
+    /// new holder, or keeps a hand-over for a waiter (lua/queue.lua
+    /// `offer`: that waiter's take later only writes it down, as a claim
+    /// names the holder its pop chose, checked at the pop:
+    /// [`LockModel::finish_pop`]).
     fn queue_order(&self, s: &mut State, file: &str, before: &Keyspace) {
+        let kept = key(":grant:kept");
+        let owner = |v: &[u8]| v[..v.iter().position(|&c| c == b'#').unwrap_or(v.len())].to_vec();
+        let client = |t: &[u8]| {
+            (0..s.clients.len()).find(|&i| {
+                let tok = token(i, 0);
+                t.starts_with(&tok[..tok.len() - 1])
+            })
+        };
+        if let Some(k) = s
+            .keys
+            .string(&kept)
+            .filter(|k| before.string(&kept) != Some(*k))
+        {
+            let taker = owner(k);
+            if let Some(i) = client(&taker) {
+                self.granted_in_order(s, i, &taker, before);
+            }
+            return;
+        }
         if file == "lock_extend.lua" {
             return;
         }
@@ -464,18 +490,15 @@ impl LockModel {
         if before.string(&key("")) == Some(v.as_slice()) {
             return;
         }
-        let Some(i) = (0..s.clients.len()).find(|&i| {
-            let tok = token(i, 0);
-            let prefix = &tok[..tok.len() - 1];
-            v.starts_with(prefix)
-        }) else {
-            return;
-        };
+        let held_by = owner(&v);
+        let Some(i) = client(&held_by) else { return };
         if s.clients[i].hold.is_some() {
             return; // its claim of a grant its pop took
         }
-        let held_by = &v[..v.iter().position(|&c| c == b'#').unwrap_or(v.len())];
-        self.granted_in_order(s, i, held_by, before);
+        if before.string(&kept).is_some_and(|k| owner(k) == held_by) {
+            return; // kept for it: checked when it was kept
+        }
+        self.granted_in_order(s, i, &held_by, before);
     }
 
     /// Queue order: while nobody died, froze, exited or lost a call, the
@@ -490,6 +513,7 @@ impl LockModel {
         if s.faults > 0 || s.exits > 0 || s.broken.is_some() {
             return;
         }
+        let waited = s.decided_at_pop.map_or(u8::MAX, |(_, mask)| mask);
         let queue = key(":queue");
         let arrived = keys.rank(&queue, granted);
         let ahead_of_it = |j: usize, t: u8| {
@@ -500,7 +524,7 @@ impl LockModel {
         let ci = &s.clients[i];
         let placed = |c: &Client| !c.lost_place;
         for (j, c) in s.clients.iter().enumerate() {
-            if j == i || c.life != Life::Running {
+            if j == i || c.life != Life::Running || waited & (1 << j) == 0 {
                 continue;
             }
             let ahead = match &c.main {
@@ -602,17 +626,46 @@ impl LockModel {
             &mut none,
         );
         let ttl = int(&s.keys.run(&[b"PTTL".to_vec(), key("")], &mut none)).unwrap_or(-2);
-        let value = match s.keys.run(&[b"GET".to_vec(), key("")], &mut none) {
+        let mut value = match s.keys.run(&[b"GET".to_vec(), key("")], &mut none) {
             Reply::Bulk(v) => Some(v),
             _ => None,
         };
+        // A fair lock's pipeline also asks whether a waiter keeps its turn
+        // waiting for messages (`Pop::turns`): then the pop alone is no
+        // grant, and the script behind decides (as if the lock's value
+        // had not been read).
+        let turns = [prefix(), b"turns".to_vec()].concat();
+        let in_turn = int(&s.keys.run(&[b"EXISTS".to_vec(), turns], &mut none)) == Some(1);
         Self::log(log, || {
             format!(
-                "c{i}'s BLMOVE served: {:?}; PTTL {ttl}; GET {:?}",
+                "c{i}'s BLMOVE served: {:?}; PTTL {ttl}; GET {:?}; turns kept: {in_turn}",
                 popped.as_deref().map(String::from_utf8_lossy),
                 value.as_deref().map(String::from_utf8_lossy)
             )
         });
+        if in_turn {
+            value = None;
+            if popped.is_some() {
+                let now = s.now;
+                let mask = s.clients.iter().enumerate().fold(0u8, |m, (j, c)| {
+                    let waits = match &c.main {
+                        Main::Blocked { served: None, .. } => true,
+                        Main::Listening { .. }
+                        | Main::Call {
+                            kind: CallKind::ByMessage | CallKind::AfterPop,
+                            ..
+                        } => c.told && c.deadline.is_none_or(|d| d > now),
+                        _ => false,
+                    };
+                    if waits {
+                        m | (1 << j)
+                    } else {
+                        m
+                    }
+                });
+                s.decided_at_pop = Some((i as u8, mask));
+            }
+        }
         // A pop that took the open grant is the grant (the claim later
         // only writes it down).
         if let (Some(f), Some(v)) = (&popped, &value) {
@@ -813,6 +866,9 @@ impl LockModel {
     /// undo went behind it) and the acquisition tries again with a new one
     /// (`Acquisition::on_error`), or gives up at its deadline.
     fn retry(&self, s: &mut State, i: usize, t: u8) {
+        if s.decided_at_pop.is_some_and(|(p, _)| p as usize == i) {
+            s.decided_at_pop = None;
+        }
         let now = s.now;
         let c = &mut s.clients[i];
         c.retired.push(t);
@@ -900,6 +956,10 @@ impl LockModel {
         else {
             return Ok(());
         };
+        // The popper's script has decided (its reply is in).
+        if s.decided_at_pop.is_some_and(|(p, _)| p as usize == i) {
+            s.decided_at_pop = None;
+        }
         let reply = out.reply();
         if let Some(Reply::Error(e)) = &reply {
             return Err(format!("c{i}'s {kind:?} got an error reply: {e}"));
@@ -1178,6 +1238,7 @@ impl Model for LockModel {
             top_fence: 0,
             fences: Vec::new(),
             broken: None,
+            decided_at_pop: None,
             free_since: None,
         }
     }

@@ -448,3 +448,27 @@ fn a_cut_waiter_that_blocks_again_is_reported() {
     let v = found(&model, &without_turns(&[]), 30).expect("reported");
     assert!(v.contains("queue order"), "{v}");
 }
+
+/// A fair lock's pop that took the turn of an older waiter keeping it by
+/// messages, taken anyway (review of issue 53: the pop alone was the
+/// grant): the popper holds while the older waiter still waits.
+#[test]
+fn a_pop_that_takes_an_older_waiters_turn_is_reported() {
+    use redlease_check::configs::Checked;
+    let Checked::Lock(model) = configured("behind one that gives up") else {
+        panic!("not a lock model");
+    };
+    let files: Vec<_> = ["lock_acquire.lua"]
+        .into_iter()
+        .map(|f| {
+            let code = mutated(
+                f,
+                "local elder = turn and elder_in_turn(q, qt, prefix, me)",
+                "local elder = nil",
+            );
+            (f, code)
+        })
+        .collect();
+    let v = found(&model, &files, 24).expect("reported");
+    assert!(v.contains("queue order"), "{v}");
+}
