@@ -60,11 +60,23 @@ local function release(k, a)
       redis.call('DEL', prefix .. 'kept')
       took = string.match(kept, '#(%d+)$')
     elseif not took and oldest then
-      local open = prefix .. 'open'
-      local f = redis.call('LINDEX', open, 0)
-      if f and redis.call('GET', lock) == 'rl:grant#' .. f then
-        redis.call('DEL', open)
-        took = f
+      -- Only while the name is open (else the list lapses as it is). By
+      -- LPOP, which the README's ACL line grants; refused, nothing is
+      -- passed on, and the claim window's look does it.
+      local v = redis.call('GET', lock)
+      if v and string.match(v, '^[^#]*') == 'rl:grant' then
+        local open = prefix .. 'open'
+        local f = redis.pcall('LPOP', open)
+        if type(f) == 'string' then
+          if v == 'rl:grant#' .. f then
+            took = f
+          else
+            -- Not this grant's (the open list holds its fence alone):
+            -- back, with its life.
+            redis.pcall('RPUSH', open, f)
+            redis.call('PEXPIRE', open, tonumber(claim) * 2)
+          end
+        end
       end
     end
   end
