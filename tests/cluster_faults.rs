@@ -1145,3 +1145,76 @@ fn a_release_whose_master_stopped_says_it_may_have_run() {
     assert!(err.is_ambiguous(), "{err}");
     assert!(err.to_string().contains("may have run"), "{err}");
 }
+
+/// Reproduction (issue 53): a release while its name's slot is being
+/// migrated. The old master refuses the release's script from the moment
+/// the slot is marked `MIGRATING` (it names keys that are not there), and
+/// once the keys have moved the importing master refuses it too
+/// (`TRYAGAIN`) until the slot is handed over. `release()` failed at once
+/// with a not-sent error, and the name stayed held for the rest of its
+/// lease (30 s here). Nothing ran, so the release is asked again while
+/// the lease lasts: it succeeds once the slot has moved, and the name is
+/// free at once.
+#[test]
+fn a_release_refused_while_its_slot_migrates_runs_once_the_slot_has_moved() {
+    let mut cluster = RedisCluster::new(RedisClusterConfiguration::default());
+    let ports = ports(&cluster);
+    let c = client_timed(urls_of(&ports), Duration::from_millis(400));
+    let other = client_timed(urls_of(&ports), Duration::from_millis(400));
+    let mut outcomes = Vec::new();
+    for kind in ["lock", "fair lock", "semaphore", "write lock"] {
+        let name = format!("release:migrating:{}", kind.replace(' ', "-"));
+        let guard: Box<dyn FnOnce() -> redlease::Result<()>> = match kind {
+            "lock" => {
+                let g = c.lock(&name).acquire().unwrap();
+                Box::new(move || g.release())
+            }
+            "fair lock" => {
+                let g = c.fair_lock(&name).acquire().unwrap();
+                Box::new(move || g.release())
+            }
+            "semaphore" => {
+                let p = c.semaphore(&name, 1).acquire().unwrap();
+                Box::new(move || p.release())
+            }
+            _ => {
+                let g = c.rw_lock(&name).write().unwrap();
+                Box::new(move || g.release())
+            }
+        };
+        let mut m = Migration::start(&ports, &name);
+        let to_port = ports[m.to];
+        // The keys move 400 ms into the release, the slot is handed over
+        // 400 ms later (as `redis-cli --cluster reshard` does, slowed).
+        let mover = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            let keys = m.keys_left();
+            m.migrate(to_port, &keys);
+            std::thread::sleep(Duration::from_millis(400));
+            m.finish();
+        });
+        let t = Instant::now();
+        let released = guard().map_err(|e| (e.kind(), e.is_ambiguous(), e.to_string()));
+        let took = t.elapsed();
+        mover.join().unwrap();
+        let free = match kind {
+            "semaphore" => other.semaphore(&name, 1).try_acquire().map(|p| p.is_some()),
+            "write lock" => other.rw_lock(&name).try_write().map(|g| g.is_some()),
+            "fair lock" => other.fair_lock(&name).try_acquire().map(|g| g.is_some()),
+            _ => other.lock(&name).try_acquire().map(|g| g.is_some()),
+        };
+        outcomes.push((kind, released, took, free.map_err(|e| e.to_string())));
+    }
+    println!(
+        "FIGURES releases during a migration (kind, outcome, took, free after): {outcomes:#?}"
+    );
+    cluster.stop();
+    for (kind, released, took, free) in outcomes {
+        assert_eq!(released, Ok(()), "{kind}: after {took:?}");
+        assert!(
+            took >= Duration::from_millis(600),
+            "{kind}: released before the slot moved ({took:?})"
+        );
+        assert_eq!(free, Ok(true), "{kind}: not free after its release");
+    }
+}

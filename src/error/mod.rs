@@ -226,6 +226,36 @@ impl Error {
         })
     }
 
+    /// Whether a server answered that it will not run the command *for
+    /// now*, and nothing ran: loading, busy, a replica without its master
+    /// (`LOADING`, `BUSY`, `MASTERDOWN`), a Cluster slot in migration or a
+    /// cluster without quorum (`TRYAGAIN`, `ASK`, `CLUSTERDOWN`, a slot
+    /// that kept moving). Asking again later is safe even for a script
+    /// that must run at most once.
+    pub(crate) fn is_refused_for_now(&self) -> bool {
+        const FOR_NOW: [&str; 7] = [
+            "LOADING",
+            "BUSY",
+            "MASTERDOWN",
+            "TRYAGAIN",
+            "CLUSTERDOWN",
+            "ASK",
+            "MOVED",
+        ];
+        // A Cluster node's refusal is wrapped once, with the server's
+        // error as its source (`cluster::migrating`, `kept_moving`).
+        let wrapped = self.source.as_deref().and_then(|s| {
+            (s as &(dyn std::error::Error + 'static))
+                .downcast_ref::<Error>()
+                .and_then(Error::server_code)
+        });
+        self.unsent
+            && self
+                .server_code()
+                .or(wrapped)
+                .is_some_and(|code| FOR_NOW.contains(&code))
+    }
+
     /// Whether the command was never sent (no connection could be had), so
     /// that it certainly did not run.
     pub(crate) fn is_unsent(&self) -> bool {

@@ -329,12 +329,25 @@ fn look_after_hand_over(client: &Context, held: &Held) {
 /// up during an outage. A release whose connection broke is repeated;
 /// finding nothing then is `Ok` when the lease was still valid when the
 /// first release was sent, because that first release is what removed it.
+///
+/// A release the server refused for now (nothing ran: a Cluster slot whose
+/// keys have moved but which is not handed over yet answers `TRYAGAIN`; a
+/// cluster without quorum, a server loading) is asked again, with short
+/// waits, while the lease would still run and within the client's outage
+/// tolerance: past the lease's end the name is free anyway. It used to
+/// fail at once, leaving the name held for the rest of the lease.
 fn release(client: &Context, held: &Held, repeated: bool) -> Result<()> {
     let backend = client.backend();
     let response = backend.timeouts().response;
     let valid_when_sent = !held.state.is_lost();
+    let refusals_until = held
+        .state
+        .expires_at()
+        .min(Instant::now() + client.wakeup().outage_tolerance());
+    let mut pause = Duration::from_millis(10);
     let mut repeated = repeated;
-    for _ in 0..3 {
+    let mut broke = 0;
+    while broke < 3 {
         let at = Instant::now();
         match backend.confirm(&held.release.call()) {
             Ok(n @ (1 | 2)) => {
@@ -359,7 +372,12 @@ fn release(client: &Context, held: &Held, repeated: bool) -> Result<()> {
                 if e.broke_at_once(at.elapsed(), response)
                     || e.kind() == crate::error::ErrorKind::QuorumNotReached =>
             {
-                repeated = true
+                repeated = true;
+                broke += 1;
+            }
+            Err(e) if e.is_refused_for_now() && at + pause < refusals_until => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(100));
             }
             Err(e) => return Err(e),
         }

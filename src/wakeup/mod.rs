@@ -151,6 +151,11 @@ impl Wakeup {
         }
     }
 
+    /// How long callers ride out an outage (`ClientBuilder::outage_tolerance`).
+    pub(crate) fn outage_tolerance(&self) -> Duration {
+        self.shared.outage_tolerance
+    }
+
     /// The channel a release of `key` publishes on: the client's channel,
     /// or on a sharded cluster that channel followed by `key`'s hash tag,
     /// so that it lies in the key's slot (lua/publish.lua sends a channel
