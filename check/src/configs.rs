@@ -8,6 +8,7 @@ use crate::parties::{Fault, Faults};
 use crate::redlock::{RedlockModel, RlOp};
 use crate::rwlock::{Rw, RwLock, RwModel};
 use crate::semaphore::{SemModel, Semaphore};
+use crate::sentinel::{SOp, SentinelModel};
 use crate::waiters::WaitOp;
 
 /// What a configuration's search must end with.
@@ -29,6 +30,7 @@ pub enum Checked {
     Latch(LatchModel),
     Redlock(RedlockModel),
     MultiLock(MultiModel),
+    Sentinel(SentinelModel),
 }
 
 pub struct Config {
@@ -103,6 +105,24 @@ fn redlock(faults: Faults, delayed_restart: bool) -> Checked {
         fallback_ms: 2_000,
         delayed_restart,
         exits: true,
+    })
+}
+
+/// A holder that keeps the lock 6 s and `waiters` waiters that wait up to
+/// 8 s each, across a Sentinel failover (the master stopped first, or cut
+/// off from the Sentinels only).
+fn sentinel(stops: bool, waiters: usize) -> Checked {
+    let holder = vec![SOp::AcquireFor(1_000), SOp::Sleep(6_000), SOp::Release];
+    let waiter = vec![SOp::AcquireFor(8_000), SOp::Release];
+    Checked::Sentinel(SentinelModel {
+        ops: std::iter::once(holder)
+            .chain(std::iter::repeat_n(waiter, waiters))
+            .collect(),
+        lease_ms: LockModel::default_lease(),
+        horizon_ms: 10_000,
+        response_ms: 2_000,
+        stops,
+        discounts_deposed: true,
     })
 }
 
@@ -345,6 +365,21 @@ pub fn all() -> Vec<Config> {
             )),
             expect: Expect::Holds,
             depth: 60,
+        },
+        // Issue 53: a master the Sentinels replaced, stopped through its
+        // failover, resumes still acting as master and runs what its
+        // sockets held; no reply of it counts once the switch is heard.
+        Config {
+            name: "sentinel: a holder and a waiter, the master stopped, replaced and resumed as master",
+            model: sentinel(true, 1),
+            expect: Expect::Holds,
+            depth: 80,
+        },
+        Config {
+            name: "sentinel: a holder and 2 waiters, the master cut off from the Sentinels and replaced",
+            model: sentinel(false, 2),
+            expect: Expect::Holds,
+            depth: 90,
         },
         // Redlock's own limit (GUARANTEES.md, "On Redlock"): a master that
         // restarts at once without its keys lets a second client win a

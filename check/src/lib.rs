@@ -16,5 +16,6 @@ pub mod redlock;
 pub mod rwlock;
 pub mod search;
 pub mod semaphore;
+pub mod sentinel;
 pub mod server;
 pub mod waiters;

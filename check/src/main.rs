@@ -138,6 +138,7 @@ fn check(c: &Config, a: &Args) -> (bool, String) {
         Checked::Latch(m) => run(c.name, m, depth, c.expect, a),
         Checked::Redlock(m) => run(c.name, m, depth, c.expect, a),
         Checked::MultiLock(m) => run(c.name, m, depth, c.expect, a),
+        Checked::Sentinel(m) => run(c.name, m, depth, c.expect, a),
     }
 }
 

@@ -472,3 +472,22 @@ fn a_pop_that_takes_an_older_waiters_turn_is_reported() {
     let v = found(&model, &files, 24).expect("reported");
     assert!(v.contains("queue order"), "{v}");
 }
+
+/// A master the Sentinels replaced, stopped through the failover, resumes
+/// still acting as master and runs a waiter's grant its socket held; the
+/// waiter has heard the switch, and counted the reply anyway (issue 53:
+/// the rule before `pool::Deposal`): it believes it holds a name the
+/// master named does not give it (the issue's second holder).
+#[test]
+fn a_deposed_masters_grant_counted_after_the_switch_is_reported() {
+    use redlease_check::configs::Checked;
+    let Checked::Sentinel(model) = configured("the master stopped, replaced") else {
+        panic!("not a Sentinel model");
+    };
+    let model = redlease_check::sentinel::SentinelModel {
+        discounts_deposed: false,
+        ..model
+    };
+    let v = found(&model, &[], 60).expect("reported");
+    assert!(v.contains("but the master named has"), "{v}");
+}
