@@ -270,6 +270,24 @@ pub fn all() -> Vec<Config> {
             depth: 60,
         },
         Config {
+            name: "semaphore: 2 permits, 3 clients waiting for messages, 2 faults",
+            model: semaphore(2, false, Faults::all(2)),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        Config {
+            name: "rw lock: a writer and a reader waiting for messages, 2 faults",
+            model: rw_lock(wait_and_release(&[Rw::Write, Rw::Read]), Faults::all(2)),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        Config {
+            name: "rw lock: 2 writers waiting for messages, 2 faults",
+            model: rw_lock(wait_and_release(&[Rw::Write, Rw::Write]), Faults::all(2)),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        Config {
             name: "rw lock: 2 writers and a reader waiting for messages, 1 fault",
             model: rw_lock(
                 wait_and_release(&[Rw::Write, Rw::Write, Rw::Read]),
@@ -342,6 +360,25 @@ pub fn all() -> Vec<Config> {
             ),
             expect: Expect::Holds,
             depth: 36,
+        },
+        Config {
+            name: "redlock: 3 masters, 2 clients, 2 faults (restarts down a lease first, lost calls)",
+            model: redlock(
+                Faults::only(2, &[Fault::Crash, LostRequest, LostReply, Fault::LostMessage]),
+                true,
+            ),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        Config {
+            name: "multi-lock: 2 clients taking both names, 2 faults",
+            model: Checked::MultiLock(MultiModel::new(
+                MultiLock,
+                wait_and_release(&[Names::multi(0, 2), Names::multi(0, 2)]),
+                Faults::only(2, &[LostRequest, LostReply, Crash, Fault::LostMessage]),
+            )),
+            expect: Expect::Holds,
+            depth: 90,
         },
         Config {
             name: "multi-lock: 2 clients taking both names, a lock on one, 1 fault",

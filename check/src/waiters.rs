@@ -25,8 +25,13 @@
 //! a message, or the client's own release, wakes each client's head only;
 //! a head that leaves wakes the next).
 //!
+//! A client may be frozen (SIGSTOP, a long pause: all its threads, its
+//! renewal thread and subscriber with them; messages wait in its socket
+//! until it resumes, and its timers fire late), and the server's clock may
+//! step back a second.
+//!
 //! Not modelled yet: waiters that block on the server (waits of a second
-//! and more), requests for several permits, clock steps, freezes.
+//! and more), requests for several permits.
 
 use redlease::__protocol as p;
 
@@ -70,6 +75,11 @@ pub struct WaitModel<P: Primitive> {
     /// Whom a client's announcement wakes (the library's rule, or an old
     /// one, kept for the checker's own tests).
     pub subscriber: Subscriber,
+    /// A lease counted from when its grant's reply is read, not from when
+    /// the request was sent (`LeaseState`'s rule): a wrong rule, for the
+    /// checker's own tests (a client frozen between the two believes in
+    /// a lease the server has let go).
+    pub lease_from_reply: bool,
 }
 
 /// Whom an announcement of a key (a message, or a release of the client's
@@ -160,6 +170,9 @@ struct Client {
 pub struct State {
     keys: Keyspace,
     now: i64,
+    /// The server's clock minus `SERVER_OFFSET` and the clients' (a clock
+    /// step).
+    offset: i64,
     clients: Vec<Client>,
     faults: u8,
     exits: u8,
@@ -193,6 +206,11 @@ pub enum Action {
     /// A thread waiting in its local queue is now the head: it attempts.
     Head(usize),
     Crash(usize),
+    /// Client `i`'s process is stopped (every thread of it), or resumes.
+    Freeze(usize),
+    Resume(usize),
+    /// The server's clock steps back a second (an NTP step).
+    StepBack,
     Exit(usize),
     Tick,
 }
@@ -215,6 +233,7 @@ impl<P: Primitive> WaitModel<P> {
             process: Vec::new(),
             watchdog: true,
             subscriber: Subscriber::Now,
+            lease_from_reply: false,
         }
     }
 
@@ -272,7 +291,8 @@ impl<P: Primitive> WaitModel<P> {
             let mode = self.at(j, name);
             let c = &mut s.clients[j];
             let tried = c.tried && self.subscriber != Subscriber::HeadsOnly;
-            if c.life == Life::Running
+            // A frozen client's subscriber reads it when it resumes.
+            if matches!(c.life, Life::Running | Life::Frozen)
                 && c.subscribed
                 && (head == Some(j) || tried)
                 && waits(mode, name)
@@ -454,10 +474,11 @@ impl<P: Primitive> WaitModel<P> {
                 None => s.fences.push((n, fence, (i as u8, t))),
             }
         }
+        let from = if self.lease_from_reply { s.now } else { at };
         s.clients[i].holds.push(Hold {
             name: k,
             token: t,
-            valid_until: at + self.lease_ms - 1,
+            valid_until: from + self.lease_ms - 1,
             renew_due: if self.watchdog {
                 at + self.lease_ms / 3
             } else {
@@ -657,7 +678,7 @@ impl<P: Primitive> WaitModel<P> {
     fn next_event(&self, s: &State) -> Option<i64> {
         let mut t: Vec<i64> = Vec::new();
         if let Some(e) = s.keys.next_expiry() {
-            t.push(e - SERVER_OFFSET);
+            t.push(e - SERVER_OFFSET - s.offset);
         }
         for c in &s.clients {
             if c.life != Life::Running {
@@ -788,6 +809,7 @@ impl<P: Primitive> Model for WaitModel<P> {
         State {
             keys: Keyspace::starting_at(SERVER_OFFSET),
             now: 0,
+            offset: 0,
             clients: (0..self.ops.len())
                 .map(|_| Client {
                     pc: 0,
@@ -818,14 +840,31 @@ impl<P: Primitive> Model for WaitModel<P> {
     fn actions(&self, s: &State, out: &mut Vec<Action>) {
         let fault = s.faults < self.faults.budget;
         for (i, c) in s.clients.iter().enumerate() {
+            // A client's first thread stands for it: it crashes, freezes,
+            // resumes, or exits once every thread of it is done.
+            let first = self.threads(s, self.pid(i)).next() == Some(i);
+            if c.life == Life::Frozen && first {
+                out.push(Action::Resume(i));
+            }
+            // A request sent before the freeze still runs; its reply is
+            // read when the client resumes.
+            if c.life == Life::Frozen {
+                if let Main::Call {
+                    out: Outcome::Unsent,
+                    ..
+                } = c.main
+                {
+                    out.push(Action::Call(i, CallStep::Run));
+                }
+            }
             if c.life != Life::Running {
                 continue;
             }
-            // A client's first thread stands for it: it crashes, or
-            // exits once every thread of it is done.
-            let first = self.threads(s, self.pid(i)).next() == Some(i);
             if fault && self.faults.crash && first {
                 out.push(Action::Crash(i));
+            }
+            if fault && self.faults.freeze && first {
+                out.push(Action::Freeze(i));
             }
             let done = |j: usize| {
                 let c = &s.clients[j];
@@ -872,6 +911,9 @@ impl<P: Primitive> Model for WaitModel<P> {
                 }
             }
         }
+        if fault && self.faults.clock_step {
+            out.push(Action::StepBack);
+        }
         if time_may_pass(self.urgent(s), self.next_event(s), self.horizon_ms) {
             out.push(Action::Tick);
         }
@@ -885,7 +927,7 @@ impl<P: Primitive> Model for WaitModel<P> {
         log: &mut Option<Vec<String>>,
     ) -> Result<State, String> {
         let mut s = s0.clone();
-        s.keys.advance_to(s.now + SERVER_OFFSET);
+        s.keys.advance_to(s.now + SERVER_OFFSET + s.offset);
         match *a {
             Action::Start(i) => {
                 let op = self.ops[i].1[s.clients[i].pc as usize];
@@ -1066,6 +1108,25 @@ impl<P: Primitive> Model for WaitModel<P> {
                     c.main = Main::Idle;
                 }
             }
+            Action::Freeze(i) => {
+                s.faults += 1;
+                for j in self.threads(s0, self.pid(i)) {
+                    s.clients[j].life = Life::Frozen;
+                }
+            }
+            Action::Resume(i) => {
+                for j in self.threads(s0, self.pid(i)) {
+                    s.clients[j].life = Life::Running;
+                }
+            }
+            Action::StepBack => {
+                // Fences drawn from the server's clock must still grow,
+                // and leases keep their length (Redis keeps expiries as
+                // absolute times: a step back lengthens them a second).
+                s.faults += 1;
+                s.offset -= 1000;
+                s.keys.now_us = (s.now + SERVER_OFFSET + s.offset) * 1000;
+            }
             Action::Exit(i) => {
                 s.exits += 1;
                 for j in self.threads(s0, self.pid(i)) {
@@ -1078,7 +1139,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                 let t = self.next_event(&s).ok_or("no event to wait for")?;
                 self.idle(server, &mut s, t)?;
                 s.now = t;
-                s.keys.advance_to(s.now + SERVER_OFFSET);
+                s.keys.advance_to(s.now + SERVER_OFFSET + s.offset);
                 let now = s.now;
                 for c in &mut s.clients {
                     c.holds.retain(|h| h.valid_until > now);
@@ -1096,7 +1157,8 @@ impl<P: Primitive> Model for WaitModel<P> {
             .clients
             .iter()
             .enumerate()
-            .filter(|(_, c)| c.life == Life::Running)
+            // A frozen holder still believes what it believed.
+            .filter(|(_, c)| matches!(c.life, Life::Running | Life::Frozen))
             .flat_map(|(i, c)| {
                 let holds = c.holds.iter().filter(|h| h.valid_until > s.now);
                 holds.map(move |h| (i, self.at(i, h.name), h.token))
@@ -1122,8 +1184,8 @@ impl<P: Primitive> Model for WaitModel<P> {
 
     fn show(&self, s: &State) -> Vec<String> {
         let mut out = vec![format!(
-            "t = {} ms, faults {}, exits {}, top fences {:?}",
-            s.now, s.faults, s.exits, s.top_fence
+            "t = {} ms, server clock {:+} ms, faults {}, exits {}, top fences {:?}",
+            s.now, s.offset, s.faults, s.exits, s.top_fence
         )];
         for (i, c) in s.clients.iter().enumerate() {
             out.push(format!(

@@ -6,7 +6,7 @@ use redlease_check::configs::{all, wait_and_release};
 use redlease_check::lock::{Fault, Faults, LockModel, Op};
 use redlease_check::search::{explore, Model};
 use redlease_check::server::Server;
-use redlease_check::waiters::Subscriber;
+use redlease_check::waiters::{Subscriber, WaitOp};
 
 /// `file`'s code as the library sends it, with `from` replaced by `to`
 /// (which must occur).
@@ -167,6 +167,35 @@ fn a_semaphore_that_grants_past_its_count_is_reported() {
     assert!(clean.is_none(), "unmutated: {clean:?}");
     let v = found(&model, &files, 40).expect("reported");
     assert!(v.contains("permits"), "{v}");
+}
+
+/// A client frozen while its grant ran reads the reply after resuming;
+/// its lease counted from then (not from when the request was sent)
+/// outlives the server's: a frozen permit holder and a live one together
+/// past the count. The waiter model's freeze must show it.
+#[test]
+fn a_lease_counted_from_the_reply_is_reported_after_a_freeze() {
+    use redlease_check::semaphore::{SemModel, Semaphore};
+    let model = |lease_from_reply| SemModel {
+        horizon_ms: 10_000,
+        lease_from_reply,
+        watchdog: false,
+        ..SemModel::new(
+            Semaphore {
+                permits: 1,
+                fair: false,
+            },
+            vec![
+                ((), vec![WaitOp::Try, WaitOp::Release]),
+                ((), vec![WaitOp::AcquireFor(800), WaitOp::Release]),
+            ],
+            Faults::only(1, &[Fault::Freeze]),
+        )
+    };
+    let clean = found(&model(false), &[], 40);
+    assert!(clean.is_none(), "unmutated: {clean:?}");
+    let v = found(&model(true), &[], 40).expect("reported");
+    assert!(v.contains("permits") || v.contains("believes"), "{v}");
 }
 
 mod rw {
