@@ -184,7 +184,7 @@ if took then
   end
   return string.format('%d', wait_ms())
 end
-sem_purge(keys, prefix)
+sem_purge(keys, prefix, me, ARGV[10], ARGV[11])
 -- An offer in flight is the blocked waiters' first; in a fair semaphore
 -- every permit is the earliest arrival's. A waiter that cannot pop (it
 -- waits for messages, or has no connection to block on) takes what fits
@@ -213,6 +213,17 @@ if not ahead and used + k <= n then
   return 0
 end
 queue()
+if fair and not ahead and queued and not blocks then
+  -- First in a fair line, waiting for messages, with a request that does
+  -- not fit: as a blocked one that took too small an offer (above), it
+  -- keeps its place, and an offer in flight (every permit is its) is
+  -- ended. Else that offer lapsed untaken, the next look purged the line
+  -- as if this waiter were gone, and a smaller request behind it took
+  -- the permits first (found by the model checker, check/: "fair
+  -- semaphore: 3 permits, clients asking 2, 2 and 1").
+  redis.call('SET', prefix .. 'head', me, 'PX', claim * 3)
+  sem_close(prefix)
+end
 -- Free permits and waiters first in line, yet no offer (the holder's lease
 -- ran out with nobody to hand its permits on, or the waiters ahead died):
 -- offer them now. If the waiters ahead are gone, this one takes the offer.

@@ -19,6 +19,6 @@ local n = tonumber(redis.call('GET', KEYS[2])) or tonumber(ARGV[5])
 local removed = redis.call('DEL', KEYS[1], KEYS[2])
 if removed > 0 then
   sem_offer({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, n, ARGV[6] == '1', ARGV[3],
-    tonumber(ARGV[4]), now, ARGV[1], ARGV[2])
+    tonumber(ARGV[4]), now, ARGV[1], ARGV[2], true)
 end
 return live

@@ -12,8 +12,11 @@
 --     for messages) is listed in prefix..'told' too, so that an offer
 --     publishes for it.
 --   sem_leave(keys, prefix, member, fair): withdraws a waiter's entries
---   sem_offer(keys, n, fair, prefix, claim_ms, now, channel, message)
---     -> whether an offer was made. Offers the free permits to the
+--   sem_offer(keys, n, fair, prefix, claim_ms, now, channel, message, freed)
+--     -> whether an offer was made. `freed`: the caller freed permits
+--     (a release, a forced release, a resize) or a waiter left (the offer
+--     in flight may have been its); with an offer in flight the waiters
+--     that wait for messages are then told to look again. Offers the free permits to the
 --     waiters: pushes an offer onto the open list prefix..'open' (its
 --     value: how often waiters passed it on) and marks it in flight for
 --     claim_ms (prefix..'offer'). Blocking waiters are blocked in BLMOVE
@@ -34,10 +37,11 @@
 --   sem_pass(prefix, claim_ms, passes): puts an offer back for the next
 --     blocked waiter
 --   sem_close(prefix): ends the offer in flight
---   sem_purge(keys, prefix) -> whether the open list outlived its offer
---     (and the queue was purged: its entries are of waiters that died or
---     left, or that did not take an offer they were told of; live ones
---     queue again when they look)
+--   sem_purge(keys, prefix, me, channel, message) -> whether the open list
+--     outlived its offer (and the queue was purged: its entries are of
+--     waiters that died or left, or that did not take an offer they were
+--     told of; live ones queue again when they look, and those that wait
+--     for messages, but `me`, are told to)
 local function sem_used(permits, now)
   redis.call('ZREMRANGEBYSCORE', permits, '-inf', now)
   local used = 0
@@ -93,8 +97,19 @@ local function sem_close(prefix)
   redis.call('DEL', prefix .. 'open', prefix .. 'offer')
 end
 
-local function sem_purge(keys, prefix)
+local function sem_purge(keys, prefix, me, channel, message)
   if redis.call('EXISTS', prefix .. 'open') == 1 and redis.call('EXISTS', prefix .. 'offer') == 0 then
+    -- A waiter told of the offer may be alive and have looked: the offer
+    -- was too small for its request. Told now, it queues again at once;
+    -- else a release that follows finds nobody queued and tells nobody
+    -- (found by the model checker, check/: "semaphore: 3 permits, clients
+    -- asking 2, 2 and 1").
+    for _, w in ipairs(redis.call('ZRANGE', prefix .. 'told', 0, 1)) do
+      if w ~= me then
+        publish(channel, message)
+        break
+      end
+    end
     -- Nobody took the offer in its claim window: nobody blocked was there
     -- to pop it, and the waiters that wait for messages, told of it, did
     -- not take it either (they died, froze or lost the message). Their
@@ -109,9 +124,22 @@ local function sem_purge(keys, prefix)
   return false
 end
 
-local function sem_offer(keys, n, fair, prefix, claim, now, channel, message)
+local function sem_offer(keys, n, fair, prefix, claim, now, channel, message, freed)
   local permits, qt = keys[1], keys[4]
-  if redis.call('EXISTS', qt) == 0 or redis.call('EXISTS', prefix .. 'offer') == 1 then
+  if redis.call('EXISTS', qt) == 0 then
+    return false
+  end
+  if redis.call('EXISTS', prefix .. 'offer') == 1 then
+    -- An offer names only what was free when it was made, and is made for
+    -- whoever is first. A blocked waiter that pops it counts the permits
+    -- then; one that waits for messages must be told, or a request the
+    -- offer was too small for sleeps through the release that makes it
+    -- fit, and the one behind a waiter that gave up sleeps through the
+    -- offer made for that one (found by the model checker, check/:
+    -- "semaphore: 3 permits, clients asking 2, 2 and 1").
+    if freed and redis.call('EXISTS', prefix .. 'told') == 1 then
+      publish(channel, message)
+    end
     return false
   end
   local free = n - sem_used(permits, now)

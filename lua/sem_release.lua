@@ -45,7 +45,7 @@ end
 local offered = false
 -- A waiter that left may have been the one first in line.
 if expiry or leaving then
-  offered = sem_offer(keys, n, fair, prefix, claim, now, ARGV[2], ARGV[3])
+  offered = sem_offer(keys, n, fair, prefix, claim, now, ARGV[2], ARGV[3], true)
 end
 if leaving and redis.call('EXISTS', KEYS[4]) == 0 then
   -- The last waiter left: an offer or a place first in line is nobody's.

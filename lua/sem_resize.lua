@@ -16,5 +16,5 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('SET', KEYS[2], ARGV[1], 'KEEPTTL')
 end
 sem_offer({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, tonumber(ARGV[1]), ARGV[6] == '1',
-  ARGV[4], tonumber(ARGV[5]), now_ms(), ARGV[2], ARGV[3])
+  ARGV[4], tonumber(ARGV[5]), now_ms(), ARGV[2], ARGV[3], true)
 return 1

@@ -590,3 +590,139 @@ fn an_acl_without_lpop_does_not_lose_an_offer() {
     // At once; before, only the releaser's look a second later saved it.
     assert!(got && at - released < Duration::from_millis(900));
 }
+
+/// Reproduction (the model checker: "semaphore: 3 permits, clients asking
+/// 2, 2 and 1"): a holder of 2 of 3 permits, and a waiter for 2 in
+/// another client waiting under a second (it waits for messages). Its
+/// first attempt offers the one free permit, which it cannot use; the
+/// holder's release then found that offer in flight, offered nothing and
+/// told nobody, and the waiter slept to its deadline with every permit
+/// free. A release now tells the waiters that wait for messages whenever
+/// it frees permits, an offer in flight or not.
+#[test]
+fn a_waiter_for_several_permits_hears_the_release_behind_a_smaller_offer() {
+    let server = Server::start();
+    for fair in [false, true] {
+        let name = if fair { "many-fair" } else { "many-plain" };
+        let mk = |c: &redlease::Client| {
+            if fair {
+                c.fair_semaphore(name, 3)
+            } else {
+                c.semaphore(name, 3)
+            }
+        };
+        let holder = client_with(&server, |b| b);
+        let held = mk(&holder).acquire_many(2).unwrap();
+        let waiter = mk(&no_poll(&server.url()));
+        let t = std::thread::spawn(move || {
+            let p = waiter
+                .acquire_many_timeout(2, Duration::from_millis(950))
+                .unwrap();
+            (Instant::now(), p.is_some())
+        });
+        let mut con = server.con();
+        let qt = format!("{{{name}}}:sem:queue:t");
+        assert!(eventually(Duration::from_secs(5), || con
+            .zcard::<_, usize>(&qt)
+            .unwrap()
+            == 1));
+        std::thread::sleep(Duration::from_millis(100));
+        let released = Instant::now();
+        held.release().unwrap();
+        let (at, got) = t.join().unwrap();
+        let took = at.saturating_duration_since(released);
+        println!("FIGURES fair={fair}: a waiter for 2 of 3 permits, got={got} {took:?} after the release");
+        // It slept to its deadline (about 0.8 s after the release).
+        assert!(
+            got && took < Duration::from_millis(400),
+            "fair={fair}: got={got} after {took:?}"
+        );
+    }
+}
+
+/// Reproduction (the model checker, the same configuration): a holder of
+/// 2 of 3 permits, a waiter for 2 waiting for messages, and the offer of
+/// the one free permit (too small for it) lapsing untaken. A try of one
+/// permit then purged the line as if the waiter were gone and took the
+/// permit; the holder's release found nobody queued and told nobody, and
+/// the waiter slept to its deadline with 2 permits free. The purge now
+/// tells the waiters that wait for messages, which queue again at once.
+#[test]
+fn a_waiter_purged_after_an_offer_too_small_for_it_hears_the_release() {
+    let server = Server::start();
+    let name = "purged-many";
+    let holder = client_with(&server, |b| b);
+    let held = holder.semaphore(name, 3).acquire_many(2).unwrap();
+    let waiter = no_poll(&server.url()).semaphore(name, 3);
+    let t = std::thread::spawn(move || {
+        let p = waiter
+            .acquire_many_timeout(2, Duration::from_millis(980))
+            .unwrap();
+        (Instant::now(), p.is_some())
+    });
+    let mut con = server.con();
+    let qt = format!("{{{name}}}:sem:queue:t");
+    assert!(eventually(Duration::from_secs(5), || con
+        .zcard::<_, usize>(&qt)
+        .unwrap()
+        == 1));
+    // The offer's claim window (0.5 s) passes untaken.
+    std::thread::sleep(Duration::from_millis(600));
+    let other = client_with(&server, |b| b);
+    let one = other.semaphore(name, 3).try_acquire().unwrap();
+    assert!(one.is_some(), "the free permit");
+    let released = Instant::now();
+    held.release().unwrap();
+    let (at, got) = t.join().unwrap();
+    let took = at.saturating_duration_since(released);
+    println!("FIGURES a waiter for 2 of 3 permits purged after a lapsed offer: got={got} {took:?} after the release");
+    assert!(
+        got && took < Duration::from_millis(250),
+        "got={got} after {took:?}"
+    );
+}
+
+/// Reproduction (the model checker: "fair semaphore: 3 permits, clients
+/// asking 2, 2 and 1"): a fair semaphore, a holder of 2 of 3 permits, and
+/// a waiter for 2, first in line, waiting for messages. The offer of the
+/// one free permit (too small for it) lapsed untaken, and a try of one
+/// permit then purged the line as if the waiter were gone and took the
+/// permit ahead of it. First in line with a request that does not fit,
+/// it now keeps its place (as a blocked one does), and the try is
+/// refused.
+#[test]
+fn a_fair_waiter_for_several_permits_keeps_its_place_behind_a_small_offer() {
+    let server = Server::start();
+    let name = "fair-head-many";
+    let holder = client_with(&server, |b| b);
+    let held = holder.fair_semaphore(name, 3).acquire_many(2).unwrap();
+    let waiter = no_poll(&server.url()).fair_semaphore(name, 3);
+    let t = std::thread::spawn(move || {
+        let p = waiter
+            .acquire_many_timeout(2, Duration::from_millis(980))
+            .unwrap();
+        (Instant::now(), p.is_some())
+    });
+    let mut con = server.con();
+    let qt = format!("{{{name}}}:sem:queue:t");
+    assert!(eventually(Duration::from_secs(5), || con
+        .zcard::<_, usize>(&qt)
+        .unwrap()
+        == 1));
+    std::thread::sleep(Duration::from_millis(600));
+    let other = client_with(&server, |b| b);
+    let tried = other.fair_semaphore(name, 3).try_acquire().unwrap();
+    let released = Instant::now();
+    held.release().unwrap();
+    let (at, got) = t.join().unwrap();
+    let took = at.saturating_duration_since(released);
+    println!(
+        "FIGURES fair: a try of 1 behind a waiter for 2 (first in line): got={}; the waiter got={got} {took:?} after the release",
+        tried.is_some()
+    );
+    assert!(tried.is_none(), "the try passed the waiter first in line");
+    assert!(
+        got && took < Duration::from_millis(250),
+        "got={got} after {took:?}"
+    );
+}

@@ -76,7 +76,13 @@ fn staying(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> Checked {
 /// A semaphore of `permits` with three clients, each waiting up to
 /// 800 ms for a permit and releasing it.
 fn semaphore(permits: u32, fair: bool, faults: Faults) -> Checked {
-    let ops = wait_and_release(&[(); 3]);
+    semaphore_asking(permits, fair, &[1; 3], faults)
+}
+
+/// A semaphore of `permits` whose clients ask for `asks` permits each,
+/// waiting up to 800 ms and releasing them.
+fn semaphore_asking(permits: u32, fair: bool, asks: &[u32], faults: Faults) -> Checked {
+    let ops = wait_and_release(asks);
     Checked::Semaphore(SemModel::new(Semaphore { permits, fair }, ops, faults))
 }
 
@@ -266,6 +272,18 @@ pub fn all() -> Vec<Config> {
                 wait_and_release(&[Rw::Write, Rw::Read, Rw::Read]),
                 Faults::all(1),
             ),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        Config {
+            name: "semaphore: 3 permits, clients asking 2, 2 and 1, 1 fault",
+            model: semaphore_asking(3, false, &[2, 2, 1], Faults::all(1)),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        Config {
+            name: "fair semaphore: 3 permits, clients asking 2, 2 and 1, 1 fault",
+            model: semaphore_asking(3, true, &[2, 2, 1], Faults::all(1)),
             expect: Expect::Holds,
             depth: 60,
         },

@@ -2,8 +2,9 @@
 //! that wait for release messages (`waiters.rs`: the clients, as the
 //! library's waiting loop decides them). This file says the semaphore's
 //! part: its scripts with the library's arguments, and its properties
-//! (never more holders than permits; every holder listed by the server;
-//! quiescence).
+//! (never more permits held than it has; every holder listed by the
+//! server; quiescence). A client asks for one permit or several
+//! (`Mode`: how many, `Semaphore::acquire_many`).
 
 use std::time::Duration;
 
@@ -44,8 +45,9 @@ fn scripted() -> Vec<Vec<u8>> {
     ]
 }
 
-fn member(client: usize, t: u8) -> Vec<u8> {
-    format!("1:rl:c{client}:t{t}").into_bytes()
+/// `<k>:<token>` (`Semaphore`'s member of a request for `k` permits).
+fn member(client: usize, t: u8, k: u32) -> Vec<u8> {
+    format!("{k}:rl:c{client}:t{t}").into_bytes()
 }
 
 const CHANNEL: &[u8] = b"redlease:wake";
@@ -65,12 +67,19 @@ impl Semaphore {
 
     /// lua/sem_acquire.lua's arguments, by message, made by the library's
     /// `AcquireArgs`.
-    fn acquire_args(&self, m: &SemModel, client: usize, t: u8, queue: bool) -> Vec<Vec<u8>> {
-        let (member, lease) = (member(client, t), b(m.lease_ms));
+    fn acquire_args(
+        &self,
+        m: &SemModel,
+        client: usize,
+        t: u8,
+        k: u32,
+        queue: bool,
+    ) -> Vec<Vec<u8>> {
+        let (member, lease) = (member(client, t, k), b(m.lease_ms));
         p::semaphore::AcquireArgs {
             member: &member,
             lease_ms: &lease,
-            k: 1,
+            k,
             entry: Duration::from_millis(if queue { m.entry_ms(false) as u64 } else { 0 }),
             blocks: false,
             offer: &self.offer(m.pid(client)),
@@ -80,21 +89,22 @@ impl Semaphore {
 }
 
 impl Primitive for Semaphore {
-    type Mode = ();
+    /// The permits asked for.
+    type Mode = u32;
     const TAG: u8 = 2;
 
-    fn acquire(&self, m: &SemModel, i: usize, _: (), t: u8, queue: bool) -> Script {
+    fn acquire(&self, m: &SemModel, i: usize, k: u32, t: u8, queue: bool) -> Script {
         Script {
             file: "sem_acquire.lua",
             keys: scripted(),
-            args: self.acquire_args(m, i, t, queue),
+            args: self.acquire_args(m, i, t, k, queue),
         }
     }
 
     /// lua/sem_release.lua's arguments, made by the library's `ReleaseArgs`.
-    fn release(&self, m: &SemModel, i: usize, _: (), t: u8, leave: bool) -> Script {
+    fn release(&self, m: &SemModel, i: usize, k: u32, t: u8, leave: bool) -> Script {
         let args = p::semaphore::ReleaseArgs {
-            member: &member(i, t),
+            member: &member(i, t, k),
             offer: &self.offer(m.pid(i)),
             leave,
         }
@@ -107,8 +117,8 @@ impl Primitive for Semaphore {
     }
 
     /// The permit's `extend` (`Semaphore`'s spec): lua/zset_extend.lua.
-    fn extend(&self, _: &SemModel, i: usize, _: (), t: u8, lease: i64, exact: bool) -> Script {
-        let mut args = vec![member(i, t), b(lease)];
+    fn extend(&self, _: &SemModel, i: usize, k: u32, t: u8, lease: i64, exact: bool) -> Script {
+        let mut args = vec![member(i, t, k), b(lease)];
         if exact {
             args.push(b"exact".to_vec());
         }
@@ -121,7 +131,7 @@ impl Primitive for Semaphore {
 
     /// lua/sem_watch.lua's arguments, a look at the name alone, made by the
     /// library's `WatchArgs`.
-    fn look(&self, m: &SemModel, i: usize, _: ()) -> Script {
+    fn look(&self, m: &SemModel, i: usize, _: u32) -> Script {
         let args = p::semaphore::WatchArgs {
             waiter: b"",
             entry: Duration::from_millis(m.entry_ms(false) as u64),
@@ -135,21 +145,22 @@ impl Primitive for Semaphore {
         }
     }
 
-    fn patient(&self, _: ()) -> bool {
+    fn patient(&self, _: u32) -> bool {
         false
     }
 
-    fn holders(&self, keys: &Keyspace, holders: &[Holder<()>]) -> Result<(), String> {
-        if holders.len() > self.permits as usize {
-            let who: Vec<usize> = holders.iter().map(|h| h.0).collect();
+    fn holders(&self, keys: &Keyspace, holders: &[Holder<u32>]) -> Result<(), String> {
+        let held: u32 = holders.iter().map(|h| h.1).sum();
+        if held > self.permits {
+            let who: Vec<(usize, u32)> = holders.iter().map(|h| (h.0, h.1)).collect();
             return Err(format!(
-                "permits: {who:?} hold with valid leases, {} permits",
+                "permits: (client, permits) {who:?} hold with valid leases, {} permits",
                 self.permits
             ));
         }
         let server_now = keys.now_ms();
-        for &(i, (), t) in holders {
-            let m = member(i, t);
+        for &(i, k, t) in holders {
+            let m = member(i, t, k);
             let held = match keys.keys.get(&key(":sem")).map(|e| &e.value) {
                 Some(Value::ZSet(z)) => z
                     .iter()
@@ -176,7 +187,8 @@ impl Primitive for Semaphore {
             Some(Value::ZSet(z)) => z.iter().map(|(sc, _)| sc.0 as i64).max().unwrap_or(0),
             _ => 0,
         };
-        let probe = self.acquire(m, 9, (), 1, false);
+        // A try of every permit: nothing may be left holding any.
+        let probe = self.acquire(m, 9, self.permits, 1, false);
         tries_succeed(server, keys, last.max(keys.now_ms()), &probe).map_err(|reply| {
             format!(
                 "liveness: nobody holds or waits, yet try_acquire every 100 ms for the claim \

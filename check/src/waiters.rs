@@ -31,7 +31,7 @@
 //! step back a second.
 //!
 //! Not modelled yet: waiters that block on the server (waits of a second
-//! and more), requests for several permits.
+//! and more).
 
 use redlease::__protocol as p;
 

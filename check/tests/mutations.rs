@@ -151,7 +151,7 @@ fn a_semaphore_that_grants_past_its_count_is_reported() {
             "local used = sem_used(permits, now) * 0",
         ),
     )];
-    let ops = wait_and_release(&[(); 3]);
+    let ops = wait_and_release(&[1; 3]);
     let model = SemModel {
         horizon_ms: 10_000,
         ..SemModel::new(
@@ -186,8 +186,8 @@ fn a_lease_counted_from_the_reply_is_reported_after_a_freeze() {
                 fair: false,
             },
             vec![
-                ((), vec![WaitOp::Try, WaitOp::Release]),
-                ((), vec![WaitOp::AcquireFor(800), WaitOp::Release]),
+                (1, vec![WaitOp::Try, WaitOp::Release]),
+                (1, vec![WaitOp::AcquireFor(800), WaitOp::Release]),
             ],
             Faults::only(1, &[Fault::Freeze]),
         )
@@ -519,4 +519,28 @@ fn a_deposed_masters_grant_counted_after_the_switch_is_reported() {
     };
     let v = found(&model, &[], 60).expect("reported");
     assert!(v.contains("but the master named has"), "{v}");
+}
+
+/// Permits in use counted one a holder, whatever it asked for: requests
+/// for several permits are granted past the count. The several-permit
+/// configuration must show it.
+#[test]
+fn permits_counted_one_a_holder_are_reported() {
+    use redlease_check::configs::Checked;
+    let Checked::Semaphore(model) = configured("semaphore: 3 permits, clients asking") else {
+        panic!("not a semaphore model");
+    };
+    let files: Vec<_> = ["sem_acquire.lua", "sem_release.lua", "sem_watch.lua"]
+        .into_iter()
+        .map(|f| {
+            let code = mutated(
+                f,
+                "used = used + (tonumber(string.match(m, '^(%d+):')) or 1)",
+                "used = used + 1",
+            );
+            (f, code)
+        })
+        .collect();
+    let v = found(&model, &files, 30).expect("reported");
+    assert!(v.contains("permits"), "{v}");
 }
