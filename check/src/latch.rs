@@ -14,8 +14,12 @@
 //! time never passes with a waiter whose round has opened still waiting);
 //! once the latch is open and nobody waits, every key lapses.
 //!
+//! A client may freeze (a request it sent still runs; its reply and the
+//! opening's message are read when it resumes), and the server's clock
+//! may step back a second.
+//!
 //! Not modelled yet: waiters that block on the opening list (waits of a
-//! second and more), several threads of one client, clock steps.
+//! second and more), several threads of one client.
 
 use crate::keyspace::{Keyspace, Reply};
 use crate::parties::{b, time_may_pass, CallStep, Faults, Life, Outcome};
@@ -90,6 +94,9 @@ struct Client {
 pub struct State {
     keys: Keyspace,
     now: i64,
+    /// The server's clock minus `SERVER_OFFSET` and the clients' (a clock
+    /// step).
+    offset: i64,
     clients: Vec<Client>,
     faults: u8,
     exits: u8,
@@ -110,6 +117,12 @@ pub enum Action {
     LoseMessage(usize),
     Timeout(usize),
     Crash(usize),
+    /// Client `i` is stopped (a request it sent still runs; its reply and
+    /// messages are read when it resumes), or resumes.
+    Freeze(usize),
+    Resume(usize),
+    /// The server's clock steps back a second.
+    StepBack,
     Exit(usize),
     Tick,
 }
@@ -238,7 +251,9 @@ impl LatchModel {
                 } = &c.main
                 {
                     let mine = [KEY, b"#", round.as_slice()].concat();
-                    if c.life == Life::Running && c.subscribed && named == mine.as_slice() {
+                    // A frozen client's subscriber reads it when it resumes.
+                    let listening = matches!(c.life, Life::Running | Life::Frozen);
+                    if listening && c.subscribed && named == mine.as_slice() {
                         c.inbox = true;
                     }
                 }
@@ -352,7 +367,7 @@ impl LatchModel {
     fn next_event(&self, s: &State) -> Option<i64> {
         let mut t: Vec<i64> = Vec::new();
         if let Some(e) = s.keys.next_expiry() {
-            t.push(e - SERVER_OFFSET);
+            t.push(e - SERVER_OFFSET - s.offset);
         }
         for c in &s.clients {
             if c.life != Life::Running {
@@ -391,6 +406,7 @@ impl Model for LatchModel {
         State {
             keys: Keyspace::starting_at(SERVER_OFFSET),
             now: 0,
+            offset: 0,
             clients: (0..self.ops.len())
                 .map(|_| Client {
                     pc: 0,
@@ -413,11 +429,24 @@ impl Model for LatchModel {
     fn actions(&self, s: &State, out: &mut Vec<Action>) {
         let fault = s.faults < self.faults.budget;
         for (i, c) in s.clients.iter().enumerate() {
+            if c.life == Life::Frozen {
+                out.push(Action::Resume(i));
+                if let Main::Call {
+                    out: Outcome::Unsent,
+                    ..
+                } = c.main
+                {
+                    out.push(Action::Call(i, CallStep::Run));
+                }
+            }
             if c.life != Life::Running {
                 continue;
             }
             if fault && self.faults.crash {
                 out.push(Action::Crash(i));
+            }
+            if fault && self.faults.freeze {
+                out.push(Action::Freeze(i));
             }
             match &c.main {
                 Main::Idle => {
@@ -443,6 +472,9 @@ impl Model for LatchModel {
                 }
             }
         }
+        if fault && self.faults.clock_step {
+            out.push(Action::StepBack);
+        }
         if time_may_pass(self.urgent(s), self.next_event(s), self.horizon_ms) {
             out.push(Action::Tick);
         }
@@ -456,7 +488,7 @@ impl Model for LatchModel {
         log: &mut Option<Vec<String>>,
     ) -> Result<State, String> {
         let mut s = s0.clone();
-        s.keys.advance_to(s.now + SERVER_OFFSET);
+        s.keys.advance_to(s.now + SERVER_OFFSET + s.offset);
         match *a {
             Action::Start(i) => {
                 let op = self.ops[i][s.clients[i].pc as usize];
@@ -526,6 +558,16 @@ impl Model for LatchModel {
                 c.life = Life::Crashed;
                 c.main = Main::Idle;
             }
+            Action::Freeze(i) => {
+                s.faults += 1;
+                s.clients[i].life = Life::Frozen;
+            }
+            Action::Resume(i) => s.clients[i].life = Life::Running,
+            Action::StepBack => {
+                s.faults += 1;
+                s.offset -= 1000;
+                s.keys.now_us = (s.now + SERVER_OFFSET + s.offset) * 1000;
+            }
             Action::Exit(i) => {
                 s.exits += 1;
                 s.clients[i].life = Life::Exited;
@@ -546,7 +588,7 @@ impl Model for LatchModel {
                     }
                 }
                 s.now = t;
-                s.keys.advance_to(s.now + SERVER_OFFSET);
+                s.keys.advance_to(s.now + SERVER_OFFSET + s.offset);
             }
         }
         Ok(s)
@@ -570,8 +612,9 @@ impl Model for LatchModel {
 
     fn show(&self, s: &State) -> Vec<String> {
         let mut out = vec![format!(
-            "t = {} ms, faults {}, exits {}, opened {:?}",
+            "t = {} ms, server clock {:+} ms, faults {}, exits {}, opened {:?}",
             s.now,
+            s.offset,
             s.faults,
             s.exits,
             s.opened

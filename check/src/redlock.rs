@@ -18,8 +18,12 @@
 //! each grant's fence above every earlier grant's; once nobody holds or
 //! waits, every key but the fence floors lapses.
 //!
-//! Not modelled yet: faults of renewals, releases and fence raises (each
-//! runs on every master in one step), clock steps, frozen clients.
+//! A renewal's or a release's call to one master may be lost too (its
+//! request: it never ran there; or its reply: it ran, and its vote is
+//! missing); the calls to the other masters run in the same step.
+//!
+//! Not modelled yet: faults of fence raises (run on every master in one
+//! step), clock steps, frozen clients.
 
 use std::time::Duration;
 
@@ -123,10 +127,21 @@ pub enum Action {
     Message(usize),
     LoseMessage(usize),
     Retry(usize),
-    Renew(usize),
+    /// A renewal, or the guard's release, its call to one master perhaps
+    /// lost.
+    Renew(usize, Option<Loss>),
+    Release(usize, Option<Loss>),
     Restart(usize),
     Exit(usize),
     Tick,
+}
+
+/// One master's call of a renewal or release lost: its request (it never
+/// ran there), or its reply (it ran; its vote is missing).
+#[derive(Clone, Copy, Debug)]
+pub enum Loss {
+    Request(usize),
+    Reply(usize),
 }
 
 /// Where a client's releases are announced (`Lock::announce`; nobody
@@ -213,12 +228,45 @@ impl RedlockModel {
         args: &[Vec<u8>],
         log: &mut Option<Vec<String>>,
     ) -> Vec<Option<Reply>> {
+        self.on_all_losing(server, s, (file, keys, args), None, log)
+    }
+
+    /// [`RedlockModel::on_all`], one master's call perhaps lost.
+    fn on_all_losing(
+        &self,
+        server: &mut Server,
+        s: &mut State,
+        (file, keys, args): (&'static str, &[Vec<u8>], &[Vec<u8>]),
+        loss: Option<Loss>,
+        log: &mut Option<Vec<String>>,
+    ) -> Vec<Option<Reply>> {
+        if loss.is_some() {
+            s.faults += 1;
+        }
         (0..MASTERS)
             .map(|m| {
-                self.up(s, m)
-                    .then(|| self.eval(server, s, m, (file, keys, args), log))
+                if !self.up(s, m) || matches!(loss, Some(Loss::Request(x)) if x == m) {
+                    return None;
+                }
+                let reply = self.eval(server, s, m, (file, keys, args), log);
+                (!matches!(loss, Some(Loss::Reply(x)) if x == m)).then_some(reply)
             })
             .collect()
+    }
+
+    /// The choices of a renewal's or release's lost call, with the fault
+    /// budget left.
+    fn losses(&self, fault: bool) -> Vec<Option<Loss>> {
+        let mut out = vec![None];
+        for m in 0..MASTERS {
+            if fault && self.faults.lost_request {
+                out.push(Some(Loss::Request(m)));
+            }
+            if fault && self.faults.lost_reply {
+                out.push(Some(Loss::Reply(m)));
+            }
+        }
+        out
     }
 
     fn attempt(&self, s: &mut State, i: usize) {
@@ -413,7 +461,12 @@ impl Model for RedlockModel {
             match &c.main {
                 Main::Idle => {
                     if (c.pc as usize) < self.ops[i].len() {
-                        out.push(Action::Start(i));
+                        if self.ops[i][c.pc as usize] == RlOp::Release {
+                            let losses = self.losses(fault);
+                            out.extend(losses.into_iter().map(|l| Action::Release(i, l)));
+                        } else {
+                            out.push(Action::Start(i));
+                        }
                     } else if c.hold.is_none() && self.exits {
                         out.push(Action::Exit(i));
                     }
@@ -446,7 +499,8 @@ impl Model for RedlockModel {
                 }
             }
             if c.hold.as_ref().is_some_and(|h| h.renew_due <= s.now) {
-                out.push(Action::Renew(i));
+                let losses = self.losses(fault);
+                out.extend(losses.into_iter().map(|l| Action::Renew(i, l)));
             }
         }
         if time_may_pass(self.urgent(s), self.next_event(s), self.horizon_ms) {
@@ -481,21 +535,17 @@ impl Model for RedlockModel {
                         c.deadline = None;
                         self.attempt(&mut s, i);
                     }
-                    RlOp::Release => {
-                        c.pc += 1;
-                        if c.hold.take().is_some() {
-                            let t = c.tokens;
-                            let args = self.release_args(i, t);
-                            self.on_all(
-                                server,
-                                &mut s,
-                                "lock_release.lua",
-                                &scripted(),
-                                &args,
-                                log,
-                            );
-                        }
-                    }
+                    RlOp::Release => return Err("a release starts as Action::Release".into()),
+                }
+            }
+            Action::Release(i, loss) => {
+                let c = &mut s.clients[i];
+                c.pc += 1;
+                if c.hold.take().is_some() {
+                    let t = c.tokens;
+                    let args = self.release_args(i, t);
+                    let release = ("lock_release.lua", &scripted()[..], &args[..]);
+                    self.on_all_losing(server, &mut s, release, loss, log);
                 }
             }
             Action::RunOn(i, m) | Action::LoseReply(i, m) => {
@@ -540,7 +590,7 @@ impl Model for RedlockModel {
                 s.faults += 1;
                 s.clients[i].inbox = false;
             }
-            Action::Renew(i) => {
+            Action::Renew(i, loss) => {
                 let t = s.clients[i].tokens;
                 let (tok, lease) = (token(i, t), b(self.lease_ms));
                 let args = p::lock::ExtendArgs {
@@ -550,7 +600,8 @@ impl Model for RedlockModel {
                 }
                 .parts();
                 let keys = vec![key(""), key(":queue"), key(":queue:t")];
-                let votes = self.on_all(server, &mut s, "lock_extend.lua", &keys, &args, log);
+                let renewal = ("lock_extend.lua", &keys[..], &args[..]);
+                let votes = self.on_all_losing(server, &mut s, renewal, loss, log);
                 let yes = votes
                     .iter()
                     .filter(|v| v.as_ref().and_then(int) == Some(1))
