@@ -599,7 +599,7 @@ impl Model for RedlockModel {
                     lease_ms: &lease,
                 }
                 .parts();
-                let keys = vec![key(""), key(":queue"), key(":queue:t")];
+                let keys = [key(""), key(":queue"), key(":queue:t")];
                 let renewal = ("lock_extend.lua", &keys[..], &args[..]);
                 let votes = self.on_all_losing(server, &mut s, renewal, loss, log);
                 let yes = votes
