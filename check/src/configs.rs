@@ -62,7 +62,17 @@ fn lock_model(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> LockModel {
         response_ms: 2_000,
         exits: true,
         reblocks: false,
+        fair: true,
     }
+}
+
+/// The plain lock (`Client::lock`): no order promised, waiters with a
+/// deadline wait for messages in their last second.
+fn plain(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> Checked {
+    Checked::Lock(LockModel {
+        fair: false,
+        ..lock_model(ops, faults, horizon_ms)
+    })
 }
 
 /// The same, where no client exits after its operations.
@@ -171,6 +181,37 @@ pub fn all() -> Vec<Config> {
         Config {
             name: "lock: 2 clients, 2 faults (no freeze)",
             model: model(two(), no_freeze(2), 12_000),
+            expect: Expect::Holds,
+            depth: 80,
+        },
+        // The plain lock's waiters in their last second wait for messages
+        // beside blocked ones (a review found the first version of the
+        // fair-order change stalling them:
+        // `waiting.rs::a_plain_short_waiter_behind_a_dead_blocked_one_takes_the_hand_over`).
+        Config {
+            name: "plain lock: a waiter in its last second beside 2 blocked, a crash or freeze",
+            model: plain(
+                vec![
+                    vec![Acquire, Release],
+                    vec![AcquireFor(1_500), Release],
+                    vec![Acquire, Release],
+                ],
+                Faults::only(1, &[Crash, Fault::Freeze]),
+                10_000,
+            ),
+            expect: Expect::Holds,
+            depth: 80,
+        },
+        Config {
+            name: "plain lock: a blocked waiter and a short one, 2 faults",
+            model: plain(
+                vec![
+                    vec![Acquire, Release],
+                    vec![AcquireFor(1_500), Release],
+                ],
+                no_freeze(2),
+                10_000,
+            ),
             expect: Expect::Holds,
             depth: 80,
         },

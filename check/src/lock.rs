@@ -48,7 +48,18 @@ pub struct LockModel {
     /// `protocol::blocking::Place`, kept for the checker's own tests);
     /// else it waits for messages, as the library's does.
     pub reblocks: bool,
+    /// The fair lock (`Client::fair_lock`): its waiters keep their place
+    /// among the blocked to their deadline, and their turn by messages once
+    /// a block was cut. Else the plain lock: a waiter whose block was cut
+    /// blocks again, and one with a deadline blocks until its last second
+    /// (`protocol::blocking::worth_blocking`), then waits for messages;
+    /// queue order is not promised.
+    pub fair: bool,
 }
+
+/// A plain waiter's last second, spent waiting for messages
+/// (`protocol::blocking::SHORT_WAIT`).
+const SHORT_WAIT: i64 = 1_000;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum CallKind {
@@ -245,6 +256,17 @@ fn announce(client: usize) -> p::lock::Announce<'static> {
 }
 
 impl LockModel {
+    /// Whether client `c`'s waiter waits for messages now
+    /// (`wakeup::blocks_now`): a fair one that lost its place among the
+    /// blocked, a plain one in its last second.
+    fn by_message(&self, c: &Client, now: i64) -> bool {
+        if self.fair {
+            c.lost_place && !self.reblocks
+        } else {
+            c.deadline.is_some_and(|d| d - now < SHORT_WAIT)
+        }
+    }
+
     /// lua/lock_acquire.lua's arguments, made by the library's
     /// `AcquireArgs` (and `"popped"` behind a pop, as `Node::grant_blocking`
     /// adds it).
@@ -282,10 +304,11 @@ impl LockModel {
             grant_prefix: &prefix,
             claim: p::GRANT_CLAIM,
             announce: &announce,
-            waits: if blocks {
-                p::lock::Waits::FairBlocking
-            } else {
-                p::lock::Waits::FairMessages
+            waits: match (self.fair, blocks) {
+                (true, true) => p::lock::Waits::FairBlocking,
+                (true, false) => p::lock::Waits::FairMessages,
+                (false, true) => p::lock::Waits::Blocking,
+                (false, false) => p::lock::Waits::Messages,
             },
         }
         .parts();
@@ -450,9 +473,10 @@ impl LockModel {
         }
         let now = s.now;
         for c in &mut s.clients {
+            let by_message = self.by_message(c, now);
             match (&mut c.main, c.life) {
                 (Main::Listening { until, .. }, Life::Running) => *until = now,
-                (Main::Call { .. }, Life::Running) if c.lost_place => c.heard = true,
+                (Main::Call { .. }, Life::Running) if by_message => c.heard = true,
                 _ => {}
             }
         }
@@ -510,7 +534,7 @@ impl LockModel {
     /// keeps its arrival (its place in the server's queue) against every
     /// other.
     fn granted_in_order(&self, s: &mut State, i: usize, granted: &[u8], keys: &Keyspace) {
-        if s.faults > 0 || s.exits > 0 || s.broken.is_some() {
+        if !self.fair || s.faults > 0 || s.exits > 0 || s.broken.is_some() {
             return;
         }
         let waited = s.decided_at_pop.map_or(u8::MAX, |(_, mask)| mask);
@@ -635,7 +659,8 @@ impl LockModel {
         // grant, and the script behind decides (as if the lock's value
         // had not been read).
         let turns = [prefix(), b"turns".to_vec()].concat();
-        let in_turn = int(&s.keys.run(&[b"EXISTS".to_vec(), turns], &mut none)) == Some(1);
+        let in_turn =
+            self.fair && int(&s.keys.run(&[b"EXISTS".to_vec(), turns], &mut none)) == Some(1);
         Self::log(log, || {
             format!(
                 "c{i}'s BLMOVE served: {:?}; PTTL {ttl}; GET {:?}; turns kept: {in_turn}",
@@ -774,8 +799,11 @@ impl LockModel {
     ) {
         let now = s.now;
         let c = &mut s.clients[i];
+        // A plain waiter's block ends its last second before the deadline
+        // (`protocol::blocking::block_for`'s tail).
+        let tail = if self.fair { 0 } else { SHORT_WAIT };
         let until = match c.deadline {
-            Some(d) => d.min(now + ms(p::ROOM_CHUNK)),
+            Some(d) => (d - tail).min(now + ms(p::ROOM_CHUNK)),
             None => now + ms(p::ROOM_CHUNK),
         };
         // The renewal thread looks for it from when the holder's lease
@@ -829,7 +857,7 @@ impl LockModel {
             };
             return;
         }
-        if c.lost_place && !self.reblocks {
+        if self.by_message(c, s.now) {
             // `Wakeup::acquire`: the first wait after the block was cut
             // subscribes and attempts at once; then each attempt waits for
             // a message, or the busy reply's hint (at most the fallback
@@ -883,8 +911,9 @@ impl LockModel {
                 out: Outcome::Unsent,
             };
         } else {
+            let by_message = self.by_message(c, now);
             c.main = Main::Call {
-                kind: if c.lost_place {
+                kind: if by_message {
                     CallKind::ByMessage
                 } else {
                     CallKind::Grant
@@ -1137,10 +1166,11 @@ impl LockModel {
         false
     }
 
-    fn live_waiter(&self, s: &State) -> bool {
+    /// A live waiter whose deadline (if any) is past `bound`.
+    fn live_waiter(&self, s: &State, bound: i64) -> bool {
         s.clients.iter().any(|c| {
             c.life == Life::Running
-                && c.deadline.is_none()
+                && c.deadline.is_none_or(|d| d > bound)
                 && matches!(
                     c.main,
                     Main::Blocked { .. }
@@ -1332,7 +1362,12 @@ impl Model for LockModel {
                     }
                     Op::AcquireFor(d) => {
                         c.deadline = Some(now + d);
-                        CallKind::Grant
+                        // A plain wait under a second never blocks.
+                        if !self.fair && d < SHORT_WAIT {
+                            CallKind::ByMessage
+                        } else {
+                            CallKind::Grant
+                        }
                     }
                     Op::Try => CallKind::Try,
                     Op::Release => match c.hold.take() {
@@ -1680,7 +1715,10 @@ impl LockModel {
         mut s: State,
         _log: &mut Option<Vec<String>>,
     ) -> Result<State, String> {
-        let free = self.live_waiter(&s) && !self.taken_by_live(&s);
+        // A waiter counts whose deadline is past the bound (the claim + 1 s
+        // from when the name fell free).
+        let bound = s.free_since.unwrap_or(s.now) + ms(p::GRANT_CLAIM) + 1000;
+        let free = self.live_waiter(&s, bound) && !self.taken_by_live(&s);
         s.free_since = if free {
             s.free_since.or(Some(s.now))
         } else {

@@ -28,6 +28,7 @@ fn two_waiters() -> LockModel {
         response_ms: 2_000,
         exits: false,
         reblocks: false,
+        fair: true,
     }
 }
 
