@@ -1,0 +1,152 @@
+//! The lock's script arguments, made by the library's own structs
+//! (`redlease::__protocol::lock`): what each call of the model sends.
+
+use std::time::Duration;
+
+use redlease::__protocol as p;
+
+use super::{key, token, LockModel, CHANNEL, FALLBACK_MS, NAME};
+use crate::parties::b;
+
+pub(super) fn prefix() -> Vec<u8> {
+    key(":grant:")
+}
+
+fn message(client: usize) -> Vec<u8> {
+    format!("c{client}:{NAME}").into_bytes()
+}
+
+/// Where a client's hand-overs are announced (`Lock::announce`): every
+/// waiter queues.
+pub(super) fn announce(client: usize) -> p::lock::Announce<'static> {
+    p::lock::Announce {
+        channel: std::borrow::Cow::Borrowed(CHANNEL),
+        message: message(client),
+        queued: true,
+    }
+}
+
+impl LockModel {
+    /// lua/lock_acquire.lua's arguments, made by the library's
+    /// `AcquireArgs` (and `"popped"` behind a pop, as `Node::grant_blocking`
+    /// adds it).
+    pub(super) fn acquire_args(
+        &self,
+        client: usize,
+        t: u8,
+        queue: bool,
+        popped: bool,
+    ) -> Vec<Vec<u8>> {
+        self.acquire_args_as(client, t, queue, queue, popped)
+    }
+
+    /// [`LockModel::acquire_args`], saying whether the waiter blocks (else
+    /// it waits for messages, keeping its turn: a fair lock's waiter whose
+    /// place was lost).
+    pub(super) fn acquire_args_as(
+        &self,
+        client: usize,
+        t: u8,
+        queue: bool,
+        blocks: bool,
+        popped: bool,
+    ) -> Vec<Vec<u8>> {
+        let (tok, lease, prefix, announce) = (
+            token(client, t),
+            b(self.lease_ms),
+            prefix(),
+            announce(client),
+        );
+        let mut a = p::lock::AcquireArgs {
+            token: &tok,
+            lease_ms: &lease,
+            // A message waiter's entry lives as `Wakeup::entry_life`
+            // makes it.
+            queue_ttl: match (queue, blocks) {
+                (false, _) => Duration::ZERO,
+                (true, true) => p::ROOM_ENTRY,
+                (true, false) => Duration::from_millis(FALLBACK_MS as u64 * 3 + 1000),
+            },
+            grant_prefix: &prefix,
+            claim: p::GRANT_CLAIM,
+            announce: &announce,
+            waits: match (self.fair, blocks) {
+                (true, true) => p::lock::Waits::FairBlocking,
+                (true, false) => p::lock::Waits::FairMessages,
+                (false, true) => p::lock::Waits::Blocking,
+                (false, false) => p::lock::Waits::Messages,
+            },
+        }
+        .parts();
+        if popped {
+            a.push(b"popped".to_vec());
+        }
+        a
+    }
+
+    /// lua/lock_release.lua's arguments, made by the library's
+    /// `ReleaseArgs` (the hold's fence put in as `Spec::fenced` does).
+    pub(super) fn release_args(
+        &self,
+        client: usize,
+        t: u8,
+        leave: bool,
+        fence: Option<i64>,
+    ) -> Vec<Vec<u8>> {
+        let (tok, prefix, announce) = (token(client, t), prefix(), announce(client));
+        let mut a = p::lock::ReleaseArgs {
+            token: &tok,
+            announce: &announce,
+            grant_prefix: &prefix,
+            claim: p::GRANT_CLAIM,
+            force: false,
+            keep: false,
+            leave,
+        }
+        .parts();
+        a[p::lock::RELEASE_FENCE] = fence.map(b).unwrap_or_default();
+        a
+    }
+
+    /// lua/lock_extend.lua's keys and arguments (`Lock::extend`, claiming),
+    /// the arguments made by the library's `ExtendArgs`.
+    pub(super) fn extend_call(
+        &self,
+        client: usize,
+        t: u8,
+        fence: i64,
+    ) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+        let (tok, prefix, lease) = (token(client, t), prefix(), b(self.lease_ms));
+        let mut a = p::lock::ExtendArgs {
+            token: &tok,
+            claiming: Some((&prefix, p::ROOM_ENTRY)),
+            lease_ms: &lease,
+        }
+        .parts();
+        a[p::lock::EXTEND_FENCE] = b(fence);
+        (vec![key(""), key(":queue"), key(":queue:t")], a)
+    }
+
+    /// lua/lock_watch.lua's arguments, made by the library's `WatchArgs`.
+    pub(super) fn watch_args(&self, client: usize, waiter: Option<u8>) -> Vec<Vec<u8>> {
+        let (tok, prefix, announce) = (
+            waiter.map(|t| token(client, t)).unwrap_or_default(),
+            prefix(),
+            announce(client),
+        );
+        p::lock::WatchArgs {
+            waiter: &tok,
+            entry: p::ROOM_ENTRY,
+            grant_prefix: &prefix,
+            claim: p::GRANT_CLAIM,
+            announce: &announce,
+        }
+        .parts()
+    }
+
+    /// The lease's validity in the client's view (`valid_for`: whole
+    /// milliseconds less one).
+    pub(super) fn valid(&self) -> i64 {
+        self.lease_ms - 1
+    }
+}
