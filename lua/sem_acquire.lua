@@ -111,6 +111,10 @@ end
 local function take(ms)
   redis.call('SET', count, ARGV[3], 'PX', lives(ms))
   sem_leave(keys, prefix, me, fair)
+  -- First in line no more: a place kept there would refuse the others.
+  if fair and redis.call('GET', prefix .. 'head') == me then
+    redis.call('DEL', prefix .. 'head')
+  end
 end
 -- The first live waiter in arrival order (fair), dropping lapsed entries.
 local function first_in_line()
@@ -184,7 +188,7 @@ if took then
   end
   return string.format('%d', wait_ms())
 end
-sem_purge(keys, prefix, me, ARGV[10], ARGV[11])
+sem_purge(keys, prefix)
 -- An offer in flight is the blocked waiters' first; in a fair semaphore
 -- every permit is the earliest arrival's. A waiter that cannot pop (it
 -- waits for messages, or has no connection to block on) takes what fits

@@ -37,11 +37,11 @@
 --   sem_pass(prefix, claim_ms, passes): puts an offer back for the next
 --     blocked waiter
 --   sem_close(prefix): ends the offer in flight
---   sem_purge(keys, prefix, me, channel, message) -> whether the open list
---     outlived its offer (and the queue was purged: its entries are of
---     waiters that died or left, or that did not take an offer they were
---     told of; live ones queue again when they look, and those that wait
---     for messages, but `me`, are told to)
+--   sem_purge(keys, prefix) -> whether the open list outlived its offer
+--     (and the queue was purged: its entries are of waiters that died or
+--     left, or that did not take an offer they were told of; live ones
+--     queue again when they look). The list of waiters that wait for
+--     messages stays, so that the next release tells them.
 local function sem_used(permits, now)
   redis.call('ZREMRANGEBYSCORE', permits, '-inf', now)
   local used = 0
@@ -97,19 +97,8 @@ local function sem_close(prefix)
   redis.call('DEL', prefix .. 'open', prefix .. 'offer')
 end
 
-local function sem_purge(keys, prefix, me, channel, message)
+local function sem_purge(keys, prefix)
   if redis.call('EXISTS', prefix .. 'open') == 1 and redis.call('EXISTS', prefix .. 'offer') == 0 then
-    -- A waiter told of the offer may be alive and have looked: the offer
-    -- was too small for its request. Told now, it queues again at once;
-    -- else a release that follows finds nobody queued and tells nobody
-    -- (found by the model checker, check/: "semaphore: 3 permits, clients
-    -- asking 2, 2 and 1").
-    for _, w in ipairs(redis.call('ZRANGE', prefix .. 'told', 0, 1)) do
-      if w ~= me then
-        publish(channel, message)
-        break
-      end
-    end
     -- Nobody took the offer in its claim window: nobody blocked was there
     -- to pop it, and the waiters that wait for messages, told of it, did
     -- not take it either (they died, froze or lost the message). Their
@@ -117,8 +106,13 @@ local function sem_purge(keys, prefix, me, channel, message)
     -- claim window after another until their entries' deadlines (seconds),
     -- with nobody holding. Live ones queue again when they look. (Found
     -- by the model checker, check/: "semaphore: ... waiting for messages".)
-    redis.call('DEL', prefix .. 'open', keys[3], keys[4], prefix .. 'head', prefix .. 'spent',
-      prefix .. 'told')
+    -- The list of those told stays (it lapses with their entries' lives):
+    -- one that is alive may have looked and found the offer too small for
+    -- its request, and the next release must tell it, or it sleeps
+    -- through it (found by the model checker, check/: "semaphore: 3
+    -- permits, clients asking 2, 2 and 1"). Told at once instead, every
+    -- look made them all ask again, twice a second.
+    redis.call('DEL', prefix .. 'open', keys[3], keys[4], prefix .. 'head', prefix .. 'spent')
     return true
   end
   return false
@@ -126,11 +120,9 @@ end
 
 local function sem_offer(keys, n, fair, prefix, claim, now, channel, message, freed)
   local permits, qt = keys[1], keys[4]
-  if redis.call('EXISTS', qt) == 0 then
-    return false
-  end
-  if redis.call('EXISTS', prefix .. 'offer') == 1 then
-    -- An offer names only what was free when it was made, and is made for
+  if redis.call('EXISTS', qt) == 0 or redis.call('EXISTS', prefix .. 'offer') == 1 then
+    -- Nobody queued (the line was purged), or an offer in flight: an
+    -- offer names only what was free when it was made, and is made for
     -- whoever is first. A blocked waiter that pops it counts the permits
     -- then; one that waits for messages must be told, or a request the
     -- offer was too small for sleeps through the release that makes it

@@ -49,7 +49,9 @@ if expiry or leaving then
 end
 if leaving and redis.call('EXISTS', KEYS[4]) == 0 then
   -- The last waiter left: an offer or a place first in line is nobody's.
-  redis.call('DEL', prefix .. 'open', prefix .. 'offer', prefix .. 'head', KEYS[3], prefix .. 'told')
+  -- (Those told of offers keep their list: after a purge, waiters still
+  -- alive are on it and nowhere else; each leaves it as it ends.)
+  redis.call('DEL', prefix .. 'open', prefix .. 'offer', prefix .. 'head', KEYS[3])
 end
 if expiry and tonumber(expiry) > now then
   return offered and 2 or 1

@@ -50,7 +50,7 @@ if soonest and me ~= '' and spent and tonumber(ARGV[7]) - used <= spent then
   -- until more is free (lua/sem_grant.lua).
   return math.max(1, soonest - now)
 end
-sem_purge(keys, prefix, me, ARGV[5], ARGV[6])
+sem_purge(keys, prefix)
 local head = fair and redis.call('GET', prefix .. 'head')
 if me ~= '' and head == me then
   -- First in a fair line with a request that does not fit yet: its place

@@ -726,3 +726,52 @@ fn a_fair_waiter_for_several_permits_keeps_its_place_behind_a_small_offer() {
         "got={got} after {took:?}"
     );
 }
+
+/// Found by review of the fix above: a fair waiter that kept its place
+/// first in line (waiting for messages) and then got its permits left
+/// that place behind for up to 1.5 s, and a try of a free permit with
+/// nobody waiting was refused meanwhile. Taking its permits now ends it.
+#[test]
+fn a_fair_waiter_that_got_its_permits_leaves_no_place_first_in_line() {
+    let server = Server::start();
+    let name = "stale-head";
+    let mut con = server.con();
+    let holder = client_with(&server, |b| b);
+    let held = holder.fair_semaphore(name, 3).acquire_many(2).unwrap();
+    let waiter = no_poll(&server.url()).fair_semaphore(name, 3);
+    let t = std::thread::spawn(move || {
+        let p = waiter
+            .acquire_many_timeout(2, Duration::from_millis(950))
+            .unwrap();
+        let got = p.is_some();
+        std::thread::sleep(Duration::from_millis(1500));
+        drop(p);
+        got
+    });
+    let qt = format!("{{{name}}}:sem:queue:t");
+    assert!(eventually(Duration::from_secs(5), || con
+        .zcard::<_, usize>(&qt)
+        .unwrap()
+        == 1));
+    std::thread::sleep(Duration::from_millis(100));
+    held.release().unwrap();
+    let permits = format!("{{{name}}}:sem");
+    assert!(eventually(Duration::from_secs(2), || con
+        .zcard::<_, usize>(&permits)
+        .unwrap()
+        == 1));
+    let tried = client_with(&server, |b| b)
+        .fair_semaphore(name, 3)
+        .try_acquire()
+        .unwrap();
+    let head: Option<String> = con.get(format!("{{{name}}}:sem:grant:head")).unwrap();
+    println!(
+        "FIGURES fair: a try of the free permit after the first in line got its 2: got={}, place left: {head:?}",
+        tried.is_some()
+    );
+    assert!(t.join().unwrap());
+    assert!(
+        tried.is_some(),
+        "refused with a free permit and nobody waiting"
+    );
+}

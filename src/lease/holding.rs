@@ -79,7 +79,8 @@ impl Holding {
         match self.release_locally() {
             Some(decided) => decided,
             None => {
-                let released = release(&self.client, &self.held, false);
+                let until = Instant::now() + self.client.wakeup().outage_tolerance();
+                let released = release(&self.client, &self.held, false, until);
                 self.released(released)
             }
         }
@@ -158,18 +159,23 @@ pub(crate) fn release_all(client: &Context, holdings: Vec<&mut Holding>) -> Resu
         }
     }
     let backend = client.backend();
+    // Releases refused for now are asked again until one deadline for
+    // them all (each its own lease's end at most).
+    let until = Instant::now() + client.wakeup().outage_tolerance();
     // One server: one pipeline (one script run where the names' releases
     // go together); Cluster: one pipeline per master, all at once.
     let attempted =
         remote.len() > 1 && (backend.pipelines_grants() || backend.pipelines_grants_per_master());
+    // Whether the batch, failed whole, surely did not run (then each is
+    // released on its own as a first release, not a repeat).
+    let mut unsent = false;
+    let mut sent = |r: Result<Vec<redis::Value>>| r.map_err(|e| unsent = e.is_unsent()).ok();
     let replies = if attempted {
         let prepared: Vec<&PreparedCall> = remote.iter().map(|h| &h.held.release).collect();
         match PreparedCall::together(&prepared) {
             // One script run for all (a multi-lock's names on one server):
             // its array of codes, or its one error for each of them.
-            Some(all) => backend
-                .eval_batch(&[all.call()], backend.timeouts().response)
-                .ok()
+            Some(all) => sent(backend.eval_batch(&[all.call()], backend.timeouts().response))
                 .and_then(|mut r| r.pop())
                 .map(|reply| match reply {
                     redis::Value::Array(codes) => codes,
@@ -177,7 +183,7 @@ pub(crate) fn release_all(client: &Context, holdings: Vec<&mut Holding>) -> Resu
                 }),
             None => {
                 let calls: Vec<_> = prepared.iter().map(|c| c.call()).collect();
-                backend.eval_batch(&calls, backend.timeouts().response).ok()
+                sent(backend.eval_batch(&calls, backend.timeouts().response))
             }
         }
     } else {
@@ -197,18 +203,36 @@ pub(crate) fn release_all(client: &Context, holdings: Vec<&mut Holding>) -> Resu
             Some(redis::Value::Int(0)) => Err(Error::lost(
                 "the lease was lost before release (expired, flushed, force-unlocked or taken over)",
             )),
-            // Its script was missing: it did not run.
-            Some(redis::Value::ServerError(e)) if e.code() == "NOSCRIPT" => {
-                release(client, &h.held, false)
+            // Refused: its script was missing, or the server would not run
+            // it for now (busy, loading, a slot in migration): it did not
+            // run, and finding nothing later is no proof it was released
+            // (a release of a name force-unlocked meanwhile said `Ok`).
+            Some(redis::Value::ServerError(e)) if not_run(e.code()) => {
+                release(client, &h.held, false, until)
             }
             // Undecided, or sent in a batch whose replies were lost.
-            Some(_) => release(client, &h.held, true),
+            Some(_) => release(client, &h.held, true, until),
             // The batch may have run before its replies were lost.
-            None => release(client, &h.held, attempted),
+            None => release(client, &h.held, attempted && !unsent, until),
         };
         keep(h.released(released));
     }
     first
+}
+
+/// Whether a server's error reply to a script says it did not run.
+fn not_run(code: &str) -> bool {
+    matches!(
+        code,
+        "NOSCRIPT"
+            | "BUSY"
+            | "LOADING"
+            | "MASTERDOWN"
+            | "TRYAGAIN"
+            | "CLUSTERDOWN"
+            | "ASK"
+            | "MOVED"
+    )
 }
 
 /// One extension of a hold (see [`Holding::extend`]).
@@ -333,17 +357,15 @@ fn look_after_hand_over(client: &Context, held: &Held) {
 /// A release the server refused for now (nothing ran: a Cluster slot whose
 /// keys have moved but which is not handed over yet answers `TRYAGAIN`; a
 /// cluster without quorum, a server loading) is asked again, with short
-/// waits, while the lease would still run and within the client's outage
-/// tolerance: past the lease's end the name is free anyway. It used to
+/// waits, while the lease would still run and until `until` (the client's
+/// outage tolerance from the release's start, one for every name of a
+/// multi-lock): past the lease's end the name is free anyway. It used to
 /// fail at once, leaving the name held for the rest of the lease.
-fn release(client: &Context, held: &Held, repeated: bool) -> Result<()> {
+fn release(client: &Context, held: &Held, repeated: bool, until: Instant) -> Result<()> {
     let backend = client.backend();
     let response = backend.timeouts().response;
     let valid_when_sent = !held.state.is_lost();
-    let refusals_until = held
-        .state
-        .expires_at()
-        .min(Instant::now() + client.wakeup().outage_tolerance());
+    let refusals_until = held.state.expires_at().min(until);
     let mut pause = Duration::from_millis(10);
     let mut repeated = repeated;
     let mut broke = 0;
