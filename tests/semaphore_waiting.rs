@@ -591,6 +591,42 @@ fn an_acl_without_lpop_does_not_lose_an_offer() {
     assert!(got && at - released < Duration::from_millis(900));
 }
 
+/// A holder of 2 of the 3 permits of `name` (fair or plain), and a waiter
+/// for 2 in another client waiting 950-980 ms (under a second: it waits
+/// for messages), queued. The waiter's thread keeps what it gets for
+/// `keep`, and says when it got it and whether.
+fn two_of_three_held_and_a_waiter_for_two(
+    server: &Server,
+    name: &'static str,
+    fair: bool,
+    keep: Duration,
+) -> (redlease::Permit, std::thread::JoinHandle<(Instant, bool)>) {
+    let mk = move |c: &redlease::Client| {
+        if fair {
+            c.fair_semaphore(name, 3)
+        } else {
+            c.semaphore(name, 3)
+        }
+    };
+    let held = mk(&client_with(server, |b| b)).acquire_many(2).unwrap();
+    let waiter = mk(&no_poll(&server.url()));
+    let t = std::thread::spawn(move || {
+        let p = waiter
+            .acquire_many_timeout(2, Duration::from_millis(960))
+            .unwrap();
+        let got = (Instant::now(), p.is_some());
+        std::thread::sleep(keep);
+        got
+    });
+    let mut con = server.con();
+    let qt = format!("{{{name}}}:sem:queue:t");
+    assert!(eventually(Duration::from_secs(5), || con
+        .zcard::<_, usize>(&qt)
+        .unwrap()
+        == 1));
+    (held, t)
+}
+
 /// Reproduction (the model checker: "semaphore: 3 permits, clients asking
 /// 2, 2 and 1"): a holder of 2 of 3 permits, and a waiter for 2 in
 /// another client waiting under a second (it waits for messages). Its
@@ -604,28 +640,7 @@ fn a_waiter_for_several_permits_hears_the_release_behind_a_smaller_offer() {
     let server = Server::start();
     for fair in [false, true] {
         let name = if fair { "many-fair" } else { "many-plain" };
-        let mk = |c: &redlease::Client| {
-            if fair {
-                c.fair_semaphore(name, 3)
-            } else {
-                c.semaphore(name, 3)
-            }
-        };
-        let holder = client_with(&server, |b| b);
-        let held = mk(&holder).acquire_many(2).unwrap();
-        let waiter = mk(&no_poll(&server.url()));
-        let t = std::thread::spawn(move || {
-            let p = waiter
-                .acquire_many_timeout(2, Duration::from_millis(950))
-                .unwrap();
-            (Instant::now(), p.is_some())
-        });
-        let mut con = server.con();
-        let qt = format!("{{{name}}}:sem:queue:t");
-        assert!(eventually(Duration::from_secs(5), || con
-            .zcard::<_, usize>(&qt)
-            .unwrap()
-            == 1));
+        let (held, t) = two_of_three_held_and_a_waiter_for_two(&server, name, fair, Duration::ZERO);
         std::thread::sleep(Duration::from_millis(100));
         let released = Instant::now();
         held.release().unwrap();
@@ -646,26 +661,12 @@ fn a_waiter_for_several_permits_hears_the_release_behind_a_smaller_offer() {
 /// permit then purged the line as if the waiter were gone and took the
 /// permit; the holder's release found nobody queued and told nobody, and
 /// the waiter slept to its deadline with 2 permits free. The purge now
-/// tells the waiters that wait for messages, which queue again at once.
+/// keeps the list of waiters told, and the release tells them.
 #[test]
 fn a_waiter_purged_after_an_offer_too_small_for_it_hears_the_release() {
     let server = Server::start();
     let name = "purged-many";
-    let holder = client_with(&server, |b| b);
-    let held = holder.semaphore(name, 3).acquire_many(2).unwrap();
-    let waiter = no_poll(&server.url()).semaphore(name, 3);
-    let t = std::thread::spawn(move || {
-        let p = waiter
-            .acquire_many_timeout(2, Duration::from_millis(980))
-            .unwrap();
-        (Instant::now(), p.is_some())
-    });
-    let mut con = server.con();
-    let qt = format!("{{{name}}}:sem:queue:t");
-    assert!(eventually(Duration::from_secs(5), || con
-        .zcard::<_, usize>(&qt)
-        .unwrap()
-        == 1));
+    let (held, t) = two_of_three_held_and_a_waiter_for_two(&server, name, false, Duration::ZERO);
     // The offer's claim window (0.5 s) passes untaken.
     std::thread::sleep(Duration::from_millis(600));
     let other = client_with(&server, |b| b);
@@ -694,21 +695,7 @@ fn a_waiter_purged_after_an_offer_too_small_for_it_hears_the_release() {
 fn a_fair_waiter_for_several_permits_keeps_its_place_behind_a_small_offer() {
     let server = Server::start();
     let name = "fair-head-many";
-    let holder = client_with(&server, |b| b);
-    let held = holder.fair_semaphore(name, 3).acquire_many(2).unwrap();
-    let waiter = no_poll(&server.url()).fair_semaphore(name, 3);
-    let t = std::thread::spawn(move || {
-        let p = waiter
-            .acquire_many_timeout(2, Duration::from_millis(980))
-            .unwrap();
-        (Instant::now(), p.is_some())
-    });
-    let mut con = server.con();
-    let qt = format!("{{{name}}}:sem:queue:t");
-    assert!(eventually(Duration::from_secs(5), || con
-        .zcard::<_, usize>(&qt)
-        .unwrap()
-        == 1));
+    let (held, t) = two_of_three_held_and_a_waiter_for_two(&server, name, true, Duration::ZERO);
     std::thread::sleep(Duration::from_millis(600));
     let other = client_with(&server, |b| b);
     let tried = other.fair_semaphore(name, 3).try_acquire().unwrap();
@@ -736,23 +723,8 @@ fn a_fair_waiter_that_got_its_permits_leaves_no_place_first_in_line() {
     let server = Server::start();
     let name = "stale-head";
     let mut con = server.con();
-    let holder = client_with(&server, |b| b);
-    let held = holder.fair_semaphore(name, 3).acquire_many(2).unwrap();
-    let waiter = no_poll(&server.url()).fair_semaphore(name, 3);
-    let t = std::thread::spawn(move || {
-        let p = waiter
-            .acquire_many_timeout(2, Duration::from_millis(950))
-            .unwrap();
-        let got = p.is_some();
-        std::thread::sleep(Duration::from_millis(1500));
-        drop(p);
-        got
-    });
-    let qt = format!("{{{name}}}:sem:queue:t");
-    assert!(eventually(Duration::from_secs(5), || con
-        .zcard::<_, usize>(&qt)
-        .unwrap()
-        == 1));
+    let keep = Duration::from_millis(1500);
+    let (held, t) = two_of_three_held_and_a_waiter_for_two(&server, name, true, keep);
     std::thread::sleep(Duration::from_millis(100));
     held.release().unwrap();
     let permits = format!("{{{name}}}:sem");
@@ -769,7 +741,7 @@ fn a_fair_waiter_that_got_its_permits_leaves_no_place_first_in_line() {
         "FIGURES fair: a try of the free permit after the first in line got its 2: got={}, place left: {head:?}",
         tried.is_some()
     );
-    assert!(t.join().unwrap());
+    assert!(t.join().unwrap().1);
     assert!(
         tried.is_some(),
         "refused with a free permit and nobody waiting"
