@@ -22,6 +22,7 @@ mod args;
 mod properties;
 
 use args::prefix;
+pub(crate) use args::{renewal_call, unqueued_acquire_args, unqueued_release_args};
 
 /// What one client does, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -25,12 +25,10 @@
 //! Not modelled yet: faults of fence raises (run on every master in one
 //! step), clock steps, frozen clients.
 
-use std::time::Duration;
-
-use redlease::__protocol as p;
-
 use crate::keyspace::{Keyspace, Reply};
-use crate::lock::{key, scripted, token, CHANNEL, FLOOR, NAME};
+use crate::lock::{
+    key, renewal_call, scripted, unqueued_acquire_args, unqueued_release_args, FLOOR,
+};
 use crate::parties::{b, busy, int, time_may_pass, Faults, Life};
 use crate::probes::SERVER_OFFSET;
 use crate::search::Model;
@@ -144,16 +142,6 @@ pub enum Loss {
     Reply(usize),
 }
 
-/// Where a client's releases are announced (`Lock::announce`; nobody
-/// queues on Redlock).
-fn announce(client: usize) -> p::lock::Announce<'static> {
-    p::lock::Announce {
-        channel: std::borrow::Cow::Borrowed(CHANNEL),
-        message: format!("c{client}:{NAME}").into_bytes(),
-        queued: false,
-    }
-}
-
 impl RedlockModel {
     /// `redlock::drift`: 1 % of the lease and 2 ms.
     fn drift(&self) -> i64 {
@@ -163,34 +151,13 @@ impl RedlockModel {
     /// lua/lock_acquire.lua's arguments on Redlock (`Lock`'s spec: no
     /// queue, no blocking).
     fn acquire_args(&self, i: usize, t: u8) -> Vec<Vec<u8>> {
-        let (tok, lease, prefix, announce) =
-            (token(i, t), b(self.lease_ms), key(":grant:"), announce(i));
-        p::lock::AcquireArgs {
-            token: &tok,
-            lease_ms: &lease,
-            queue_ttl: Duration::ZERO,
-            grant_prefix: &prefix,
-            claim: p::GRANT_CLAIM,
-            announce: &announce,
-            waits: p::lock::Waits::Messages,
-        }
-        .parts()
+        unqueued_acquire_args(i, t, self.lease_ms)
     }
 
     /// lua/lock_release.lua's arguments on Redlock (`keep`: the counter
     /// lapses by itself).
     fn release_args(&self, i: usize, t: u8) -> Vec<Vec<u8>> {
-        let (tok, prefix, announce) = (token(i, t), key(":grant:"), announce(i));
-        p::lock::ReleaseArgs {
-            token: &tok,
-            announce: &announce,
-            grant_prefix: &prefix,
-            claim: p::GRANT_CLAIM,
-            force: false,
-            keep: true,
-            leave: false,
-        }
-        .parts()
+        unqueued_release_args(i, t, true)
     }
 
     fn up(&self, s: &State, m: usize) -> bool {
@@ -592,14 +559,7 @@ impl Model for RedlockModel {
             }
             Action::Renew(i, loss) => {
                 let t = s.clients[i].tokens;
-                let (tok, lease) = (token(i, t), b(self.lease_ms));
-                let args = p::lock::ExtendArgs {
-                    token: &tok,
-                    claiming: None,
-                    lease_ms: &lease,
-                }
-                .parts();
-                let keys = [key(""), key(":queue"), key(":queue:t")];
+                let (keys, args) = renewal_call(i, t, self.lease_ms);
                 let renewal = ("lock_extend.lua", &keys[..], &args[..]);
                 let votes = self.on_all_losing(server, &mut s, renewal, loss, log);
                 let yes = votes

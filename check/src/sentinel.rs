@@ -34,13 +34,11 @@
 //! waiters (the switch shuts their connections: tested on real servers),
 //! liveness, faults other than the failover.
 
-use std::time::Duration;
-
-use redlease::__protocol as p;
-
 use crate::keyspace::{Keyspace, Reply};
-use crate::lock::{key, scripted, token, CHANNEL, FLOOR, NAME};
-use crate::parties::{b, busy, int, time_may_pass};
+use crate::lock::{
+    key, renewal_call, scripted, token, unqueued_acquire_args, unqueued_release_args, FLOOR,
+};
+use crate::parties::{busy, int, time_may_pass};
 use crate::probes::SERVER_OFFSET;
 use crate::search::Model;
 use crate::server::Server;
@@ -175,15 +173,6 @@ pub enum Action {
     Tick,
 }
 
-/// Where a client's releases are announced (nobody queues here).
-fn announce(client: usize) -> p::lock::Announce<'static> {
-    p::lock::Announce {
-        channel: std::borrow::Cow::Borrowed(CHANNEL),
-        message: format!("c{client}:{NAME}").into_bytes(),
-        queued: false,
-    }
-}
-
 impl SentinelModel {
     /// The master a client's next call goes to: the one it heard named
     /// (its pooled connections to the old one are retired at checkout).
@@ -196,46 +185,20 @@ impl SentinelModel {
     }
 
     fn call_of(&self, i: usize, kind: Kind, t: u8) -> (&'static str, Vec<Vec<u8>>, Vec<Vec<u8>>) {
-        let (tok, lease, prefix, announce) =
-            (token(i, t), b(self.lease_ms), key(":grant:"), announce(i));
         match kind {
             Kind::Grant => (
                 "lock_acquire.lua",
                 scripted(),
-                p::lock::AcquireArgs {
-                    token: &tok,
-                    lease_ms: &lease,
-                    queue_ttl: Duration::ZERO,
-                    grant_prefix: &prefix,
-                    claim: p::GRANT_CLAIM,
-                    announce: &announce,
-                    waits: p::lock::Waits::Messages,
-                }
-                .parts(),
+                unqueued_acquire_args(i, t, self.lease_ms),
             ),
-            Kind::Renew => (
-                "lock_extend.lua",
-                vec![key(""), key(":queue"), key(":queue:t")],
-                p::lock::ExtendArgs {
-                    token: &tok,
-                    claiming: None,
-                    lease_ms: &lease,
-                }
-                .parts(),
-            ),
+            Kind::Renew => {
+                let (keys, args) = renewal_call(i, t, self.lease_ms);
+                ("lock_extend.lua", keys, args)
+            }
             Kind::Release | Kind::Undo => (
                 "lock_release.lua",
                 scripted(),
-                p::lock::ReleaseArgs {
-                    token: &tok,
-                    announce: &announce,
-                    grant_prefix: &prefix,
-                    claim: p::GRANT_CLAIM,
-                    force: false,
-                    keep: false,
-                    leave: false,
-                }
-                .parts(),
+                unqueued_release_args(i, t, false),
             ),
         }
     }

@@ -150,3 +150,57 @@ impl LockModel {
         self.lease_ms - 1
     }
 }
+
+/// Where a client's releases are announced when nobody queues (Redlock,
+/// the Sentinel model's waiters that try again at the busy reply's hint).
+fn unqueued_announce(client: usize) -> p::lock::Announce<'static> {
+    p::lock::Announce {
+        channel: std::borrow::Cow::Borrowed(CHANNEL),
+        message: message(client),
+        queued: false,
+    }
+}
+
+/// lua/lock_acquire.lua's arguments for an attempt that never queues (the
+/// lock's spec on Redlock: no queue, no blocking).
+pub(crate) fn unqueued_acquire_args(client: usize, t: u8, lease_ms: i64) -> Vec<Vec<u8>> {
+    let (tok, lease, announce) = (token(client, t), b(lease_ms), unqueued_announce(client));
+    p::lock::AcquireArgs {
+        token: &tok,
+        lease_ms: &lease,
+        queue_ttl: Duration::ZERO,
+        grant_prefix: &prefix(),
+        claim: p::GRANT_CLAIM,
+        announce: &announce,
+        waits: p::lock::Waits::Messages,
+    }
+    .parts()
+}
+
+/// lua/lock_release.lua's arguments where nobody queues (`keep`: the
+/// counter lapses by itself, as Redlock's masters keep agreeing on it).
+pub(crate) fn unqueued_release_args(client: usize, t: u8, keep: bool) -> Vec<Vec<u8>> {
+    let (tok, announce) = (token(client, t), unqueued_announce(client));
+    p::lock::ReleaseArgs {
+        token: &tok,
+        announce: &announce,
+        grant_prefix: &prefix(),
+        claim: p::GRANT_CLAIM,
+        force: false,
+        keep,
+        leave: false,
+    }
+    .parts()
+}
+
+/// lua/lock_extend.lua's keys and arguments for a renewal (no claim).
+pub(crate) fn renewal_call(client: usize, t: u8, lease_ms: i64) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let (tok, lease) = (token(client, t), b(lease_ms));
+    let args = p::lock::ExtendArgs {
+        token: &tok,
+        claiming: None,
+        lease_ms: &lease,
+    }
+    .parts();
+    (vec![key(""), key(":queue"), key(":queue:t")], args)
+}
