@@ -233,15 +233,6 @@ impl Error {
     /// that kept moving). Asking again later is safe even for a script
     /// that must run at most once.
     pub(crate) fn is_refused_for_now(&self) -> bool {
-        const FOR_NOW: [&str; 7] = [
-            "LOADING",
-            "BUSY",
-            "MASTERDOWN",
-            "TRYAGAIN",
-            "CLUSTERDOWN",
-            "ASK",
-            "MOVED",
-        ];
         // A Cluster node's refusal is wrapped once, with the server's
         // error as its source (`cluster::migrating`, `kept_moving`).
         let wrapped = self.source.as_deref().and_then(|s| {
@@ -249,11 +240,7 @@ impl Error {
                 .downcast_ref::<Error>()
                 .and_then(Error::server_code)
         });
-        self.unsent
-            && self
-                .server_code()
-                .or(wrapped)
-                .is_some_and(|code| FOR_NOW.contains(&code))
+        self.unsent && self.server_code().or(wrapped).is_some_and(not_run_for_now)
     }
 
     /// Whether the command was never sent (no connection could be had), so
@@ -284,6 +271,17 @@ impl fmt::Debug for Error {
         }
         d.finish()
     }
+}
+
+/// Whether a server's error code says it did not run the command *for
+/// now* (see [`Error::is_refused_for_now`]): loading, busy, a replica
+/// without its master, a Cluster slot in migration or moved, a cluster
+/// without quorum.
+pub(crate) fn not_run_for_now(code: &str) -> bool {
+    matches!(
+        code,
+        "LOADING" | "BUSY" | "MASTERDOWN" | "TRYAGAIN" | "CLUSTERDOWN" | "ASK" | "MOVED"
+    )
 }
 
 /// Semaphore handles that disagree on the permit count.

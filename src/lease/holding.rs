@@ -222,17 +222,7 @@ pub(crate) fn release_all(client: &Context, holdings: Vec<&mut Holding>) -> Resu
 
 /// Whether a server's error reply to a script says it did not run.
 fn not_run(code: &str) -> bool {
-    matches!(
-        code,
-        "NOSCRIPT"
-            | "BUSY"
-            | "LOADING"
-            | "MASTERDOWN"
-            | "TRYAGAIN"
-            | "CLUSTERDOWN"
-            | "ASK"
-            | "MOVED"
-    )
+    code == "NOSCRIPT" || crate::error::not_run_for_now(code)
 }
 
 /// One extension of a hold (see [`Holding::extend`]).
