@@ -135,7 +135,10 @@ if took then
     local first = first_in_line()
     if first and first ~= me then
       if redis.call('ZSCORE', prefix .. 'told', first) then
-        sem_close(prefix)
+        -- Left to those ahead that wait for messages, told of it now: one
+        -- alive looks within the claim window; the rest lose their place
+        -- when it lapses (sem_owed_lapsed).
+        sem_owe(keys, prefix, me, claim)
         publish(ARGV[10], ARGV[11])
         queue()
         return string.format('%d', claim)
@@ -145,18 +148,22 @@ if took then
         queue()
         return string.format('%d', claim)
       end
-      -- Those ahead of us, in the queue's order up to us (not ZRANK: the
-      -- README's ACL line grants only the calls the scripts make). Not
-      -- in the queue (e.g. purged): everyone queued is ahead.
-      local order = redis.call('ZSCORE', KEYS[3], me)
-      local ahead = order and redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', order)
-        or redis.call('ZRANGE', KEYS[3], 0, -1)
-      for _, w in ipairs(ahead) do
-        if w == me then
-          break
-        end
+      -- Those ahead of us that are not blocked lose their place. Their
+      -- entries stay three claim windows at most: one between two round
+      -- trips (its busy reply on its way) blocks next, and a release
+      -- must still offer to it. Removed, a release found nobody queued
+      -- and offered nothing, and it waited for its own look, timed by a
+      -- lease that had ended early (found by the model checker, check/:
+      -- "fair semaphore: a waiter for messages first, one blocked
+      -- behind, 1 crash"). One that died lapses then.
+      local short = now + claim * 3
+      for _, w in ipairs(sem_ahead(keys, me)) do
         if not redis.call('ZSCORE', prefix .. 'told', w) then
-          sem_leave(keys, prefix, w, true)
+          redis.call('ZREM', KEYS[3], w)
+          local until_ms = tonumber(redis.call('ZSCORE', qt, w))
+          if until_ms and until_ms > short then
+            redis.call('ZADD', qt, string.format('%d', short), w)
+          end
         end
       end
     end
@@ -189,6 +196,8 @@ if took then
   return string.format('%d', wait_ms())
 end
 sem_purge(keys, prefix)
+-- It looked: alive, it keeps its place behind an offer left to it.
+redis.call('ZREM', prefix .. 'owed', me)
 -- An offer in flight is the blocked waiters' first; in a fair semaphore
 -- every permit is the earliest arrival's. A waiter that cannot pop (it
 -- waits for messages, or has no connection to block on) takes what fits
@@ -217,6 +226,16 @@ if not ahead and used + k <= n then
   return 0
 end
 queue()
+if ttl > 0 and redis.call('EXISTS', prefix .. 'open') == 1 then
+  -- Queued while an offer waits on the open list (nobody blocked took
+  -- it): this waiter may block before the older ones and take it, so they
+  -- watch it too, as a lock's do (lua/lock_acquire.lua). Else a taker that
+  -- died or froze held it past its claim, with nobody to look until the
+  -- older waiters' own looks, timed by a lease that had ended early (found
+  -- by the model checker, check/: "fair semaphore: a waiter for messages
+  -- first, one blocked behind, 1 crash").
+  name_watchers(ARGV[10], ARGV[11], redis.call('ZRANGE', fair and KEYS[3] or qt, 0, 4))
+end
 if fair and not ahead and queued and not blocks then
   -- First in a fair line, waiting for messages, with a request that does
   -- not fit: as a blocked one that took too small an offer (above), it
@@ -234,12 +253,25 @@ end
 if used < n and sem_offer(keys, n, fair, prefix, claim, now, ARGV[10], ARGV[11]) then
   return string.format('%d', claim)
 end
+local wait = wait_ms()
 if fair then
   -- Behind one first in line whose request does not fit: look when its
   -- place would lapse, should it die (lua/sem_watch.lua).
   local held = redis.call('PTTL', prefix .. 'head')
   if held > 0 and redis.call('GET', prefix .. 'head') ~= me then
-    return string.format('%d', held + 50)
+    wait = held + 50
   end
 end
-return string.format('%d', wait_ms())
+-- An offer in flight that is not ours (on the open list for a blocked
+-- waiter, left to one ahead that waits for messages, or made to the one
+-- first in line): when its claim window ends, a look purges or passes
+-- over those it was for. Said as the wait, so that a waiter that cannot
+-- watch hand-overs (it waits for messages) looks then, not a fallback
+-- poll or a place's life later, when the waiter the offer was for died
+-- and the releaser exited (found by the model checker, check/: "fair
+-- semaphore: a waiter for messages first, one blocked behind, 1 crash").
+local pending = redis.call('PTTL', prefix .. 'offer')
+if pending > 0 and (wait < 0 or pending < wait) then
+  wait = pending
+end
+return string.format('%d', wait)

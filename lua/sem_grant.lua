@@ -36,7 +36,15 @@
 --     (publish.lua name_watchers).
 --   sem_pass(prefix, claim_ms, passes): puts an offer back for the next
 --     blocked waiter
---   sem_close(prefix): ends the offer in flight
+--   sem_close(prefix): ends the offer in flight (and what it owed)
+--   sem_ahead(keys, me) -> the waiters ahead of me in a fair line
+--   sem_owe(keys, prefix, me, claim): a fair offer a blocked waiter (me)
+--     popped is left to the waiters that wait for messages ahead of it in
+--     line: they are listed in prefix..'owed', and the offer stays in
+--     flight (no longer on the open list) for the rest of its claim window
+--   sem_owed_lapsed(keys, prefix) -> whether an offer owed to waiters that
+--     wait for messages lapsed untaken: those that did not look in its
+--     claim window (they died, froze or lost the message) lose their place
 --   sem_purge(keys, prefix) -> whether the open list outlived its offer
 --     (and the queue was purged: its entries are of waiters that died or
 --     left, or that did not take an offer they were told of; live ones
@@ -80,6 +88,7 @@ end
 local function sem_leave(keys, prefix, member, fair)
   redis.call('ZREM', keys[4], member)
   redis.call('ZREM', prefix .. 'told', member)
+  redis.call('ZREM', prefix .. 'owed', member)
   if fair then
     redis.call('ZREM', keys[3], member)
   end
@@ -94,10 +103,62 @@ local function sem_pass(prefix, claim, passes)
 end
 
 local function sem_close(prefix)
-  redis.call('DEL', prefix .. 'open', prefix .. 'offer')
+  redis.call('DEL', prefix .. 'open', prefix .. 'offer', prefix .. 'owed')
+end
+
+local function sem_ahead(keys, me)
+  -- In the queue's order up to me (not ZRANK: the README's ACL line
+  -- grants only the calls the scripts make). Not in the queue (e.g.
+  -- purged): everyone queued is ahead.
+  local order = redis.call('ZSCORE', keys[3], me)
+  local ahead = order and redis.call('ZRANGEBYSCORE', keys[3], '-inf', order)
+    or redis.call('ZRANGE', keys[3], 0, -1)
+  local out = {}
+  for _, w in ipairs(ahead) do
+    if w == me then
+      break
+    end
+    out[#out + 1] = w
+  end
+  return out
+end
+
+local function sem_owe(keys, prefix, me, claim)
+  for _, w in ipairs(sem_ahead(keys, me)) do
+    if redis.call('ZSCORE', prefix .. 'told', w) then
+      redis.call('ZADD', prefix .. 'owed', 0, w)
+    end
+  end
+  -- Outlives the offer: found after it, it names those that let it lapse.
+  redis.call('PEXPIRE', prefix .. 'owed', string.format('%d', claim * 3))
+  redis.call('DEL', prefix .. 'open')
+  if redis.call('EXISTS', prefix .. 'offer') == 0 then
+    redis.call('SET', prefix .. 'offer', '1', 'PX', string.format('%d', claim))
+  end
+end
+
+local function sem_owed_lapsed(keys, prefix)
+  if redis.call('EXISTS', prefix .. 'owed') == 0 or redis.call('EXISTS', prefix .. 'offer') == 1 then
+    return false
+  end
+  -- Told of an offer left to them and silent through its claim window:
+  -- kept, each look made the offer again, the blocked waiters left it to
+  -- them again, and the name stayed free until their entries lapsed
+  -- (seconds; minutes with a long fallback poll). A live one queues again
+  -- when it looks.
+  local head = redis.call('GET', prefix .. 'head')
+  for _, w in ipairs(redis.call('ZRANGE', prefix .. 'owed', 0, -1)) do
+    sem_leave(keys, prefix, w, true)
+    if w == head then
+      redis.call('DEL', prefix .. 'head')
+    end
+  end
+  redis.call('DEL', prefix .. 'owed')
+  return true
 end
 
 local function sem_purge(keys, prefix)
+  sem_owed_lapsed(keys, prefix)
   if redis.call('EXISTS', prefix .. 'open') == 1 and redis.call('EXISTS', prefix .. 'offer') == 0 then
     -- Nobody took the offer in its claim window: nobody blocked was there
     -- to pop it, and the waiters that wait for messages, told of it, did
@@ -120,6 +181,7 @@ end
 
 local function sem_offer(keys, n, fair, prefix, claim, now, channel, message, freed)
   local permits, qt = keys[1], keys[4]
+  sem_owed_lapsed(keys, prefix)
   if redis.call('EXISTS', qt) == 0 or redis.call('EXISTS', prefix .. 'offer') == 1 then
     -- Nobody queued (the line was purged), or an offer in flight: an
     -- offer names only what was free when it was made, and is made for

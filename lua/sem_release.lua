@@ -25,7 +25,12 @@ local me, prefix, claim = ARGV[1], ARGV[4], tonumber(ARGV[5])
 local fair = ARGV[7] == '1'
 local leaving = ARGV[8] == 'leave'
 if leaving then
+  local owed = redis.call('ZSCORE', prefix .. 'owed', me)
   sem_leave(keys, prefix, me, fair)
+  if owed and redis.call('EXISTS', prefix .. 'owed') == 0 then
+    -- The offer left to it is nobody's now: made again below.
+    sem_close(prefix)
+  end
   if redis.call('GET', prefix .. 'head') == me then
     redis.call('DEL', prefix .. 'head')
   end

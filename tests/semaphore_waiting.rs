@@ -747,3 +747,171 @@ fn a_fair_waiter_that_got_its_permits_leaves_no_place_first_in_line() {
         "refused with a free permit and nobody waiting"
     );
 }
+
+/// Reproduction (a review of round 4's semaphore fixes): a fair line whose
+/// first waiter waits for messages (M: its ACL has no blocking commands)
+/// and dies there, a waiter B blocked behind it, and the holder releases,
+/// staying alive or exiting at once. B's pop took the offer and left it
+/// to M, first in line and told of it; nobody took it, and every look
+/// offered again, for M to ignore, until M's entry lapsed: B got the
+/// permit about 7 s later with the default fallback poll, 3 minutes with a
+/// 60 s one. M, told and silent through the offer's claim window, now
+/// loses its place: B gets the permit within the claim and a look.
+#[test]
+fn a_dead_message_waiter_first_in_a_fair_line_holds_an_offer_its_claim_only() {
+    for exits in [false, true] {
+        let server = Server::start();
+        let mut admin = server.con();
+        let url = common::user_without_blocking(&mut admin, &server);
+        let name = if exits { "dmx" } else { "dml" };
+        let mut holder = Worker::spawn(
+            "sem_holder_entry",
+            &[
+                ("R_HOLDER_URL", server.url()),
+                ("R_HOLDER_NAME", name.into()),
+            ],
+        );
+        assert_eq!(holder.next(Duration::from_secs(10)), "held");
+        let m = Worker::spawn(
+            "waiter_entry",
+            &[
+                ("R_WAITER_URL", url),
+                ("R_WAITER_K", "1".into()),
+                ("R_WAITER_N", "1".into()),
+                ("R_WAITER_NAME", name.into()),
+            ],
+        );
+        assert_eq!(m.next(Duration::from_secs(10)), "waiting");
+        let told = format!("{{{name}}}:sem:grant:told");
+        assert!(eventually(Duration::from_secs(5), || admin
+            .zcard::<_, usize>(&told)
+            .unwrap()
+            == 1));
+        std::thread::sleep(Duration::from_millis(300));
+        let b = no_poll(&server.url()).fair_semaphore(name, 1);
+        let t = std::thread::spawn(move || {
+            let p = b.acquire_timeout(Duration::from_secs(15)).unwrap();
+            (Instant::now(), p.is_some())
+        });
+        common::queued(&mut admin, &format!("{{{name}}}:sem:queue:t"), 2);
+        std::thread::sleep(Duration::from_millis(300));
+        drop(m); // SIGKILL: M, first in line, is gone
+        std::thread::sleep(Duration::from_millis(200));
+        holder.tell(if exits { "release and exit" } else { "release" });
+        assert_eq!(holder.next(Duration::from_secs(10)), "released");
+        let released = Instant::now();
+        let (at, got) = t.join().unwrap();
+        println!(
+            "FIGURES fair, dead message waiter first, blocked B behind, releaser {}: got={got} \
+             after {:?}",
+            if exits { "exits" } else { "lives" },
+            at - released
+        );
+        // The claim (0.5 s) and a look after it (0.55 s): about 0.6 s;
+        // GUARANTEES promises 1.5 s; a loaded machine's margin.
+        assert!(
+            got && at - released < Duration::from_millis(2_500),
+            "stalled"
+        );
+    }
+}
+
+/// The child side: holds the one permit of the fair semaphore
+/// `R_HOLDER_NAME`; told "release", releases and stays; told "release and
+/// exit", releases and exits at once (as `redlease run` and cron jobs do).
+#[test]
+fn sem_holder_entry() {
+    let Ok(url) = std::env::var("R_HOLDER_URL") else {
+        return;
+    };
+    let name = std::env::var("R_HOLDER_NAME").unwrap();
+    let c = no_poll(&url);
+    let p = c.fair_semaphore(&name, 1).acquire().unwrap();
+    say("held");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    p.release().unwrap();
+    say("released");
+    if line.trim() == "release and exit" {
+        std::process::exit(0);
+    }
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+/// A client of `url` that waits for releases long (fallback poll 60 s)
+/// and gives up on a silent server after 2 s.
+fn via(url: &str) -> redlease::Client {
+    redlease::Client::builder()
+        .url(url)
+        .fallback_poll(Duration::from_secs(60))
+        .response_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
+/// Trace "fair semaphore: a waiter for messages first, one blocked behind,
+/// 1 crash" (the model checker, check/): W queued first, its busy reply
+/// on its way (held back 400 ms here; a slow process does the same); the
+/// holder released and exited, and its offer waited on the open list,
+/// nobody blocked yet. A newcomer N blocked, popped it, passed it on for
+/// W, popped it again, took W's place and the permit, and died (here: its
+/// server silenced, its permit left unreleased). W, blocked at last,
+/// waited for its own first look, timed by the holder's lease, which had
+/// ended early: 5 s. A newcomer queued while an offer waits on the open
+/// list now names the older waiters as its watchers (as a lock's do), and
+/// W's look after the claim finds the permit when N's short first lease
+/// runs out.
+#[test]
+fn a_newcomer_that_took_an_offer_and_died_holds_it_its_first_lease_only() {
+    let server = Server::start();
+    let w_proxy = common::proxy::Proxy::start(server.port());
+    let n_proxy = common::proxy::Proxy::start(server.port());
+    let mut holder = Worker::spawn(
+        "sem_holder_entry",
+        &[
+            ("R_HOLDER_URL", server.url()),
+            ("R_HOLDER_NAME", "nc".into()),
+        ],
+    );
+    assert_eq!(holder.next(Duration::from_secs(10)), "held");
+    let w = via(&w_proxy.url()).fair_semaphore("nc", 1);
+    let n = via(&n_proxy.url()).fair_semaphore("nc", 1);
+    // Scripts loaded, connections made, subscribers listening.
+    for s in [&w, &n] {
+        assert!(s
+            .acquire_timeout(Duration::from_millis(300))
+            .unwrap()
+            .is_none());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // A blocking waiter's attempt (its entry: 75 s).
+    w_proxy.arm(
+        b"\r\n75000\r\n",
+        common::proxy::Fault::Delay(Duration::from_millis(400)),
+    );
+    let started = Instant::now();
+    let t = std::thread::spawn(move || {
+        let p = w.acquire_timeout(Duration::from_secs(15)).unwrap();
+        (started.elapsed(), p.is_some())
+    });
+    assert!(w_proxy.wait_fired(1, Duration::from_secs(5)));
+    holder.tell("release and exit");
+    assert_eq!(holder.next(Duration::from_secs(5)), "released");
+    let taken = n.acquire_timeout(Duration::from_secs(2)).unwrap();
+    let took_at = started.elapsed();
+    assert!(taken.is_some(), "N took the offer");
+    // N dies: nothing of it reaches the server again.
+    n_proxy.set_blackhole(true);
+    std::mem::forget(taken);
+    let (at, got) = t.join().unwrap();
+    println!(
+        "FIGURES W's reply held 400 ms; N took the permit at {took_at:?} and died; W got={got} at \
+         {at:?}"
+    );
+    // N's first lease (1 s) and a look after it: about 1.1 s. Before: W's
+    // own first look, about 5.4 s.
+    assert!(
+        got && at < Duration::from_millis(2_800),
+        "W got it at {at:?}"
+    );
+}

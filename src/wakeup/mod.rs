@@ -269,12 +269,29 @@ impl Wakeup {
             self.backend.timeouts().response,
             deadline,
         );
+        // A waiter that blocks hears hand-overs that name its client as a
+        // watcher (not on a sharded cluster, where it joins no channel),
+        // from its first attempt on: a hand-over made while that attempt's
+        // busy reply is on its way may be taken by a newcomer that then
+        // dies, and the busy reply, read after it, times the waiter's
+        // first look by a lease that has ended early (found by the model
+        // checker, check/: "fair semaphore: a waiter for messages first,
+        // one blocked behind, 1 crash"). The subscriber starts only once
+        // the first attempt found the name busy: a client that never
+        // waits opens no subscription.
+        let watching = match (&watch, direct, self.backend.sharded()) {
+            (Some(on), Some(_), false) => Some(self.shared.watches.join(key, on)),
+            _ => None,
+        };
         // Fast path: nobody of ours is queued, so trying first is fair.
         let tried = server || jump || !self.shared.has_queue(key, line);
         if tried && !looked {
             if let Some(outcome) = try_first(&mut tries, &mut attempt) {
                 return outcome;
             }
+        }
+        if watching.is_some() {
+            self.start_subscriber();
         }
         // Direct waiting while it is worth it: the server must grant
         // directly (an old ACL may refuse it meanwhile), and the deadline
@@ -292,15 +309,6 @@ impl Wakeup {
         if blocking().is_none() {
             listening.start();
         }
-        // A waiter that blocks hears hand-overs that name its client as a
-        // watcher (not on a sharded cluster, where it joins no channel).
-        let _watching = match (&watch, direct, self.backend.sharded()) {
-            (Some(on), Some(_), false) => {
-                self.start_subscriber();
-                Some(self.shared.watches.join(key, on))
-            }
-            _ => None,
-        };
         let waiter = Waiter::new(line, tried);
         let _member = Membership::join(&self.shared, key, server, waiter.clone());
         // The next attempt blocks for a grant (direct waiting, head only):
