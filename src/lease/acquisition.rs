@@ -154,13 +154,18 @@ impl<'a> Acquisition<'a> {
         // It waits for messages from then on: the renewal thread's looks
         // for a blocked waiter end (its look would queue it again as one
         // that blocks, and a hand-over would then go onto the open list,
-        // for a later waiter that blocks to pop).
+        // for a later waiter that blocks to pop). So do a waiter's whose
+        // server refused the blocking pop (an ACL without it): its looks
+        // kept queueing it as one that blocks, and each made an offer
+        // that told every waiter to look (60-140 commands a second each
+        // on a semaphore whose free permits fit nobody).
         if let (Some(place), Some(_)) = (self.place, block) {
             if sent.as_ref().map_or(true, |b| b.cut) {
                 place.lose();
             }
         }
-        if self.place.is_some_and(|p| !p.held()) {
+        let refused = !self.client.backend().grants_directly();
+        if self.place.is_some_and(|p| !p.held()) || refused {
             if let Some(w) = self.watching.take() {
                 w.finish();
             }
