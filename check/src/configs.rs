@@ -96,6 +96,28 @@ fn semaphore_asking(permits: u32, fair: bool, asks: &[u32], faults: Faults) -> C
     Checked::Semaphore(SemModel::new(Semaphore { permits, fair }, ops, faults))
 }
 
+/// A semaphore of `permits` whose clients wait up to `wait_ms` each for
+/// the permits they ask (`asks`) and release them; `direct` says whose
+/// server grants directly (they block while a second or more is left; the
+/// others' ACL refuses blocking commands, and they wait for messages).
+pub fn semaphore_blocking(
+    permits: u32,
+    fair: bool,
+    asks: &[u32],
+    wait_ms: i64,
+    direct: &[bool],
+    faults: Faults,
+) -> SemModel {
+    let ops = asks
+        .iter()
+        .map(|&k| (k, vec![WaitOp::AcquireFor(wait_ms), WaitOp::Release]))
+        .collect();
+    SemModel {
+        direct: direct.to_vec(),
+        ..SemModel::new(Semaphore { permits, fair }, ops, faults)
+    }
+}
+
 /// A read-write lock whose clients (each a reader or a writer) run `ops`.
 fn rw_lock(ops: Vec<(Rw, Vec<WaitOp>)>, faults: Faults) -> Checked {
     Checked::RwLock(rw_model(ops, faults))
@@ -304,6 +326,61 @@ pub fn all() -> Vec<Config> {
         Config {
             name: "fair semaphore: 2 permits, 3 clients waiting for messages, 1 fault",
             model: semaphore(2, true, Faults::all(1)),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        // Found (a review, then the checker): a waiter that waits for
+        // messages, first in a fair line, dies; a blocked waiter's pop
+        // left every offer to it until its entry lapsed (7 s).
+        Config {
+            name: "fair semaphore: a waiter for messages first, one blocked behind, 1 crash",
+            model: Checked::Semaphore(semaphore_blocking(
+                1,
+                true,
+                &[1, 1, 1],
+                4_000,
+                &[true, false, true],
+                Faults::only(1, &[Fault::Crash]),
+            )),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        Config {
+            name: "semaphore: 2 permits, 3 clients blocking, 1 fault",
+            model: Checked::Semaphore(semaphore_blocking(
+                2,
+                false,
+                &[1, 1, 1],
+                3_000,
+                &[true, true, true],
+                Faults::all(1),
+            )),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        Config {
+            name: "fair semaphore: 2 permits, 3 clients blocking, 1 fault",
+            model: Checked::Semaphore(semaphore_blocking(
+                2,
+                true,
+                &[1, 1, 1],
+                3_000,
+                &[true, true, true],
+                Faults::all(1),
+            )),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        Config {
+            name: "fair semaphore: 1 permit, 3 clients blocking, 2 frozen or crashed",
+            model: Checked::Semaphore(semaphore_blocking(
+                1,
+                true,
+                &[1, 1, 1],
+                4_000,
+                &[true, true, true],
+                Faults::only(2, &[Fault::Freeze, Fault::Crash]),
+            )),
             expect: Expect::Holds,
             depth: 60,
         },

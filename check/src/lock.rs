@@ -65,7 +65,7 @@ pub struct LockModel {
 
 /// A plain waiter's last second, spent waiting for messages
 /// (`protocol::blocking::SHORT_WAIT`).
-const SHORT_WAIT: i64 = 1_000;
+pub(crate) const SHORT_WAIT: i64 = 1_000;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum CallKind {

@@ -17,6 +17,20 @@ pub struct Script {
     pub args: Vec<Vec<u8>>,
 }
 
+/// How a waiter of a primitive that grants directly blocks on the server
+/// (`Node::grant_blocking` with a script behind the pop): it pops from
+/// `open` into `own`, and `grant` runs right behind the pop; the renewal
+/// thread's looks for it run `watch`.
+pub struct Direct {
+    pub open: Vec<u8>,
+    pub own: Vec<u8>,
+    /// The acquire script of a waiter that blocks (`'block'`), with
+    /// `'popped'` when it is sent behind a pop.
+    pub grant: Script,
+    /// The look for this blocked waiter (lua/sem_watch.lua with its member).
+    pub watch: Script,
+}
+
 /// A holder as the checks see it: client, what it holds, its token.
 pub type Holder<M> = (usize, M, u8);
 
@@ -115,6 +129,25 @@ pub trait Primitive: Sized {
     /// `mode` waits on.
     fn wakes(&self, _message: &[u8], _mode: Self::Mode) -> bool {
         true
+    }
+    /// How client `i`'s token `t`, asking `mode`, blocks on the server
+    /// (`popped`: its script is sent behind a pop), if the primitive's
+    /// waiters can.
+    fn direct(
+        &self,
+        _m: &WaitModel<Self>,
+        _i: usize,
+        _mode: Self::Mode,
+        _t: u8,
+        _popped: bool,
+    ) -> Option<Direct> {
+        None
+    }
+    /// Whether what is free on the server now fits every one of these
+    /// requests (the bounded liveness check: a name free for every live
+    /// waiter goes to one within the claim + 1 s).
+    fn fits(&self, _keys: &Keyspace, _modes: &[Self::Mode]) -> bool {
+        false
     }
     /// Once nobody holds or waits: a try succeeds within the claim + 1 s
     /// of the last lease's end, and every key but the fence floor lapses.

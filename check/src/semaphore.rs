@@ -12,7 +12,7 @@ use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Value};
 use crate::parties::b;
-use crate::primitive::{Holder, Primitive, Script};
+use crate::primitive::{Direct, Holder, Primitive, Script};
 use crate::probes::{lapsed, tries_succeed};
 use crate::server::Server;
 use crate::waiters::WaitModel;
@@ -65,26 +65,44 @@ impl Semaphore {
         }
     }
 
-    /// lua/sem_acquire.lua's arguments, by message, made by the library's
-    /// `AcquireArgs`.
+    /// lua/sem_acquire.lua's arguments, made by the library's
+    /// `AcquireArgs`: by message (`entry` its registration's life, 0 for
+    /// a try), or for a waiter that blocks.
     fn acquire_args(
         &self,
         m: &SemModel,
         client: usize,
         t: u8,
         k: u32,
-        queue: bool,
+        entry: Duration,
+        blocks: bool,
     ) -> Vec<Vec<u8>> {
         let (member, lease) = (member(client, t, k), b(m.lease_ms));
         p::semaphore::AcquireArgs {
             member: &member,
             lease_ms: &lease,
             k,
-            entry: Duration::from_millis(if queue { m.entry_ms(false) as u64 } else { 0 }),
-            blocks: false,
+            entry,
+            blocks,
             offer: &self.offer(m.pid(client)),
         }
         .parts()
+    }
+
+    /// lua/sem_watch.lua's arguments, made by the library's `WatchArgs`
+    /// (`waiter` empty: a look at the name alone).
+    fn watch_args(&self, m: &SemModel, client: usize, waiter: &[u8]) -> Script {
+        let args = p::semaphore::WatchArgs {
+            waiter,
+            entry: p::ROOM_ENTRY,
+            offer: &self.offer(m.pid(client)),
+        }
+        .parts();
+        Script {
+            file: "sem_watch.lua",
+            keys: scripted(),
+            args,
+        }
     }
 }
 
@@ -97,8 +115,57 @@ impl Primitive for Semaphore {
         Script {
             file: "sem_acquire.lua",
             keys: scripted(),
-            args: self.acquire_args(m, i, t, k, queue),
+            args: self.acquire_args(
+                m,
+                i,
+                t,
+                k,
+                Duration::from_millis(if queue { m.entry_ms(false) as u64 } else { 0 }),
+                false,
+            ),
         }
+    }
+
+    /// `Semaphore`'s spec for a waiter that blocks: its pop moves an offer
+    /// from the open list into its own, and lua/sem_acquire.lua runs
+    /// behind it (`Direct`).
+    fn direct(&self, m: &SemModel, i: usize, k: u32, t: u8, popped: bool) -> Option<Direct> {
+        let prefix = "{s}:sem:grant:";
+        let mut args = self.acquire_args(m, i, t, k, p::ROOM_ENTRY, true);
+        if popped {
+            args.push(b"popped".to_vec());
+        }
+        let me = member(i, t, k);
+        Some(Direct {
+            open: format!("{prefix}open").into_bytes(),
+            own: [prefix.as_bytes(), &me].concat(),
+            grant: Script {
+                file: "sem_acquire.lua",
+                keys: scripted(),
+                args,
+            },
+            watch: self.watch_args(m, i, &me),
+        })
+    }
+
+    /// Every request fits in what the unexpired permits leave free.
+    fn fits(&self, keys: &Keyspace, asks: &[u32]) -> bool {
+        let now = keys.now_ms();
+        let used: u32 = match keys.keys.get(&key(":sem")).map(|e| &e.value) {
+            Some(Value::ZSet(z)) => z
+                .iter()
+                .filter(|(score, _)| score.0 as i64 > now)
+                .map(|(_, m)| {
+                    std::str::from_utf8(m)
+                        .ok()
+                        .and_then(|m| m.split(':').next())
+                        .and_then(|k| k.parse::<u32>().ok())
+                        .unwrap_or(1)
+                })
+                .sum(),
+            _ => 0,
+        };
+        asks.iter().all(|&k| used + k <= self.permits)
     }
 
     /// lua/sem_release.lua's arguments, made by the library's `ReleaseArgs`.
@@ -132,17 +199,7 @@ impl Primitive for Semaphore {
     /// lua/sem_watch.lua's arguments, a look at the name alone, made by the
     /// library's `WatchArgs`.
     fn look(&self, m: &SemModel, i: usize, _: u32) -> Script {
-        let args = p::semaphore::WatchArgs {
-            waiter: b"",
-            entry: Duration::from_millis(m.entry_ms(false) as u64),
-            offer: &self.offer(m.pid(i)),
-        }
-        .parts();
-        Script {
-            file: "sem_watch.lua",
-            keys: scripted(),
-            args,
-        }
+        self.watch_args(m, i, b"")
     }
 
     fn patient(&self, _: u32) -> bool {

@@ -30,14 +30,32 @@
 //! until it resumes, and its timers fire late), and the server's clock may
 //! step back a second.
 //!
-//! Not modelled yet: waiters that block on the server (waits of a second
-//! and more).
+//! A client whose server grants directly (`WaitModel::direct`: its ACL
+//! allows the blocking pop) blocks on the server while a second or more
+//! of its wait is left (`protocol::blocking::worth_blocking`): in a
+//! `BLMOVE` from the name's open list into its own, with its acquire
+//! script pipelined behind (`Node::grant_blocking`), which the server runs
+//! as soon as the pop returns or times out; Redis serves the connection
+//! blocked longest first. Its renewal thread looks for it (the watch
+//! script with its member) from when the holder's lease would end, and a
+//! hand-over that names its client as a watcher replaces the pending
+//! watch with a look at the name after the claim (src/wakeup/watch.rs).
+//! A blocked client that crashed is never served; a frozen one is (its
+//! script was sent), and reads the reply when it resumes. A block may be
+//! cut (the connection breaks): the script then runs on its own. Not
+//! modelled for these waiters: a lost reply of the blocking round trip, a
+//! lost naming of watchers.
+//!
+//! Liveness, bounded: while no message or call was lost, a name whose free
+//! permits fit every live waiter with a deadline past the bound goes to
+//! one within the claim + 1 s (`Primitive::fits`), whoever died, froze or
+//! exited.
 
 use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Reply};
 use crate::parties::{busy, int, ms, time_may_pass, CallStep, Faults, Life, Look, Outcome};
-use crate::primitive::{Arrival, Holder, Primitive, Script};
+use crate::primitive::{Arrival, Direct, Holder, Primitive, Script};
 use crate::probes::SERVER_OFFSET;
 use crate::search::Model;
 use crate::server::Server;
@@ -80,6 +98,9 @@ pub struct WaitModel<P: Primitive> {
     /// checker's own tests (a client frozen between the two believes in
     /// a lease the server has let go).
     pub lease_from_reply: bool,
+    /// Which threads' servers grant directly (their waiters block while
+    /// a second or more is left, and watch hand-overs); empty: none.
+    pub direct: Vec<bool>,
 }
 
 /// Whom an announcement of a key (a message, or a release of the client's
@@ -110,6 +131,10 @@ enum Kind {
     Release { name: u8, left: Vec<(u8, u8)> },
     /// The release with `'leave'`: a waiter gives up.
     Leave,
+    /// The acquire script behind a blocking pop (or on its own after a
+    /// cut block), `at` the block's sending: a grant it takes has the
+    /// short first lease of one taken by a pop.
+    Popped,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -130,6 +155,14 @@ enum Main {
     /// Waiting in the client's local queue for its turn (or the deadline).
     Local {
         token: u8,
+    },
+    /// Blocked in `BLMOVE open own` since `at`, until `until`, its script
+    /// behind it; `seq` orders the blocked (the longest first).
+    Blocked {
+        token: u8,
+        at: i64,
+        until: i64,
+        seq: u32,
     },
 }
 
@@ -160,6 +193,9 @@ struct Client {
     looks: Vec<Look>,
     /// Tokens retired after a lost reply, withdrawn when the wait ends.
     retired: Vec<u8>,
+    /// A hand-over named this client while it was frozen: its subscriber
+    /// reads the naming when it resumes.
+    named: bool,
     /// Its place in its client's local queue (`Membership::join`).
     queued: Option<u32>,
     /// It tried the server before it joined the local queue.
@@ -186,6 +222,12 @@ pub struct State {
     seq: u32,
     /// Since when a waiting thread's attempt would have been granted.
     idle_since: Option<i64>,
+    /// Since when what is free has fitted every live waiter (bounded
+    /// liveness).
+    free_since: Option<i64>,
+    /// A message or a call was lost (the bounded liveness rests on
+    /// messages, and a lost call is noticed a response timeout later).
+    lost: bool,
 }
 
 /// A waiter as it stood before a script ran (see `WaitModel::queued`):
@@ -212,6 +254,8 @@ pub enum Action {
     /// The server's clock steps back a second (an NTP step).
     StepBack,
     Exit(usize),
+    /// A blocked waiter's connection breaks.
+    Cut(usize),
     Tick,
 }
 
@@ -234,7 +278,220 @@ impl<P: Primitive> WaitModel<P> {
             watchdog: true,
             subscriber: Subscriber::Now,
             lease_from_reply: false,
+            direct: Vec::new(),
         }
+    }
+
+    /// Whether thread `i`'s server grants directly (for its primitive).
+    fn grants_directly(&self, i: usize) -> bool {
+        self.direct.get(i).copied().unwrap_or(false)
+    }
+
+    /// Whether thread `i`'s acquisition blocks on the server now
+    /// (`blocks_now`: its server grants directly, and a second or more of
+    /// its wait is left). Strictly more here: the library's clock has
+    /// moved on by the time it asks (a block ends its last second before
+    /// the deadline, and the attempt behind it is made after that).
+    fn blocks_now(&self, s: &State, i: usize, at: i64) -> bool {
+        self.grants_directly(i) && s.clients[i].deadline - at > crate::lock::SHORT_WAIT
+    }
+
+    /// Whether a busy reply read now blocks thread `i` again: a
+    /// millisecond or more is left to block before its last second
+    /// (`block_for`; else it waits for messages from now on).
+    fn blocks_again(&self, s: &State, i: usize) -> bool {
+        self.grants_directly(i) && s.clients[i].deadline - s.now > crate::lock::SHORT_WAIT
+    }
+
+    /// Client `i`'s blocking round trip: its pop and its script.
+    fn direct_of(&self, s: &State, i: usize, t: u8, popped: bool) -> Option<Direct> {
+        let mode = self.at(i, s.clients[i].name);
+        self.prim.direct(self, i, mode, t, popped)
+    }
+
+    /// Blocks in the pop (served at once if the open list has an offer),
+    /// its block ending a second before its deadline
+    /// (`protocol::blocking::block_for`); the renewal thread looks for it
+    /// from when the holder's lease would end (`Acquisition::on_busy`).
+    /// `at`: when the call whose busy reply said `wait` was sent.
+    #[allow(clippy::too_many_arguments)]
+    fn block(
+        &self,
+        server: &mut Server,
+        s: &mut State,
+        i: usize,
+        t: u8,
+        at: i64,
+        wait: i64,
+        log: &mut Option<Vec<String>>,
+    ) {
+        let now = s.now;
+        let name = s.clients[i].name;
+        let c = &mut s.clients[i];
+        let until = (c.deadline - crate::lock::SHORT_WAIT).min(now + ms(p::ROOM_CHUNK));
+        if !c.looks.iter().any(|l| l.waiter == Some(t)) {
+            c.looks.retain(|l| l.waiter.is_none());
+            let first = at
+                + ms(p::first_look(
+                    std::time::Duration::from_millis((now - at) as u64),
+                    wait,
+                ));
+            c.looks.push(Look {
+                due: (first + ms(p::LOOK_MARGIN)).min(now + ms(p::LOOK_MAX)),
+                waiter: Some(t),
+                left: p::WAITER_LOOKS,
+                watch: false,
+                name,
+            });
+        }
+        s.seq += 1;
+        c.main = Main::Blocked {
+            token: t,
+            at: now,
+            until,
+            seq: s.seq,
+        };
+        self.serve(server, s, log);
+    }
+
+    /// The server serves blocked pops whose list has an offer, the
+    /// connection blocked longest first, each with its script behind.
+    fn serve(&self, server: &mut Server, s: &mut State, log: &mut Option<Vec<String>>) {
+        loop {
+            let next = s
+                .clients
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| match c.main {
+                    Main::Blocked { token, seq, .. }
+                        if matches!(c.life, Life::Running | Life::Frozen) =>
+                    {
+                        let d = self.direct_of(s, i, token, true)?;
+                        s.keys.list_ready(&d.open).then_some((seq, i))
+                    }
+                    _ => None,
+                })
+                .min();
+            let Some((_, i)) = next else { return };
+            self.popped(server, s, i, true, log);
+        }
+    }
+
+    /// A blocked waiter's pop returns (`pop`: it took an offer; else it
+    /// timed out) and its script runs behind it; the reply waits to be
+    /// read.
+    fn popped(
+        &self,
+        server: &mut Server,
+        s: &mut State,
+        i: usize,
+        pop: bool,
+        log: &mut Option<Vec<String>>,
+    ) {
+        let Main::Blocked { token: t, at, .. } = s.clients[i].main else {
+            return;
+        };
+        let Some(d) = self.direct_of(s, i, t, true) else {
+            return;
+        };
+        if pop {
+            let moved = s.keys.lmove(&d.open, &d.own);
+            if let Some(log) = log {
+                log.push(format!("c{i}'s BLMOVE served: {moved:?}"));
+            }
+        }
+        // Its state first: the script's own offers serve the next blocked.
+        s.clients[i].main = Main::Call {
+            kind: Kind::Popped,
+            token: t,
+            at,
+            out: Outcome::Unsent,
+        };
+        let reply = self.eval(server, s, d.grant, log);
+        if let Main::Call { out, .. } = &mut s.clients[i].main {
+            *out = Outcome::Ran(reply);
+        }
+    }
+
+    /// A hand-over names its watchers (`@c1:{s}:sem`, lua/publish.lua
+    /// `name_watchers`): a named client whose server grants directly and
+    /// which is in an acquisition replaces its pending watch with a look
+    /// at the name after the claim (`Watches::on_message`). A frozen
+    /// client's subscriber reads it when the client resumes.
+    fn hear_watchers(&self, s: &mut State, id: &[u8]) {
+        let Some(pid) = std::str::from_utf8(id)
+            .ok()
+            .and_then(|id| id.strip_prefix('c'))
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|&pid| self.threads(s, pid).next().is_some())
+        else {
+            return;
+        };
+        let first = self.threads(s, pid).next().unwrap_or(pid);
+        match s.clients[first].life {
+            Life::Frozen => s.clients[first].named = true,
+            Life::Running => self.read_naming(s, pid),
+            Life::Crashed | Life::Exited => {}
+        }
+    }
+
+    /// Client `pid`'s subscriber reads a naming: the look it asks for.
+    fn read_naming(&self, s: &mut State, pid: usize) {
+        let now = s.now;
+        let Some(j) = self.threads(s, pid).find(|&j| {
+            let c = &s.clients[j];
+            c.life == Life::Running
+                && self.grants_directly(j)
+                && match &c.main {
+                    Main::Blocked { .. } | Main::Waiting { .. } | Main::Local { .. } => true,
+                    Main::Call { kind, .. } => {
+                        matches!(kind, Kind::Grant { queue: true } | Kind::Popped)
+                    }
+                    Main::Idle => false,
+                }
+        }) else {
+            return;
+        };
+        let c = &mut s.clients[j];
+        // A look not yet due moves; one due now still runs.
+        c.looks.retain(|l| !(l.watch && l.due > now));
+        c.looks.push(Look {
+            due: (now + ms(p::NAME_LOOK_AFTER) + ms(p::LOOK_MARGIN)).min(now + ms(p::LOOK_MAX)),
+            waiter: None,
+            left: p::NAME_LOOKS,
+            watch: true,
+            name: c.name,
+        });
+    }
+
+    /// Thread `i` waits for its name (in any of the waiting states), with
+    /// a deadline past `bound`, alive and running.
+    fn live_waiter(&self, c: &Client, bound: i64) -> bool {
+        c.life == Life::Running
+            && c.deadline > bound
+            && match &c.main {
+                Main::Blocked { .. } | Main::Waiting { .. } | Main::Local { .. } => true,
+                Main::Call { kind, .. } => {
+                    matches!(kind, Kind::Grant { queue: true } | Kind::Popped)
+                }
+                Main::Idle => false,
+            }
+    }
+
+    /// After every step: since when what is free has fitted every live
+    /// waiter whose deadline is past the bound (the claim + 1 s from then).
+    fn free_since(&self, s: &mut State) {
+        let bound = s.free_since.unwrap_or(s.now) + ms(p::GRANT_CLAIM) + 1000;
+        let asks: Vec<P::Mode> = (0..s.clients.len())
+            .filter(|&i| self.live_waiter(&s.clients[i], bound))
+            .map(|i| self.at(i, s.clients[i].name))
+            .collect();
+        let free = !asks.is_empty() && self.prim.fits(&s.keys, &asks);
+        s.free_since = if free {
+            s.free_since.or(Some(s.now))
+        } else {
+            None
+        };
     }
 
     /// The registration of a waiter that waits for messages
@@ -318,7 +575,8 @@ impl<P: Primitive> WaitModel<P> {
         // (`Shared::dispatch`), and these waiters, waiting for messages,
         // watch nothing.
         for m in &ran.published {
-            if p::hand_over(&m.message).is_some() {
+            if let Some((id, _)) = p::hand_over(&m.message) {
+                self.hear_watchers(s, id);
                 continue;
             }
             let from = m.message.split(|&c| c == b':').next().unwrap_or_default();
@@ -346,6 +604,8 @@ impl<P: Primitive> WaitModel<P> {
             }
             s.top_fence[k] = s.top_fence[k].max(f);
         }
+        // An offer it pushed is popped at once by the longest blocked.
+        self.serve(server, s, log);
         ran.reply
     }
 
@@ -433,6 +693,9 @@ impl<P: Primitive> WaitModel<P> {
         let c = &mut s.clients[i];
         c.subscribed = false;
         c.inbox = false;
+        // Its looks end with its wait (`Acquisition::finish`); a look a
+        // naming asked for still runs (`Watching`'s drop).
+        c.looks.retain(|l| l.waiter.is_none());
         // Leaving the local queue wakes the next (`Membership`'s drop).
         if c.queued.take().is_some() {
             let pid = self.pid(i);
@@ -446,6 +709,7 @@ impl<P: Primitive> WaitModel<P> {
     }
 
     /// A hold of name `k` granted with `fence` (0: none).
+    #[allow(clippy::too_many_arguments)]
     fn hold(
         &self,
         s: &mut State,
@@ -454,6 +718,7 @@ impl<P: Primitive> WaitModel<P> {
         t: u8,
         fence: i64,
         at: i64,
+        first: Option<i64>,
     ) -> Result<(), String> {
         let n = self.prim.name_of(self.at(i, k));
         if fence > 0 {
@@ -475,12 +740,13 @@ impl<P: Primitive> WaitModel<P> {
             }
         }
         let from = if self.lease_from_reply { s.now } else { at };
+        let lease = first.unwrap_or(self.lease_ms);
         s.clients[i].holds.push(Hold {
             name: k,
             token: t,
-            valid_until: from + self.lease_ms - 1,
+            valid_until: from + lease - 1,
             renew_due: if self.watchdog {
-                at + self.lease_ms / 3
+                at + lease / 3
             } else {
                 i64::MAX
             },
@@ -491,9 +757,17 @@ impl<P: Primitive> WaitModel<P> {
     /// The current name granted: the acquisition goes on to the next
     /// name (a multi-lock's next `acquire_until`, with the same deadline
     /// and a new token), or ends.
-    fn new_hold(&self, s: &mut State, i: usize, t: u8, fence: i64, at: i64) -> Result<(), String> {
+    fn new_hold(
+        &self,
+        s: &mut State,
+        i: usize,
+        t: u8,
+        fence: i64,
+        at: i64,
+        first: Option<i64>,
+    ) -> Result<(), String> {
         let k = s.clients[i].name;
-        self.hold(s, i, k, t, fence, at)?;
+        self.hold(s, i, k, t, fence, at, first)?;
         if k + 1 < self.prim.names(self.mode(i)) {
             let c = &mut s.clients[i];
             c.name = k + 1;
@@ -554,7 +828,7 @@ impl<P: Primitive> WaitModel<P> {
             Kind::All => match reply {
                 Some(Reply::Array(fences)) => {
                     for (k, f) in fences.iter().enumerate() {
-                        self.hold(s, i, k as u8, t, int(f).unwrap_or(0), at)?;
+                        self.hold(s, i, k as u8, t, int(f).unwrap_or(0), at, None)?;
                     }
                     let c = &mut s.clients[i];
                     c.main = Main::Idle;
@@ -582,7 +856,7 @@ impl<P: Primitive> WaitModel<P> {
             Kind::Grant { queue } => match reply {
                 Some(Reply::Int(fence)) => {
                     self.finish(server, s, i, log);
-                    self.new_hold(s, i, t, fence, at)?;
+                    self.new_hold(s, i, t, fence, at, None)?;
                 }
                 Some(r) if !queue => {
                     busy(&r).ok_or_else(|| format!("c{i}: unexpected reply {}", r.show()))?;
@@ -594,6 +868,10 @@ impl<P: Primitive> WaitModel<P> {
                     let wait =
                         busy(&r).ok_or_else(|| format!("c{i}: unexpected reply {}", r.show()))?;
                     let fallback = self.fallback(self.prim.patient(mode));
+                    if self.blocks_again(s, i) {
+                        self.block(server, s, i, t, at, wait, log);
+                        return Ok(());
+                    }
                     let c = &mut s.clients[i];
                     if now >= c.deadline {
                         self.call(s, i, Kind::Leave, t);
@@ -624,6 +902,52 @@ impl<P: Primitive> WaitModel<P> {
                     // again (`Acquisition::on_error`), or the wait ends.
                     let c = &mut s.clients[i];
                     c.retired.push(t);
+                    c.looks.retain(|l| l.waiter.is_none());
+                    c.tokens += 1;
+                    let fresh = c.tokens;
+                    if now >= c.deadline {
+                        self.call(s, i, Kind::Leave, fresh);
+                    } else {
+                        self.call(s, i, Kind::Grant { queue: true }, fresh);
+                    }
+                }
+            },
+            Kind::Popped => match reply {
+                Some(Reply::Int(fence)) => {
+                    // `taken_by_pop`: its first lease is the popped one
+                    // (`POPPED_LEASE`), from the block's sending; after a
+                    // long block one extension sets the full lease first.
+                    self.finish(server, s, i, log);
+                    let first = self.lease_ms.min(ms(p::POPPED_LEASE)) - 1;
+                    if self.watchdog && now - at < first / 3 {
+                        self.new_hold(s, i, t, fence, at, Some(first))?;
+                    } else {
+                        let run = self.prim.extend(self, i, mode, t, self.lease_ms, false);
+                        match int(&self.eval(server, s, run, log)) {
+                            Some(1) => self.new_hold(s, i, t, fence, now, None)?,
+                            _ => self.new_hold(s, i, t, fence, at, Some(first))?,
+                        }
+                    }
+                }
+                Some(r) => {
+                    let wait =
+                        busy(&r).ok_or_else(|| format!("c{i}: unexpected reply {}", r.show()))?;
+                    if self.blocks_again(s, i) {
+                        self.block(server, s, i, t, at, wait, log);
+                    } else if now >= s.clients[i].deadline {
+                        self.call(s, i, Kind::Leave, t);
+                    } else {
+                        // Its last second: messages from now on, once
+                        // subscribed (an attempt at once).
+                        let c = &mut s.clients[i];
+                        c.subscribed = true;
+                        self.call(s, i, Kind::Grant { queue: true }, t);
+                    }
+                }
+                None => {
+                    let c = &mut s.clients[i];
+                    c.retired.push(t);
+                    c.looks.retain(|l| l.waiter.is_none());
                     c.tokens += 1;
                     let fresh = c.tokens;
                     if now >= c.deadline {
@@ -681,6 +1005,10 @@ impl<P: Primitive> WaitModel<P> {
             t.push(e - SERVER_OFFSET - s.offset);
         }
         for c in &s.clients {
+            if let (Main::Blocked { until, .. }, Life::Frozen) = (&c.main, c.life) {
+                // The server times a frozen client's pop out.
+                t.push(*until);
+            }
             if c.life != Life::Running {
                 continue;
             }
@@ -690,7 +1018,7 @@ impl<P: Primitive> WaitModel<P> {
             }
             t.extend(c.looks.iter().map(|l| l.due));
             match &c.main {
-                Main::Waiting { until, .. } => t.push(*until),
+                Main::Waiting { until, .. } | Main::Blocked { until, .. } => t.push(*until),
                 Main::Local { .. } => t.push(c.deadline),
                 Main::Call {
                     at,
@@ -714,7 +1042,7 @@ impl<P: Primitive> WaitModel<P> {
                         Main::Local { .. } => {
                             c.deadline <= s.now || self.head(s, self.pid(i)) == Some(i)
                         }
-                        Main::Idle => false,
+                        Main::Idle | Main::Blocked { .. } => false,
                     })
         })
     }
@@ -823,6 +1151,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                     holds: Vec::new(),
                     looks: Vec::new(),
                     retired: Vec::new(),
+                    named: false,
                     queued: None,
                     tried: false,
                 })
@@ -834,6 +1163,8 @@ impl<P: Primitive> Model for WaitModel<P> {
             broken: None,
             seq: 0,
             idle_since: None,
+            free_since: None,
+            lost: false,
         }
     }
 
@@ -890,6 +1221,11 @@ impl<P: Primitive> Model for WaitModel<P> {
                 Main::Call { at, out: o, .. } => {
                     let steps = o.steps(*at, s.now, self.response_ms, &self.faults, fault);
                     out.extend(steps.map(|c| Action::Call(i, c)));
+                }
+                Main::Blocked { .. } => {
+                    if fault && self.faults.cut {
+                        out.push(Action::Cut(i));
+                    }
                 }
                 Main::Waiting { until, .. } => {
                     if c.inbox {
@@ -994,16 +1330,27 @@ impl<P: Primitive> Model for WaitModel<P> {
                 self.call(&mut s, i, Kind::Grant { queue: true }, t);
             }
             Action::Call(i, CallStep::Run | CallStep::LoseReply) => {
-                let Main::Call { kind, token: t, .. } = s.clients[i].main.clone() else {
+                let Main::Call {
+                    kind, token: t, at, ..
+                } = s.clients[i].main.clone()
+                else {
                     return Err("run without a call".into());
                 };
                 let mode = self.at(i, s.clients[i].name);
+                let direct = |popped: bool| {
+                    self.direct_of(&s, i, t, popped)
+                        .map(|d| d.grant)
+                        .ok_or("no direct grant")
+                };
                 let run = match &kind {
                     Kind::All => self
                         .prim
                         .acquire_all(self, i, self.mode(i), t)
                         .ok_or("no script takes every name")?,
+                    // A waiter that blocks says so in its attempts too.
+                    Kind::Grant { queue: true } if self.blocks_now(&s, i, at) => direct(false)?,
                     Kind::Grant { queue } => self.prim.acquire(self, i, mode, t, *queue),
+                    Kind::Popped => direct(true)?,
                     Kind::Release { name, .. } => {
                         self.prim.release(self, i, self.at(i, *name), t, false)
                     }
@@ -1013,7 +1360,8 @@ impl<P: Primitive> Model for WaitModel<P> {
                 let lost = matches!(a, Action::Call(_, CallStep::LoseReply));
                 if lost {
                     s.faults += 1;
-                    if let Kind::Grant { queue: true } = kind {
+                    s.lost = true;
+                    if let Kind::Grant { queue: true } | Kind::Popped = kind {
                         // The late grant's undo, written behind it.
                         let undo = self.prim.release(self, i, mode, t, true);
                         self.eval(server, &mut s, undo, log);
@@ -1029,6 +1377,7 @@ impl<P: Primitive> Model for WaitModel<P> {
             }
             Action::Call(i, CallStep::LoseRequest) => {
                 s.faults += 1;
+                s.lost = true;
                 if let Main::Call { out, .. } = &mut s.clients[i].main {
                     *out = Outcome::Failed;
                 }
@@ -1037,6 +1386,7 @@ impl<P: Primitive> Model for WaitModel<P> {
             Action::Message(i) | Action::Retry(i) | Action::LoseMessage(i) => {
                 if matches!(a, Action::LoseMessage(_)) {
                     s.faults += 1;
+                    s.lost = true;
                     s.clients[i].inbox = false;
                 } else if let Main::Local { .. } = s.clients[i].main {
                     // Its deadline came in the local queue: nothing of it
@@ -1083,7 +1433,10 @@ impl<P: Primitive> Model for WaitModel<P> {
             }
             Action::Look(i, k) => {
                 let l = s.clients[i].looks[k].clone();
-                let run = self.prim.look(self, i, self.at(i, l.name));
+                let run = match l.waiter {
+                    Some(t) => self.direct_of(&s, i, t, false).ok_or("no watch")?.watch,
+                    None => self.prim.look(self, i, self.at(i, l.name)),
+                };
                 let reply = self.eval(server, &mut s, run, log);
                 let now = s.now;
                 let c = &mut s.clients[i];
@@ -1091,10 +1444,8 @@ impl<P: Primitive> Model for WaitModel<P> {
                 if let Some((after, left)) = p::next_look(int(&reply).unwrap_or(0), l.left) {
                     c.looks.push(Look {
                         due: now + ms(after),
-                        waiter: None,
                         left,
-                        watch: false,
-                        name: l.name,
+                        ..l
                     });
                 }
             }
@@ -1118,6 +1469,9 @@ impl<P: Primitive> Model for WaitModel<P> {
                 for j in self.threads(s0, self.pid(i)) {
                     s.clients[j].life = Life::Running;
                 }
+                if std::mem::take(&mut s.clients[i].named) {
+                    self.read_naming(&mut s, self.pid(i));
+                }
             }
             Action::StepBack => {
                 // Fences drawn from the server's clock must still grow,
@@ -1126,6 +1480,15 @@ impl<P: Primitive> Model for WaitModel<P> {
                 s.faults += 1;
                 s.offset -= 1000;
                 s.keys.now_us = (s.now + SERVER_OFFSET + s.offset) * 1000;
+            }
+            Action::Cut(i) => {
+                // Closing the connection ends the pop; the script is sent
+                // on its own (`grant_blocking`'s "not blocked").
+                s.faults += 1;
+                let Main::Blocked { token, .. } = s.clients[i].main else {
+                    return Err("cut without a block".into());
+                };
+                self.call(&mut s, i, Kind::Popped, token);
             }
             Action::Exit(i) => {
                 s.exits += 1;
@@ -1138,14 +1501,33 @@ impl<P: Primitive> Model for WaitModel<P> {
             Action::Tick => {
                 let t = self.next_event(&s).ok_or("no event to wait for")?;
                 self.idle(server, &mut s, t)?;
+                if let (Some(since), false) = (s.free_since, s.lost) {
+                    let bound = since + ms(p::GRANT_CLAIM) + 1000;
+                    if t > bound {
+                        return Err(format!(
+                            "liveness: from {since} ms what is free fitted every live waiter, and \
+                             none had it by {bound} ms (the claim + 1 s)"
+                        ));
+                    }
+                }
                 s.now = t;
                 s.keys.advance_to(s.now + SERVER_OFFSET + s.offset);
                 let now = s.now;
                 for c in &mut s.clients {
                     c.holds.retain(|h| h.valid_until > now);
                 }
+                // Pops that time out run their script (a crashed client's
+                // connection is gone).
+                for i in 0..s.clients.len() {
+                    if let Main::Blocked { until, .. } = s.clients[i].main {
+                        if until <= now && s.clients[i].life != Life::Crashed {
+                            self.popped(server, &mut s, i, false, log);
+                        }
+                    }
+                }
             }
         }
+        self.free_since(&mut s);
         Ok(s)
     }
 

@@ -545,3 +545,28 @@ fn permits_counted_one_a_holder_are_reported() {
     let v = found(&model, &files, 30).expect("reported");
     assert!(v.contains("permits"), "{v}");
 }
+
+/// A fair line's first waiter waits for messages and dies; the blocked
+/// waiter behind it pops the release's offer and leaves it to the dead
+/// one, as the scripts did before (the offer closed, nothing owed): every
+/// look offered again for the dead one to ignore, until its entry lapsed
+/// (7 s), with the permit free and a live waiter blocked. The bounded
+/// liveness must report it.
+#[test]
+fn an_offer_left_to_a_dead_waiter_until_its_entry_lapses_is_reported() {
+    use redlease_check::configs::Checked;
+    let Checked::Semaphore(model) = configured("a waiter for messages first, one blocked behind")
+    else {
+        panic!("not a semaphore model");
+    };
+    let files = vec![(
+        "sem_acquire.lua",
+        mutated(
+            "sem_acquire.lua",
+            "\nsem_owe(keys, prefix, me, claim)\n",
+            "\nsem_close(prefix)\n",
+        ),
+    )];
+    let v = found(&model, &files, 30).expect("reported");
+    assert!(v.contains("liveness"), "{v}");
+}
