@@ -156,15 +156,27 @@ if took then
       -- lease that had ended early (found by the model checker, check/:
       -- "fair semaphore: a waiter for messages first, one blocked
       -- behind, 1 crash"). One that died lapses then.
-      local short = now + claim * 3
+      local short, told_ahead = now + claim * 3, false
       for _, w in ipairs(sem_ahead(keys, me)) do
-        if not redis.call('ZSCORE', prefix .. 'told', w) then
+        if redis.call('ZSCORE', prefix .. 'told', w) then
+          told_ahead = true
+        else
           redis.call('ZREM', KEYS[3], w)
           local until_ms = tonumber(redis.call('ZSCORE', qt, w))
           if until_ms and until_ms > short then
             redis.call('ZADD', qt, string.format('%d', short), w)
           end
         end
+      end
+      if told_ahead then
+        -- Waiters that wait for messages are still ahead: the offer is
+        -- left to them, as above. Taken here, a later blocked waiter
+        -- passed a live one (found by a review: a blocked waiter between
+        -- two round trips first, one that waits for messages second).
+        sem_owe(keys, prefix, me, claim)
+        publish(ARGV[10], ARGV[11])
+        queue()
+        return string.format('%d', claim)
       end
     end
   end
@@ -226,7 +238,7 @@ if not ahead and used + k <= n then
   return 0
 end
 queue()
-if ttl > 0 and redis.call('EXISTS', prefix .. 'open') == 1 then
+if ttl > 0 and redis.call('EXISTS', prefix .. 'open') == 1 and sem_blocked_waiting(prefix, qt) then
   -- Queued while an offer waits on the open list (nobody blocked took
   -- it): this waiter may block before the older ones and take it, so they
   -- watch it too, as a lock's do (lua/lock_acquire.lua). Else a taker that

@@ -255,6 +255,10 @@ local function sem_offer(keys, n, fair, prefix, claim, now, channel, message, fr
   -- lock's hand-over (queue.lua hand_on): the 50 ms spacing rests on the
   -- lock's look rules, which the checker verifies for locks only (blocked
   -- semaphore waiters are not modelled).
-  name_watchers(channel, message, redis.call('ZRANGE', fair and keys[3] or qt, 0, 4))
+  -- Only clients with a waiter that blocks watch (waiters that wait for
+  -- messages are told by the publish above).
+  if sem_blocked_waiting(prefix, qt) then
+    name_watchers(channel, message, redis.call('ZRANGE', fair and keys[3] or qt, 0, 4))
+  end
   return true
 end

@@ -971,3 +971,57 @@ fn free_permits_that_fit_no_waiter_that_waits_for_messages_cost_little_while_idl
     // About 13-15 a second each: the fallback poll's attempts. Was 60-143.
     assert!(n as f64 / 5.0 / waiters as f64 <= 25.0, "{n} commands");
 }
+
+/// Reproduction (a review of this round's fixes): a fair line of X (a
+/// blocking waiter whose busy reply is held back 1.5 s: alive, not yet
+/// blocked), A (waits for messages: its ACL has no blocking commands) and
+/// B (blocks). The holder releases. B popped the offer, passed it on for
+/// X until the passes ran out, took X's place and the permit: A, alive
+/// and ahead of it, came second (B, A, X). The offer is now left to A.
+#[test]
+fn a_blocked_waiter_never_passes_a_live_waiter_for_messages_ahead_of_it() {
+    let server = Server::start();
+    let mut admin = server.con();
+    let nob = common::user_without_blocking(&mut admin, &server);
+    let x_proxy = common::proxy::Proxy::start(server.port());
+    let holder = client_with(&server, |b| b).fair_semaphore("fi", 1);
+    let held = holder.acquire().unwrap();
+    let x = via(&x_proxy.url()).fair_semaphore("fi", 1);
+    assert!(x
+        .acquire_timeout(Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    let a = no_poll(&nob).fair_semaphore("fi", 1);
+    let b = no_poll(&server.url()).fair_semaphore("fi", 1);
+    std::thread::sleep(Duration::from_millis(300));
+    x_proxy.arm(
+        b"\r\n75000\r\n",
+        common::proxy::Fault::Delay(Duration::from_millis(1500)),
+    );
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let spawn = |s: redlease::Semaphore, who: &'static str| {
+        let order = order.clone();
+        std::thread::spawn(move || {
+            if let Some(p) = s.acquire_timeout(Duration::from_secs(10)).unwrap() {
+                order.lock().unwrap().push(who);
+                std::thread::sleep(Duration::from_millis(100));
+                p.release().unwrap();
+            }
+        })
+    };
+    let hx = spawn(x, "X");
+    assert!(x_proxy.wait_fired(1, Duration::from_secs(5)));
+    common::queued(&mut admin, "{fi}:sem:queue:t", 1);
+    let ha = spawn(a, "A");
+    common::queued(&mut admin, "{fi}:sem:queue:t", 2);
+    let hb = spawn(b, "B");
+    common::queued(&mut admin, "{fi}:sem:queue:t", 3);
+    std::thread::sleep(Duration::from_millis(200));
+    held.release().unwrap();
+    for h in [hx, ha, hb] {
+        h.join().unwrap();
+    }
+    let all = order.lock().unwrap().clone();
+    println!("FIGURES X (reply late), A (messages), B (blocks): served {all:?}");
+    assert_eq!(all.first(), Some(&"A"), "A, alive and ahead, was passed");
+}
