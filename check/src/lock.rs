@@ -8,12 +8,12 @@
 //! code it mirrors; the timings and the look rule are the library's own
 //! (`redlease::__protocol`).
 
-use std::time::Duration;
-
 use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Reply};
-use crate::parties::{b, busy, int, ms, time_may_pass, CallStep, Life, Look, Outcome};
+use crate::parties::{
+    b, busy, int, ms, time_may_pass, watch_waiter, CallStep, Life, Look, Outcome,
+};
 pub use crate::parties::{Fault, Faults};
 use crate::search::Model;
 use crate::server::Server;
@@ -572,24 +572,8 @@ impl LockModel {
             None => now + ms(p::ROOM_CHUNK),
         };
         // The renewal thread looks for it from when the holder's lease
-        // would end (`Acquisition::on_busy`, `renewal::watch`).
-        if !c.looks.iter().any(|l| l.waiter == Some(t)) {
-            c.looks.retain(|l| l.waiter.is_none());
-            // `Acquisition::on_busy` → `renewal::watch_for`.
-            let first = at
-                + ms(p::first_look(
-                    Duration::from_millis((now - at) as u64),
-                    wait,
-                ));
-            let due = (first + ms(p::LOOK_MARGIN)).min(now + ms(p::LOOK_MAX));
-            c.looks.push(Look {
-                due,
-                waiter: Some(t),
-                left: p::WAITER_LOOKS,
-                watch: false,
-                name: 0,
-            });
-        }
+        // would end.
+        watch_waiter(&mut c.looks, t, 0, at, now, wait);
         s.seq += 1;
         c.blocked = Some(s.seq);
         c.main = Main::Blocked {

@@ -165,6 +165,30 @@ pub(crate) struct Look {
     pub(crate) name: u8,
 }
 
+/// The renewal thread's looks for a waiter that blocks now, its attempt
+/// sent at `at` found busy for `wait` ms (`Acquisition::on_busy` →
+/// `renewal::watch_for`): from when the holder's lease would end (at once
+/// after a reply read late), unless it has them already.
+pub(crate) fn watch_waiter(looks: &mut Vec<Look>, t: u8, name: u8, at: i64, now: i64, wait: i64) {
+    if looks.iter().any(|l| l.waiter == Some(t)) {
+        return;
+    }
+    looks.retain(|l| l.waiter.is_none());
+    let first = at
+        + ms(redlease::__protocol::first_look(
+            std::time::Duration::from_millis((now - at) as u64),
+            wait,
+        ));
+    looks.push(Look {
+        due: (first + ms(redlease::__protocol::LOOK_MARGIN))
+            .min(now + ms(redlease::__protocol::LOOK_MAX)),
+        waiter: Some(t),
+        left: redlease::__protocol::WAITER_LOOKS,
+        watch: false,
+        name,
+    });
+}
+
 /// Whether a model may let time pass: nobody has anything to do now, and
 /// the next event (`next`) is within the horizon.
 pub(crate) fn time_may_pass(urgent: bool, next: Option<i64>, horizon_ms: i64) -> bool {

@@ -54,7 +54,9 @@
 use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Reply};
-use crate::parties::{busy, int, ms, time_may_pass, CallStep, Faults, Life, Look, Outcome};
+use crate::parties::{
+    busy, int, ms, time_may_pass, watch_waiter, CallStep, Faults, Life, Look, Outcome,
+};
 use crate::primitive::{Arrival, Direct, Holder, Primitive, Script};
 use crate::probes::SERVER_OFFSET;
 use crate::search::Model;
@@ -329,21 +331,7 @@ impl<P: Primitive> WaitModel<P> {
         let name = s.clients[i].name;
         let c = &mut s.clients[i];
         let until = (c.deadline - crate::lock::SHORT_WAIT).min(now + ms(p::ROOM_CHUNK));
-        if !c.looks.iter().any(|l| l.waiter == Some(t)) {
-            c.looks.retain(|l| l.waiter.is_none());
-            let first = at
-                + ms(p::first_look(
-                    std::time::Duration::from_millis((now - at) as u64),
-                    wait,
-                ));
-            c.looks.push(Look {
-                due: (first + ms(p::LOOK_MARGIN)).min(now + ms(p::LOOK_MAX)),
-                waiter: Some(t),
-                left: p::WAITER_LOOKS,
-                watch: false,
-                name,
-            });
-        }
+        watch_waiter(&mut c.looks, t, name, at, now, wait);
         s.seq += 1;
         c.main = Main::Blocked {
             token: t,
@@ -683,6 +671,23 @@ impl<P: Primitive> WaitModel<P> {
         };
     }
 
+    /// A grant whose outcome is unknown (a lost request or reply): retired
+    /// with its undo behind it, a new token tries again
+    /// (`Acquisition::on_error`), or the wait ends.
+    fn retire(&self, s: &mut State, i: usize, t: u8) {
+        let now = s.now;
+        let c = &mut s.clients[i];
+        c.retired.push(t);
+        c.looks.retain(|l| l.waiter.is_none());
+        c.tokens += 1;
+        let fresh = c.tokens;
+        if now >= c.deadline {
+            self.call(s, i, Kind::Leave, fresh);
+        } else {
+            self.call(s, i, Kind::Grant { queue: true }, fresh);
+        }
+    }
+
     /// The wait's end: its retired tokens' entries withdrawn (`clean_up`).
     fn finish(&self, server: &mut Server, s: &mut State, i: usize, log: &mut Option<Vec<String>>) {
         let mode = self.at(i, s.clients[i].name);
@@ -897,20 +902,7 @@ impl<P: Primitive> WaitModel<P> {
                     c.main = Main::Idle;
                     c.pc += 1;
                 }
-                None => {
-                    // Retired with its undo behind it; a new token tries
-                    // again (`Acquisition::on_error`), or the wait ends.
-                    let c = &mut s.clients[i];
-                    c.retired.push(t);
-                    c.looks.retain(|l| l.waiter.is_none());
-                    c.tokens += 1;
-                    let fresh = c.tokens;
-                    if now >= c.deadline {
-                        self.call(s, i, Kind::Leave, fresh);
-                    } else {
-                        self.call(s, i, Kind::Grant { queue: true }, fresh);
-                    }
-                }
+                None => self.retire(s, i, t),
             },
             Kind::Popped => match reply {
                 Some(Reply::Int(fence)) => {
@@ -944,18 +936,7 @@ impl<P: Primitive> WaitModel<P> {
                         self.call(s, i, Kind::Grant { queue: true }, t);
                     }
                 }
-                None => {
-                    let c = &mut s.clients[i];
-                    c.retired.push(t);
-                    c.looks.retain(|l| l.waiter.is_none());
-                    c.tokens += 1;
-                    let fresh = c.tokens;
-                    if now >= c.deadline {
-                        self.call(s, i, Kind::Leave, fresh);
-                    } else {
-                        self.call(s, i, Kind::Grant { queue: true }, fresh);
-                    }
-                }
+                None => self.retire(s, i, t),
             },
             Kind::Release { name, left } => {
                 if matches!(reply.as_ref().and_then(int), Some(1 | 2)) {
