@@ -134,14 +134,17 @@ if took then
   if fair then
     local first = first_in_line()
     if first and first ~= me then
-      if redis.call('ZSCORE', prefix .. 'told', first) then
-        -- Left to those ahead that wait for messages, told of it now: one
-        -- alive looks within the claim window; the rest lose their place
-        -- when it lapses (sem_owed_lapsed).
+      -- Left to those ahead that wait for messages, told of it now: one
+      -- alive looks within the claim window; the rest lose their place
+      -- when it lapses (sem_owed_lapsed).
+      local function owe()
         sem_owe(keys, prefix, me, claim)
         publish(ARGV[10], ARGV[11])
         queue()
         return string.format('%d', claim)
+      end
+      if redis.call('ZSCORE', prefix .. 'told', first) then
+        return owe()
       end
       if passes + 1 < redis.call('ZCARD', qt) then
         sem_pass(prefix, claim, passes + 1)
@@ -173,10 +176,7 @@ if took then
         -- left to them, as above. Taken here, a later blocked waiter
         -- passed a live one (found by a review: a blocked waiter between
         -- two round trips first, one that waits for messages second).
-        sem_owe(keys, prefix, me, claim)
-        publish(ARGV[10], ARGV[11])
-        queue()
-        return string.format('%d', claim)
+        return owe()
       end
     end
   end

@@ -211,7 +211,8 @@ local function sem_offer(keys, n, fair, prefix, claim, now, channel, message, fr
   if free <= 0 then
     return false
   end
-  if not fair and not sem_blocked_waiting(prefix, qt) then
+  local blocked = sem_blocked_waiting(prefix, qt)
+  if not fair and not blocked then
     -- In a plain semaphore an offer serves only waiters that block: one
     -- that waits for messages takes what fits when it looks, and is told
     -- when permits are freed. Made for them too, every look and every
@@ -257,7 +258,7 @@ local function sem_offer(keys, n, fair, prefix, claim, now, channel, message, fr
   -- semaphore waiters are not modelled).
   -- Only clients with a waiter that blocks watch (waiters that wait for
   -- messages are told by the publish above).
-  if sem_blocked_waiting(prefix, qt) then
+  if blocked then
     name_watchers(channel, message, redis.call('ZRANGE', fair and keys[3] or qt, 0, 4))
   end
   return true
