@@ -17,7 +17,9 @@
 -- ARGV[4]  grant prefix (queue.lua, rw_grant.lua)
 -- ARGV[5]  claim window of a hand-over, in milliseconds
 -- ARGV[6]  wake-up channel, ARGV[7] wake-up message: for a hand-over made
---          from here, to writers that wait for messages
+--          from here, to writers that wait for messages, and to name the
+--          older writers as watchers when this one queues while a
+--          hand-over waits on the open list (publish.lua name_watchers)
 -- ARGV[8]  'block': this writer blocks in BLMOVE from the open list to its
 --          own list. Otherwise it waits for release messages.
 -- ARGV[9]  'popped' (optional): this script runs right behind that pop: a
@@ -74,6 +76,12 @@ if holder then
   if ttl > 0 then
     queue_join(q, qt, prefix, me, ttl, blocks)
     rw_alive(prefix, claim)
+    if owner == 'rl:grant' and redis.call('EXISTS', open) == 1 then
+      -- Queued while a hand-over waits on the open list (nobody was
+      -- blocked to take it): this writer may block before the older ones
+      -- and take it, so they watch it too (as lua/lock_acquire.lua).
+      name_watchers(ARGV[6], ARGV[7], hand_on_watchers(q, prefix))
+    end
   end
   return string.format('%d', pttl)
 end

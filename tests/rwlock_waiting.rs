@@ -732,3 +732,95 @@ fn readers_in_the_writers_own_client_wake_when_its_shortened_lease_ends() {
         );
     }
 }
+
+/// The child side of
+/// [`a_newcomer_writer_that_took_a_hand_over_and_died_holds_it_its_first_lease_only`]:
+/// holds the write hold of `R_WHOLD_NAME`; on a line, releases it, says
+/// so and exits at once (as `redlease run` and cron jobs do).
+#[test]
+fn write_holder_entry() {
+    let Ok(url) = std::env::var("R_WHOLD_URL") else {
+        return;
+    };
+    let name = std::env::var("R_WHOLD_NAME").unwrap();
+    let c = Client::builder().url(&url).build().unwrap();
+    let g = c.rw_lock(&name).write().unwrap();
+    say("held");
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    g.release().unwrap();
+    say("released");
+    std::process::exit(0);
+}
+
+/// A client of `url` that waits for releases long (fallback poll 60 s)
+/// and gives up on a silent server after 2 s.
+fn via(url: &str) -> Client {
+    Client::builder()
+        .url(url)
+        .fallback_poll(Duration::from_secs(60))
+        .response_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
+/// The write lock's side of the semaphore's "newcomer" trace (the model
+/// checker, check/): W queued, its busy reply on its way (held back
+/// 400 ms here; a slow process does the same); the holder released and
+/// exited, and the hand-over waited on the open list, nobody blocked yet.
+/// A newcomer writer N queued, blocked, took it and died (here: its
+/// server silenced, its guard never released). W, blocked at last, waited
+/// for a look of its own. A newcomer queued while a hand-over waits on
+/// the open list now names the older writers as its watchers (as a
+/// lock's newcomer does), and W's look after the claim finds the write
+/// hold when N's short first lease runs out.
+#[test]
+fn a_newcomer_writer_that_took_a_hand_over_and_died_holds_it_its_first_lease_only() {
+    let server = Server::start();
+    let w_proxy = common::proxy::Proxy::start(server.port());
+    let n_proxy = common::proxy::Proxy::start(server.port());
+    let mut holder = Worker::spawn(
+        "write_holder_entry",
+        &[("R_WHOLD_URL", server.url()), ("R_WHOLD_NAME", "wnc".into())],
+    );
+    assert_eq!(holder.next(Duration::from_secs(10)), "held");
+    let w = via(&w_proxy.url()).rw_lock("wnc");
+    let n = via(&n_proxy.url()).rw_lock("wnc");
+    // Scripts loaded, connections made, subscribers listening.
+    for rw in [&w, &n] {
+        assert!(rw
+            .write_timeout(Duration::from_millis(300))
+            .unwrap()
+            .is_none());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let sha = redis::Script::new(&common::lua_source("rw_write_acquire.lua"))
+        .get_hash()
+        .as_bytes()
+        .to_vec();
+    w_proxy.arm(
+        sha,
+        common::proxy::Fault::Delay(Duration::from_millis(400)),
+    );
+    let started = Instant::now();
+    let t = std::thread::spawn(move || {
+        let g = w.write_timeout(Duration::from_secs(15)).unwrap();
+        (started.elapsed(), g.map(std::mem::forget).is_some())
+    });
+    assert!(w_proxy.wait_fired(1, Duration::from_secs(5)));
+    holder.tell("release and exit");
+    assert_eq!(holder.next(Duration::from_secs(5)), "released");
+    let taken = n.write_timeout(Duration::from_secs(2)).unwrap();
+    let took_at = started.elapsed();
+    assert!(taken.is_some(), "N took the hand-over");
+    // N dies: nothing of it reaches the server again.
+    n_proxy.set_blackhole(true);
+    std::mem::forget(taken);
+    let (at, got) = t.join().unwrap();
+    println!(
+        "FIGURES W's reply held 400 ms; N took the write hold at {took_at:?} and died; W \
+         got={got} at {at:?}"
+    );
+    // N's first lease (twice the claim) and a look after it: about 1.1 s.
+    assert!(got && at < Duration::from_millis(2_800), "W got it at {at:?}");
+}

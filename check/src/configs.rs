@@ -128,6 +128,20 @@ pub fn rw_model(ops: Vec<(Rw, Vec<WaitOp>)>, faults: Faults) -> RwModel {
     RwModel::new(RwLock, ops, faults)
 }
 
+/// A read-write lock whose clients (each a reader or a writer) acquire
+/// within `wait_ms` and release; `direct` says whose server grants
+/// directly (its writers block on the open list).
+pub fn rw_blocking(roles: &[Rw], wait_ms: i64, direct: &[bool], faults: Faults) -> RwModel {
+    let ops = roles
+        .iter()
+        .map(|&r| (r, vec![WaitOp::AcquireFor(wait_ms), WaitOp::Release]))
+        .collect();
+    RwModel {
+        direct: direct.to_vec(),
+        ..rw_model(ops, faults)
+    }
+}
+
 /// Two clients of a lock on three Redlock masters, each acquiring within
 /// 1.5 s and releasing.
 fn redlock(faults: Faults, delayed_restart: bool) -> Checked {
@@ -429,6 +443,31 @@ pub fn all() -> Vec<Config> {
                 wait_and_release(&[Rw::Write, Rw::Write, Rw::Read]),
                 Faults::all(1),
             ),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        // Writers that block on the open list: the newcomer that queued
+        // while a hand-over waited there took it and died, and the older
+        // writer, never named a watcher, waited for its own look (5 s).
+        Config {
+            name: "rw lock: 3 writers blocking, 1 crash",
+            model: Checked::RwLock(rw_blocking(
+                &[Rw::Write, Rw::Write, Rw::Write],
+                5_000,
+                &[true, true, true],
+                Faults::only(1, &[Fault::Crash]),
+            )),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        Config {
+            name: "rw lock: 2 writers blocking and a reader, 1 fault",
+            model: Checked::RwLock(rw_blocking(
+                &[Rw::Write, Rw::Write, Rw::Read],
+                3_000,
+                &[true, true, true],
+                Faults::all(1),
+            )),
             expect: Expect::Holds,
             depth: 60,
         },

@@ -130,6 +130,11 @@ pub trait Primitive: Sized {
     fn wakes(&self, _message: &[u8], _mode: Self::Mode) -> bool {
         true
     }
+    /// Whether a waiter asking `mode` blocks on a server that grants
+    /// directly (else it waits for messages there too).
+    fn blocks(&self, _mode: Self::Mode) -> bool {
+        true
+    }
     /// How client `i`'s token `t`, asking `mode`, blocks on the server
     /// (`popped`: its script is sent behind a pop), if the primitive's
     /// waiters can.

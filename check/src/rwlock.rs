@@ -8,9 +8,13 @@
 //! writer, every holder known to the server, write fences that only grow
 //! and go to one hold each, quiescence.
 //!
-//! Not modelled yet: writers that block on the open list (waits of a
-//! second and more: the probes and the alive mark they answer), and a
-//! downgrade (a read inside the client's own write hold).
+//! Writers whose server grants directly (`WaitModel::direct`) block on
+//! the open list while a second or more of their wait is left, and pop
+//! what is there: a hand-over, or a reader's probe of their life
+//! (lua/rw_grant.lua). Readers wait for messages.
+//!
+//! Not modelled yet: a downgrade (a read inside the client's own write
+//! hold).
 
 use std::time::Duration;
 
@@ -18,7 +22,7 @@ use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Value};
 use crate::parties::b;
-use crate::primitive::{Holder, Primitive, Script};
+use crate::primitive::{Direct, Holder, Primitive, Script};
 use crate::probes::{fence_of, lapsed, tries_succeed};
 use crate::server::Server;
 use crate::waiters::WaitModel;
@@ -170,6 +174,74 @@ impl Primitive for RwLock {
             keys: scripted(),
             args,
         }
+    }
+
+    /// `read_spec` has no `direct`: readers wait for messages.
+    fn blocks(&self, mode: Rw) -> bool {
+        mode == Rw::Write
+    }
+
+    /// `write_spec`'s writer that blocks: its pop moves a hand-over (or a
+    /// reader's probe) from the open list into its own, and
+    /// lua/rw_write_acquire.lua runs behind it; the renewal thread looks
+    /// for it with lua/rw_watch.lua and its token. Readers wait for
+    /// messages.
+    fn direct(&self, m: &RwModel, i: usize, mode: Rw, t: u8, popped: bool) -> Option<Direct> {
+        if mode != Rw::Write {
+            return None;
+        }
+        let (tok, lease, open) = (token(i, t), b(m.lease_ms), open(m.pid(i)));
+        let mut args = p::rwlock::WriteAcquireArgs {
+            token: &tok,
+            lease_ms: &lease,
+            queue_ttl: p::ROOM_ENTRY,
+            open: &open,
+            blocks: true,
+        }
+        .parts();
+        if popped {
+            args.push(b"popped".to_vec());
+        }
+        let watch = p::rwlock::WatchArgs {
+            writer: &tok,
+            entry: p::ROOM_ENTRY,
+            open: &open,
+        }
+        .parts();
+        Some(Direct {
+            open: [PREFIX, b"open"].concat(),
+            own: [PREFIX, &tok[..]].concat(),
+            grant: Script {
+                file: "rw_write_acquire.lua",
+                keys: scripted(),
+                args,
+            },
+            watch: Script {
+                file: "rw_watch.lua",
+                keys: scripted(),
+                args: watch,
+            },
+        })
+    }
+
+    /// A writer waits, and nobody holds: no writer but a hand-over in
+    /// flight, no reader whose lease runs. (Readers alone are not held to
+    /// the claim + 1 s: behind a writer that died queued they wait out its
+    /// mark of life, lua/rw_grant.lua.)
+    fn fits(&self, keys: &Keyspace, asks: &[Rw]) -> bool {
+        if !asks.contains(&Rw::Write) {
+            return false;
+        }
+        let now = keys.now_ms();
+        let writer = match keys.keys.get(&key(":rw:w")).map(|e| &e.value) {
+            Some(Value::Str(v)) => !v.starts_with(b"rl:grant#"),
+            _ => false,
+        };
+        let reading = match keys.keys.get(&key(":rw:r")).map(|e| &e.value) {
+            Some(Value::ZSet(z)) => z.iter().any(|(score, _)| score.0 as i64 > now),
+            _ => false,
+        };
+        !writer && !reading
     }
 
     fn patient(&self, mode: Rw) -> bool {

@@ -284,9 +284,12 @@ impl<P: Primitive> WaitModel<P> {
         }
     }
 
-    /// Whether thread `i`'s server grants directly (for its primitive).
-    fn grants_directly(&self, i: usize) -> bool {
+    /// Whether thread `i`'s waiters block on its server: the server grants
+    /// directly (for its primitive), and what it asks can be granted so
+    /// (a read-write lock's readers wait for messages).
+    fn grants_directly(&self, s: &State, i: usize) -> bool {
         self.direct.get(i).copied().unwrap_or(false)
+            && self.prim.blocks(self.at(i, s.clients[i].name))
     }
 
     /// Whether thread `i`'s acquisition blocks on the server now
@@ -295,14 +298,14 @@ impl<P: Primitive> WaitModel<P> {
     /// moved on by the time it asks (a block ends its last second before
     /// the deadline, and the attempt behind it is made after that).
     fn blocks_now(&self, s: &State, i: usize, at: i64) -> bool {
-        self.grants_directly(i) && s.clients[i].deadline - at > crate::lock::SHORT_WAIT
+        self.grants_directly(s, i) && s.clients[i].deadline - at > crate::lock::SHORT_WAIT
     }
 
     /// Whether a busy reply read now blocks thread `i` again: a
     /// millisecond or more is left to block before its last second
     /// (`block_for`; else it waits for messages from now on).
     fn blocks_again(&self, s: &State, i: usize) -> bool {
-        self.grants_directly(i) && s.clients[i].deadline - s.now > crate::lock::SHORT_WAIT
+        self.grants_directly(s, i) && s.clients[i].deadline - s.now > crate::lock::SHORT_WAIT
     }
 
     /// Client `i`'s blocking round trip: its pop and its script.
@@ -429,7 +432,7 @@ impl<P: Primitive> WaitModel<P> {
         let Some(j) = self.threads(s, pid).find(|&j| {
             let c = &s.clients[j];
             c.life == Life::Running
-                && self.grants_directly(j)
+                && self.grants_directly(s, j)
                 && match &c.main {
                     Main::Blocked { .. } | Main::Waiting { .. } | Main::Local { .. } => true,
                     Main::Call { kind, .. } => {

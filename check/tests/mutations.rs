@@ -570,3 +570,27 @@ fn an_offer_left_to_a_dead_waiter_until_its_entry_lapses_is_reported() {
     let v = found(&model, &files, 30).expect("reported");
     assert!(v.contains("liveness"), "{v}");
 }
+
+/// lua/rw_write_acquire.lua as it was before: a writer that queues while
+/// a hand-over waits on the open list names no watchers. It may block
+/// first, take the hand-over and die; the older writer, blocked behind a
+/// busy reply that timed its look by the released lease, then waited for
+/// its own look (5 s on real Redis) with the write hold free. The bounded
+/// liveness must report it.
+#[test]
+fn a_newcomer_writer_that_names_no_watchers_is_reported() {
+    use redlease_check::configs::Checked;
+    let Checked::RwLock(model) = configured("rw lock: 3 writers blocking, 1 crash") else {
+        panic!("not a read-write lock model");
+    };
+    let files = vec![(
+        "rw_write_acquire.lua",
+        mutated(
+            "rw_write_acquire.lua",
+            "name_watchers(ARGV[6], ARGV[7], hand_on_watchers(q, prefix))",
+            "",
+        ),
+    )];
+    let v = found(&model, &files, 30).expect("reported");
+    assert!(v.contains("liveness"), "{v}");
+}
