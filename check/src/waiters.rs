@@ -42,9 +42,11 @@
 //! watch with a look at the name after the claim (src/wakeup/watch.rs).
 //! A blocked client that crashed is never served; a frozen one is (its
 //! script was sent), and reads the reply when it resumes. A block may be
-//! cut (the connection breaks): the script then runs on its own. Not
-//! modelled for these waiters: a lost reply of the blocking round trip, a
-//! lost naming of watchers.
+//! cut (the connection breaks): the script then runs on its own. The
+//! reply of the blocking round trip may come too late (`LosePopped`):
+//! the undo queued behind it runs and the client retires its token, as
+//! after any grant's late reply. Not modelled for these waiters: a lost
+//! naming of watchers.
 //!
 //! Liveness, bounded: while no message or call was lost, a name whose free
 //! permits fit every live waiter with a deadline past the bound goes to
@@ -258,6 +260,9 @@ pub enum Action {
     Exit(usize),
     /// A blocked waiter's connection breaks.
     Cut(usize),
+    /// The reply of a blocked waiter's round trip (its pop and the script
+    /// behind it, which ran) is lost: it comes too late.
+    LosePopped(usize),
     Tick,
 }
 
@@ -1202,9 +1207,16 @@ impl<P: Primitive> Model for WaitModel<P> {
                         out.push(Action::Retry(i));
                     }
                 }
-                Main::Call { at, out: o, .. } => {
+                Main::Call {
+                    at, out: o, kind, ..
+                } => {
                     let steps = o.steps(*at, s.now, self.response_ms, &self.faults, fault);
                     out.extend(steps.map(|c| Action::Call(i, c)));
+                    if let (Kind::Popped, Outcome::Ran(_), true) =
+                        (kind, o, fault && self.faults.lost_reply)
+                    {
+                        out.push(Action::LosePopped(i));
+                    }
                 }
                 Main::Blocked { .. } => {
                     if fault && self.faults.cut {
@@ -1473,6 +1485,24 @@ impl<P: Primitive> Model for WaitModel<P> {
                     return Err("cut without a block".into());
                 };
                 self.call(&mut s, i, Kind::Popped, token);
+            }
+            Action::LosePopped(i) => {
+                // As a late reply of any grant (`Acquisition::on_error`:
+                // undone): the undo `grant_blocking` queued behind it
+                // runs, and the client notices a response timeout from
+                // now.
+                s.faults += 1;
+                s.lost = true;
+                let mode = self.at(i, s.clients[i].name);
+                let Main::Call { token: t, .. } = s.clients[i].main else {
+                    return Err("no blocking round trip".into());
+                };
+                let undo = self.prim.release(self, i, mode, t, true);
+                self.eval(server, &mut s, undo, log);
+                let now = s.now;
+                if let Main::Call { at, out, .. } = &mut s.clients[i].main {
+                    (*at, *out) = (now, Outcome::Failed);
+                }
             }
             Action::Exit(i) => {
                 s.exits += 1;
