@@ -359,6 +359,24 @@ pub fn all() -> Vec<Config> {
             expect: Expect::Holds,
             depth: 60,
         },
+        // Arrival order in a fair semaphore, with no fault: a holder, a
+        // waiter that blocks, one that waits for messages, and one more
+        // that blocks. The review's inversion (a blocked waiter whose
+        // passes ran out took the permit ahead of a live waiter for
+        // messages) needs the four.
+        Config {
+            name: "fair semaphore: 1 permit, 4 clients, one waiting for messages",
+            model: Checked::Semaphore(semaphore_blocking(
+                1,
+                true,
+                &[1, 1, 1, 1],
+                4_000,
+                &[true, true, false, true],
+                Faults::only(0, &[]),
+            )),
+            expect: Expect::Holds,
+            depth: 60,
+        },
         Config {
             name: "semaphore: 2 permits, 3 clients blocking, 1 fault",
             model: Checked::Semaphore(semaphore_blocking(

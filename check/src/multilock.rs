@@ -261,6 +261,8 @@ impl Primitive for MultiLock {
             queue: key(mode.at, ":queue"),
             holder: lock_key(mode.at),
             token: token(i, t),
+            set: false,
+            told: None,
         })
     }
 

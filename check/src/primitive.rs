@@ -41,6 +41,37 @@ pub struct Arrival {
     pub queue: Vec<u8>,
     pub holder: Vec<u8>,
     pub token: Vec<u8>,
+    /// The holder key is a sorted set of the holders' tokens (a
+    /// semaphore's permits); else a string `<token>#<fence>`.
+    pub set: bool,
+    /// Where waiters block on the server too: the sorted set of those it
+    /// knows wait for messages (the others are between round trips, or
+    /// blocked).
+    pub told: Option<Vec<u8>>,
+}
+
+impl Arrival {
+    /// What the holder key says of holders now: for a set, whether this
+    /// waiter's token is in it; for a string, its value.
+    pub fn held(&self, keys: &crate::keyspace::Keyspace) -> Option<Vec<u8>> {
+        if self.set {
+            keys.rank(&self.holder, &self.token)
+                .map(|_| self.token.clone())
+        } else {
+            keys.string(&self.holder).map(<[u8]>::to_vec)
+        }
+    }
+
+    /// Whether `held` (what [`held`](Self::held) read) names this waiter.
+    pub fn names(&self, held: Option<&[u8]>) -> bool {
+        held.is_some_and(|v| {
+            if self.set {
+                v == self.token
+            } else {
+                v.starts_with(&self.token) && v.get(self.token.len()) == Some(&b'#')
+            }
+        })
+    }
 }
 
 /// What a primitive says to the waiter model: its scripts with the

@@ -12,7 +12,7 @@ use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Value};
 use crate::parties::b;
-use crate::primitive::{Direct, Holder, Primitive, Script};
+use crate::primitive::{Arrival, Direct, Holder, Primitive, Script};
 use crate::probes::{lapsed, tries_succeed};
 use crate::server::Server;
 use crate::waiters::WaitModel;
@@ -145,6 +145,18 @@ impl Primitive for Semaphore {
                 args,
             },
             watch: self.watch_args(m, i, &me),
+        })
+    }
+
+    /// A fair semaphore serves its queue (lua/sem_acquire.lua's KEYS[3],
+    /// member -> arrival) in order; its holders are the permits' members.
+    fn arrival(&self, k: u32, i: usize, t: u8) -> Option<Arrival> {
+        self.fair.then(|| Arrival {
+            queue: key(":sem:queue"),
+            holder: key(":sem"),
+            token: member(i, t, k),
+            set: true,
+            told: Some(key(":sem:grant:told")),
         })
     }
 

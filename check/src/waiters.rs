@@ -234,10 +234,22 @@ pub struct State {
     lost: bool,
 }
 
-/// A waiter as it stood before a script ran (see `WaitModel::queued`):
-/// the client, where it is served, its place in the queue (if queued),
-/// and what the holder key said.
-type Queued = (usize, Arrival, Option<usize>, Option<Vec<u8>>);
+/// A waiter as it stood before a script ran (see `WaitModel::queued`).
+struct Queued {
+    client: usize,
+    /// Where it is served.
+    at: Arrival,
+    /// Its place in the queue, if queued.
+    place: Option<usize>,
+    /// What the holder key said.
+    held: Option<Vec<u8>>,
+    /// Blocked on the server (not in its own round trip).
+    blocked: bool,
+    /// In its blocked round trip: the script behind its pop runs.
+    popped: bool,
+    /// Listed as a waiter for messages (`Arrival::told`).
+    told: bool,
+}
 
 #[derive(Clone, Debug)]
 pub enum Action {
@@ -616,22 +628,32 @@ impl<P: Primitive> WaitModel<P> {
         }
         let mut out = Vec::new();
         for (i, c) in s.clients.iter().enumerate() {
-            let t = match &c.main {
-                Main::Waiting { token, .. } => *token,
+            let (t, blocked, popped) = match &c.main {
+                Main::Waiting { token, .. } => (*token, false, false),
+                Main::Blocked { token, .. } => (*token, true, false),
                 Main::Call {
-                    kind: Kind::Grant { .. },
+                    kind: kind @ (Kind::Grant { .. } | Kind::Popped),
                     token,
                     ..
-                } => *token,
+                } => (*token, false, *kind == Kind::Popped),
                 _ => continue,
             };
             if c.life != Life::Running {
                 continue;
             }
             if let Some(a) = self.prim.arrival(self.at(i, c.name), i, t) {
-                let place = s.keys.rank(&a.queue, &a.token);
-                let held = s.keys.string(&a.holder).map(<[u8]>::to_vec);
-                out.push((i, a, place, held));
+                out.push(Queued {
+                    client: i,
+                    place: s.keys.rank(&a.queue, &a.token),
+                    held: a.held(&s.keys),
+                    told: a
+                        .told
+                        .as_ref()
+                        .is_some_and(|k| s.keys.rank(k, &a.token).is_some()),
+                    at: a,
+                    blocked,
+                    popped,
+                });
             }
         }
         out
@@ -642,21 +664,29 @@ impl<P: Primitive> WaitModel<P> {
     /// queued first among those still waiting for that name (never a
     /// newcomer, nor a later waiter, while an earlier one waits out its
     /// deadline).
+    ///
+    /// Where the server tells waiters that block from those that wait for
+    /// messages (`Arrival::told`, a fair semaphore), "still waiting" is
+    /// what the server knows, as the lock model has it
+    /// (`LockModel::granted_in_order`): a waiter listed as waiting for
+    /// messages, or one blocked while the grant went to a waiter not
+    /// served by a pop (Redis serves the blocked in the order they
+    /// blocked; a waiter between its round trips is in neither).
     fn arrival_order(&self, s: &mut State, queued: &[Queued]) {
-        for (i, a, mine, before) in queued {
-            let now = s.keys.string(&a.holder);
-            let named =
-                now.is_some_and(|v| v.starts_with(&a.token) && v.get(a.token.len()) == Some(&b'#'));
-            if !named || now == before.as_deref() {
+        for q in queued {
+            let (i, a, mine) = (q.client, &q.at, q.place);
+            let now = a.held(&s.keys);
+            if !a.names(now.as_deref()) || now == q.held {
                 continue;
             }
-            let earlier = queued.iter().find(|(j, b, theirs, _)| {
-                j != i
-                    && b.holder == a.holder
-                    && s.clients[*j].deadline > s.now
-                    && theirs.is_some_and(|r| mine.is_none_or(|m| r < m))
+            let earlier = queued.iter().find(|o| {
+                o.client != i
+                    && o.at.holder == a.holder
+                    && s.clients[o.client].deadline > s.now
+                    && o.place.is_some_and(|r| mine.is_none_or(|m| r < m))
+                    && (o.at.told.is_none() || o.told || (o.blocked && !q.popped))
             });
-            if let (Some((j, ..)), None) = (earlier, &s.broken) {
+            if let (Some(Queued { client: j, .. }), None) = (earlier, &s.broken) {
                 s.broken = Some(format!(
                     "arrival order: c{i} was granted while c{j}, queued before it, still waits"
                 ));

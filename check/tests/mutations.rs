@@ -594,3 +594,27 @@ fn a_newcomer_writer_that_names_no_watchers_is_reported() {
     let v = found(&model, &files, 30).expect("reported");
     assert!(v.contains("liveness"), "{v}");
 }
+
+/// lua/sem_acquire.lua before the review's fix: a blocked waiter whose
+/// passes ran out dropped the waiters ahead of it that were not blocked
+/// and took the permit, also past a live one that waits for messages (on
+/// real Redis: served B A X instead of A B X). Arrival order, as the
+/// server knows who waits, must report it.
+#[test]
+fn a_blocked_waiter_passing_a_waiter_for_messages_ahead_is_reported() {
+    use redlease_check::configs::Checked;
+    let Checked::Semaphore(model) = configured("1 permit, 4 clients, one waiting for messages")
+    else {
+        panic!("not a semaphore model");
+    };
+    let files = vec![(
+        "sem_acquire.lua",
+        mutated(
+            "sem_acquire.lua",
+            "\nif told_ahead then\n",
+            "\nif false then\n",
+        ),
+    )];
+    let v = found(&model, &files, 20).expect("reported");
+    assert!(v.contains("arrival order"), "{v}");
+}
