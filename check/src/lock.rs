@@ -160,6 +160,9 @@ struct Client {
     /// made: its next wait ends at once (`Wakeup::acquire` drains the
     /// channel only before an attempt).
     heard: bool,
+    /// Its subscriber listens: started by its first busy reply; namings
+    /// sent before then are not heard.
+    listening: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -329,19 +332,10 @@ impl LockModel {
                 }
                 Main::Idle => false,
             };
-            if c.life != Life::Running || !waiting {
+            if c.life != Life::Running || !waiting || !c.listening {
                 continue;
             }
-            // A look not yet due moves; one due now still runs.
-            c.looks.retain(|l| !(l.watch && l.due > now));
-            c.looks.push(Look {
-                due: (now + ms(p::NAME_LOOK_AFTER) + ms(p::LOOK_MARGIN)).min(now + ms(p::LOOK_MAX)),
-                waiter: None,
-                left: p::NAME_LOOKS,
-                watch: true,
-                name: 0,
-            });
-            c.looks.sort_by_key(|l| (l.due, l.waiter));
+            named_look(c, now);
         }
     }
 
@@ -596,6 +590,15 @@ impl LockModel {
         wait: i64,
         log: &mut Option<Vec<String>>,
     ) {
+        let now = s.now;
+        let c = &mut s.clients[i];
+        if !c.listening {
+            // Its subscriber starts: a naming sent before it listened went
+            // unheard, and the look it asks for is made up for
+            // (`Watches::listening`).
+            c.listening = true;
+            named_look(c, now);
+        }
         let c = &s.clients[i];
         if c.deadline.is_some_and(|d| s.now >= d) {
             s.clients[i].main = Main::Call {
@@ -1008,6 +1011,7 @@ impl Model for LockModel {
                     lost_place: false,
                     told: false,
                     heard: false,
+                    listening: false,
                 })
                 .collect(),
             faults: 0,
@@ -1383,4 +1387,19 @@ impl LockModel {
         };
         Ok(s)
     }
+}
+
+/// The look a naming of `c`'s client as a hand-over's watcher asks for
+/// (`Watches::on_message`): a look not yet due moves; one due now still
+/// runs.
+fn named_look(c: &mut Client, now: i64) {
+    c.looks.retain(|l| !(l.watch && l.due > now));
+    c.looks.push(Look {
+        due: (now + ms(p::NAME_LOOK_AFTER) + ms(p::LOOK_MARGIN)).min(now + ms(p::LOOK_MAX)),
+        waiter: None,
+        left: p::NAME_LOOKS,
+        watch: true,
+        name: 0,
+    });
+    c.looks.sort_by_key(|l| (l.due, l.waiter));
 }

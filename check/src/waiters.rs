@@ -121,6 +121,10 @@ pub enum Subscriber {
     /// dropped, taken for releases whose local waiters were woken
     /// directly.
     DropsOwn,
+    /// The rule before a client's first wait was found deaf to namings
+    /// sent before its subscriber listened: nothing made up for them when
+    /// it starts.
+    NoMakeUp,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -200,6 +204,10 @@ struct Client {
     /// A hand-over named this client while it was frozen: its subscriber
     /// reads the naming when it resumes.
     named: bool,
+    /// Its client's subscriber listens (kept on the client's first
+    /// thread): started by a thread's first busy reply, or its first
+    /// subscription; namings sent before then are not heard.
+    listening: bool,
     /// Its place in its client's local queue (`Membership::join`).
     queued: Option<u32>,
     /// It tried the server before it joined the local queue.
@@ -359,6 +367,7 @@ impl<P: Primitive> WaitModel<P> {
             until,
             seq: s.seq,
         };
+        self.listen(s, i);
         self.serve(server, s, log);
     }
 
@@ -436,10 +445,28 @@ impl<P: Primitive> WaitModel<P> {
             return;
         };
         let first = self.threads(s, pid).next().unwrap_or(pid);
+        if !s.clients[first].listening {
+            return; // sent before its subscriber listened
+        }
         match s.clients[first].life {
             Life::Frozen => s.clients[first].named = true,
             Life::Running => self.read_naming(s, pid),
             Life::Crashed | Life::Exited => {}
+        }
+    }
+
+    /// Thread `i`'s client starts its subscriber, if it was not listening
+    /// yet: namings sent before went unheard, so each name a blocked
+    /// waiter of the client waits on gets the look a naming asks for
+    /// (`Watches::listening`).
+    fn listen(&self, s: &mut State, i: usize) {
+        let pid = self.pid(i);
+        let first = self.threads(s, pid).next().unwrap_or(i);
+        if !s.clients[first].listening {
+            s.clients[first].listening = true;
+            if self.subscriber != Subscriber::NoMakeUp {
+                self.read_naming(s, pid);
+            }
         }
     }
 
@@ -925,6 +952,7 @@ impl<P: Primitive> WaitModel<P> {
                         c.subscribed = true;
                         s.seq += 1;
                         c.queued = Some(s.seq);
+                        self.listen(s, i);
                         self.call(s, i, Kind::Grant { queue: true }, t);
                     } else {
                         let hint = if wait >= 0 { wait.max(1) } else { fallback };
@@ -971,6 +999,7 @@ impl<P: Primitive> WaitModel<P> {
                         // subscribed (an attempt at once).
                         let c = &mut s.clients[i];
                         c.subscribed = true;
+                        self.listen(s, i);
                         self.call(s, i, Kind::Grant { queue: true }, t);
                     }
                 }
@@ -1171,6 +1200,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                     looks: Vec::new(),
                     retired: Vec::new(),
                     named: false,
+                    listening: false,
                     queued: None,
                     tried: false,
                 })
@@ -1320,6 +1350,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                             s.seq += 1;
                             c.queued = Some(s.seq);
                             c.main = Main::Local { token: t };
+                            self.listen(&mut s, i);
                         } else {
                             self.call(&mut s, i, Kind::Grant { queue: true }, t);
                         }

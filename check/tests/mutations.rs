@@ -302,6 +302,22 @@ mod rw {
         let v = threads_with(Subscriber::DropsOwn).expect("reported");
         assert!(v.contains("idle time without a cause"), "{v}");
     }
+
+    #[test]
+    fn a_first_wait_deaf_to_namings_before_its_subscriber_listened_is_reported() {
+        // The older writer's client waits for the first time: its
+        // subscriber starts after its busy reply, and the newcomer that
+        // took the hand-over and died had named it before. Nothing made up
+        // for that naming, it waited for its own look (tests/
+        // rwlock_waiting.rs `…_on_a_first_wait`: 5.3 s).
+        use redlease_check::configs::Checked;
+        let Checked::RwLock(mut model) = configured("rw lock: 3 writers blocking, 1 crash") else {
+            panic!("not a read-write lock model");
+        };
+        model.subscriber = Subscriber::NoMakeUp;
+        let v = found(&model, &[], 30).expect("reported");
+        assert!(v.contains("liveness"), "{v}");
+    }
 }
 
 mod latch {

@@ -278,7 +278,9 @@ impl Wakeup {
         // checker, check/: "fair semaphore: a waiter for messages first,
         // one blocked behind, 1 crash"). The subscriber starts only once
         // the first attempt found the name busy: a client that never
-        // waits opens no subscription.
+        // waits opens no subscription. A naming sent before it listens is
+        // made up for by a look per key when it starts
+        // (`Watches::listening`).
         let watching = match (&watch, direct, self.backend.sharded()) {
             (Some(on), Some(_), false) => Some(self.shared.watches.join(key, on)),
             _ => None,

@@ -141,6 +141,9 @@ fn listen_theirs(shared: &Shared, mut con: redis::Connection) -> redis::RedisRes
 fn listen(shared: &Shared, mut next: impl FnMut(Duration) -> redis::RedisResult<Option<Vec<u8>>>) {
     shared.set_connected(true);
     shared.notify_all();
+    // Namings of our client as a hand-over's watcher may have been missed
+    // too: the looks they would have asked for.
+    shared.watches.listening();
     while !shared.shutdown.load(Ordering::Acquire) {
         let tick = shared.watches.run_due().map_or(SUBSCRIBER_TICK, |due| {
             due.saturating_duration_since(Instant::now())

@@ -106,6 +106,24 @@ impl Watches {
         true
     }
 
+    /// The subscriber starts listening (first, or again after a broken
+    /// connection): a naming sent before then was not heard. A client's
+    /// subscriber starts once its first wait's first attempt finds the
+    /// name busy, and a hand-over made while that attempt's busy reply is
+    /// on its way may name the client and be taken by a newcomer that
+    /// dies (5.3 s for the write lock before this:
+    /// `rwlock_waiting.rs::…_on_a_first_wait`). So every key a blocked
+    /// waiter of ours waits on gets the look such a naming would have
+    /// asked for: one look a key, at a subscriber's (re)start only.
+    pub(super) fn listening(&self) {
+        let now = Instant::now();
+        let mut keys = lock(&self.keys);
+        let Keys { waiting, pending } = &mut *keys;
+        for (key, w) in waiting.iter() {
+            pending.named(key, w.on.clone(), now + w.on.after);
+        }
+    }
+
     /// Hands the looks due by now to the renewal thread; when the next
     /// one is due, if any.
     pub(super) fn run_due(&self) -> Option<Instant> {
