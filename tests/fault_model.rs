@@ -84,6 +84,88 @@ fn redlock_fences_strictly_increase_when_a_fence_raise_is_lost() {
     );
 }
 
+/// Trace "redlock: 3 masters, 2 clients, 2 faults" (the model checker,
+/// check/): Redlock repeated a fence when the raise that agreed on it
+/// found a master's counter already at it. B's vote on master 0 drew
+/// fence F; its vote on master 2 ran late (its request held back). A
+/// meanwhile took masters 1 (F) and 2 (a lagging counter: F - 100), and
+/// raised the counters to F: master 0 already had it (B's draw) and
+/// confirmed; master 2's raise was lost. A held F and released. B's late
+/// vote on master 2 drew from the lagging counter, B raised to F too (0
+/// and 2 confirmed) and held F again. A raise now counts only masters
+/// whose counter it moved up to the fence, beside the granting masters
+/// that drew it.
+#[test]
+#[serial]
+fn redlock_never_repeats_a_fence_a_raise_found_already_drawn() {
+    let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let proxies = || -> Vec<Proxy> { servers.iter().map(|s| Proxy::start(s.port())).collect() };
+    let (pa, pb) = (proxies(), proxies());
+    let build = |ps: &[Proxy], timeout: u64| {
+        Client::builder()
+            .redlock(ps.iter().map(|p| p.url()))
+            .node_timeout(ms(timeout))
+            .build()
+            .unwrap()
+    };
+    // A notices its lost raise after 1 s; B waits for its late vote.
+    let (a, b) = (build(&pa, 1_000), build(&pb, 4_000));
+    let la = a.lock("f").lease(Duration::from_secs(5));
+    let lb = b.lock("f").lease(Duration::from_secs(5));
+    // Scripts loaded, connections made.
+    la.acquire().unwrap().release().unwrap();
+    lb.acquire().unwrap().release().unwrap();
+    // Master 2's counter lags 100 behind (as lost raises leave it).
+    let mut cons: Vec<redis::Connection> = servers.iter().map(|s| s.con()).collect();
+    let base: i64 = cons[0].get("{f}:fence").unwrap();
+    for (m, con) in cons.iter_mut().enumerate() {
+        let v = if m == 2 { base } else { base + 100 };
+        let _: () = con.set_ex("{f}:fence", v, 60).unwrap();
+        let _: () = con.set("redlease:fence-floor", v).unwrap();
+    }
+    // B: master 1 refuses it; its vote on master 2 runs 2.5 s late.
+    pb[1].set_refuse(true);
+    pb[1].cut_all();
+    pb[2].arm(sha("lock_acquire.lua"), Fault::Hold(ms(2_500)));
+    let tb = std::thread::spawn(move || {
+        lb.acquire_timeout(Duration::from_secs(10))
+            .unwrap()
+            .map(|g| g.fencing_token())
+    });
+    eventually(Duration::from_secs(5), || {
+        cons[0].exists::<_, bool>("{f}").unwrap()
+    });
+    // A: its raise on master 2 never runs (nor is answered: a cut
+    // connection's unsent call would be sent again).
+    pa[2].arm(sha("fence_raise.lua"), Fault::Blackhole);
+    let g = la.acquire_timeout(Duration::from_secs(2)).unwrap();
+    let fa = g.as_ref().map(|g| g.fencing_token());
+    // The swallowed connection goes, and past the window a failed master
+    // is skipped, A's release reaches every master.
+    pa[2].cut_all();
+    std::thread::sleep(ms(700));
+    if let Some(g) = g {
+        g.release().unwrap();
+    }
+    let fb = tb.join().unwrap();
+    assert!(
+        pa[2].fired() == 1 && pb[2].fired() == 1,
+        "the faults did not fire"
+    );
+    let rel = |f: Option<u64>| f.map(|f| f as i64 - base);
+    println!(
+        "FIGURES redlock, a raise finding a fence drawn: A base+{:?}, B base+{:?}",
+        rel(fa),
+        rel(fb)
+    );
+    // Before: both held base+101. Now A's raise owns the fence on master 1
+    // only (master 0's counter was B's draw), so A is refused, and B holds.
+    if let (Some(fa), Some(fb)) = (fa, fb) {
+        assert!(fb > fa, "B held fence {fb} after A held {fa}");
+    }
+    assert!(fb.is_some(), "B never held");
+}
+
 /// Reproduction 2a: a lost reply on a dropped connection used to re-run the
 /// semaphore's grant, which then refused its own permit: `Ok(None)` and an
 /// orphan permit nobody renews or releases.

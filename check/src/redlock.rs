@@ -22,8 +22,11 @@
 //! request: it never ran there; or its reply: it ran, and its vote is
 //! missing); the calls to the other masters run in the same step.
 //!
-//! Not modelled yet: faults of fence raises (run on every master in one
-//! step), clock steps, frozen clients.
+//! A fence raise (run on every master in one step, when the granting
+//! masters' counters disagree) may lose one master's call the same way,
+//! its time spent from the lease's validity.
+//!
+//! Not modelled yet: clock steps, frozen clients.
 
 use crate::keyspace::{Keyspace, Reply};
 use crate::lock::{
@@ -121,7 +124,9 @@ pub enum Action {
     RunOn(usize, usize),
     LoseRequest(usize, usize),
     LoseReply(usize, usize),
-    Decide(usize),
+    /// `Redlock::grant`'s verdict; the fence raise it makes when the
+    /// counters disagree may lose one master's call.
+    Decide(usize, Option<Loss>),
     Message(usize),
     LoseMessage(usize),
     Retry(usize),
@@ -140,6 +145,21 @@ pub enum Action {
 pub enum Loss {
     Request(usize),
     Reply(usize),
+}
+
+/// Whether a grant with these votes raises the counters
+/// (`Redlock::agree_on_fence`): a majority granted, and fewer than a
+/// majority returned the largest fence.
+fn raise_needed(votes: &[Vote]) -> bool {
+    let fences: Vec<i64> = votes
+        .iter()
+        .filter_map(|v| match v {
+            Vote::Ran(r) => int(r).filter(|&f| f > 0),
+            _ => None,
+        })
+        .collect();
+    let best = fences.iter().copied().max().unwrap_or(0);
+    fences.len() >= QUORUM && fences.iter().filter(|&&f| f >= best).count() < QUORUM
 }
 
 impl RedlockModel {
@@ -260,6 +280,7 @@ impl RedlockModel {
         server: &mut Server,
         s: &mut State,
         i: usize,
+        loss: Option<Loss>,
         log: &mut Option<Vec<String>>,
     ) -> Result<(), String> {
         let Main::Grant { at, votes } = s.clients[i].main.clone() else {
@@ -283,16 +304,33 @@ impl RedlockModel {
         if fences.len() >= QUORUM {
             let best = fences.iter().copied().max().unwrap_or(0);
             let agreed = fences.iter().filter(|&&f| f >= best).count() >= QUORUM || {
-                let keys = vec![key(":fence"), FLOOR.to_vec()];
-                let args = vec![b(best), b(self.lease_ms)];
-                let votes = self.on_all(server, s, "fence_raise.lua", &keys, &args, log);
-                votes
+                let keys = [key(":fence"), FLOOR.to_vec()];
+                let args = [b(best), b(self.lease_ms)];
+                let call = ("fence_raise.lua", &keys[..], &args[..]);
+                let befores = self.on_all_losing(server, s, call, loss, log);
+                // `Redlock::agree_on_fence`: owned where the raise moved
+                // the counter up, or where this grant's own vote drew the
+                // fence and nothing moved past it.
+                befores
                     .iter()
-                    .filter(|v| v.as_ref().and_then(int).is_some_and(|f| f >= best))
+                    .zip(&votes)
+                    .filter(|(before, vote)| {
+                        let drew = match vote {
+                            Vote::Ran(r) => int(r),
+                            _ => None,
+                        };
+                        match before.as_ref().and_then(int) {
+                            Some(b) => (0..best).contains(&b) || (b == best && drew == Some(best)),
+                            None => false,
+                        }
+                    })
                     .count()
                     >= QUORUM
             };
-            let valid = self.lease_ms - (s.now - at) - self.drift();
+            // A lost call of the raise is noticed at the node timeout,
+            // spent from the lease's validity.
+            let lost = if loss.is_some() { self.response_ms } else { 0 };
+            let valid = self.lease_ms - (s.now - at) - lost - self.drift();
             if agreed && valid > 0 {
                 if best <= s.top_fence {
                     return Err(format!(
@@ -451,7 +489,11 @@ impl Model for RedlockModel {
                         }
                     }
                     if self.decidable(s, *at, votes) {
-                        out.push(Action::Decide(i));
+                        out.push(Action::Decide(i, None));
+                        if fault && raise_needed(votes) {
+                            let losses = self.losses(fault).into_iter().flatten();
+                            out.extend(losses.map(|l| Action::Decide(i, Some(l))));
+                        }
                     }
                 }
                 Main::Waiting { until } => {
@@ -544,7 +586,7 @@ impl Model for RedlockModel {
                     votes[m] = Vote::Failed { slow: true };
                 }
             }
-            Action::Decide(i) => self.decide(server, &mut s, i, log)?,
+            Action::Decide(i, loss) => self.decide(server, &mut s, i, loss, log)?,
             Action::Message(i) | Action::Retry(i) => {
                 let c = &s.clients[i];
                 if c.deadline.is_some_and(|d| s.now >= d) {

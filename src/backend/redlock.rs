@@ -188,17 +188,21 @@ impl Redlock {
         let votes = self.call_all::<Answer>(call, Some(undo));
         let mut grants = 0;
         let mut best = 0;
-        let mut granted = Vec::new();
+        // What each master drew for us (its vote), in master order.
+        let mut drew = Vec::with_capacity(votes.len());
         let mut wait: Option<i64> = None;
         let mut errors = 0;
         let mut foreign = None;
         let mut last_err = None;
         for v in votes {
+            drew.push(match &v {
+                Ok(Answer::Granted(value)) => Some(*value),
+                _ => None,
+            });
             match v {
                 Ok(Answer::Granted(value)) => {
                     grants += 1;
                     best = best.max(value);
-                    granted.push(value);
                 }
                 Ok(Answer::Busy(ms)) if ms > 0 => wait = Some(wait.map_or(ms, |w: i64| w.min(ms))),
                 Ok(_) => {}
@@ -224,9 +228,9 @@ impl Redlock {
             // a majority holds counters at it: no raise is needed (the usual
             // case, counters moving in step), and the cycle costs no more
             // round trips than on one server.
-            let at_best = granted.iter().filter(|&&v| v >= best).count();
+            let at_best = drew.iter().filter(|&&v| v == Some(best)).count();
             let agreed = match fence {
-                Some(key) if at_best < q => self.agree_on_fence(key, best, lease),
+                Some(key) if at_best < q => self.agree_on_fence(key, best, lease, &drew),
                 _ => true,
             };
             let valid = lease
@@ -270,10 +274,24 @@ impl Redlock {
     }
 
     /// Masters count fences independently: raise every counter to the fence
-    /// about to be handed out, and require a majority to confirm it reached
-    /// at least that value. A raise that was lost on one master is then
-    /// harmless: the majority that confirmed overlaps every later majority.
-    fn agree_on_fence(&self, key: &[u8], fence: i64, lease: Duration) -> bool {
+    /// about to be handed out, and require a majority of masters where this
+    /// grant owns it: the raise moved the counter up to it, or this grant's
+    /// own vote drew it there and nothing moved past it since
+    /// (lua/fence_raise.lua says what the master knew before). A fence is
+    /// then owned on a majority by one grant only, and a raise lost on one
+    /// master is harmless: that majority overlaps every later one. A
+    /// master whose counter was at the fence already, from another grant's
+    /// draw, confirmed it before, and a grant whose vote was drawn before
+    /// that other grant was decided held the same fence again (found by
+    /// the model checker, check/: "redlock: 3 masters, 2 clients, 2
+    /// faults"; `fault_model.rs::redlock_never_repeats_a_fence_a_raise_found_already_drawn`).
+    fn agree_on_fence(
+        &self,
+        key: &[u8],
+        fence: i64,
+        lease: Duration,
+        drew: &[Option<i64>],
+    ) -> bool {
         let f = fence.to_string();
         // The floor too: a lapsed counter restarts above it (fence.lua).
         let keys = [key.to_vec(), super::fence_floor(key, false)];
@@ -285,12 +303,16 @@ impl Redlock {
             keys: Parts::Owned(&keys),
             args: Parts::Owned(&args),
         };
-        let confirmed = self
+        let owned = self
             .call_all::<i64>(&raise, None)
             .into_iter()
-            .filter(|r| matches!(r, Ok(v) if *v >= fence))
+            .zip(drew)
+            .filter(|(before, drew)| match before {
+                Ok(b) => (0..fence).contains(b) || (*b == fence && **drew == Some(fence)),
+                Err(_) => false,
+            })
             .count();
-        confirmed >= self.quorum()
+        owned >= self.quorum()
     }
 
     /// A confirming script on every master: `1` when a majority confirms,

@@ -72,6 +72,9 @@ pub enum Fault {
     /// dribbles: each byte arrives within a per-read timeout, the whole reply does not). Replies after it on
     /// the same connection wait behind it.
     Dribble(Duration),
+    /// Hold this command back this long before forwarding it (commands after it on the same connection
+    /// wait behind it): it runs late, and its reply comes late with it.
+    Hold(Duration),
     /// Swallow this command and everything after it on this connection: never forwarded, never answered.
     /// Replies to commands forwarded before it are still delivered.
     Blackhole,
@@ -539,6 +542,19 @@ fn client_side(inner: &Inner, conn: &Conn, mut client: TcpStream, mut upstream: 
                 Some(Fault::Blackhole) => {
                     swallow = true;
                     at = buf.len();
+                }
+                Some(Fault::Hold(d)) => {
+                    // What came before it goes now; it goes after `d`.
+                    if write_all(inner, conn, &mut upstream, &out).is_err() {
+                        return;
+                    }
+                    out.clear();
+                    if !sleep_until(inner, conn, Instant::now() + d) {
+                        return;
+                    }
+                    lock(&conn.state).pending.push_back(None);
+                    out.extend_from_slice(cmd);
+                    at += len;
                 }
             }
         }
