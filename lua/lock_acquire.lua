@@ -82,7 +82,7 @@ if holder then
       -- blocked to take it): this waiter may block before the older ones
       -- and take it, so they watch it too (queue.lua). Under contention
       -- a blocked waiter takes each grant at once: this is rare.
-      name_watchers(ARGV[6], ARGV[7], hand_on_watchers(q, prefix))
+      name_hand_on_watchers(q, prefix, ARGV[6], ARGV[7])
     end
   end
   return string.format('%d', pttl)

@@ -46,6 +46,10 @@
 --     and a message is published for it (the returned told is false).
 --   offer(q, qt, prefix, fence, twice_ms) -> 'kept', 'open' or nil (the
 --     push refused): where a hand-over's fence goes (see hand_on)
+--   name_hand_on_watchers(q, prefix, channel, message): names the
+--     watchers of a hand-over (see hand_on), unless watchers were named
+--     in the last 50 ms: by the hand-over, or by a waiter that queued
+--     while it waited on the open list (lock_acquire.lua)
 --   queue_untaken(q, qt, prefix): the name fell free with a hand-over's
 --     claim window passed untaken: a head it was kept for is dropped (it
 --     died, froze or lost its message); found on the open list, the
@@ -236,6 +240,24 @@ local function queue_untaken(q, qt, prefix)
   end
 end
 
+-- Watchers named less than WATCHED_MS ago look late enough for this
+-- hand-over too: named at t, they look at t + 0.57 s at the earliest
+-- (src/wakeup/watch.rs), when a grant made by t + 0.07 s and left
+-- unclaimed has lapsed, and a write hold or permits a frozen taker's
+-- script took (a first lease of twice the claim) are looked at again at
+-- their end. Under contention (a hand-over every few hundred
+-- microseconds, each next waiter queueing while one waits) this names
+-- watchers a few times a second, not at every hand-over (a review
+-- counted 1.0-1.2 namings a turn when waiters that queued named them
+-- each time).
+local function name_hand_on_watchers(q, prefix, channel, message)
+  local named = prefix .. 'named'
+  if channel ~= '' and redis.call('EXISTS', named) == 0
+      and name_watchers(channel, message, hand_on_watchers(q, prefix)) then
+    redis.call('SET', named, '1', 'PX', WATCHED_MS)
+  end
+end
+
 local function hand_on(lock, counter, q, qt, prefix, claim, channel, message)
   -- Times go to the server as text, formatted once: a Lua number handed to
   -- redis.call is printed with %.17g, about 1.2K instructions each (five of
@@ -252,19 +274,7 @@ local function hand_on(lock, counter, q, qt, prefix, claim, channel, message)
   if where == nil then
     return false
   end
-  -- Watchers named less than WATCHED_MS ago look late enough for this
-  -- hand-over too: named at t, they look at t + 0.57 s at the earliest
-  -- (src/wakeup/watch.rs), when a grant made by t + 0.07 s and left
-  -- unclaimed has lapsed, and a write hold or permits a frozen taker's
-  -- script took (a first lease of twice the claim) are looked at again
-  -- at their end. Under contention (a hand-over every few hundred
-  -- microseconds) this names watchers a few times a second, not at every
-  -- hand-over.
-  local named = prefix .. 'named'
-  if channel ~= '' and redis.call('EXISTS', named) == 0
-      and name_watchers(channel, message, hand_on_watchers(q, prefix)) then
-    redis.call('SET', named, '1', 'PX', WATCHED_MS)
-  end
+  name_hand_on_watchers(q, prefix, channel, message)
   return where ~= 'kept' and redis.call('EXISTS', prefix .. 'told') == 0
 end
 

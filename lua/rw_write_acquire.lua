@@ -19,7 +19,8 @@
 -- ARGV[6]  wake-up channel, ARGV[7] wake-up message: for a hand-over made
 --          from here, to writers that wait for messages, and to name the
 --          older writers as watchers when this one queues while a
---          hand-over waits on the open list (publish.lua name_watchers)
+--          hand-over waits on the open list (queue.lua
+--          name_hand_on_watchers)
 -- ARGV[8]  'block': this writer blocks in BLMOVE from the open list to its
 --          own list. Otherwise it waits for release messages.
 -- ARGV[9]  'popped' (optional): this script runs right behind that pop: a
@@ -80,7 +81,7 @@ if holder then
       -- Queued while a hand-over waits on the open list (nobody was
       -- blocked to take it): this writer may block before the older ones
       -- and take it, so they watch it too (as lua/lock_acquire.lua).
-      name_watchers(ARGV[6], ARGV[7], hand_on_watchers(q, prefix))
+      name_hand_on_watchers(q, prefix, ARGV[6], ARGV[7])
     end
   end
   return string.format('%d', pttl)

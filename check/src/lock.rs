@@ -595,9 +595,12 @@ impl LockModel {
         if !c.listening {
             // Its subscriber starts: a naming sent before it listened went
             // unheard, and the look it asks for is made up for
-            // (`Watches::listening`).
+            // (`Watches::listening`; `NamedLooks::maybe_named` never moves
+            // a look owed already).
             c.listening = true;
-            named_look(c, now);
+            if !c.looks.iter().any(|l| l.watch) {
+                named_look(c, now);
+            }
         }
         let c = &s.clients[i];
         if c.deadline.is_some_and(|d| s.now >= d) {

@@ -464,7 +464,11 @@ impl<P: Primitive> WaitModel<P> {
         let first = self.threads(s, pid).next().unwrap_or(i);
         if !s.clients[first].listening {
             s.clients[first].listening = true;
-            if self.subscriber != Subscriber::NoMakeUp {
+            // `NamedLooks::maybe_named`: never moves a look owed already.
+            let owed = self
+                .threads(s, pid)
+                .any(|j| s.clients[j].looks.iter().any(|l| l.watch));
+            if self.subscriber != Subscriber::NoMakeUp && !owed {
                 self.read_naming(s, pid);
             }
         }

@@ -37,6 +37,14 @@ impl<L> NamedLooks<L> {
         self.due.insert(key.to_vec(), (look, due));
     }
 
+    /// A naming for `key` may have been missed: `look` at `due`, unless a
+    /// look is owed for it already (it is due no later: a subscriber that
+    /// reconnects every few hundred milliseconds would otherwise put it
+    /// off for ever, as a review found).
+    pub(crate) fn maybe_named(&mut self, key: &[u8], look: L, due: Instant) {
+        self.due.entry(key.to_vec()).or_insert((look, due));
+    }
+
     /// The looks due by `now`, taken out, and when the next one is due.
     pub(crate) fn take_due(&mut self, now: Instant) -> (Vec<L>, Option<Instant>) {
         let mut next: Option<Instant> = None;
@@ -86,5 +94,22 @@ mod tests {
         );
         assert_eq!(looks.take_due(t0 + 800 * ms), (vec![3], None));
         assert_eq!(looks.take_due(t0 + 900 * ms), (vec![], None));
+    }
+
+    #[test]
+    fn a_possibly_missed_naming_never_puts_off_a_look_owed() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis(1);
+        let mut looks = NamedLooks::default();
+        looks.named(b"{x}", 1, t0 + 550 * ms);
+        // The subscriber reconnects, again and again.
+        looks.maybe_named(b"{x}", 2, t0 + 870 * ms);
+        looks.maybe_named(b"{x}", 3, t0 + 1_170 * ms);
+        looks.maybe_named(b"{y}", 4, t0 + 870 * ms);
+        assert_eq!(
+            looks.take_due(t0 + 560 * ms),
+            (vec![1], Some(t0 + 870 * ms))
+        );
+        assert_eq!(looks.take_due(t0 + 900 * ms), (vec![4], None));
     }
 }

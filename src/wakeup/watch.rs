@@ -120,7 +120,7 @@ impl Watches {
         let mut keys = lock(&self.keys);
         let Keys { waiting, pending } = &mut *keys;
         for (key, w) in waiting.iter() {
-            pending.named(key, w.on.clone(), now + w.on.after);
+            pending.maybe_named(key, w.on.clone(), now + w.on.after);
         }
     }
 
