@@ -753,17 +753,6 @@ fn write_holder_entry() {
     std::process::exit(0);
 }
 
-/// A client of `url` that waits for releases long (fallback poll 60 s)
-/// and gives up on a silent server after 2 s.
-fn via(url: &str) -> Client {
-    Client::builder()
-        .url(url)
-        .fallback_poll(Duration::from_secs(60))
-        .response_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap()
-}
-
 /// The write lock's side of the semaphore's "newcomer" trace (the model
 /// checker, check/): W queued, its busy reply on its way (held back
 /// 450 ms here; a slow process does the same); the holder released and
@@ -842,8 +831,8 @@ fn newcomer_took_the_hand_over_and_died(
         &[("R_WHOLD_URL", server.url()), ("R_WHOLD_NAME", name.into())],
     );
     assert_eq!(holder.next(Duration::from_secs(10)), "held");
-    let w = via(&w_proxy.url()).rw_lock(name);
-    let n = via(&n_proxy.url()).rw_lock(name);
+    let w = common::via(&w_proxy.url()).rw_lock(name);
+    let n = common::via(&n_proxy.url()).rw_lock(name);
     // Scripts loaded, connections made, subscribers listening (W's only
     // if `warm`).
     let warming: &[&redlease::RwLock] = if warm { &[&w, &n] } else { &[&n] };

@@ -838,17 +838,6 @@ fn sem_holder_entry() {
     std::thread::sleep(Duration::from_secs(600));
 }
 
-/// A client of `url` that waits for releases long (fallback poll 60 s)
-/// and gives up on a silent server after 2 s.
-fn via(url: &str) -> redlease::Client {
-    redlease::Client::builder()
-        .url(url)
-        .fallback_poll(Duration::from_secs(60))
-        .response_timeout(Duration::from_secs(2))
-        .build()
-        .unwrap()
-}
-
 /// Trace "fair semaphore: a waiter for messages first, one blocked behind,
 /// 1 crash" (the model checker, check/): W queued first, its busy reply
 /// on its way (held back 400 ms here; a slow process does the same); the
@@ -874,8 +863,8 @@ fn a_newcomer_that_took_an_offer_and_died_holds_it_its_first_lease_only() {
         ],
     );
     assert_eq!(holder.next(Duration::from_secs(10)), "held");
-    let w = via(&w_proxy.url()).fair_semaphore("nc", 1);
-    let n = via(&n_proxy.url()).fair_semaphore("nc", 1);
+    let w = common::via(&w_proxy.url()).fair_semaphore("nc", 1);
+    let n = common::via(&n_proxy.url()).fair_semaphore("nc", 1);
     // Scripts loaded, connections made, subscribers listening.
     for s in [&w, &n] {
         assert!(s
@@ -986,7 +975,7 @@ fn a_blocked_waiter_never_passes_a_live_waiter_for_messages_ahead_of_it() {
     let x_proxy = common::proxy::Proxy::start(server.port());
     let holder = client_with(&server, |b| b).fair_semaphore("fi", 1);
     let held = holder.acquire().unwrap();
-    let x = via(&x_proxy.url()).fair_semaphore("fi", 1);
+    let x = common::via(&x_proxy.url()).fair_semaphore("fi", 1);
     assert!(x
         .acquire_timeout(Duration::from_millis(300))
         .unwrap()

@@ -1392,17 +1392,9 @@ impl LockModel {
     }
 }
 
-/// The look a naming of `c`'s client as a hand-over's watcher asks for
-/// (`Watches::on_message`): a look not yet due moves; one due now still
-/// runs.
+/// The look a naming of `c`'s client asks for (`parties::named_look`),
+/// its looks kept in order.
 fn named_look(c: &mut Client, now: i64) {
-    c.looks.retain(|l| !(l.watch && l.due > now));
-    c.looks.push(Look {
-        due: (now + ms(p::NAME_LOOK_AFTER) + ms(p::LOOK_MARGIN)).min(now + ms(p::LOOK_MAX)),
-        waiter: None,
-        left: p::NAME_LOOKS,
-        watch: true,
-        name: 0,
-    });
+    crate::parties::named_look(&mut c.looks, 0, now);
     c.looks.sort_by_key(|l| (l.due, l.waiter));
 }

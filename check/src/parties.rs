@@ -189,6 +189,21 @@ pub(crate) fn watch_waiter(looks: &mut Vec<Look>, t: u8, name: u8, at: i64, now:
     });
 }
 
+/// The look a naming of a client as a hand-over's watcher asks for, at
+/// `name` (`Watches::on_message`): a look not yet due moves; one due now
+/// still runs.
+pub(crate) fn named_look(looks: &mut Vec<Look>, name: u8, now: i64) {
+    use redlease::__protocol as p;
+    looks.retain(|l| !(l.watch && l.due > now));
+    looks.push(Look {
+        due: (now + ms(p::NAME_LOOK_AFTER) + ms(p::LOOK_MARGIN)).min(now + ms(p::LOOK_MAX)),
+        waiter: None,
+        left: p::NAME_LOOKS,
+        watch: true,
+        name,
+    });
+}
+
 /// Whether a model may let time pass: nobody has anything to do now, and
 /// the next event (`next`) is within the horizon.
 pub(crate) fn time_may_pass(urgent: bool, next: Option<i64>, horizon_ms: i64) -> bool {

@@ -147,17 +147,22 @@ pub enum Loss {
     Reply(usize),
 }
 
-/// Whether a grant with these votes raises the counters
-/// (`Redlock::agree_on_fence`): a majority granted, and fewer than a
-/// majority returned the largest fence.
-fn raise_needed(votes: &[Vote]) -> bool {
-    let fences: Vec<i64> = votes
+/// The fences the masters granted (their votes that were grants).
+fn granted(votes: &[Vote]) -> Vec<i64> {
+    votes
         .iter()
         .filter_map(|v| match v {
             Vote::Ran(r) => int(r).filter(|&f| f > 0),
             _ => None,
         })
-        .collect();
+        .collect()
+}
+
+/// Whether a grant with these votes raises the counters
+/// (`Redlock::agree_on_fence`): a majority granted, and fewer than a
+/// majority returned the largest fence.
+fn raise_needed(votes: &[Vote]) -> bool {
+    let fences = granted(votes);
     let best = fences.iter().copied().max().unwrap_or(0);
     fences.len() >= QUORUM && fences.iter().filter(|&&f| f >= best).count() < QUORUM
 }
@@ -287,13 +292,7 @@ impl RedlockModel {
             return Err("no votes".into());
         };
         let t = s.clients[i].tokens;
-        let fences: Vec<i64> = votes
-            .iter()
-            .filter_map(|v| match v {
-                Vote::Ran(r) => int(r).filter(|&f| f > 0),
-                _ => None,
-            })
-            .collect();
+        let fences = granted(&votes);
         let wait = votes
             .iter()
             .filter_map(|v| match v {

@@ -492,15 +492,7 @@ impl<P: Primitive> WaitModel<P> {
             return;
         };
         let c = &mut s.clients[j];
-        // A look not yet due moves; one due now still runs.
-        c.looks.retain(|l| !(l.watch && l.due > now));
-        c.looks.push(Look {
-            due: (now + ms(p::NAME_LOOK_AFTER) + ms(p::LOOK_MARGIN)).min(now + ms(p::LOOK_MAX)),
-            waiter: None,
-            left: p::NAME_LOOKS,
-            watch: true,
-            name: c.name,
-        });
+        crate::parties::named_look(&mut c.looks, c.name, now);
     }
 
     /// Thread `i` waits for its name (in any of the waiting states), with

@@ -44,6 +44,12 @@ fn found<M: Model>(model: &M, files: &[(&'static str, String)], depth: usize) ->
         .map(|(v, _)| v)
 }
 
+/// The violation found in `model` to `depth` with one change to `file`
+/// (`from` replaced by `to`); the test fails if none is.
+fn reported<M: Model>(model: &M, file: &'static str, from: &str, to: &str, depth: usize) -> String {
+    found(model, &[(file, mutated(file, from, to))], depth).expect("reported")
+}
+
 /// [`found`] for a lock model, to depth 60.
 fn violation(model: &LockModel, files: &[(&'static str, String)]) -> Option<String> {
     found(model, files, 60)
@@ -575,15 +581,11 @@ fn an_offer_left_to_a_dead_waiter_until_its_entry_lapses_is_reported() {
     else {
         panic!("not a semaphore model");
     };
-    let files = vec![(
-        "sem_acquire.lua",
-        mutated(
-            "sem_acquire.lua",
-            "\nsem_owe(keys, prefix, me, claim)\n",
-            "\nsem_close(prefix)\n",
-        ),
-    )];
-    let v = found(&model, &files, 30).expect("reported");
+    let (from, to) = (
+        "\nsem_owe(keys, prefix, me, claim)\n",
+        "\nsem_close(prefix)\n",
+    );
+    let v = reported(&model, "sem_acquire.lua", from, to, 30);
     assert!(v.contains("liveness"), "{v}");
 }
 
@@ -603,15 +605,8 @@ fn a_newcomer_writer_that_names_no_watchers_is_reported() {
     // for a naming it may have missed with a look of its own: without it,
     // as on a client's later waits, only the newcomer's naming helps.
     model.subscriber = redlease_check::waiters::Subscriber::NoMakeUp;
-    let files = vec![(
-        "rw_write_acquire.lua",
-        mutated(
-            "rw_write_acquire.lua",
-            "name_hand_on_watchers(q, prefix, ARGV[6], ARGV[7])",
-            "",
-        ),
-    )];
-    let v = found(&model, &files, 30).expect("reported");
+    let from = "name_hand_on_watchers(q, prefix, ARGV[6], ARGV[7])";
+    let v = reported(&model, "rw_write_acquire.lua", from, "", 30);
     assert!(v.contains("liveness"), "{v}");
 }
 
@@ -627,14 +622,7 @@ fn a_blocked_waiter_passing_a_waiter_for_messages_ahead_is_reported() {
     else {
         panic!("not a semaphore model");
     };
-    let files = vec![(
-        "sem_acquire.lua",
-        mutated(
-            "sem_acquire.lua",
-            "\nif told_ahead then\n",
-            "\nif false then\n",
-        ),
-    )];
-    let v = found(&model, &files, 20).expect("reported");
+    let (from, to) = ("\nif told_ahead then\n", "\nif false then\n");
+    let v = reported(&model, "sem_acquire.lua", from, to, 20);
     assert!(v.contains("arrival order"), "{v}");
 }
