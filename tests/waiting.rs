@@ -77,7 +77,11 @@ fn idle_lock_waiters_cost_the_server_nothing() {
             .collect();
         let queue = format!("{{{name}}}:queue");
         common::queued(&mut con, &queue, 5);
-        std::thread::sleep(Duration::from_millis(200)); // all blocked
+        // All blocked, and each client's start-up behind it: its
+        // subscriber's connection, and the one look a subscriber that
+        // starts makes for a naming it may have missed (0.57 s after it;
+        // `Watches::listening`), once per client.
+        std::thread::sleep(Duration::from_millis(1_200));
         let before = commandstats(&mut con);
         let window = Duration::from_secs(5);
         std::thread::sleep(window);
@@ -750,7 +754,12 @@ fn idle_semaphore_waiters_cost_the_server_nothing() {
             .collect();
         let queue = format!("{{{name}}}:sem:queue:t");
         common::queued(&mut con, &queue, 5);
-        std::thread::sleep(Duration::from_millis(200)); // all blocked
+        // All blocked, and each client's start-up behind it: its
+        // subscriber's connection, and the look a subscriber that starts
+        // makes for a naming it may have missed (0.57 s after it;
+        // `Watches::listening`), once per client, with the one more it
+        // may make when what it found would end (here at most 5 s on).
+        std::thread::sleep(Duration::from_millis(6_200));
         let before = commandstats(&mut con);
         let window = Duration::from_secs(5);
         std::thread::sleep(window);
