@@ -367,9 +367,21 @@ impl Scheduler {
             }
             self.heap.pop();
             if let Some(entry) = self.entries.remove(&id) {
-                if !entry.renewal.retired() && !entry.renewal.state.is_lost() {
-                    out.push(entry);
+                if entry.renewal.retired() {
+                    continue;
                 }
+                if entry.renewal.state.is_lost() {
+                    // Its local expiry passed before this renewal came due
+                    // (a retry is due at the expiry at the latest): a loss
+                    // like one a reply shows, warned about by name. Dropped
+                    // silently, a lease whose server was unreachable ended
+                    // with no warning at all.
+                    if !entry.renewal.look {
+                        lost(&entry.renewal, "expired while its server was unreachable");
+                    }
+                    continue;
+                }
+                out.push(entry);
             }
         }
         out
