@@ -173,11 +173,6 @@ local function hand_on_watchers(q, prefix)
   return found
 end
 
--- How long after naming a hand-over's watchers the next hand-over names
--- none (see hand_on): at most the watchers' first look (the claim and a
--- tenth, and 20 ms) less the claim.
-local WATCHED_MS = '50'
-
 -- Where a hand-over's fence goes (see hand_on): kept for the queue's head
 -- when that head keeps its turn waiting for messages (prefix..'turns'),
 -- else onto the open list. Returns 'kept', 'open', or nil when
@@ -240,22 +235,12 @@ local function queue_untaken(q, qt, prefix)
   end
 end
 
--- Watchers named less than WATCHED_MS ago look late enough for this
--- hand-over too: named at t, they look at t + 0.57 s at the earliest
--- (src/wakeup/watch.rs), when a grant made by t + 0.07 s and left
--- unclaimed has lapsed, and a write hold or permits a frozen taker's
--- script took (a first lease of twice the claim) are looked at again at
--- their end. Under contention (a hand-over every few hundred
--- microseconds, each next waiter queueing while one waits) this names
--- watchers a few times a second, not at every hand-over (a review
--- counted 1.0-1.2 namings a turn when waiters that queued named them
--- each time).
+-- Spaced 50 ms apart (publish.lua name_watchers_spaced): by the hand-over,
+-- or by a waiter that queued while it waited on the open list.
 local function name_hand_on_watchers(q, prefix, channel, message)
-  local named = prefix .. 'named'
-  if channel ~= '' and redis.call('EXISTS', named) == 0
-      and name_watchers(channel, message, hand_on_watchers(q, prefix)) then
-    redis.call('SET', named, '1', 'PX', WATCHED_MS)
-  end
+  name_watchers_spaced(prefix .. 'named', channel, message, function()
+    return hand_on_watchers(q, prefix)
+  end)
 end
 
 local function hand_on(lock, counter, q, qt, prefix, claim, channel, message)

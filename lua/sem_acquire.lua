@@ -246,7 +246,7 @@ if ttl > 0 and redis.call('EXISTS', prefix .. 'open') == 1 and sem_blocked_waiti
   -- older waiters' own looks, timed by a lease that had ended early (found
   -- by the model checker, check/: "fair semaphore: a waiter for messages
   -- first, one blocked behind, 1 crash").
-  name_watchers(ARGV[10], ARGV[11], redis.call('ZRANGE', fair and KEYS[3] or qt, 0, 4))
+  sem_name_watchers(keys, fair, prefix, ARGV[10], ARGV[11])
 end
 if fair and not ahead and queued and not blocks then
   -- First in a fair line, waiting for messages, with a request that does

@@ -33,7 +33,10 @@
 --     not fit yet, or (plain) the last offer went round every blocked
 --     waiter unused and no more is free since (prefix..'spent'). Publishes
 --     for waiters that wait for messages, and names the offer's watchers
---     (publish.lua name_watchers).
+--     (sem_name_watchers).
+--   sem_name_watchers(keys, fair, prefix, channel, message): names an
+--     offer's watchers (the oldest waiters, publish.lua name_watchers),
+--     unless watchers were named in the last 50 ms (prefix..'named')
 --   sem_pass(prefix, claim_ms, passes): puts an offer back for the next
 --     blocked waiter
 --   sem_close(prefix): ends the offer in flight (and what it owed)
@@ -190,6 +193,15 @@ local function sem_purge(keys, prefix)
   return false
 end
 
+-- Names an offer's watchers (the first five in line, or of the queue:
+-- publish.lua name_watchers_spaced keeps one per client, three at most),
+-- unless watchers were named in the last 50 ms.
+local function sem_name_watchers(keys, fair, prefix, channel, message)
+  name_watchers_spaced(prefix .. 'named', channel, message, function()
+    return redis.call('ZRANGE', fair and keys[3] or keys[4], 0, 4)
+  end)
+end
+
 local function sem_offer(keys, n, fair, prefix, claim, now, channel, message, freed)
   local permits, qt = keys[1], keys[4]
   sem_owed_lapsed(keys, prefix)
@@ -252,14 +264,13 @@ local function sem_offer(keys, n, fair, prefix, claim, now, channel, message, fr
     publish(channel, message)
   end
   -- Its watchers: the first in line (fair), or any waiters; name_watchers
-  -- keeps one per client, three at most. Named at every offer, unlike a
-  -- lock's hand-over (queue.lua hand_on): the 50 ms spacing rests on the
-  -- lock's look rules, which the checker verifies for locks only (blocked
-  -- semaphore waiters are not modelled).
-  -- Only clients with a waiter that blocks watch (waiters that wait for
-  -- messages are told by the publish above).
+  -- keeps one per client, three at most. Only clients with a waiter that
+  -- blocks watch (waiters that wait for messages are told by the publish
+  -- above). Spaced 50 ms apart, as a lock's hand-overs (queue.lua
+  -- hand_on): named at every offer, waiters queueing under contention
+  -- published a naming at almost every offer.
   if blocked then
-    name_watchers(channel, message, redis.call('ZRANGE', fair and keys[3] or qt, 0, 4))
+    sem_name_watchers(keys, fair, prefix, channel, message)
   end
   return true
 end

@@ -903,67 +903,6 @@ fn newcomer_took_the_hand_over_and_died(
     Some(at)
 }
 
-/// Namings of watchers (`@<client>:<key>` messages) a turn, with 3
-/// separate clients taking `kind` ("lock" or "write") in turn for 1.5 s,
-/// each waiting up to `wait`.
-fn namings_per_turn(kind: &'static str, wait: Duration) -> (f64, u64) {
-    let server = Server::start();
-    let stop = Arc::new(AtomicBool::new(false));
-    let named = Arc::new(AtomicU64::new(0));
-    let listener = {
-        let (stop, named) = (stop.clone(), named.clone());
-        let mut con = server.con();
-        std::thread::spawn(move || {
-            let mut ps = con.as_pubsub();
-            ps.psubscribe("*").unwrap();
-            ps.set_read_timeout(Some(Duration::from_millis(100)))
-                .unwrap();
-            while !stop.load(Ordering::Relaxed) {
-                if let Ok(m) = ps.get_message() {
-                    if m.get_payload_bytes().first() == Some(&b'@') {
-                        named.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-        })
-    };
-    std::thread::sleep(Duration::from_millis(200));
-    let end = Instant::now() + Duration::from_millis(1_500);
-    let workers: Vec<_> = (0..3)
-        .map(|_| {
-            let c = client_with(&server, |b| b);
-            std::thread::spawn(move || {
-                let mut turns = 0u64;
-                while Instant::now() < end {
-                    let got = match kind {
-                        "lock" => c
-                            .lock("cont")
-                            .acquire_timeout(wait)
-                            .unwrap()
-                            .map(|g| g.release()),
-                        _ => c
-                            .rw_lock("cont")
-                            .write_timeout(wait)
-                            .unwrap()
-                            .map(|g| g.release()),
-                    };
-                    if let Some(r) = got {
-                        r.unwrap();
-                        turns += 1;
-                    }
-                }
-                turns
-            })
-        })
-        .collect();
-    let turns: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
-    std::thread::sleep(Duration::from_millis(200));
-    stop.store(true, Ordering::Relaxed);
-    listener.join().unwrap();
-    let n = named.load(Ordering::Relaxed);
-    (n as f64 / turns.max(1) as f64, turns)
-}
-
 /// A review: a waiter that queued while a hand-over waited on the open
 /// list named the older waiters as watchers every time, past the 50 ms
 /// spacing a hand-over's own naming keeps. Under contention (each next
@@ -975,7 +914,7 @@ fn namings_per_turn(kind: &'static str, wait: Duration) -> (f64, u64) {
 fn waiters_queueing_under_contention_name_watchers_a_few_times_a_second() {
     let wait = Duration::from_millis(700);
     for kind in ["lock", "write"] {
-        let (per_turn, turns) = namings_per_turn(kind, wait);
+        let (per_turn, turns) = common::namings::namings_per_turn(kind, wait);
         println!("FIGURES {kind}, waits of {wait:?}: {per_turn:.3} namings a turn ({turns} turns)");
         assert!(turns > 100, "{turns} turns");
         assert!(per_turn < 0.2, "{kind}: {per_turn:.3} namings a turn");

@@ -1014,3 +1014,21 @@ fn a_blocked_waiter_never_passes_a_live_waiter_for_messages_ahead_of_it() {
     println!("FIGURES X (reply late), A (messages), B (blocks): served {all:?}");
     assert_eq!(all.first(), Some(&"A"), "A, alive and ahead, was passed");
 }
+
+/// An offer named its watchers at every offer, with no spacing (a lock's
+/// hand-overs keep 50 ms between namings, lua/publish.lua
+/// name_watchers_spaced): under contention (one permit taken in turn by 3
+/// separate clients) nearly every turn published a naming, and each named
+/// client made a look. Now the semaphores keep the same spacing.
+#[test]
+fn offers_under_contention_name_watchers_a_few_times_a_second() {
+    // Waits longer than a second: a semaphore's waiters block (and have
+    // watchers) until their last second.
+    let wait = Duration::from_secs(5);
+    for kind in ["semaphore", "fair semaphore"] {
+        let (per_turn, turns) = common::namings::namings_per_turn(kind, wait);
+        println!("FIGURES {kind}, waits of {wait:?}: {per_turn:.3} namings a turn ({turns} turns)");
+        assert!(turns > 100, "{turns} turns");
+        assert!(per_turn < 0.2, "{kind}: {per_turn:.3} namings a turn");
+    }
+}

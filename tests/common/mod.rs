@@ -9,6 +9,7 @@ use redis_test::server::RedisServer;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod monitor;
+pub mod namings;
 pub mod netns;
 pub mod proxy;
 #[cfg(feature = "cli")]
