@@ -1,5 +1,5 @@
 //! The multi-lock (and the plain lock it is made of) as separate clients
-//! use it, each waiting for messages (`waiters.rs`: the clients, as the
+//! use it, each waiting for messages (`waiters/`: the clients, as the
 //! library's waiting loop decides them). A multi-lock's acquisition tries
 //! every name at once first (lua/lock_acquire_all.lua, one token, never
 //! queueing; an undecided outcome released name by name), then takes its

@@ -1,4 +1,4 @@
-//! What a primitive tells the waiter model (`waiters.rs`): its scripts
+//! What a primitive tells the waiter model (`waiters/`): its scripts
 //! with the library's arguments, how many names an acquisition takes, and
 //! its properties. `semaphore.rs`, `rwlock.rs` and `multilock.rs` each
 //! implement it.

@@ -1,5 +1,5 @@
 //! The read-write lock as separate clients use it, readers and writers
-//! together, each waiting for messages (`waiters.rs`: the clients, as the
+//! together, each waiting for messages (`waiters/`: the clients, as the
 //! library's waiting loop decides them; readers are patient waiters whose
 //! registration decides whether a release publishes). This file says the
 //! read-write lock's part: its scripts with the library's arguments

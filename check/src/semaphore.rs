@@ -1,5 +1,5 @@
 //! The semaphore (plain and fair) as separate clients use it, with waiters
-//! that wait for release messages (`waiters.rs`: the clients, as the
+//! that wait for release messages (`waiters/`: the clients, as the
 //! library's waiting loop decides them). This file says the semaphore's
 //! part: its scripts with the library's arguments, and its properties
 //! (never more permits held than it has; every holder listed by the

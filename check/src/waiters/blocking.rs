@@ -1,0 +1,133 @@
+//! The waiter that blocks on its server (`WaitModel::direct`): its
+//! `BLMOVE` from the name's open list with its acquire script pipelined
+//! behind, the server serving the connection blocked longest first.
+
+use redlease::__protocol as p;
+
+use super::{Kind, Main, State, WaitModel};
+use crate::parties::{ms, watch_waiter, Life, Outcome};
+use crate::primitive::{Direct, Primitive};
+use crate::server::Server;
+
+impl<P: Primitive> WaitModel<P> {
+    /// Whether thread `i`'s waiters block on its server: the server grants
+    /// directly (for its primitive), and what it asks can be granted so
+    /// (a read-write lock's readers wait for messages).
+    pub(super) fn grants_directly(&self, s: &State, i: usize) -> bool {
+        self.direct.get(i).copied().unwrap_or(false)
+            && self.prim.blocks(self.at(i, s.clients[i].name))
+    }
+
+    /// Whether thread `i`'s acquisition blocks on the server now
+    /// (`blocks_now`: its server grants directly, and a second or more of
+    /// its wait is left). Strictly more here: the library's clock has
+    /// moved on by the time it asks (a block ends its last second before
+    /// the deadline, and the attempt behind it is made after that).
+    pub(super) fn blocks_now(&self, s: &State, i: usize, at: i64) -> bool {
+        self.grants_directly(s, i) && s.clients[i].deadline - at > crate::lock::SHORT_WAIT
+    }
+
+    /// Whether a busy reply read now blocks thread `i` again: a
+    /// millisecond or more is left to block before its last second
+    /// (`block_for`; else it waits for messages from now on).
+    pub(super) fn blocks_again(&self, s: &State, i: usize) -> bool {
+        self.grants_directly(s, i) && s.clients[i].deadline - s.now > crate::lock::SHORT_WAIT
+    }
+
+    /// Client `i`'s blocking round trip: its pop and its script.
+    pub(super) fn direct_of(&self, s: &State, i: usize, t: u8, popped: bool) -> Option<Direct> {
+        let mode = self.at(i, s.clients[i].name);
+        self.prim.direct(self, i, mode, t, popped)
+    }
+
+    /// Blocks in the pop (served at once if the open list has an offer),
+    /// its block ending a second before its deadline
+    /// (`protocol::blocking::block_for`); the renewal thread looks for it
+    /// from when the holder's lease would end (`Acquisition::on_busy`).
+    /// `at`: when the call whose busy reply said `wait` was sent.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn block(
+        &self,
+        server: &mut Server,
+        s: &mut State,
+        i: usize,
+        t: u8,
+        at: i64,
+        wait: i64,
+        log: &mut Option<Vec<String>>,
+    ) {
+        let now = s.now;
+        let name = s.clients[i].name;
+        let c = &mut s.clients[i];
+        let until = (c.deadline - crate::lock::SHORT_WAIT).min(now + ms(p::ROOM_CHUNK));
+        watch_waiter(&mut c.looks, t, name, at, now, wait);
+        s.seq += 1;
+        c.main = Main::Blocked {
+            token: t,
+            at: now,
+            until,
+            seq: s.seq,
+        };
+        self.listen(s, i);
+        self.serve(server, s, log);
+    }
+
+    /// The server serves blocked pops whose list has an offer, the
+    /// connection blocked longest first, each with its script behind.
+    pub(super) fn serve(&self, server: &mut Server, s: &mut State, log: &mut Option<Vec<String>>) {
+        loop {
+            let next = s
+                .clients
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| match c.main {
+                    Main::Blocked { token, seq, .. }
+                        if matches!(c.life, Life::Running | Life::Frozen) =>
+                    {
+                        let d = self.direct_of(s, i, token, true)?;
+                        s.keys.list_ready(&d.open).then_some((seq, i))
+                    }
+                    _ => None,
+                })
+                .min();
+            let Some((_, i)) = next else { return };
+            self.popped(server, s, i, true, log);
+        }
+    }
+
+    /// A blocked waiter's pop returns (`pop`: it took an offer; else it
+    /// timed out) and its script runs behind it; the reply waits to be
+    /// read.
+    pub(super) fn popped(
+        &self,
+        server: &mut Server,
+        s: &mut State,
+        i: usize,
+        pop: bool,
+        log: &mut Option<Vec<String>>,
+    ) {
+        let Main::Blocked { token: t, at, .. } = s.clients[i].main else {
+            return;
+        };
+        let Some(d) = self.direct_of(s, i, t, true) else {
+            return;
+        };
+        if pop {
+            let moved = s.keys.lmove(&d.open, &d.own);
+            if let Some(log) = log {
+                log.push(format!("c{i}'s BLMOVE served: {moved:?}"));
+            }
+        }
+        // Its state first: the script's own offers serve the next blocked.
+        s.clients[i].main = Main::Call {
+            kind: Kind::Popped,
+            token: t,
+            at,
+            out: Outcome::Unsent,
+        };
+        let reply = self.eval(server, s, d.grant, log);
+        if let Main::Call { out, .. } = &mut s.clients[i].main {
+            *out = Outcome::Ran(reply);
+        }
+    }
+}
