@@ -63,6 +63,7 @@ fn lock_model(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> LockModel {
         exits: true,
         reblocks: false,
         fair: true,
+        restart_looks: true,
     }
 }
 
@@ -328,6 +329,20 @@ pub fn all() -> Vec<Config> {
         Config {
             name: "lock: taker of a hand-over dies, releaser exits",
             model: model(three(), Faults::only(1, &[Fault::Crash]), 12_000),
+            expect: Expect::Holds,
+            depth: 40,
+        },
+        // A subscriber that loses its connection misses the namings sent
+        // until it starts again; its start makes up for them with a look
+        // (`Watches::listening`), which the next live waiter needs when
+        // the taker of a hand-over dies with the releaser gone.
+        Config {
+            name: "lock: a subscriber starting again, a taker dying, releaser exits",
+            model: model(
+                three(),
+                Faults::only(2, &[Fault::Crash, Fault::Resubscribe]),
+                12_000,
+            ),
             expect: Expect::Holds,
             depth: 40,
         },

@@ -61,6 +61,10 @@ pub struct LockModel {
     /// (`protocol::blocking::worth_blocking`), then waits for messages;
     /// queue order is not promised.
     pub fair: bool,
+    /// A subscriber that starts again makes up for the namings it may
+    /// have missed with a look (`Watches::listening`), as the library's
+    /// does; else the rule before, kept for the checker's own tests.
+    pub restart_looks: bool,
 }
 
 /// A plain waiter's last second, spent waiting for messages
@@ -163,6 +167,9 @@ struct Client {
     /// Its subscriber listens: started by its first busy reply; namings
     /// sent before then are not heard.
     listening: bool,
+    /// Its subscriber lost its connection and has not started again yet
+    /// (`Faults::resubscribe`): namings sent now are not heard.
+    down: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -216,6 +223,11 @@ pub enum Action {
     /// A waiter that waits for messages attempts (a message, or its wait
     /// ran out).
     Retry(usize),
+    /// Client `i`'s subscriber loses its connection, and starts again
+    /// (at once: nothing else is due before it, but other clients' steps
+    /// may come between).
+    SubscriberDown(usize),
+    SubscriberUp(usize),
 }
 
 pub(crate) const NAME: &str = "{n}";
@@ -321,18 +333,7 @@ impl LockModel {
             };
             let now = s.now;
             let c = &mut s.clients[i];
-            let waiting = match &c.main {
-                Main::Blocked { .. } | Main::Listening { .. } => true,
-                // A claim comes after the wait (`taken_by_pop`).
-                Main::Call { kind, .. } => {
-                    matches!(
-                        kind,
-                        CallKind::Grant | CallKind::AfterPop | CallKind::ByMessage
-                    )
-                }
-                Main::Idle => false,
-            };
-            if c.life != Life::Running || !waiting || !c.listening {
+            if c.life != Life::Running || !watching(c) || !c.listening {
                 continue;
             }
             named_look(c, now);
@@ -592,7 +593,7 @@ impl LockModel {
     ) {
         let now = s.now;
         let c = &mut s.clients[i];
-        if !c.listening {
+        if !c.listening && !c.down {
             // Its subscriber starts: a naming sent before it listened went
             // unheard, and the look it asks for is made up for
             // (`Watches::listening`; `NamedLooks::maybe_named` never moves
@@ -977,7 +978,8 @@ impl LockModel {
     fn urgent(&self, s: &State) -> bool {
         s.clients.iter().any(|c| {
             c.life == Life::Running
-                && (c.hold.as_ref().is_some_and(|h| h.renew_due <= s.now)
+                && (c.down
+                    || c.hold.as_ref().is_some_and(|h| h.renew_due <= s.now)
                     || c.looks.iter().any(|l| l.due <= s.now)
                     || match &c.main {
                         Main::Call { at, out, .. } => out.due(*at, s.now, self.response_ms),
@@ -1015,6 +1017,7 @@ impl Model for LockModel {
                     told: false,
                     heard: false,
                     listening: false,
+                    down: false,
                 })
                 .collect(),
             faults: 0,
@@ -1083,6 +1086,11 @@ impl Model for LockModel {
             }
             if fault && self.faults.lost_message && c.looks.iter().any(|l| l.watch) {
                 out.push(Action::LoseWatch(i));
+            }
+            if c.down {
+                out.push(Action::SubscriberUp(i));
+            } else if fault && self.faults.resubscribe && c.listening && watching(c) {
+                out.push(Action::SubscriberDown(i));
             }
         }
         if fault && self.faults.clock_step {
@@ -1228,6 +1236,24 @@ impl Model for LockModel {
                     c.looks.sort_by_key(|l| (l.due, l.waiter));
                 }
             }
+            Action::SubscriberDown(i) => {
+                s.faults += 1;
+                let c = &mut s.clients[i];
+                c.listening = false;
+                c.down = true;
+            }
+            Action::SubscriberUp(i) => {
+                let now = s.now;
+                let c = &mut s.clients[i];
+                c.down = false;
+                c.listening = true;
+                // `Watches::listening`: every name a waiter of its waits
+                // on gets the look a missed naming asked for, unless one
+                // is owed already (`NamedLooks::maybe_named`).
+                if self.restart_looks && watching(c) && !c.looks.iter().any(|l| l.watch) {
+                    named_look(c, now);
+                }
+            }
             Action::LoseWatch(i) => {
                 s.faults += 1;
                 s.clients[i].looks.retain(|l| !l.watch);
@@ -1239,6 +1265,7 @@ impl Model for LockModel {
                 c.hold = None;
                 c.looks.clear();
                 c.main = Main::Idle;
+                c.down = false;
             }
             Action::Freeze(i) => {
                 s.faults += 1;
@@ -1389,6 +1416,23 @@ impl LockModel {
             None
         };
         Ok(s)
+    }
+}
+
+/// Whether `c`'s waiter is in its acquisition (blocked, or between its
+/// round trips), so that a naming of its client is its to act on (its
+/// watch, `Watches::on_message`).
+fn watching(c: &Client) -> bool {
+    match &c.main {
+        Main::Blocked { .. } | Main::Listening { .. } => true,
+        // A claim comes after the wait (`taken_by_pop`).
+        Main::Call { kind, .. } => {
+            matches!(
+                kind,
+                CallKind::Grant | CallKind::AfterPop | CallKind::ByMessage
+            )
+        }
+        Main::Idle => false,
     }
 }
 

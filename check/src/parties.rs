@@ -25,6 +25,10 @@ pub struct Faults {
     /// redirects it, a network cut): a fair waiter's place among the
     /// blocked is lost (the lock model). Not an excuse for the order.
     pub cut: bool,
+    /// A client's subscriber loses its connection and starts again (the
+    /// lock model): namings sent meanwhile go unheard, and its start makes
+    /// up for them (`Watches::listening`). Not an excuse for liveness.
+    pub resubscribe: bool,
 }
 
 /// One kind of fault (see [`Faults`]).
@@ -37,6 +41,7 @@ pub enum Fault {
     ClockStep,
     LostMessage,
     Cut,
+    Resubscribe,
 }
 
 impl Faults {
@@ -67,6 +72,7 @@ impl Faults {
             clock_step: kinds.contains(&Fault::ClockStep),
             lost_message: kinds.contains(&Fault::LostMessage),
             cut: kinds.contains(&Fault::Cut),
+            resubscribe: kinds.contains(&Fault::Resubscribe),
         }
     }
 }

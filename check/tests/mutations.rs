@@ -29,6 +29,7 @@ fn two_waiters() -> LockModel {
         exits: false,
         reblocks: false,
         fair: true,
+        restart_looks: true,
     }
 }
 
@@ -625,4 +626,19 @@ fn a_blocked_waiter_passing_a_waiter_for_messages_ahead_is_reported() {
     let (from, to) = ("\nif told_ahead then\n", "\nif false then\n");
     let v = reported(&model, "sem_acquire.lua", from, to, 20);
     assert!(v.contains("arrival order"), "{v}");
+}
+
+/// A subscriber that started again without a look missed the naming a
+/// hand-over sent while it was down: when the taker died and the releaser
+/// had exited, the next live waiter waited for its own look (tests/
+/// waiting.rs `…_while_subscribers_reconnect`, before session 43: 5.4 s).
+#[test]
+fn a_subscriber_starting_again_without_a_look_is_reported() {
+    use redlease_check::configs::Checked;
+    let Checked::Lock(mut model) = configured("lock: a subscriber starting again") else {
+        panic!("not a lock model");
+    };
+    model.restart_looks = false;
+    let v = found(&model, &[], 40).expect("reported");
+    assert!(v.contains("liveness"), "{v}");
 }
