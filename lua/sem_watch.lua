@@ -17,8 +17,8 @@
 -- ARGV[8]  '1' fair mode, '0' otherwise
 -- Returns  milliseconds until the next look is useful (until the first
 --          permit's lease ends, or the claim window of an offer made here;
---          first in a fair line with a request that does not fit: half a
---          claim, each look keeping its place 1.5 claims; next behind it:
+--          first in a fair line with a request that does not fit: a
+--          claim, each look keeping its place three claims; next behind it:
 --          when that place would lapse), or 0: no more looks (a look at the name alone that found nothing
 --          to offer). Never errors: it runs in pipelined renewal batches.
 --          A look at a semaphore whose permits are all held is two calls
