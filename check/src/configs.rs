@@ -158,6 +158,7 @@ fn redlock(faults: Faults, delayed_restart: bool) -> Checked {
         fallback_ms: 2_000,
         delayed_restart,
         exits: true,
+        lease_from_decision: false,
     })
 }
 
@@ -625,6 +626,28 @@ pub fn all() -> Vec<Config> {
             model: sentinel(false, 2),
             expect: Expect::Holds,
             depth: 90,
+        },
+        // A client frozen past its lease believes in it only until its
+        // validity, counted from when it sent the grant; a master's clock
+        // stepped back keeps a lease longer, and fences still grow above
+        // its floor.
+        Config {
+            name: "redlock: 3 masters, 2 clients, a client frozen or a master's clock stepped back",
+            model: redlock(Faults::only(1, &[Fault::Freeze, Fault::ClockStep]), true),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        // Kleppmann's case: a master whose clock jumps ahead a lease
+        // while the grants are written lets the holder's key lapse there;
+        // it grants a second client, which with a master the first did
+        // not reach yet makes its own majority while the first holds.
+        // Redlock rests on bounded clock drift; the check finds it at
+        // once (11 steps).
+        Config {
+            name: "limit: redlock: a master's clock jumping ahead a lease",
+            model: redlock(Faults::only(1, &[Fault::ClockJump]), true),
+            expect: Expect::Finds("exclusion"),
+            depth: 60,
         },
         // Redlock's own limit (GUARANTEES.md, "On Redlock"): a master that
         // restarts at once without its keys lets a second client win a

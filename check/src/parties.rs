@@ -29,6 +29,9 @@ pub struct Faults {
     /// lock model): namings sent meanwhile go unheard, and its start makes
     /// up for them (`Watches::listening`). Not an excuse for liveness.
     pub resubscribe: bool,
+    /// A server's clock jumps ahead a lease (Redlock: one master's), the
+    /// fault Redlock's safety rests on not happening.
+    pub clock_jump: bool,
 }
 
 /// One kind of fault (see [`Faults`]).
@@ -42,6 +45,7 @@ pub enum Fault {
     LostMessage,
     Cut,
     Resubscribe,
+    ClockJump,
 }
 
 impl Faults {
@@ -73,6 +77,7 @@ impl Faults {
             lost_message: kinds.contains(&Fault::LostMessage),
             cut: kinds.contains(&Fault::Cut),
             resubscribe: kinds.contains(&Fault::Resubscribe),
+            clock_jump: kinds.contains(&Fault::ClockJump),
         }
     }
 }

@@ -26,7 +26,12 @@
 //! masters' counters disagree) may lose one master's call the same way,
 //! its time spent from the lease's validity.
 //!
-//! Not modelled yet: clock steps, frozen clients.
+//! A client may be frozen (SIGSTOP, a long pause): requests it sent
+//! still run, and it decides on their votes, renews and releases only
+//! once it resumes, its lease's validity counted from when it sent them.
+//! A master's clock may step back a second (fences must still grow), or
+//! jump ahead a lease: the limit Redlock's safety rests on, where the
+//! check finds two holders.
 
 use crate::keyspace::{Keyspace, Reply};
 use crate::lock::{
@@ -60,6 +65,11 @@ pub struct RedlockModel {
     /// A restarted master stays down a lease and the drift first.
     pub delayed_restart: bool,
     pub exits: bool,
+    /// A lease counted from when the votes are counted, not from when
+    /// the grant was sent (`Redlock::grant`'s rule): a wrong rule, for the
+    /// checker's own tests (a client frozen between the two believes in
+    /// a lease the masters have let go).
+    pub lease_from_decision: bool,
 }
 
 const MASTERS: usize = 3;
@@ -109,6 +119,8 @@ pub struct State {
     masters: Vec<Keyspace>,
     /// A restarted master answers again from then.
     down_until: Vec<i64>,
+    /// Each master's clock minus the clients' (a step or a jump).
+    offsets: Vec<i64>,
     now: i64,
     clients: Vec<Client>,
     faults: u8,
@@ -135,6 +147,12 @@ pub enum Action {
     Renew(usize, Option<Loss>),
     Release(usize, Option<Loss>),
     Restart(usize),
+    /// Master `m`'s clock steps back a second (an NTP step).
+    StepBack(usize),
+    /// Master `m`'s clock jumps ahead a lease.
+    JumpAhead(usize),
+    Freeze(usize),
+    Resume(usize),
     Exit(usize),
     Tick,
 }
@@ -185,6 +203,14 @@ impl RedlockModel {
         unqueued_release_args(i, t, true)
     }
 
+    /// Every master's clock moved to the clients' `now` (its offset
+    /// apart), and its keys whose time has come gone.
+    fn sync(&self, s: &mut State) {
+        for (m, k) in s.masters.iter_mut().enumerate() {
+            k.advance_to(s.now + SERVER_OFFSET + s.offsets[m]);
+        }
+    }
+
     fn up(&self, s: &State, m: usize) -> bool {
         s.now >= s.down_until[m]
     }
@@ -201,8 +227,9 @@ impl RedlockModel {
         ran.log(log, &format!("master {m}: "), file, args);
         // The subscriber listens on the first master.
         if m == 0 && !ran.published.is_empty() {
+            // A frozen client's subscriber reads it when it resumes.
             for c in &mut s.clients {
-                if c.life == Life::Running && c.subscribed {
+                if matches!(c.life, Life::Running | Life::Frozen) && c.subscribed {
                     c.inbox = true;
                 }
             }
@@ -329,7 +356,8 @@ impl RedlockModel {
             // A lost call of the raise is noticed at the node timeout,
             // spent from the lease's validity.
             let lost = if loss.is_some() { self.response_ms } else { 0 };
-            let valid = self.lease_ms - (s.now - at) - lost - self.drift();
+            let from = if self.lease_from_decision { s.now } else { at };
+            let valid = self.lease_ms - (s.now - from) - lost - self.drift();
             if agreed && valid > 0 {
                 if best <= s.top_fence {
                     return Err(format!(
@@ -341,8 +369,8 @@ impl RedlockModel {
                 let c = &mut s.clients[i];
                 c.hold = Some(Hold {
                     fence: best,
-                    valid_until: at + self.lease_ms - self.drift() - 1,
-                    renew_due: at + self.lease_ms / 3,
+                    valid_until: from + self.lease_ms - self.drift() - 1,
+                    renew_due: from + self.lease_ms / 3,
                 });
                 self.end_wait(s, i);
                 return Ok(());
@@ -374,8 +402,8 @@ impl RedlockModel {
         let mut t: Vec<i64> = s
             .masters
             .iter()
-            .filter_map(|k| k.next_expiry())
-            .map(|e| e - SERVER_OFFSET)
+            .enumerate()
+            .filter_map(|(m, k)| k.next_expiry().map(|e| e - SERVER_OFFSET - s.offsets[m]))
             .collect();
         t.extend(s.down_until.iter().copied());
         for c in &s.clients {
@@ -429,6 +457,7 @@ impl Model for RedlockModel {
                 .map(|_| Keyspace::starting_at(SERVER_OFFSET))
                 .collect(),
             down_until: vec![0; MASTERS],
+            offsets: vec![0; MASTERS],
             now: 0,
             clients: (0..self.ops.len())
                 .map(|_| Client {
@@ -458,9 +487,32 @@ impl Model for RedlockModel {
                 }
             }
         }
+        for m in 0..MASTERS {
+            if fault && self.faults.clock_step {
+                out.push(Action::StepBack(m));
+            }
+            if fault && self.faults.clock_jump {
+                out.push(Action::JumpAhead(m));
+            }
+        }
         for (i, c) in s.clients.iter().enumerate() {
+            if c.life == Life::Frozen {
+                out.push(Action::Resume(i));
+                // Requests it sent before it froze still run.
+                if let Main::Grant { votes, .. } = &c.main {
+                    for (m, v) in votes.iter().enumerate() {
+                        if *v == Vote::Pending {
+                            out.push(Action::RunOn(i, m));
+                        }
+                    }
+                }
+                continue;
+            }
             if c.life != Life::Running {
                 continue;
+            }
+            if fault && self.faults.freeze {
+                out.push(Action::Freeze(i));
             }
             match &c.main {
                 Main::Idle => {
@@ -524,9 +576,7 @@ impl Model for RedlockModel {
         log: &mut Option<Vec<String>>,
     ) -> Result<State, String> {
         let mut s = s0.clone();
-        for k in &mut s.masters {
-            k.advance_to(s.now + SERVER_OFFSET);
-        }
+        self.sync(&mut s);
         match *a {
             Action::Start(i) => {
                 let op = self.ops[i][s.clients[i].pc as usize];
@@ -640,6 +690,21 @@ impl Model for RedlockModel {
                     }
                 }
             }
+            Action::StepBack(m) => {
+                s.faults += 1;
+                s.offsets[m] -= 1000;
+                s.masters[m].now_us = (s.now + SERVER_OFFSET + s.offsets[m]) * 1000;
+            }
+            Action::JumpAhead(m) => {
+                s.faults += 1;
+                s.offsets[m] += self.lease_ms;
+                self.sync(&mut s);
+            }
+            Action::Freeze(i) => {
+                s.faults += 1;
+                s.clients[i].life = Life::Frozen;
+            }
+            Action::Resume(i) => s.clients[i].life = Life::Running,
             Action::Exit(i) => {
                 s.exits += 1;
                 s.clients[i].life = Life::Exited;
@@ -647,9 +712,7 @@ impl Model for RedlockModel {
             Action::Tick => {
                 let t = self.next_event(&s).ok_or("no event to wait for")?;
                 s.now = t;
-                for k in &mut s.masters {
-                    k.advance_to(s.now + SERVER_OFFSET);
-                }
+                self.sync(&mut s);
                 for c in &mut s.clients {
                     if c.hold.as_ref().is_some_and(|h| h.valid_until <= t) {
                         c.hold = None;
@@ -668,7 +731,8 @@ impl Model for RedlockModel {
             .clients
             .iter()
             .enumerate()
-            .filter(|(_, c)| c.life == Life::Running)
+            // A frozen holder still believes what it believed.
+            .filter(|(_, c)| matches!(c.life, Life::Running | Life::Frozen))
             .filter(|(_, c)| c.hold.as_ref().is_some_and(|h| h.valid_until > s.now))
             .map(|(i, _)| i)
             .collect();
@@ -697,8 +761,8 @@ impl Model for RedlockModel {
 
     fn show(&self, s: &State) -> Vec<String> {
         let mut out = vec![format!(
-            "t = {} ms, faults {}, top fence {}, masters down until {:?}",
-            s.now, s.faults, s.top_fence, s.down_until
+            "t = {} ms, faults {}, top fence {}, masters down until {:?}, clocks {:+?} ms",
+            s.now, s.faults, s.top_fence, s.down_until, s.offsets
         )];
         for (i, c) in s.clients.iter().enumerate() {
             out.push(format!(

@@ -642,3 +642,20 @@ fn a_subscriber_starting_again_without_a_look_is_reported() {
     let v = found(&model, &[], 40).expect("reported");
     assert!(v.contains("liveness"), "{v}");
 }
+
+/// Redlock: a lease counted from when the votes are counted rather than
+/// from when the grant was sent. A client frozen between the two (its
+/// votes in, its decision late) believes in a lease the masters have let
+/// go, while another client holds. The model's frozen client must show it.
+#[test]
+fn a_redlock_lease_counted_from_the_decision_is_reported_after_a_freeze() {
+    use redlease_check::configs::Checked;
+    let Checked::Redlock(mut model) = configured("redlock: 3 masters, 2 clients, a client frozen")
+    else {
+        panic!("not a Redlock model");
+    };
+    assert_eq!(found(&model, &[], 30), None);
+    model.lease_from_decision = true;
+    let v = found(&model, &[], 30).expect("reported");
+    assert!(v.contains("exclusion"), "{v}");
+}
