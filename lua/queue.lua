@@ -35,7 +35,7 @@
 --     whether no message is needed (no waiter that waits for messages is queued, and the push
 --     was not refused by an ACL without RPUSH).
 --     It also names the hand-over's watchers on channel (the oldest
---     waiters, publish.lua name_watchers), whose clients look at the
+--     waiters, publish.lua name_watchers_spaced), whose clients look at the
 --     name once the claim window has passed, unless watchers were named
 --     in the last 50 ms (prefix..'named', which lapses by then).
 --     When the queue's live head keeps its turn waiting for messages (in
@@ -154,7 +154,7 @@ end
 -- The five oldest waiters in the queue, passing over those whose pop took
 -- an earlier grant they have not claimed (their own list prefix..token
 -- still holds its fence: frozen, most likely, and never served again): the
--- hand-over's watchers, whose clients publish.lua name_watchers tells (one
+-- hand-over's watchers, whose clients publish.lua name_watchers_spaced tells (one
 -- per client, three at most). Redis hands the grant to whichever waiter
 -- has been blocked longest, mostly the head, but not always (one that
 -- joined later may have blocked first), so the head is named too; any
@@ -163,7 +163,7 @@ end
 local function hand_on_watchers(q, prefix)
   local found, oldest = {}, redis.call('ZRANGE', q, 0, 4)
   if #oldest < 2 then
-    return found -- one waiter: the taker (publish.lua name_watchers)
+    return found -- one waiter: the taker (publish.lua name_watchers_spaced)
   end
   for _, t in ipairs(oldest) do
     if redis.call('EXISTS', prefix .. t) == 0 then

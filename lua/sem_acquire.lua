@@ -248,6 +248,8 @@ if ttl > 0 and redis.call('EXISTS', prefix .. 'open') == 1 and sem_blocked_waiti
   -- first, one blocked behind, 1 crash").
   sem_name_watchers(keys, fair, prefix, ARGV[10], ARGV[11])
 end
+-- This attempt kept its place first in a fair line (waiting for messages).
+local kept = false
 if fair and not ahead and queued and not blocks then
   -- First in a fair line, waiting for messages, with a request that does
   -- not fit: as a blocked one that took too small an offer (above), it
@@ -258,6 +260,7 @@ if fair and not ahead and queued and not blocks then
   -- semaphore: 3 permits, clients asking 2, 2 and 1").
   redis.call('SET', prefix .. 'head', me, 'PX', claim * 3)
   sem_close(prefix)
+  kept = true
 end
 -- Free permits and waiters first in line, yet no offer (the holder's lease
 -- ran out with nobody to hand its permits on, or the waiters ahead died):
@@ -273,13 +276,15 @@ if fair then
   if held > 0 then
     if redis.call('GET', prefix .. 'head') ~= me then
       wait = held + 50
-    elseif not blocks then
+    elseif kept then
       -- First in line and waiting for messages: it keeps its place by
       -- its attempts, so the next comes before that place lapses. At the
       -- fallback poll (2 s, past the place's 1.5 s) the place lapsed
       -- between attempts, the waiters behind looked then and offered
       -- what was free to the line, and every waiter woke to try: 38-56
-      -- commands a second each, with 4 waiters.
+      -- commands a second each, with 4 waiters. Only when this attempt
+      -- renewed it: a waiter no longer first kept asking again in a
+      -- millisecond as its old place ran out (a review).
       wait = math.max(1, held - math.floor(claim / 5))
     end
   end
@@ -292,8 +297,11 @@ end
 -- poll or a place's life later, when the waiter the offer was for died
 -- and the releaser exited (found by the model checker, check/: "fair
 -- semaphore: a waiter for messages first, one blocked behind, 1 crash").
+-- PTTL 0 is an offer in its last millisecond: asked again in one, not at
+-- the fallback poll (by then the open list had lapsed unpurged, and a
+-- dead head of a line of waiters for messages stalled it 7 s: a review).
 local pending = redis.call('PTTL', prefix .. 'offer')
-if pending > 0 and (wait < 0 or pending < wait) then
-  wait = pending
+if pending >= 0 and (wait < 0 or pending < wait) then
+  wait = math.max(1, pending)
 end
 return string.format('%d', wait)

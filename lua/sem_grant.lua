@@ -35,7 +35,7 @@
 --     for waiters that wait for messages, and names the offer's watchers
 --     (sem_name_watchers).
 --   sem_name_watchers(keys, fair, prefix, channel, message): names an
---     offer's watchers (the oldest waiters, publish.lua name_watchers),
+--     offer's watchers (the oldest waiters, publish.lua name_watchers_spaced),
 --     unless watchers were named in the last 50 ms (prefix..'named')
 --   sem_pass(prefix, claim_ms, passes): puts an offer back for the next
 --     blocked waiter
@@ -74,11 +74,16 @@ end
 
 local function sem_join(keys, prefix, member, ttl, fair, blocks, now)
   local q, qt = keys[3], keys[4]
-  if fair and not redis.call('ZSCORE', q, member) then
-    local last = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')
-    local order = 1
-    if last[2] then order = tonumber(last[2]) + 1 end
-    redis.call('ZADD', q, order, member)
+  if fair then
+    if not redis.call('ZSCORE', q, member) then
+      local last = redis.call('ZRANGE', q, -1, -1, 'WITHSCORES')
+      local order = 1
+      if last[2] then order = tonumber(last[2]) + 1 end
+      redis.call('ZADD', q, order, member)
+    end
+    -- At every join, as the deadlines' key: lengthened only when a member
+    -- was added, the order lapsed under a quiet line whose waiters were
+    -- all still there, and a newcomer came first (a review).
     sem_live_for(q, ttl * 2)
   end
   redis.call('ZADD', qt, string.format('%d', now + ttl), member)
@@ -263,10 +268,10 @@ local function sem_offer(keys, n, fair, prefix, claim, now, channel, message, fr
   if redis.call('EXISTS', prefix .. 'told') == 1 then
     publish(channel, message)
   end
-  -- Its watchers: the first in line (fair), or any waiters; name_watchers
+  -- Its watchers: the first in line (fair), or any waiters; name_watchers_spaced
   -- keeps one per client, three at most. Only clients with a waiter that
   -- blocks watch (waiters that wait for messages are told by the publish
-  -- above). Spaced 50 ms apart, as a lock's hand-overs (queue.lua
+  -- above). No client named twice in 50 ms, as at a lock's hand-overs (queue.lua
   -- hand_on): named at every offer, waiters queueing under contention
   -- published a naming at almost every offer.
   if blocked then

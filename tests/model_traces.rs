@@ -447,3 +447,78 @@ fn a_writer_that_tried_behind_its_own_clients_reader_hears_its_hand_over() {
         "the writer got the lock: {granted}, at {at:?}; it was handed over at ~0.35 s"
     );
 }
+
+/// A review of the 50 ms spacing of watcher namings: H holds and exits at
+/// its release; A (blocked first) takes the hand-over, releases within
+/// 50 ms and exits; B (blocked second) is frozen and takes the second
+/// hand-over; C, live, queued after the first hand-over named A's and B's
+/// clients. The second hand-over named nobody (watchers had been named
+/// less than 50 ms before), and the two named were its takers, one gone
+/// and one frozen: C waited for its own look, 4.97 s (1.02 s before the
+/// spacing). Now a hand-over within 50 ms names the watchers not named
+/// yet.
+#[test]
+#[serial]
+fn a_waiter_that_queued_after_a_naming_is_named_by_the_next_hand_over() {
+    for kind in ["lock", "fair", "sem", "fsem"] {
+        let server = Server::start();
+        let mut con = server.con();
+        let name = format!("renamed-{kind}");
+        let env = |var: &'static str| {
+            vec![
+                (var, server.url()),
+                ("REDLEASE_TRACES_KIND", kind.to_string()),
+                ("REDLEASE_TRACES_NAME", name.clone()),
+            ]
+        };
+        let mut holder = Worker::spawn("exiting_holder_entry", &env("REDLEASE_TRACES_HOLDER"));
+        assert_eq!(holder.next(Duration::from_secs(10)), "held");
+        // A: takes the first hand-over, and releases and exits when told.
+        let mut a = Worker::spawn("exiting_holder_entry", &env("REDLEASE_TRACES_HOLDER"));
+        std::thread::sleep(Duration::from_millis(500));
+        let b = Worker::spawn("blocked_waiter_entry", &env("REDLEASE_TRACES_WAITER"));
+        assert_eq!(b.next(Duration::from_secs(10)), "waiting");
+        std::thread::sleep(Duration::from_millis(500));
+        b.signal(libc::SIGSTOP);
+        // C's subscriber already listens (it waited before), so that its
+        // first wait's make-up look plays no part.
+        let c = no_poll(&server.url());
+        {
+            let other = no_poll(&server.url());
+            assert!(hold(&other, kind, "prime", Duration::from_secs(5)));
+            assert!(!hold(&c, kind, "prime", Duration::from_millis(300)));
+        }
+        let sem = kind.ends_with("sem");
+        let qt = if sem {
+            format!("{{{name}}}:sem:queue:t")
+        } else {
+            format!("{{{name}}}:queue:t")
+        };
+        let queued = |con: &mut redis::Connection| -> usize {
+            redis::cmd("ZCARD").arg(&qt).query(con).unwrap()
+        };
+        assert_eq!(queued(&mut con), 2, "{kind}: A and B queued");
+        holder.tell("release");
+        assert_eq!(holder.next(Duration::from_secs(10)), "released");
+        assert_eq!(a.next(Duration::from_secs(10)), "held");
+        let (kind_c, name_c) = (kind.to_string(), name.clone());
+        let t = std::thread::spawn(move || {
+            let got = hold(&c, &kind_c, &name_c, Duration::from_secs(30));
+            (Instant::now(), got)
+        });
+        assert!(
+            common::eventually(Duration::from_secs(2), || queued(&mut con) == 2),
+            "{kind}: C never queued"
+        );
+        let released = Instant::now();
+        a.tell("release");
+        assert_eq!(a.next(Duration::from_secs(10)), "released");
+        let (at, got) = t.join().unwrap();
+        let took = at - released;
+        println!("FIGURES {kind}: C held it {took:?} after A's release");
+        assert!(got, "{kind}: nothing held");
+        // The frozen taker's first lease (twice the claim), then C's look.
+        assert!(took < Duration::from_millis(2_500), "{kind}: {took:?}");
+        b.signal(libc::SIGCONT);
+    }
+}

@@ -1096,7 +1096,10 @@ fn a_fair_line_whose_first_request_does_not_fit_costs_its_first_waiters_looks() 
             assert!(!t.join().unwrap());
         }
         let bound = if blocking { 15.0 } else { 40.0 };
-        assert!(each <= bound, "blocking {blocking}: {each:.1} a second each");
+        assert!(
+            each <= bound,
+            "blocking {blocking}: {each:.1} a second each"
+        );
         let offers = between.get("rpush").copied().unwrap_or(0);
         assert_eq!(offers, 0, "blocking {blocking}: {offers} offers while idle");
     }

@@ -163,7 +163,7 @@ fn listen(shared: &Shared, mut next: impl FnMut(Duration) -> redis::RedisResult<
 }
 
 /// The channel hand-overs that name this client publish on
-/// (lua/publish.lua `name_watchers`): the client channel, `:`, our id.
+/// (lua/publish.lua `name_watchers_spaced`): the client channel, `:`, our id.
 fn own_channel(shared: &Shared) -> Vec<u8> {
     [shared.channel.as_slice(), b":", shared.me.as_bytes()].concat()
 }

@@ -8,7 +8,7 @@ use crate::primitive::Primitive;
 
 impl<P: Primitive> WaitModel<P> {
     /// A hand-over names its watchers (`@c1:{s}:sem`, lua/publish.lua
-    /// `name_watchers`): a named client whose server grants directly and
+    /// `name_watchers_spaced`): a named client whose server grants directly and
     /// which is in an acquisition replaces its pending watch with a look
     /// at the name after the claim (`Watches::on_message`). A frozen
     /// client's subscriber reads it when the client resumes.
