@@ -1086,3 +1086,70 @@ fn a_fair_line_whose_first_request_does_not_fit_costs_its_first_waiters_looks() 
         assert_eq!(offers, 0, "blocking {blocking}: {offers} offers while idle");
     }
 }
+
+/// A review: a fair line's order (`{<name>}:sem:queue`) lived twice an
+/// entry's life from the last waiter that joined, and was not lengthened
+/// when waiters already in it asked again: a quiet line lost its order
+/// (after about 150 s) while every waiter was still there, and a newcomer
+/// came first. The key's end is brought near here (as 150 s of quiet
+/// would), and the waiters' attempts must keep it.
+#[test]
+fn a_quiet_fair_line_keeps_its_order() {
+    let server = Server::start();
+    let mut admin = server.con();
+    let url = common::user_without_blocking(&mut admin, &server);
+    let holder = client_with(&server, |b| b);
+    let held = holder
+        .fair_semaphore("qlife", 3)
+        .lease(Duration::from_secs(60))
+        .acquire_many(2)
+        .unwrap();
+    let served = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let waiter = |id: usize| {
+        let s = redlease::Client::builder()
+            .url(&url)
+            .build()
+            .unwrap()
+            .fair_semaphore("qlife", 3);
+        let served = served.clone();
+        std::thread::spawn(move || {
+            if let Some(p) = s.acquire_many_timeout(2, Duration::from_secs(20)).unwrap() {
+                served.lock().unwrap().push(id);
+                p.release().unwrap();
+            }
+        })
+    };
+    let mut ts = Vec::new();
+    for id in 1..=3 {
+        ts.push(waiter(id));
+        common::queued(&mut admin, "{qlife}:sem:queue:t", id);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The order's end, 2 s away; the waiters ask again every 1.5 s.
+    let _: () = redis::cmd("PEXPIRE")
+        .arg("{qlife}:sem:queue")
+        .arg(2_000)
+        .query(&mut admin)
+        .unwrap();
+    // Sampled every 100 ms for 3 s: the key must never be gone.
+    let mut gone = 0;
+    for _ in 0..30 {
+        std::thread::sleep(Duration::from_millis(100));
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg("{qlife}:sem:queue")
+            .query(&mut admin)
+            .unwrap();
+        gone += usize::from(exists == 0);
+    }
+    ts.push(waiter(4));
+    common::queued(&mut admin, "{qlife}:sem:queue:t", 4);
+    std::thread::sleep(Duration::from_millis(300));
+    held.release().unwrap();
+    for t in ts {
+        t.join().unwrap();
+    }
+    let served = served.lock().unwrap().clone();
+    println!("FIGURES the order gone in {gone} of 30 samples; served {served:?}");
+    assert_eq!(gone, 0, "the line's order lapsed with its waiters there");
+    assert_eq!(served, vec![1, 2, 3, 4]);
+}
