@@ -26,8 +26,8 @@ fn args() -> Result<Args, String> {
     let mut a = Args {
         depth: None,
         // Keeps the bounded check (41 configurations, 2 jobs) within CI's
-        // 5 minutes on a slow day of this shared machine: 252.7 s at 1.3
-        // million alone (56,000-313,000 states a second), 354 s at 1.5
+        // 5 minutes on a slow day of this shared machine: 205.2 s in CI
+        // at 1.2 million, 252.7 s at 1.3 million alone, 354 s at 1.5
         // million with a second load beside them, where 38 of them had
         // taken 217 s in CI at 1.5 million the day before.
         max_states: 1_200_000,
