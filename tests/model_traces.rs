@@ -460,7 +460,7 @@ fn a_writer_that_tried_behind_its_own_clients_reader_hears_its_hand_over() {
 #[test]
 #[serial]
 fn a_waiter_that_queued_after_a_naming_is_named_by_the_next_hand_over() {
-    for kind in ["lock", "fair", "sem", "fsem"] {
+    for kind in ["lock", "fair", "write", "sem", "fsem"] {
         let server = Server::start();
         let mut con = server.con();
         let name = format!("renamed-{kind}");
@@ -491,6 +491,8 @@ fn a_waiter_that_queued_after_a_naming_is_named_by_the_next_hand_over() {
         let sem = kind.ends_with("sem");
         let qt = if sem {
             format!("{{{name}}}:sem:queue:t")
+        } else if kind == "write" {
+            format!("{{{name}}}:rw:wq:t")
         } else {
             format!("{{{name}}}:queue:t")
         };
