@@ -2,7 +2,7 @@
 //! counterexamples it must go on finding until their fix lands.
 
 use crate::latch::{LatchModel, LatchOp};
-use crate::lock::{LockModel, Op};
+use crate::lock::{LockModel, Op, Scenario};
 use crate::multilock::{MultiLock, MultiModel, Names};
 use crate::parties::{Fault, Faults};
 use crate::redlock::{RedlockModel, RlOp};
@@ -64,6 +64,7 @@ fn lock_model(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> LockModel {
         reblocks: false,
         fair: true,
         restart_looks: true,
+        scenario: Scenario::default(),
     }
 }
 
@@ -346,6 +347,39 @@ pub fn all() -> Vec<Config> {
             ),
             expect: Expect::Holds,
             depth: 40,
+        },
+        // The review of the 50 ms spacing of watcher namings (session 44),
+        // which an open search of 3 clients cannot reach: H holds and exits
+        // at its release; A takes the hand-over, releases and exits; B,
+        // blocked behind, froze and takes the second hand-over; C, whose
+        // process waited before (its subscriber listens), queued after the
+        // first naming. A hand-over within 50 ms of a naming that named
+        // nobody left C to its own look (4.97 s on real Redis,
+        // model_traces.rs `a_waiter_that_queued_after_a_naming_…`); now it
+        // names the watchers not named yet. Every interleaving of the four
+        // within that order, B's freeze at any step.
+        Config {
+            name: "lock: 4 clients, a waiter queued after a naming, a frozen taker, releasers exit",
+            model: Checked::Lock(LockModel {
+                scenario: Scenario {
+                    after: vec![(1, 0, 1), (2, 0, 1), (3, 1, 1)],
+                    subscribed: vec![3],
+                    faulty: vec![2],
+                    exit_at_once: true,
+                },
+                ..lock_model(
+                    vec![
+                        vec![Acquire, Release],
+                        vec![Acquire, Release],
+                        vec![Acquire],
+                        vec![Acquire],
+                    ],
+                    Faults::only(1, &[Fault::Freeze]),
+                    4_000,
+                )
+            }),
+            expect: Expect::Holds,
+            depth: 32,
         },
         Config {
             name: "semaphore: 2 permits, 3 clients waiting for messages, 1 fault",

@@ -65,6 +65,28 @@ pub struct LockModel {
     /// have missed with a look (`Watches::listening`), as the library's
     /// does; else the rule before, kept for the checker's own tests.
     pub restart_looks: bool,
+    /// A scenario, where a configuration needs more clients than an open
+    /// search reaches (`Scenario::default()`: none).
+    pub scenario: Scenario,
+}
+
+/// What narrows a [`LockModel`]'s search to a scenario. Every interleaving
+/// within it is still explored, faults included.
+#[derive(Clone, Debug, Default)]
+pub struct Scenario {
+    /// `(i, j, n)`: client `i` starts its first operation only once client
+    /// `j` has done `n`.
+    pub after: Vec<(usize, usize, u8)>,
+    /// Clients whose subscriber already listens when the run starts (the
+    /// process waited on another name before): their first wait makes up
+    /// for no naming (`Watches::listening` ran long ago).
+    pub subscribed: Vec<usize>,
+    /// The only clients a fault may strike (empty: any).
+    pub faulty: Vec<usize>,
+    /// A client that has done its operations exits at once, before any
+    /// other step (a cron job, `redlease run`); else it may exit at any
+    /// moment after, or never (with [`LockModel::exits`]).
+    pub exit_at_once: bool,
 }
 
 /// A plain waiter's last second, spent waiting for messages
@@ -1003,7 +1025,7 @@ impl Model for LockModel {
             now: 0,
             offset: 1_000_000_000,
             clients: (0..self.ops.len())
-                .map(|_| Client {
+                .map(|i| Client {
                     pc: 0,
                     life: Life::Running,
                     tokens: 0,
@@ -1016,7 +1038,7 @@ impl Model for LockModel {
                     lost_place: false,
                     told: false,
                     heard: false,
-                    listening: false,
+                    listening: self.scenario.subscribed.contains(&i),
                     down: false,
                 })
                 .collect(),
@@ -1033,6 +1055,18 @@ impl Model for LockModel {
     }
 
     fn actions(&self, s: &State, out: &mut Vec<Action>) {
+        if self.exits && self.scenario.exit_at_once {
+            let done = s.clients.iter().enumerate().find(|(i, c)| {
+                c.life == Life::Running
+                    && c.main == Main::Idle
+                    && c.hold.is_none()
+                    && c.pc as usize >= self.ops[*i].len()
+            });
+            if let Some((i, _)) = done {
+                out.push(Action::Exit(i));
+                return;
+            }
+        }
         let fault = s.faults + s.cuts < self.faults.budget;
         for (i, c) in s.clients.iter().enumerate() {
             match c.life {
@@ -1043,6 +1077,9 @@ impl Model for LockModel {
                 Life::Crashed | Life::Exited => continue,
                 Life::Running => {}
             }
+            // A fault of this client's (the scenario may spare it).
+            let fault =
+                fault && (self.scenario.faulty.is_empty() || self.scenario.faulty.contains(&i));
             if fault && self.faults.crash {
                 out.push(Action::Crash(i));
             }
@@ -1052,7 +1089,15 @@ impl Model for LockModel {
             match &c.main {
                 Main::Idle => {
                     let ops = &self.ops[i];
-                    if (c.pc as usize) < ops.len() {
+                    let waits = c.pc == 0
+                        && self
+                            .scenario
+                            .after
+                            .iter()
+                            .any(|&(k, j, n)| k == i && s.clients[j].pc < n);
+                    if waits {
+                        // Not yet: the scenario's order (`after`).
+                    } else if (c.pc as usize) < ops.len() {
                         out.push(Action::Start(i));
                     } else if c.hold.is_none() && self.exits {
                         out.push(Action::Exit(i));

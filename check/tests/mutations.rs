@@ -3,7 +3,7 @@
 //! anything).
 
 use redlease_check::configs::{all, wait_and_release};
-use redlease_check::lock::{Fault, Faults, LockModel, Op};
+use redlease_check::lock::{Fault, Faults, LockModel, Op, Scenario};
 use redlease_check::search::{explore, Model};
 use redlease_check::server::Server;
 use redlease_check::waiters::{Subscriber, WaitOp};
@@ -30,6 +30,7 @@ fn two_waiters() -> LockModel {
         reblocks: false,
         fair: true,
         restart_looks: true,
+        scenario: Scenario::default(),
     }
 }
 
@@ -658,4 +659,29 @@ fn a_redlock_lease_counted_from_the_decision_is_reported_after_a_freeze() {
     model.lease_from_decision = true;
     let v = found(&model, &[], 30).expect("reported");
     assert!(v.contains("exclusion"), "{v}");
+}
+
+/// The 50 ms spacing of watcher namings as it was first written (session
+/// 44's review): a hand-over within 50 ms of a naming named nobody, and
+/// when the watchers named were its takers (one gone, one frozen), a
+/// waiter that queued after the naming waited for its own look
+/// (`model_traces.rs::a_waiter_that_queued_after_a_naming_…`: 4.97 s).
+/// Reached only by the 4-client scenario.
+#[test]
+fn a_hand_over_naming_nobody_within_the_spacing_is_reported() {
+    let model = configured("lock: 4 clients, a waiter queued after a naming");
+    let redlease_check::configs::Checked::Lock(model) = model else {
+        panic!("not a lock model");
+    };
+    let files: Vec<_> = ["lock_acquire.lua", "lock_release.lua", "lock_watch.lua"]
+        .into_iter()
+        .map(|f| {
+            (
+                f,
+                mutated(f, "if #fresh == 0 then", "if before or #fresh == 0 then"),
+            )
+        })
+        .collect();
+    let v = found(&model, &files, 32).expect("reported");
+    assert!(v.contains("liveness"), "{v}");
 }
