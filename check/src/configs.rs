@@ -676,7 +676,7 @@ pub fn all() -> Vec<Config> {
         // it grants a second client, which with a master the first did
         // not reach yet makes its own majority while the first holds.
         // Redlock rests on bounded clock drift; the check finds it at
-        // once (11 steps).
+        // once (21 steps).
         Config {
             name: "limit: redlock: a master's clock jumping ahead a lease",
             model: redlock(Faults::only(1, &[Fault::ClockJump]), true),

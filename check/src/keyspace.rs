@@ -225,10 +225,14 @@ impl Keyspace {
     }
 
     /// Removes every key whose time has come (Redis's lazy and active
-    /// expiry, taken together: no expired key is ever seen).
+    /// expiry, taken together: no expired key is ever seen). A key lives
+    /// through its expiry's own millisecond, as in Redis (`keyIsExpired`:
+    /// `now > when`), where `PTTL` answers 0 for it: a script must read
+    /// that as "still there" (a review found an offer read then sent its
+    /// waiter to the 2 s poll).
     pub fn expire(&mut self) {
         let now = self.now_ms();
-        let live = |e: &Entry| e.expires.is_none_or(|at| at > now);
+        let live = |e: &Entry| e.expires.is_none_or(|at| at >= now);
         if !self.keys.values().all(live) {
             self.keys.make_mut().retain(|_, e| live(e));
         }
@@ -248,9 +252,14 @@ impl Keyspace {
         }
     }
 
-    /// The earliest expiry still ahead, in server milliseconds.
+    /// The earliest millisecond at which a key is gone (the one after its
+    /// expiry: [`Keyspace::expire`]), in server milliseconds.
     pub fn next_expiry(&self) -> Option<i64> {
-        self.keys.values().filter_map(|e| e.expires).min()
+        self.keys
+            .values()
+            .filter_map(|e| e.expires)
+            .min()
+            .map(|at| at + 1)
     }
 
     fn get(&self, k: &[u8]) -> Option<&Entry> {

@@ -685,3 +685,25 @@ fn a_hand_over_naming_nobody_within_the_spacing_is_reported() {
     let v = found(&model, &files, 32).expect("reported");
     assert!(v.contains("liveness"), "{v}");
 }
+
+/// lua/sem_acquire.lua as it was before (session 44's review): an offer
+/// read in its last millisecond (`PTTL` 0; a key lives through its
+/// expiry's millisecond in Redis, and in the checker's keyspace since)
+/// was taken for no offer, and the waiter that waits for messages went to
+/// its fallback poll (up to 7 s with a dead head of the line).
+#[test]
+fn an_offer_read_in_its_last_millisecond_taken_for_none_is_reported() {
+    use redlease_check::configs::Checked;
+    let Checked::Semaphore(model) = configured("a waiter for messages first, one blocked behind")
+    else {
+        panic!("not a semaphore model");
+    };
+    let v = reported(
+        &model,
+        "sem_acquire.lua",
+        "if pending >= 0 and",
+        "if pending > 0 and",
+        30,
+    );
+    assert!(v.contains("liveness"), "{v}");
+}
