@@ -311,6 +311,7 @@ pub use protocol::scripts::sent_code as __sent_code;
 pub mod __protocol {
     pub use crate::protocol::clean_up::{goes_on, undos, Undo};
     pub use crate::protocol::looks::{next_look, LOOK_MARGIN, LOOK_MAX, NAME_LOOKS, WAITER_LOOKS};
+    pub use crate::protocol::popped::{popped_hold, PoppedHold};
     pub use crate::protocol::scripts::{lock, rwlock, semaphore};
     pub use crate::protocol::timing::{
         first_look, GRANT_CLAIM, GRANT_SLICE, NAME_LOOK_AFTER, POPPED_LEASE, ROOM_CHUNK, ROOM_ENTRY,

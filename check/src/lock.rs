@@ -551,8 +551,9 @@ impl LockModel {
         since: i64,
         first: i64,
     ) -> Result<(), String> {
-        let first = self.valid().min(first - 1);
-        if s.now - since < first / 3 {
+        let (first, claim_now) =
+            crate::parties::popped_hold(self.valid(), first, since, s.now, true);
+        if !claim_now {
             return self.new_hold(s, i, t, fence, since + first, since + first / 3);
         }
         s.clients[i].main = Main::Call {

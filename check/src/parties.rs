@@ -239,3 +239,26 @@ pub(crate) fn busy(r: &Reply) -> Option<i64> {
         _ => None,
     }
 }
+
+/// `protocol::popped::popped_hold`, the library's own rule, in the
+/// models' milliseconds: a grant a pop took, with `left` ms of it (less
+/// a millisecond, at most `valid`), its block sent at `since`, read at
+/// `now`: the first hold's length, and whether the full lease is claimed
+/// at once (a single server: no drift).
+pub(crate) fn popped_hold(
+    valid: i64,
+    left: i64,
+    since: i64,
+    now: i64,
+    watchdog: bool,
+) -> (i64, bool) {
+    let d = |v: i64| std::time::Duration::from_millis(v.max(0) as u64);
+    let h = redlease::__protocol::popped_hold(
+        d(valid),
+        d(left),
+        std::time::Duration::ZERO,
+        d(now - since),
+        watchdog,
+    );
+    (ms(h.first), h.claim_now)
+}

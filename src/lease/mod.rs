@@ -27,6 +27,7 @@ use crate::backend::PreparedCall;
 use crate::error::Result;
 use crate::lease::context::Context;
 use crate::protocol::lease_state::LeaseState;
+use crate::protocol::popped::{popped_hold, PoppedHold};
 use crate::protocol::scripts::Parts;
 use crate::protocol::timing::NAME_LOOK_AFTER;
 use crate::renewal;
@@ -140,11 +141,14 @@ fn taken_by_pop(
     first: Duration,
     slot: Option<&HoldKey>,
 ) -> Arc<Held> {
-    // Whole milliseconds less one, as `valid_for` counts a lease.
-    let first = grant
-        .valid
-        .min(first.saturating_sub(Duration::from_millis(1) + client.backend().drift(first)));
-    if spec.watchdog && grant.at.elapsed() < first / 3 {
+    let PoppedHold { first, claim_now } = popped_hold(
+        grant.valid,
+        first,
+        client.backend().drift(first),
+        grant.at.elapsed(),
+        spec.watchdog,
+    );
+    if !claim_now {
         return hold_with(client, spec, grant, Some(first), slot);
     }
     let sent = Instant::now();

@@ -12,6 +12,7 @@ pub(crate) mod clean_up;
 pub(crate) mod keys;
 pub(crate) mod lease_state;
 pub(crate) mod looks;
+pub(crate) mod popped;
 pub(crate) mod scripts;
 pub(crate) mod signal;
 pub(crate) mod timing;

@@ -323,8 +323,14 @@ impl<P: Primitive> WaitModel<P> {
                     // (`POPPED_LEASE`), from the block's sending; after a
                     // long block one extension sets the full lease first.
                     self.finish(server, s, i, log);
-                    let first = self.lease_ms.min(ms(p::POPPED_LEASE)) - 1;
-                    if self.watchdog && now - at < first / 3 {
+                    let (first, claim_now) = crate::parties::popped_hold(
+                        self.lease_ms - 1,
+                        ms(p::POPPED_LEASE),
+                        at,
+                        now,
+                        self.watchdog,
+                    );
+                    if !claim_now {
                         self.new_hold(s, i, t, fence, at, Some(first))?;
                     } else {
                         let run = self.prim.extend(self, i, mode, t, self.lease_ms, false);
