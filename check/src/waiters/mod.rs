@@ -272,6 +272,9 @@ pub enum Action {
     /// The reply of a blocked waiter's round trip (its pop and the script
     /// behind it, which ran) is lost: it comes too late.
     LosePopped(usize),
+    /// The naming that asked for a client's pending look after a
+    /// hand-over was lost (a pub/sub message is not delivered for sure).
+    LoseWatch(usize),
     Tick,
 }
 

@@ -190,6 +190,9 @@ impl<P: Primitive> Model for WaitModel<P> {
                     out.push(Action::Look(i, k));
                 }
             }
+            if fault && self.faults.lost_message && c.looks.iter().any(|l| l.watch) {
+                out.push(Action::LoseWatch(i));
+            }
         }
         if fault && self.faults.clock_step {
             out.push(Action::StepBack);
@@ -328,6 +331,11 @@ impl<P: Primitive> Model for WaitModel<P> {
                 }
             }
             Action::Call(i, CallStep::Receive) => self.receive(server, &mut s, i, log)?,
+            Action::LoseWatch(i) => {
+                s.faults += 1;
+                s.lost = true;
+                s.clients[i].looks.retain(|l| !l.watch);
+            }
             Action::Message(i) | Action::Retry(i) | Action::LoseMessage(i) => {
                 if matches!(a, Action::LoseMessage(_)) {
                     s.faults += 1;
