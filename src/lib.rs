@@ -312,9 +312,12 @@ pub mod __protocol {
     pub use crate::protocol::clean_up::{goes_on, undos, Undo};
     pub use crate::protocol::looks::{next_look, LOOK_MARGIN, LOOK_MAX, NAME_LOOKS, WAITER_LOOKS};
     pub use crate::protocol::popped::{popped_hold, PoppedHold};
+    pub use crate::protocol::quorum::{
+        combine, drift, jitter, lease_left, quorum, Tally, Vote, JITTER_MAX,
+    };
     pub use crate::protocol::scripts::{lock, rwlock, semaphore};
     pub use crate::protocol::timing::{
         first_look, GRANT_CLAIM, GRANT_SLICE, NAME_LOOK_AFTER, POPPED_LEASE, ROOM_CHUNK, ROOM_ENTRY,
     };
-    pub use crate::protocol::watch::hand_over;
+    pub use crate::protocol::watch::{hand_over, NamedLooks};
 }

@@ -9,7 +9,7 @@
 //! left of it after the time spent and the drift allowance
 //! (`redlock::drift`); otherwise the attempt is undone on every master and
 //! the waiter retries at the hint (`Redlock::grant`: the wait, at most a
-//! quarter of it and at least the jitter, here its largest, 50 ms) or on
+//! quarter of it and at least the jitter, here its largest, 49 ms) or on
 //! a release message from the first master (its subscriber's). Renewals
 //! and releases go by majority. A master restarts without its keys: at
 //! once, or (Redlock's rule) staying down for a lease and the drift first.
@@ -32,6 +32,8 @@
 //! A master's clock may step back a second (fences must still grow), or
 //! jump ahead a lease: the limit Redlock's safety rests on, where the
 //! check finds two holders.
+
+use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Reply};
 use crate::lock::{
@@ -73,9 +75,8 @@ pub struct RedlockModel {
 }
 
 const MASTERS: usize = 3;
-const QUORUM: usize = MASTERS / 2 + 1;
 /// The largest jitter of `Redlock::grant`'s retry hint.
-const JITTER: i64 = 50;
+const JITTER: i64 = p::JITTER_MAX;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Vote {
@@ -165,30 +166,29 @@ pub enum Loss {
     Reply(usize),
 }
 
-/// The fences the masters granted (their votes that were grants).
-fn granted(votes: &[Vote]) -> Vec<i64> {
-    votes
-        .iter()
-        .filter_map(|v| match v {
-            Vote::Ran(r) => int(r).filter(|&f| f > 0),
-            _ => None,
-        })
-        .collect()
+/// The votes as `Redlock::grant` reads them (an integer a grant, a
+/// text a wait, anything else or nothing a missing vote), counted by the
+/// library's own rules (`protocol::quorum::Tally`).
+fn tally(votes: &[Vote]) -> p::Tally {
+    p::Tally::of(votes.iter().map(|v| match v {
+        Vote::Ran(Reply::Int(fence)) => p::Vote::Granted(*fence),
+        Vote::Ran(r) => busy(r).map_or(p::Vote::Failed, p::Vote::Busy),
+        _ => p::Vote::Failed,
+    }))
 }
 
 /// Whether a grant with these votes raises the counters
 /// (`Redlock::agree_on_fence`): a majority granted, and fewer than a
 /// majority returned the largest fence.
 fn raise_needed(votes: &[Vote]) -> bool {
-    let fences = granted(votes);
-    let best = fences.iter().copied().max().unwrap_or(0);
-    fences.len() >= QUORUM && fences.iter().filter(|&&f| f >= best).count() < QUORUM
+    let t = tally(votes);
+    t.granted() && t.needs_raise()
 }
 
 impl RedlockModel {
-    /// `redlock::drift`: 1 % of the lease and 2 ms.
+    /// `protocol::quorum::drift`, the library's own, in milliseconds.
     fn drift(&self) -> i64 {
-        self.lease_ms / 100 + 2
+        p::drift(std::time::Duration::from_millis(self.lease_ms as u64)).as_millis() as i64
     }
 
     /// lua/lock_acquire.lua's arguments on Redlock (`Lock`'s spec: no
@@ -319,46 +319,24 @@ impl RedlockModel {
             return Err("no votes".into());
         };
         let t = s.clients[i].tokens;
-        let fences = granted(&votes);
-        let wait = votes
-            .iter()
-            .filter_map(|v| match v {
-                Vote::Ran(r) => busy(r).filter(|&w| w > 0),
-                _ => None,
-            })
-            .min();
-        if fences.len() >= QUORUM {
-            let best = fences.iter().copied().max().unwrap_or(0);
-            let agreed = fences.iter().filter(|&&f| f >= best).count() >= QUORUM || {
+        let votes_tally = tally(&votes);
+        if votes_tally.granted() {
+            let best = votes_tally.fence();
+            let agreed = !votes_tally.needs_raise() || {
                 let keys = [key(":fence"), FLOOR.to_vec()];
                 let args = [b(best), b(self.lease_ms)];
                 let call = ("fence_raise.lua", &keys[..], &args[..]);
                 let befores = self.on_all_losing(server, s, call, loss, log);
-                // `Redlock::agree_on_fence`: owned where the raise moved
-                // the counter up, or where this grant's own vote drew the
-                // fence and nothing moved past it.
-                befores
-                    .iter()
-                    .zip(&votes)
-                    .filter(|(before, vote)| {
-                        let drew = match vote {
-                            Vote::Ran(r) => int(r),
-                            _ => None,
-                        };
-                        match before.as_ref().and_then(int) {
-                            Some(b) => (0..best).contains(&b) || (b == best && drew == Some(best)),
-                            None => false,
-                        }
-                    })
-                    .count()
-                    >= QUORUM
+                let befores: Vec<Option<i64>> =
+                    befores.iter().map(|r| r.as_ref().and_then(int)).collect();
+                votes_tally.owned_after_raise(&befores)
             };
             // A lost call of the raise is noticed at the node timeout,
             // spent from the lease's validity.
             let lost = if loss.is_some() { self.response_ms } else { 0 };
             let from = if self.lease_from_decision { s.now } else { at };
-            let valid = self.lease_ms - (s.now - from) - lost - self.drift();
-            if agreed && valid > 0 {
+            let ms = |v: i64| std::time::Duration::from_millis(v.max(0) as u64);
+            if agreed && p::lease_left(ms(self.lease_ms), ms(s.now - from + lost)) {
                 if best <= s.top_fence {
                     return Err(format!(
                         "fence {best} granted to c{i}, not above {} granted before",
@@ -389,7 +367,7 @@ impl RedlockModel {
                     c.subscribed = true;
                     self.attempt(s, i);
                 } else {
-                    let hint = wait.map_or(JITTER, |w| w.min(JITTER.max(w / 4)));
+                    let hint = votes_tally.retry_after(JITTER);
                     let until = (s.now + hint.min(self.fallback_ms)).min(d);
                     c.main = Main::Waiting { until };
                 }
@@ -653,24 +631,19 @@ impl Model for RedlockModel {
                 let (keys, args) = renewal_call(i, t, self.lease_ms);
                 let renewal = ("lock_extend.lua", &keys[..], &args[..]);
                 let votes = self.on_all_losing(server, &mut s, renewal, loss, log);
-                let yes = votes
-                    .iter()
-                    .filter(|v| v.as_ref().and_then(int) == Some(1))
-                    .count();
-                let no = votes
-                    .iter()
-                    .filter(|v| v.as_ref().is_some_and(|r| int(r) != Some(1)))
-                    .count();
+                // `Redlock::eval_batch`: a majority decides (`combine`).
+                let verdict = p::combine(MASTERS, votes.iter().map(|v| v.as_ref().and_then(int)));
                 let now = s.now;
                 let c = &mut s.clients[i];
                 if let Some(h) = &mut c.hold {
-                    if yes >= QUORUM {
-                        h.valid_until = h.valid_until.max(now + self.lease_ms - self.drift() - 1);
-                        h.renew_due = now + self.lease_ms / 3;
-                    } else if no > MASTERS - QUORUM {
-                        c.hold = None;
-                    } else {
-                        h.renew_due = now + self.lease_ms / 3;
+                    match verdict {
+                        Some(1) => {
+                            h.valid_until =
+                                h.valid_until.max(now + self.lease_ms - self.drift() - 1);
+                            h.renew_due = now + self.lease_ms / 3;
+                        }
+                        Some(_) => c.hold = None,
+                        None => h.renew_due = now + self.lease_ms / 3,
                     }
                 }
             }

@@ -17,13 +17,10 @@ use redis::{FromRedisValue, Value};
 use super::pool::batch;
 use super::{fan_out, Answer, Call, GrantCall, Node};
 use crate::error::{Error, ErrorKind, Result};
+use crate::protocol::quorum::{self, Tally, Vote};
 use crate::protocol::scripts::{Parts, FENCE_RAISE};
 
-/// What a lease loses to clock drift between independent masters: 1 % of
-/// the lease plus 2 ms, subtracted at acquisition and at every renewal.
-pub(crate) fn drift(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
-}
+pub(crate) use crate::protocol::quorum::drift;
 
 /// Independent masters; a majority decides.
 pub(crate) struct Redlock {
@@ -79,7 +76,7 @@ impl Redlock {
     }
 
     fn quorum(&self) -> usize {
-        self.nodes.len() / 2 + 1
+        quorum::quorum(self.nodes.len())
     }
 
     /// Writes `pipe` to every master, then reads every master's replies
@@ -186,62 +183,45 @@ impl Redlock {
         let (call, undo, lease, fence) = (&g.call, g.undo, g.lease, g.fence);
         let start = Instant::now();
         let votes = self.call_all::<Answer>(call, Some(undo));
-        let mut grants = 0;
-        let mut best = 0;
-        // What each master drew for us (its vote), in master order.
-        let mut drew = Vec::with_capacity(votes.len());
-        let mut wait: Option<i64> = None;
-        let mut errors = 0;
         let mut foreign = None;
         let mut last_err = None;
-        for v in votes {
-            drew.push(match &v {
-                Ok(Answer::Granted(value)) => Some(*value),
-                _ => None,
-            });
-            match v {
-                Ok(Answer::Granted(value)) => {
-                    grants += 1;
-                    best = best.max(value);
-                }
-                Ok(Answer::Busy(ms)) if ms > 0 => wait = Some(wait.map_or(ms, |w: i64| w.min(ms))),
-                Ok(_) => {}
-                Err(e) => {
-                    errors += 1;
-                    if e.kind() == ErrorKind::WrongType {
-                        foreign = Some(e);
-                    } else {
-                        last_err = Some(e);
+        let mut errors = 0;
+        // The votes, decided by the protocol core (`protocol::quorum`, as
+        // the model checker decides them); the errors kept to report.
+        let tally = Tally::of(
+            votes
+                .into_iter()
+                .map(|v| match v {
+                    Ok(Answer::Granted(fence)) => Vote::Granted(fence),
+                    Ok(Answer::Busy(ms)) => Vote::Busy(ms),
+                    Err(e) => {
+                        errors += 1;
+                        if e.kind() == ErrorKind::WrongType {
+                            foreign = Some(e);
+                        } else {
+                            last_err = Some(e);
+                        }
+                        Vote::Failed
                     }
-                }
-            }
-        }
-        let q = self.quorum();
-        if grants >= q {
+                })
+                .collect::<Vec<_>>(),
+        );
+        if tally.granted() {
             if let Some(e) = &foreign {
                 log::warn!(
                     "redlease: a Redlock master refused the lease, counted as a missing vote: {e}"
                 );
             }
-            // A granting master's counter is at least the value it
-            // returned. When a majority returned the largest value already,
-            // a majority holds counters at it: no raise is needed (the usual
-            // case, counters moving in step), and the cycle costs no more
-            // round trips than on one server.
-            let at_best = drew.iter().filter(|&&v| v == Some(best)).count();
             let agreed = match fence {
-                Some(key) if at_best < q => self.agree_on_fence(key, best, lease, &drew),
+                Some(key) if tally.needs_raise() => self.agree_on_fence(key, &tally, lease),
                 _ => true,
             };
-            let valid = lease
-                .checked_sub(start.elapsed() + drift(lease))
-                .is_some_and(|v| !v.is_zero());
-            if agreed && valid {
-                return Ok(Answer::Granted(best));
+            if agreed && quorum::lease_left(lease, start.elapsed()) {
+                return Ok(Answer::Granted(tally.fence()));
             }
         }
         self.undo(undo);
-        if grants < q && errors > self.nodes.len() - q {
+        if tally.hopeless() {
             // Too many masters failing for any majority: report it instead
             // of waiting forever on an impossible quorum.
             if last_err.is_none() {
@@ -252,8 +232,9 @@ impl Redlock {
             let e = Error::new(
                 ErrorKind::QuorumNotReached,
                 format!(
-                    "{errors} of {} Redlock masters failed; a majority is {q}",
-                    self.nodes.len()
+                    "{errors} of {} Redlock masters failed; a majority is {}",
+                    self.nodes.len(),
+                    self.quorum()
                 ),
             );
             return Err(match last_err.or(foreign) {
@@ -262,10 +243,8 @@ impl Redlock {
             });
         }
         // Split votes: retry soon, jittered so contenders fall out of step.
-        let jitter = 5 + (uuid::Uuid::new_v4().as_u128() % 45) as i64;
-        Ok(Answer::Busy(
-            wait.map_or(jitter, |w| w.min(jitter.max(w / 4))),
-        ))
+        let jitter = quorum::jitter(uuid::Uuid::new_v4().as_u128());
+        Ok(Answer::Busy(tally.retry_after(jitter)))
     }
 
     /// Runs `undo` on every master.
@@ -275,24 +254,10 @@ impl Redlock {
 
     /// Masters count fences independently: raise every counter to the fence
     /// about to be handed out, and require a majority of masters where this
-    /// grant owns it: the raise moved the counter up to it, or this grant's
-    /// own vote drew it there and nothing moved past it since
-    /// (lua/fence_raise.lua says what the master knew before). A fence is
-    /// then owned on a majority by one grant only, and a raise lost on one
-    /// master is harmless: that majority overlaps every later one. A
-    /// master whose counter was at the fence already, from another grant's
-    /// draw, confirmed it before, and a grant whose vote was drawn before
-    /// that other grant was decided held the same fence again (found by
-    /// the model checker, check/: "redlock: 3 masters, 2 clients, 2
-    /// faults"; `fault_model.rs::redlock_never_repeats_a_fence_a_raise_found_already_drawn`).
-    fn agree_on_fence(
-        &self,
-        key: &[u8],
-        fence: i64,
-        lease: Duration,
-        drew: &[Option<i64>],
-    ) -> bool {
-        let f = fence.to_string();
+    /// grant owns it (`Tally::owned_after_raise` says which;
+    /// lua/fence_raise.lua says what each master knew before).
+    fn agree_on_fence(&self, key: &[u8], tally: &Tally, lease: Duration) -> bool {
+        let f = tally.fence().to_string();
         // The floor too: a lapsed counter restarts above it (fence.lua).
         let keys = [key.to_vec(), super::fence_floor(key, false)];
         // The counter lapses with the lease, like every counter (fence.lua).
@@ -303,16 +268,12 @@ impl Redlock {
             keys: Parts::Owned(&keys),
             args: Parts::Owned(&args),
         };
-        let owned = self
+        let before: Vec<Option<i64>> = self
             .call_all::<i64>(&raise, None)
             .into_iter()
-            .zip(drew)
-            .filter(|(before, drew)| match before {
-                Ok(b) => (0..fence).contains(b) || (*b == fence && **drew == Some(fence)),
-                Err(_) => false,
-            })
-            .count();
-        owned >= self.quorum()
+            .map(|b| b.ok())
+            .collect();
+        tally.owned_after_raise(&before)
     }
 
     /// A confirming script on every master: `1` when a majority confirms,
@@ -384,21 +345,6 @@ impl Redlock {
 
     /// Majority decision over 1/0 votes (`None` = no answer).
     fn combine(&self, votes: impl Iterator<Item = Option<i64>>) -> Option<i64> {
-        let (n, q) = (self.nodes.len(), self.quorum());
-        let (mut yes, mut no) = (0, 0);
-        for v in votes {
-            match v {
-                Some(1) => yes += 1,
-                Some(_) => no += 1,
-                None => {}
-            }
-        }
-        if yes >= q {
-            Some(1)
-        } else if no > n - q {
-            Some(0)
-        } else {
-            None
-        }
+        quorum::combine(self.nodes.len(), votes)
     }
 }

@@ -13,6 +13,7 @@ pub(crate) mod keys;
 pub(crate) mod lease_state;
 pub(crate) mod looks;
 pub(crate) mod popped;
+pub(crate) mod quorum;
 pub(crate) mod scripts;
 pub(crate) mod signal;
 pub(crate) mod timing;

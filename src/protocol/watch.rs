@@ -15,12 +15,13 @@ pub fn hand_over(payload: &[u8]) -> Option<(&[u8], &[u8])> {
 }
 
 /// The looks a client owes after namings, one per key, each with when it
-/// is due.
-pub(crate) struct NamedLooks<L> {
-    due: HashMap<Vec<u8>, (L, Instant)>,
+/// is due (an `Instant` in the library; the model checker's virtual
+/// milliseconds, `check/`, which drives this same rule).
+pub struct NamedLooks<L, T = Instant> {
+    due: HashMap<Vec<u8>, (L, T)>,
 }
 
-impl<L> Default for NamedLooks<L> {
+impl<L, T> Default for NamedLooks<L, T> {
     fn default() -> Self {
         NamedLooks {
             due: HashMap::new(),
@@ -28,12 +29,12 @@ impl<L> Default for NamedLooks<L> {
     }
 }
 
-impl<L> NamedLooks<L> {
+impl<L, T: Copy + Ord> NamedLooks<L, T> {
     /// A naming for `key` asks for `look` at `due`. A later hand-over
     /// settles the earlier one (its grant was claimed and released, or
     /// opened again by a look): a look not yet made moves to after this
     /// one, so each client makes at most one per quiet spell of a name.
-    pub(crate) fn named(&mut self, key: &[u8], look: L, due: Instant) {
+    pub fn named(&mut self, key: &[u8], look: L, due: T) {
         self.due.insert(key.to_vec(), (look, due));
     }
 
@@ -41,13 +42,13 @@ impl<L> NamedLooks<L> {
     /// look is owed for it already (it is due no later: a subscriber that
     /// reconnects every few hundred milliseconds would otherwise put it
     /// off for ever, as a review found).
-    pub(crate) fn maybe_named(&mut self, key: &[u8], look: L, due: Instant) {
+    pub fn maybe_named(&mut self, key: &[u8], look: L, due: T) {
         self.due.entry(key.to_vec()).or_insert((look, due));
     }
 
     /// The looks due by `now`, taken out, and when the next one is due.
-    pub(crate) fn take_due(&mut self, now: Instant) -> (Vec<L>, Option<Instant>) {
-        let mut next: Option<Instant> = None;
+    pub fn take_due(&mut self, now: T) -> (Vec<L>, Option<T>) {
+        let mut next: Option<T> = None;
         let mut taken = Vec::new();
         for (key, (_, at)) in self.due.iter() {
             if *at > now {
