@@ -622,9 +622,8 @@ impl LockModel {
             // (`Watches::listening`; `NamedLooks::maybe_named` never moves
             // a look owed already).
             c.listening = true;
-            if !c.looks.iter().any(|l| l.watch) {
-                named_look(c, now);
-            }
+            crate::parties::missed_naming_look(&mut c.looks, 0, now);
+            c.looks.sort_by_key(|l| (l.due, l.waiter));
         }
         let c = &s.clients[i];
         if c.deadline.is_some_and(|d| s.now >= d) {
@@ -1130,7 +1129,7 @@ impl Model for LockModel {
                     out.push(Action::Look(i, k));
                 }
             }
-            if fault && self.faults.lost_message && c.looks.iter().any(|l| l.watch) {
+            if fault && self.faults.lost_message && crate::parties::owes(&c.looks, 0, s.now) {
                 out.push(Action::LoseWatch(i));
             }
             if c.down {
@@ -1296,13 +1295,15 @@ impl Model for LockModel {
                 // `Watches::listening`: every name a waiter of its waits
                 // on gets the look a missed naming asked for, unless one
                 // is owed already (`NamedLooks::maybe_named`).
-                if self.restart_looks && watching(c) && !c.looks.iter().any(|l| l.watch) {
-                    named_look(c, now);
+                if self.restart_looks && watching(c) {
+                    crate::parties::missed_naming_look(&mut c.looks, 0, now);
+                    c.looks.sort_by_key(|l| (l.due, l.waiter));
                 }
             }
             Action::LoseWatch(i) => {
                 s.faults += 1;
-                s.clients[i].looks.retain(|l| !l.watch);
+                let now = s.now;
+                crate::parties::lose_naming(&mut s.clients[i].looks, 0, now);
             }
             Action::Crash(i) => {
                 s.faults += 1;

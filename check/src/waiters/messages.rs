@@ -42,9 +42,10 @@ impl<P: Primitive> WaitModel<P> {
         if !s.clients[first].listening {
             s.clients[first].listening = true;
             // `NamedLooks::maybe_named`: never moves a look owed already.
-            let owed = self
-                .threads(s, pid)
-                .any(|j| s.clients[j].looks.iter().any(|l| l.watch));
+            let owed = self.threads(s, pid).any(|j| {
+                let c = &s.clients[j];
+                crate::parties::owes(&c.looks, c.name, s.now)
+            });
             if self.subscriber != Subscriber::NoMakeUp && !owed {
                 self.read_naming(s, pid);
             }

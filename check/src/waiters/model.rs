@@ -190,7 +190,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                     out.push(Action::Look(i, k));
                 }
             }
-            if fault && self.faults.lost_message && c.looks.iter().any(|l| l.watch) {
+            if fault && self.faults.lost_message && crate::parties::owes(&c.looks, c.name, s.now) {
                 out.push(Action::LoseWatch(i));
             }
         }
@@ -334,7 +334,8 @@ impl<P: Primitive> Model for WaitModel<P> {
             Action::LoseWatch(i) => {
                 s.faults += 1;
                 s.lost = true;
-                s.clients[i].looks.retain(|l| !l.watch);
+                let (now, c) = (s.now, &mut s.clients[i]);
+                crate::parties::lose_naming(&mut c.looks, c.name, now);
             }
             Action::Message(i) | Action::Retry(i) | Action::LoseMessage(i) => {
                 if matches!(a, Action::LoseMessage(_)) {
