@@ -26,7 +26,7 @@ use redis::Value;
 
 use crate::backend::{Backend, Call, PreparedCall};
 use crate::protocol::lease_state::LeaseState;
-use crate::protocol::looks::{next_look, LOOK_MARGIN, LOOK_MAX, LOOK_PERIOD, WAITER_LOOKS};
+use crate::protocol::looks::{look_runs_at, next_look, LOOK_PERIOD, WAITER_LOOKS};
 use crate::util::monotonic::nanos;
 
 /// One lease to keep alive.
@@ -680,7 +680,7 @@ pub(crate) fn watch_for(
         expires: never,
         state: state.clone(),
         generation: 0,
-        first: Some((first + LOOK_MARGIN).min(Instant::now() + LOOK_MAX)),
+        first: Some(look_runs_at(first, Instant::now())),
         look: true,
         looks_left: looks,
     });

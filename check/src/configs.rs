@@ -156,7 +156,7 @@ fn redlock(faults: Faults, delayed_restart: bool) -> Checked {
         lease_ms: LockModel::default_lease(),
         horizon_ms: 12_000,
         response_ms: 2_000,
-        fallback_ms: 2_000,
+        fallback_ms: crate::lock::FALLBACK_MS,
         delayed_restart,
         exits: true,
         lease_from_decision: false,
@@ -197,7 +197,7 @@ fn latch(ops: Vec<Vec<LatchOp>>, faults: Faults) -> Checked {
         faults,
         horizon_ms: 12_000,
         response_ms: 2_000,
-        fallback_ms: 2_000,
+        fallback_ms: crate::lock::FALLBACK_MS,
         exits: true,
     })
 }

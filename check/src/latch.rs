@@ -128,9 +128,9 @@ pub enum Action {
 }
 
 const KEY: &[u8] = b"{l}:latch";
-const CHANNEL: &[u8] = b"redlease:wake";
-/// `OPENING_LIFE` (handles/latch.rs).
-const OPENING_LIFE: i64 = 500;
+const CHANNEL: &[u8] = crate::lock::CHANNEL;
+/// `protocol::timing::OPENING_LIFE`, the library's own.
+const OPENING_LIFE: i64 = redlease::__protocol::OPENING_LIFE.as_millis() as i64;
 
 fn waiters_key() -> Vec<u8> {
     [KEY, b":w"].concat()

@@ -91,7 +91,7 @@ pub struct Scenario {
 
 /// A plain waiter's last second, spent waiting for messages
 /// (`protocol::blocking::SHORT_WAIT`).
-pub(crate) const SHORT_WAIT: i64 = 1_000;
+pub(crate) const SHORT_WAIT: i64 = p::SHORT_WAIT.as_millis() as i64;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum CallKind {
@@ -253,10 +253,10 @@ pub enum Action {
 }
 
 pub(crate) const NAME: &str = "{n}";
-/// The clients' fallback poll (`ClientBuilder::fallback_poll`).
-const FALLBACK_MS: i64 = 2_000;
-pub(crate) const FLOOR: &[u8] = b"redlease:fence-floor";
-pub(crate) const CHANNEL: &[u8] = b"redlease:wake";
+/// The clients' fallback poll (`ClientBuilder::fallback_poll`'s default).
+pub(crate) const FALLBACK_MS: i64 = p::FALLBACK_POLL.as_millis() as i64;
+pub(crate) const FLOOR: &[u8] = p::FENCE_FLOOR.as_bytes();
+pub(crate) const CHANNEL: &[u8] = p::WAKE_CHANNEL.as_bytes();
 
 pub(crate) fn key(suffix: &str) -> Vec<u8> {
     format!("{NAME}{suffix}").into_bytes()
@@ -828,15 +828,8 @@ impl LockModel {
             CallKind::Release { .. } => {
                 if reply.as_ref().and_then(int) == Some(2) {
                     // `look_after_hand_over`.
-                    let due = (at + ms(p::NAME_LOOK_AFTER) + ms(p::LOOK_MARGIN))
-                        .min(at + ms(p::LOOK_MAX));
-                    s.clients[i].looks.push(Look {
-                        due,
-                        waiter: None,
-                        left: p::NAME_LOOKS,
-                        watch: false,
-                        name: 0,
-                    });
+                    let look = crate::parties::opening_look(0, s.now);
+                    s.clients[i].looks.push(look);
                 }
                 let c = &mut s.clients[i];
                 c.main = Main::Idle;

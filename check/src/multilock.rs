@@ -70,8 +70,8 @@ pub struct MultiLock;
 /// Multi-lock and lock clients that wait for messages.
 pub type MultiModel = WaitModel<MultiLock>;
 
-const FLOOR: &[u8] = b"redlease:fence-floor";
-const CHANNEL: &[u8] = b"redlease:wake";
+const FLOOR: &[u8] = crate::lock::FLOOR;
+const CHANNEL: &[u8] = crate::lock::CHANNEL;
 
 /// Name `k`'s lock key (canonical order is the keys' order).
 fn lock_key(k: u8) -> Vec<u8> {

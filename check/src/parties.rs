@@ -191,13 +191,42 @@ pub(crate) fn watch_waiter(looks: &mut Vec<Look>, t: u8, name: u8, at: i64, now:
             wait,
         ));
     looks.push(Look {
-        due: (first + ms(redlease::__protocol::LOOK_MARGIN))
-            .min(now + ms(redlease::__protocol::LOOK_MAX)),
+        due: runs_at(first, now),
         waiter: Some(t),
         left: redlease::__protocol::WAITER_LOOKS,
         watch: false,
         name,
     });
+}
+
+/// When a look asked for at `first` runs, asked at `now`
+/// (`protocol::looks::look_runs_at`, as `renewal::watch_for` has it), in
+/// the models' milliseconds.
+pub(crate) fn runs_at(first: i64, now: i64) -> i64 {
+    /// A virtual millisecond, for the library's rule.
+    #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    struct At(i64);
+    impl std::ops::Add<Duration> for At {
+        type Output = At;
+        fn add(self, d: Duration) -> At {
+            At(self.0 + ms(d))
+        }
+    }
+    redlease::__protocol::look_runs_at(At(first), At(now)).0
+}
+
+/// The look a release that opened `name` to its waiters makes, its reply
+/// read at `now` (`lease::look_after_opening`): at most `NAME_LOOKS`
+/// looks, the first once the hand-over's claim window has passed.
+pub(crate) fn opening_look(name: u8, now: i64) -> Look {
+    use redlease::__protocol as p;
+    Look {
+        due: runs_at(now + ms(p::NAME_LOOK_AFTER), now),
+        waiter: None,
+        left: p::NAME_LOOKS,
+        watch: false,
+        name,
+    }
 }
 
 /// The look a naming of a client as a hand-over's watcher asks for, at
@@ -211,7 +240,7 @@ pub(crate) fn named_look(looks: &mut Vec<Look>, name: u8, now: i64) {
     use redlease::__protocol as p;
     looks.retain(|l| !(l.watch && l.name == name && owed_at(l, now)));
     looks.push(Look {
-        due: (now + ms(p::NAME_LOOK_AFTER) + ms(p::LOOK_MARGIN)).min(now + ms(p::LOOK_MAX)),
+        due: runs_at(now + ms(p::NAME_LOOK_AFTER), now),
         waiter: None,
         left: p::NAME_LOOKS,
         watch: true,

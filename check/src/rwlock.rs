@@ -41,8 +41,8 @@ pub struct RwLock;
 pub type RwModel = WaitModel<RwLock>;
 
 const NAME: &str = "{w}";
-const FLOOR: &[u8] = b"redlease:fence-floor";
-const CHANNEL: &[u8] = b"redlease:wake";
+const FLOOR: &[u8] = crate::lock::FLOOR;
+const CHANNEL: &[u8] = crate::lock::CHANNEL;
 
 fn key(suffix: &str) -> Vec<u8> {
     format!("{NAME}{suffix}").into_bytes()

@@ -50,7 +50,7 @@ fn member(client: usize, t: u8, k: u32) -> Vec<u8> {
     format!("{k}:rl:c{client}:t{t}").into_bytes()
 }
 
-const CHANNEL: &[u8] = b"redlease:wake";
+const CHANNEL: &[u8] = crate::lock::CHANNEL;
 
 impl Semaphore {
     /// Where a client's offers go (`Semaphore::offer`).

@@ -71,7 +71,7 @@ pub(crate) fn fence_floor(counter: &[u8], cluster: bool) -> Vec<u8> {
         floor.extend_from_slice(slots::slot_tag(slots::key_slot(counter)).as_bytes());
         floor.push(b'}');
     }
-    floor.extend_from_slice(b"redlease:fence-floor");
+    floor.extend_from_slice(crate::protocol::keys::FENCE_FLOOR.as_bytes());
     floor
 }
 

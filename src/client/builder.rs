@@ -137,7 +137,7 @@ impl Default for ClientBuilder {
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
             pool_timeout: Duration::from_secs(5),
-            fallback_poll: Duration::from_secs(2),
+            fallback_poll: crate::protocol::timing::FALLBACK_POLL,
             node_timeout: Duration::from_millis(250),
             master_auth: None,
             replica_ack: None,
@@ -348,7 +348,7 @@ impl ClientBuilder {
         let id = Uuid::new_v4();
         let prefix = self.prefix.into_bytes();
         let mut channel = prefix.clone();
-        channel.extend_from_slice(b"redlease:wake");
+        channel.extend_from_slice(crate::protocol::keys::WAKE_CHANNEL.as_bytes());
         backend.detect_sharding(&channel);
         let wakeup = Wakeup::new(
             backend.clone(),

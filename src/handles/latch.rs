@@ -10,15 +10,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::lease::context::Context;
 use crate::protocol::keys as schema;
 use crate::protocol::scripts::{millis, Parts, LATCH_COUNT_DOWN, LATCH_LOOK, LATCH_SET};
-use crate::protocol::timing::{ROOM_CHUNK, ROOM_ENTRY};
+use crate::protocol::timing::{OPENING_LIFE, ROOM_CHUNK, ROOM_ENTRY};
 use crate::wakeup::{blocks_now, deadline_after, waited, Attempt, Turns};
-
-/// How long a round's opening list lives (lua/latch_count_down.lua): every
-/// waiter blocked on it is served as soon as the push is made, so it only
-/// needs to outlast a waiter's look and the pop sent right behind it (see
-/// `Node::look_blocking`). Nobody removes it: it lapses by itself, soon,
-/// whether the waiters it was pushed for woke or died.
-const OPENING_LIFE: Duration = Duration::from_millis(500);
 
 /// A named distributed count-down latch (Redisson's `RCountDownLatch`).
 ///

@@ -50,8 +50,9 @@ pub(crate) fn worth_blocking(deadline: Option<Instant>, now: Instant) -> bool {
     deadline.is_none_or(|d| d.saturating_duration_since(now) >= SHORT_WAIT)
 }
 
-/// See [`worth_blocking`].
-pub(crate) const SHORT_WAIT: Duration = Duration::from_secs(1);
+/// The last part of a wait, spent waiting for messages rather than
+/// blocked on the server (see `worth_blocking`).
+pub const SHORT_WAIT: Duration = Duration::from_secs(1);
 
 /// How long the next direct-grant round trip blocks: a slice, cut to end
 /// `tail` before the deadline ([`SHORT_WAIT`]: the server may time it out

@@ -11,6 +11,15 @@ use crate::error::{Error, Result};
 /// Longest accepted primitive name, in bytes.
 pub const MAX_NAME_LEN: usize = 8 * 1024;
 
+/// A server's fence floor (one per server; on Cluster one per slot), after
+/// the client's prefix: the least any fencing counter starts from once it
+/// lapsed (lua/fence.lua, `backend::fence_floor`).
+pub const FENCE_FLOOR: &str = "redlease:fence-floor";
+
+/// The channel release messages go to, after the client's prefix (a
+/// client's own namings go to it followed by `:<client id>`).
+pub const WAKE_CHANNEL: &str = "redlease:wake";
+
 /// A lock: `"<token>#<fence>"` while held (lua/lock_acquire.lua).
 pub(crate) const LOCK: &str = "";
 /// The fencing counter of a name's lock and write hold (lua/fence.lua).

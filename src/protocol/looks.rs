@@ -30,6 +30,17 @@ pub fn next_look(reply_ms: i64, looks_left: u32) -> Option<(Duration, u32)> {
     Some(((next + LOOK_MARGIN).min(LOOK_MAX), left))
 }
 
+/// When a look asked for at `first` runs, asked at `now`: a
+/// [`LOOK_MARGIN`] after it (the expiry it waits for is the server's),
+/// and never more than [`LOOK_MAX`] from now. Generic over the clock so
+/// that the model checker's virtual milliseconds go through it too.
+pub fn look_runs_at<T>(first: T, now: T) -> T
+where
+    T: Ord + std::ops::Add<Duration, Output = T>,
+{
+    (first + LOOK_MARGIN).min(now + LOOK_MAX)
+}
+
 /// How long after the holder's lease ends a waiter's look is made: the
 /// expiry is the server's, and a look a little late costs less than one
 /// that comes too early and must be made again.

@@ -52,3 +52,15 @@ pub fn first_look(taken: Duration, wait: i64) -> Duration {
 /// window of its hand-over has passed.
 pub const NAME_LOOK_AFTER: Duration =
     Duration::from_millis(GRANT_CLAIM.as_millis() as u64 * 11 / 10);
+
+/// How long a round's opening list lives (lua/latch_count_down.lua): every
+/// waiter blocked on it is served as soon as the push is made, so it only
+/// needs to outlast a waiter's look and the pop sent right behind it (see
+/// `Node::look_blocking`). Nobody removes it: it lapses by itself, soon,
+/// whether the waiters it was pushed for woke or died.
+pub const OPENING_LIFE: Duration = Duration::from_millis(500);
+
+/// The longest a waiter that waits for messages goes without trying again
+/// (`ClientBuilder::fallback_poll`'s default): a lost message costs at
+/// most this.
+pub const FALLBACK_POLL: Duration = Duration::from_secs(2);

@@ -291,7 +291,7 @@ impl<P: Primitive> WaitModel<P> {
             lease_ms: 3_000,
             horizon_ms: 12_000,
             response_ms: 2_000,
-            fallback_ms: 2_000,
+            fallback_ms: crate::lock::FALLBACK_MS,
             exits: true,
             process: Vec::new(),
             watchdog: true,

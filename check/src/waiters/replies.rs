@@ -367,15 +367,8 @@ impl<P: Primitive> WaitModel<P> {
                 if reply.as_ref().and_then(int) == Some(2) {
                     // Offered or handed on: a look after the claim
                     // (`look_after_hand_over`).
-                    let due = (at + ms(p::NAME_LOOK_AFTER) + ms(p::LOOK_MARGIN))
-                        .min(at + ms(p::LOOK_MAX));
-                    s.clients[i].looks.push(Look {
-                        due,
-                        waiter: None,
-                        left: p::NAME_LOOKS,
-                        watch: false,
-                        name,
-                    });
+                    let look = crate::parties::opening_look(name, s.now);
+                    s.clients[i].looks.push(look);
                 }
                 match left.split_first() {
                     Some((&(name, t), rest)) => {
@@ -424,7 +417,7 @@ impl<P: Primitive> WaitModel<P> {
             h.valid_until = now + lease - 1;
         }
         c.looks.push(Look {
-            due: (now + lease - 1 + ms(p::LOOK_MARGIN)).min(now + ms(p::LOOK_MAX)),
+            due: crate::parties::runs_at(now + lease - 1, now),
             waiter: None,
             left: p::NAME_LOOKS,
             watch: false,
