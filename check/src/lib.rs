@@ -8,6 +8,7 @@ pub mod configs;
 pub mod keyspace;
 pub mod latch;
 pub mod lock;
+pub mod looks;
 pub mod multilock;
 pub mod parties;
 pub mod primitive;

@@ -11,9 +11,8 @@
 use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Reply};
-use crate::parties::{
-    b, busy, int, ms, time_may_pass, watch_waiter, CallStep, Life, Look, Outcome,
-};
+use crate::looks::{watch_waiter, Look};
+use crate::parties::{b, busy, int, ms, time_may_pass, CallStep, Life, Outcome};
 pub use crate::parties::{Fault, Faults};
 use crate::search::Model;
 use crate::server::Server;
@@ -622,8 +621,7 @@ impl LockModel {
             // (`Watches::listening`; `NamedLooks::maybe_named` never moves
             // a look owed already).
             c.listening = true;
-            crate::parties::missed_naming_look(&mut c.looks, 0, now);
-            c.looks.sort_by_key(|l| (l.due, l.waiter));
+            missed_naming(c, now);
         }
         let c = &s.clients[i];
         if c.deadline.is_some_and(|d| s.now >= d) {
@@ -828,7 +826,7 @@ impl LockModel {
             CallKind::Release { .. } => {
                 if reply.as_ref().and_then(int) == Some(2) {
                     // `look_after_hand_over`.
-                    let look = crate::parties::opening_look(0, s.now);
+                    let look = crate::looks::opening_look(0, s.now);
                     s.clients[i].looks.push(look);
                 }
                 let c = &mut s.clients[i];
@@ -1122,7 +1120,7 @@ impl Model for LockModel {
                     out.push(Action::Look(i, k));
                 }
             }
-            if fault && self.faults.lost_message && crate::parties::owes(&c.looks, 0, s.now) {
+            if fault && self.faults.lost_message && crate::looks::owes(&c.looks, 0, s.now) {
                 out.push(Action::LoseWatch(i));
             }
             if c.down {
@@ -1289,14 +1287,13 @@ impl Model for LockModel {
                 // on gets the look a missed naming asked for, unless one
                 // is owed already (`NamedLooks::maybe_named`).
                 if self.restart_looks && watching(c) {
-                    crate::parties::missed_naming_look(&mut c.looks, 0, now);
-                    c.looks.sort_by_key(|l| (l.due, l.waiter));
+                    missed_naming(c, now);
                 }
             }
             Action::LoseWatch(i) => {
                 s.faults += 1;
                 let now = s.now;
-                crate::parties::lose_naming(&mut s.clients[i].looks, 0, now);
+                crate::looks::lose_naming(&mut s.clients[i].looks, 0, now);
             }
             Action::Crash(i) => {
                 s.faults += 1;
@@ -1476,9 +1473,16 @@ fn watching(c: &Client) -> bool {
     }
 }
 
-/// The look a naming of `c`'s client asks for (`parties::named_look`),
+/// The look a naming of `c`'s client asks for (`looks::named_look`),
 /// its looks kept in order.
 fn named_look(c: &mut Client, now: i64) {
-    crate::parties::named_look(&mut c.looks, 0, now);
+    crate::looks::named_look(&mut c.looks, 0, now);
+    c.looks.sort_by_key(|l| (l.due, l.waiter));
+}
+
+/// The look a possibly missed naming asks for
+/// (`looks::missed_naming_look`), its looks kept in order.
+fn missed_naming(c: &mut Client, now: i64) {
+    crate::looks::missed_naming_look(&mut c.looks, 0, now);
     c.looks.sort_by_key(|l| (l.due, l.waiter));
 }

@@ -7,7 +7,7 @@
 //! agreed by a majority of counters (raised with lua/fence_raise.lua when
 //! fewer than a majority returned it), and the lease's validity is what is
 //! left of it after the time spent and the drift allowance
-//! (`redlock::drift`); otherwise the attempt is undone on every master and
+//! (`protocol::quorum::drift`); otherwise the attempt is undone on every master and
 //! the waiter retries at the hint (`Redlock::grant`: the wait, at most a
 //! quarter of it and at least the jitter, here its largest, 49 ms) or on
 //! a release message from the first master (its subscriber's). Renewals

@@ -602,7 +602,7 @@ impl Backend {
     /// (zero with a single leader), at acquisition and at every renewal.
     pub(crate) fn drift(&self, lease: Duration) -> Duration {
         match self.kind {
-            Kind::Redlock(_) => redlock::drift(lease),
+            Kind::Redlock(_) => crate::protocol::quorum::drift(lease),
             _ => Duration::ZERO,
         }
     }

@@ -20,8 +20,6 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::quorum::{self, Tally, Vote};
 use crate::protocol::scripts::{Parts, FENCE_RAISE};
 
-pub(crate) use crate::protocol::quorum::drift;
-
 /// Independent masters; a majority decides.
 pub(crate) struct Redlock {
     nodes: Vec<Node>,
@@ -185,27 +183,20 @@ impl Redlock {
         let votes = self.call_all::<Answer>(call, Some(undo));
         let mut foreign = None;
         let mut last_err = None;
-        let mut errors = 0;
         // The votes, decided by the protocol core (`protocol::quorum`, as
         // the model checker decides them); the errors kept to report.
-        let tally = Tally::of(
-            votes
-                .into_iter()
-                .map(|v| match v {
-                    Ok(Answer::Granted(fence)) => Vote::Granted(fence),
-                    Ok(Answer::Busy(ms)) => Vote::Busy(ms),
-                    Err(e) => {
-                        errors += 1;
-                        if e.kind() == ErrorKind::WrongType {
-                            foreign = Some(e);
-                        } else {
-                            last_err = Some(e);
-                        }
-                        Vote::Failed
-                    }
-                })
-                .collect::<Vec<_>>(),
-        );
+        let tally = Tally::of(votes.into_iter().map(|v| match v {
+            Ok(Answer::Granted(fence)) => Vote::Granted(fence),
+            Ok(Answer::Busy(ms)) => Vote::Busy(ms),
+            Err(e) => {
+                if e.kind() == ErrorKind::WrongType {
+                    foreign = Some(e);
+                } else {
+                    last_err = Some(e);
+                }
+                Vote::Failed
+            }
+        }));
         if tally.granted() {
             if let Some(e) = &foreign {
                 log::warn!(
@@ -232,7 +223,8 @@ impl Redlock {
             let e = Error::new(
                 ErrorKind::QuorumNotReached,
                 format!(
-                    "{errors} of {} Redlock masters failed; a majority is {}",
+                    "{} of {} Redlock masters failed; a majority is {}",
+                    tally.failed(),
                     self.nodes.len(),
                     self.quorum()
                 ),

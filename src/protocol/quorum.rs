@@ -123,6 +123,12 @@ impl Tally {
         owned >= self.quorum()
     }
 
+    /// How many masters gave no vote (failed, timed out or answered an
+    /// error).
+    pub fn failed(&self) -> usize {
+        self.failed
+    }
+
     /// Whether no majority could have granted: so many masters failed that
     /// the attempt reports an error rather than waiting on a quorum that
     /// cannot form.

@@ -5,7 +5,8 @@
 use redlease::__protocol as p;
 
 use super::{Kind, Main, State, WaitModel};
-use crate::parties::{ms, watch_waiter, Life, Outcome};
+use crate::looks::watch_waiter;
+use crate::parties::{ms, Life, Outcome};
 use crate::primitive::{Direct, Primitive};
 use crate::server::Server;
 

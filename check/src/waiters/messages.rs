@@ -44,7 +44,7 @@ impl<P: Primitive> WaitModel<P> {
             // `NamedLooks::maybe_named`: never moves a look owed already.
             let owed = self.threads(s, pid).any(|j| {
                 let c = &s.clients[j];
-                crate::parties::owes(&c.looks, c.name, s.now)
+                crate::looks::owes(&c.looks, c.name, s.now)
             });
             if self.subscriber != Subscriber::NoMakeUp && !owed {
                 self.read_naming(s, pid);
@@ -70,7 +70,7 @@ impl<P: Primitive> WaitModel<P> {
             return;
         };
         let c = &mut s.clients[j];
-        crate::parties::named_look(&mut c.looks, c.name, now);
+        crate::looks::named_look(&mut c.looks, c.name, now);
     }
 
     /// Wakes client `pid`'s head, and its threads that tried first

@@ -67,7 +67,8 @@ mod properties;
 mod replies;
 
 use crate::keyspace::Keyspace;
-use crate::parties::{CallStep, Faults, Life, Look, Outcome};
+use crate::looks::Look;
+use crate::parties::{CallStep, Faults, Life, Outcome};
 use crate::primitive::Primitive;
 
 /// What one client does, in order.

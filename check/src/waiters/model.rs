@@ -5,7 +5,8 @@ use redlease::__protocol as p;
 
 use super::{Action, Client, Kind, Main, State, WaitModel, WaitOp};
 use crate::keyspace::Keyspace;
-use crate::parties::{int, ms, time_may_pass, CallStep, Life, Look, Outcome};
+use crate::looks::Look;
+use crate::parties::{int, ms, time_may_pass, CallStep, Life, Outcome};
 use crate::primitive::{Holder, Primitive};
 use crate::probes::SERVER_OFFSET;
 use crate::search::Model;
@@ -190,7 +191,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                     out.push(Action::Look(i, k));
                 }
             }
-            if fault && self.faults.lost_message && crate::parties::owes(&c.looks, c.name, s.now) {
+            if fault && self.faults.lost_message && crate::looks::owes(&c.looks, c.name, s.now) {
                 out.push(Action::LoseWatch(i));
             }
         }
@@ -335,7 +336,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                 s.faults += 1;
                 s.lost = true;
                 let (now, c) = (s.now, &mut s.clients[i]);
-                crate::parties::lose_naming(&mut c.looks, c.name, now);
+                crate::looks::lose_naming(&mut c.looks, c.name, now);
             }
             Action::Message(i) | Action::Retry(i) | Action::LoseMessage(i) => {
                 if matches!(a, Action::LoseMessage(_)) {

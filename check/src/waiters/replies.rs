@@ -7,7 +7,8 @@ use redlease::__protocol as p;
 
 use super::{Hold, Kind, Main, State, Subscriber, WaitModel};
 use crate::keyspace::Reply;
-use crate::parties::{busy, int, ms, Look, Outcome};
+use crate::looks::Look;
+use crate::parties::{busy, int, ms, Outcome};
 use crate::primitive::{Primitive, Script};
 use crate::server::Server;
 
@@ -367,7 +368,7 @@ impl<P: Primitive> WaitModel<P> {
                 if reply.as_ref().and_then(int) == Some(2) {
                     // Offered or handed on: a look after the claim
                     // (`look_after_hand_over`).
-                    let look = crate::parties::opening_look(name, s.now);
+                    let look = crate::looks::opening_look(name, s.now);
                     s.clients[i].looks.push(look);
                 }
                 match left.split_first() {
@@ -417,7 +418,7 @@ impl<P: Primitive> WaitModel<P> {
             h.valid_until = now + lease - 1;
         }
         c.looks.push(Look {
-            due: crate::parties::runs_at(now + lease - 1, now),
+            due: crate::looks::runs_at(now + lease - 1, now),
             waiter: None,
             left: p::NAME_LOOKS,
             watch: false,
