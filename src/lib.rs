@@ -311,14 +311,16 @@ pub use protocol::scripts::sent_code as __sent_code;
 pub mod __protocol {
     pub use crate::protocol::blocking::SHORT_WAIT;
     pub use crate::protocol::clean_up::{goes_on, undos, Undo};
-    pub use crate::protocol::keys::{FENCE_FLOOR, WAKE_CHANNEL};
+    pub use crate::protocol::delivery::{announced, heard, release_message, Heard, InLine};
+    pub use crate::protocol::keys::{owner_token, FENCE_FLOOR, WAKE_CHANNEL};
     pub use crate::protocol::looks::{
-        look_runs_at, next_look, LOOK_MARGIN, LOOK_MAX, NAME_LOOKS, WAITER_LOOKS,
+        look_runs_at, next_look, watch_on_busy, LOOK_MARGIN, LOOK_MAX, NAME_LOOKS, WAITER_LOOKS,
     };
     pub use crate::protocol::popped::{popped_hold, PoppedHold};
     pub use crate::protocol::quorum::{
         combine, drift, jitter, lease_left, quorum, Tally, Vote, JITTER_MAX,
     };
+    pub use crate::protocol::renewal::{renewed, retry, Renewed};
     pub use crate::protocol::scripts::{lock, rwlock, semaphore};
     pub use crate::protocol::timing::{
         first_look, FALLBACK_POLL, GRANT_CLAIM, GRANT_SLICE, NAME_LOOK_AFTER, OPENING_LIFE,

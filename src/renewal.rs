@@ -27,6 +27,7 @@ use redis::Value;
 use crate::backend::{Backend, Call, PreparedCall};
 use crate::protocol::lease_state::LeaseState;
 use crate::protocol::looks::{look_runs_at, next_look, LOOK_PERIOD, WAITER_LOOKS};
+use crate::protocol::renewal::{renewed, retry, Renewed};
 use crate::util::monotonic::nanos;
 
 /// One lease to keep alive.
@@ -522,17 +523,21 @@ impl Scheduler {
                         }
                         continue;
                     }
-                    match value {
-                        Value::Int(1) => {
+                    let reply = match value {
+                        Value::Int(n) => Some(n),
+                        _ => None,
+                    };
+                    let r = &mut entry.renewal;
+                    match renewed(reply, done.sent, now, r.expires, r.lease, r.valid) {
+                        Renewed::Extended { until, next } => {
                             crate::metrics::renewals("ok", 1);
-                            let r = &mut entry.renewal;
                             r.state.renewed(done.sent, r.valid, r.generation);
-                            r.expires = r.expires.max(done.sent + r.valid);
-                            entry.due = done.sent + r.lease / 3;
+                            r.expires = r.expires.max(until);
+                            entry.due = next;
                             entry.retrying = false;
                             self.push(entry);
                         }
-                        Value::Int(0) => {
+                        Renewed::Lost => {
                             crate::metrics::renewals("lost", 1);
                             lost(
                                 &entry.renewal,
@@ -541,7 +546,7 @@ impl Scheduler {
                         }
                         // Undecided (a refused write, an error reply to this
                         // one call, no Redlock majority): retry this one.
-                        _ => self.retry(entry, now),
+                        Renewed::Retry { .. } | Renewed::Expired => self.retry(entry, now),
                     }
                 }
             }
@@ -561,18 +566,13 @@ impl Scheduler {
             return;
         }
         crate::metrics::renewals("retry", 1);
-        if now >= entry.renewal.expires {
-            lost(&entry.renewal, "expired while its server was unreachable");
-        } else {
-            // Within half of what is left: a short first lease (a grant
-            // taken by a pop) gets its retry before it ends.
-            let left = entry.renewal.expires - now;
-            let wait = (entry.renewal.lease / 10)
-                .clamp(Duration::from_millis(10), Duration::from_secs(1))
-                .min((left / 2).max(Duration::from_millis(5)));
-            entry.due = (now + wait).min(entry.renewal.expires);
-            entry.retrying = true;
-            self.push(entry);
+        match retry(now, entry.renewal.expires, entry.renewal.lease) {
+            Renewed::Retry { at } => {
+                entry.due = at;
+                entry.retrying = true;
+                self.push(entry);
+            }
+            _ => lost(&entry.renewal, "expired while its server was unreachable"),
         }
     }
 }

@@ -21,8 +21,12 @@
 //! Not modelled yet: waiters that block on the opening list (waits of a
 //! second and more), several threads of one client.
 
+use redlease::__protocol as p;
+
 use crate::keyspace::{Keyspace, Reply};
-use crate::parties::{b, time_may_pass, CallStep, Faults, Life, Outcome};
+use crate::parties::{
+    b, heard, release_message, time_may_pass, token, CallStep, Faults, Life, Outcome,
+};
 use crate::probes::SERVER_OFFSET;
 use crate::search::Model;
 use crate::server::Server;
@@ -140,10 +144,6 @@ fn blocked_key() -> Vec<u8> {
     [KEY, b":b"].concat()
 }
 
-fn token(client: usize, n: u8) -> Vec<u8> {
-    format!("rl:c{client}:t{n}").into_bytes()
-}
-
 /// The round a value `<count>:<round>` names.
 fn round_of(v: &Reply) -> Option<Vec<u8>> {
     let Reply::Bulk(v) = v else { return None };
@@ -167,11 +167,7 @@ impl LatchModel {
             Kind::CountDown => (
                 "latch_count_down.lua",
                 vec![KEY.to_vec(), waiters_key(), blocked_key()],
-                vec![
-                    CHANNEL.to_vec(),
-                    [format!("c{i}:").as_bytes(), KEY].concat(),
-                    b(OPENING_LIFE),
-                ],
+                vec![CHANNEL.to_vec(), release_message(i, KEY), b(OPENING_LIFE)],
             ),
             Kind::Look { .. } => (
                 "latch_look.lua",
@@ -239,11 +235,10 @@ impl LatchModel {
         // The opening's message names `<latch>#<round>`: it reaches every
         // subscribed waiter of that round (`Shared::dispatch`).
         for m in &ran.published {
-            let Some(colon) = m.message.iter().position(|&c| c == b':') else {
-                continue;
-            };
-            let named = &m.message[colon + 1..];
-            for c in &mut s.clients {
+            for (i, c) in s.clients.iter_mut().enumerate() {
+                let p::Heard::Released(named) = heard(i, &m.message) else {
+                    continue;
+                };
                 if let Main::Waiting { round, .. }
                 | Main::Call {
                     kind: Kind::Look { round: Some(round) },

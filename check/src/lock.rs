@@ -12,7 +12,7 @@ use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Reply};
 use crate::looks::{watch_waiter, Look};
-use crate::parties::{b, busy, int, ms, time_may_pass, CallStep, Life, Outcome};
+use crate::parties::{b, busy, heard, int, ms, renewed, time_may_pass, CallStep, Life, Outcome};
 pub use crate::parties::{Fault, Faults};
 use crate::search::Model;
 use crate::server::Server;
@@ -261,11 +261,7 @@ pub(crate) fn key(suffix: &str) -> Vec<u8> {
     format!("{NAME}{suffix}").into_bytes()
 }
 
-/// `rl:<client id>:<n>`, as `Client::new_token` makes them (hand-overs
-/// name watchers by the client id in it).
-pub(crate) fn token(client: usize, n: u8) -> Vec<u8> {
-    format!("rl:c{client}:t{n}").into_bytes()
-}
+pub(crate) use crate::parties::token;
 
 /// lua/lock_acquire.lua, lock_release.lua and lock_watch.lua's keys
 /// (`Lock::new`): lock, counter, queue, deadlines, fence floor.
@@ -336,42 +332,39 @@ impl LockModel {
     /// `hand_on`): each named client whose waiter is in its acquisition
     /// (blocked, or between its round trips) replaces its pending watch
     /// with a look at the name after the claim (src/wakeup/watch.rs,
-    /// `Watches::on_message`; the message read by the library's
-    /// `hand_over`). A frozen client's subscriber is frozen with
+    /// `Watches::named`; the message read by the library's `heard`). A
+    /// frozen client's subscriber is frozen with
     /// it (it hears the message late, if ever: modelled as never).
     fn hear_hand_overs(&self, s: &mut State, published: &[crate::keyspace::Published]) {
+        let now = s.now;
         for m in published {
-            let Some((id, _key)) = p::hand_over(&m.message) else {
-                continue;
-            };
-            let Some(i) = std::str::from_utf8(id)
-                .ok()
-                .and_then(|id| id.strip_prefix('c'))
-                .and_then(|n| n.parse::<usize>().ok())
-                .filter(|&i| i < s.clients.len())
-            else {
-                continue;
-            };
-            let now = s.now;
-            let c = &mut s.clients[i];
-            if c.life != Life::Running || !watching(c) || !c.listening {
-                continue;
+            for (i, c) in s.clients.iter_mut().enumerate() {
+                if !matches!(heard(i, &m.message), p::Heard::Named(_)) {
+                    continue;
+                }
+                if c.life != Life::Running || !watching(c) || !c.listening {
+                    continue;
+                }
+                named_look(c, now);
             }
-            named_look(c, now);
         }
     }
 
     /// A release message (`c<id>:{n}`, not a naming of watchers) reaches
     /// every client, and wakes its waiter that waits for messages
-    /// (`Shared::dispatch`: every message of the key, its own client's
-    /// included).
+    /// (`Shared::dispatch` by the library's `heard`: every release of the
+    /// key, its own client's included).
     fn hear_announcements(&self, s: &mut State, published: &[crate::keyspace::Published]) {
-        if published.iter().all(|m| p::hand_over(&m.message).is_some()) {
-            return;
-        }
         let now = s.now;
-        for c in &mut s.clients {
-            let by_message = self.by_message(c, now);
+        for i in 0..s.clients.len() {
+            let released = published
+                .iter()
+                .any(|m| matches!(heard(i, &m.message), p::Heard::Released(_)));
+            if !released {
+                continue;
+            }
+            let by_message = self.by_message(&s.clients[i], now);
+            let c = &mut s.clients[i];
             match (&mut c.main, c.life) {
                 (Main::Listening { until, .. }, Life::Running) => *until = now,
                 (Main::Call { .. }, Life::Running) if by_message => c.heard = true,
@@ -1238,13 +1231,17 @@ impl Model for LockModel {
                 let now = s.now;
                 let c = &mut s.clients[i];
                 if let Some(h) = &mut c.hold {
-                    match int(&reply) {
-                        Some(1) => {
-                            h.valid_until = h.valid_until.max(now + self.valid());
-                            h.renew_due = now + self.lease_ms / 3;
+                    let times = (now, now, h.valid_until);
+                    match renewed(int(&reply), times, self.lease_ms, self.valid()) {
+                        p::Renewed::Extended { until, next } => {
+                            h.valid_until = h.valid_until.max(until);
+                            h.renew_due = next;
                         }
+                        p::Renewed::Retry { at } => h.renew_due = at,
                         // Lost: the guard says so (`renewal::lost`).
-                        _ => h.valid_until = h.valid_until.min(now),
+                        p::Renewed::Lost | p::Renewed::Expired => {
+                            h.valid_until = h.valid_until.min(now)
+                        }
                     }
                     if h.valid_until <= now {
                         c.hold = None;
@@ -1264,7 +1261,7 @@ impl Model for LockModel {
                         waiter: l.waiter,
                         left,
                         // Made: a later naming no longer moves it
-                        // (`Watches::on_message` finishes only a look
+                        // (`Watches::named` finishes only a look
                         // not yet due).
                         watch: false,
                         name: 0,
@@ -1458,7 +1455,7 @@ impl LockModel {
 
 /// Whether `c`'s waiter is in its acquisition (blocked, or between its
 /// round trips), so that a naming of its client is its to act on (its
-/// watch, `Watches::on_message`).
+/// watch, `Watches::named`).
 fn watching(c: &Client) -> bool {
     match &c.main {
         Main::Blocked { .. } | Main::Listening { .. } => true,

@@ -5,9 +5,7 @@
 //! the naming rule is restated on the models' looks and pinned to the
 //! library's `NamedLooks` by the test below.
 
-use std::time::Duration;
-
-use crate::parties::ms;
+use crate::parties::{ms, At};
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Look {
@@ -24,20 +22,20 @@ pub(crate) struct Look {
 
 /// The renewal thread's looks for a waiter that blocks now, its attempt
 /// sent at `at` found busy for `wait` ms (`Acquisition::on_busy` →
-/// `renewal::watch_for`): from when the holder's lease would end (at once
-/// after a reply read late), unless it has them already.
+/// `renewal::watch_for`), decided by the library's rule
+/// (`protocol::looks::watch_on_busy`): from when the holder's lease would
+/// end (at once after a reply read late), unless token `t` has them
+/// already (a retired token's end with it, as `Acquisition::on_error`
+/// finishes them).
 pub(crate) fn watch_waiter(looks: &mut Vec<Look>, t: u8, name: u8, at: i64, now: i64, wait: i64) {
-    if looks.iter().any(|l| l.waiter == Some(t)) {
+    let watching = looks.iter().any(|l| l.waiter == Some(t));
+    let Some(first) = redlease::__protocol::watch_on_busy(watching, true, At(at), At(now), wait)
+    else {
         return;
-    }
+    };
     looks.retain(|l| l.waiter.is_none());
-    let first = at
-        + ms(redlease::__protocol::first_look(
-            std::time::Duration::from_millis((now - at) as u64),
-            wait,
-        ));
     looks.push(Look {
-        due: runs_at(first, now),
+        due: runs_at(first.0, now),
         waiter: Some(t),
         left: redlease::__protocol::WAITER_LOOKS,
         watch: false,
@@ -49,15 +47,6 @@ pub(crate) fn watch_waiter(looks: &mut Vec<Look>, t: u8, name: u8, at: i64, now:
 /// (`protocol::looks::look_runs_at`, as `renewal::watch_for` has it), in
 /// the models' milliseconds.
 pub(crate) fn runs_at(first: i64, now: i64) -> i64 {
-    /// A virtual millisecond, for the library's rule.
-    #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-    struct At(i64);
-    impl std::ops::Add<Duration> for At {
-        type Output = At;
-        fn add(self, d: Duration) -> At {
-            At(self.0 + ms(d))
-        }
-    }
     redlease::__protocol::look_runs_at(At(first), At(now)).0
 }
 
@@ -76,7 +65,7 @@ pub(crate) fn opening_look(name: u8, now: i64) -> Look {
 }
 
 /// The look a naming of a client as a hand-over's watcher asks for, at
-/// `name` (`Watches::on_message` → `NamedLooks::named`, then
+/// `name` (`Watches::named` → `NamedLooks::named`, then
 /// `renewal::watch_for`): the client owes it until `NAME_LOOK_AFTER` has
 /// passed and hands it to its renewal thread then, which makes it a
 /// `LOOK_MARGIN` later. A later naming moves a look still owed; one handed
@@ -140,7 +129,7 @@ mod tests {
 
     #[derive(Clone, Copy, Debug)]
     enum Event {
-        /// A hand-over names the client (`Watches::on_message`).
+        /// A hand-over names the client (`Watches::named`).
         Named,
         /// Its subscriber starts listening (`Watches::listening`).
         Missed,

@@ -99,16 +99,14 @@ fn scripted(k: u8) -> Vec<Vec<u8>> {
     keys
 }
 
-fn token(client: usize, n: u8) -> Vec<u8> {
-    format!("rl:c{client}:t{n}").into_bytes()
-}
+use crate::parties::token;
 
 /// Where a client's hand-overs of name `k` are announced (every waiter
 /// queues on one server).
 fn announce(pid: usize, k: u8) -> p::lock::Announce<'static> {
     p::lock::Announce {
         channel: std::borrow::Cow::Borrowed(CHANNEL),
-        message: [format!("c{pid}:").into_bytes(), lock_key(k)].concat(),
+        message: crate::parties::release_message(pid, &lock_key(k)),
         queued: true,
     }
 }
@@ -270,11 +268,8 @@ impl Primitive for MultiLock {
         mode.at
     }
 
-    fn wakes(&self, message: &[u8], mode: Names) -> bool {
-        let Some(colon) = message.iter().position(|&c| c == b':') else {
-            return false;
-        };
-        message[colon + 1..] == lock_key(mode.at)[..]
+    fn wakes(&self, key: &[u8], mode: Names) -> bool {
+        key == lock_key(mode.at)
     }
 
     fn holders(&self, keys: &Keyspace, holders: &[Holder<Names>]) -> Result<(), String> {

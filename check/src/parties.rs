@@ -2,12 +2,95 @@
 //! client's life, a call's outcome, a look of its renewal thread, and
 //! small readers of replies.
 
+use std::ops::{Add, Sub};
 use std::time::Duration;
+
+use redlease::__protocol as p;
 
 use crate::keyspace::Reply;
 
+/// Client `i`'s id (`c<i>`): in its tokens, its release messages and the
+/// hand-overs that name it, as the library's client id is.
+pub(crate) fn client_id(i: usize) -> std::borrow::Cow<'static, str> {
+    // Looked up rather than formatted: every client hears every message.
+    const IDS: [&str; 8] = ["c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7"];
+    match IDS.get(i) {
+        Some(id) => std::borrow::Cow::Borrowed(id),
+        None => std::borrow::Cow::Owned(format!("c{i}")),
+    }
+}
+
+/// Client `i`'s token `n`, made by the library's rule
+/// (`protocol::keys::owner_token`, as `Client::new_token` makes them:
+/// hand-overs name watchers by the client id in it).
+pub(crate) fn token(i: usize, n: u8) -> Vec<u8> {
+    p::owner_token(client_id(i), format_args!("t{n}")).into_bytes()
+}
+
+/// The message a release of `key` by client `i` publishes, made by the
+/// library's rule (`protocol::delivery::release_message`).
+pub(crate) fn release_message(i: usize, key: &[u8]) -> Vec<u8> {
+    p::release_message(&client_id(i), key)
+}
+
+/// What a message published on the wake channel is to client `i`'s
+/// subscriber, decided by the library's rule (`protocol::delivery::heard`,
+/// which `Shared::dispatch` follows).
+pub(crate) fn heard(i: usize, message: &[u8]) -> p::Heard<'_> {
+    p::heard(client_id(i).as_bytes(), message)
+}
+
 pub(crate) fn ms(d: Duration) -> i64 {
     d.as_millis() as i64
+}
+
+/// A moment of a model's virtual clock, in milliseconds, for the
+/// library's rules that are generic over their clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct At(pub(crate) i64);
+
+impl Add<Duration> for At {
+    type Output = At;
+    fn add(self, d: Duration) -> At {
+        At(self.0 + ms(d))
+    }
+}
+
+impl Sub for At {
+    type Output = Duration;
+    fn sub(self, earlier: At) -> Duration {
+        Duration::from_millis((self.0 - earlier.0).max(0) as u64)
+    }
+}
+
+/// What a renewal's reply means for the hold, by the library's rule
+/// (`protocol::renewal::renewed`, which the renewal thread follows): sent
+/// at `sent`, read at `now`, the hold believed until `valid_until`, a
+/// lease of `lease_ms` of which the model counts `valid_ms` (its clock's
+/// millisecond less than the lease: the script runs in the send's step).
+pub(crate) fn renewed(
+    reply: Option<i64>,
+    (sent, now, valid_until): (i64, i64, i64),
+    lease_ms: i64,
+    valid_ms: i64,
+) -> p::Renewed<i64> {
+    let d = |v: i64| Duration::from_millis(v.max(0) as u64);
+    match p::renewed(
+        reply,
+        At(sent),
+        At(now),
+        At(valid_until),
+        d(lease_ms),
+        d(valid_ms),
+    ) {
+        p::Renewed::Extended { until, next } => p::Renewed::Extended {
+            until: until.0,
+            next: next.0,
+        },
+        p::Renewed::Retry { at } => p::Renewed::Retry { at: at.0 },
+        p::Renewed::Lost => p::Renewed::Lost,
+        p::Renewed::Expired => p::Renewed::Expired,
+    }
 }
 
 /// Which faults the search may inject (each counts against the budget).

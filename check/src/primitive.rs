@@ -156,9 +156,9 @@ pub trait Primitive: Sized {
     fn arrival(&self, _mode: Self::Mode, _i: usize, _t: u8) -> Option<Arrival> {
         None
     }
-    /// Whether a message (`<client id>:<key>`) announces what a waiter of
-    /// `mode` waits on.
-    fn wakes(&self, _message: &[u8], _mode: Self::Mode) -> bool {
+    /// Whether a release of `key` (what a message announces:
+    /// `protocol::delivery::heard`) is of what a waiter of `mode` waits on.
+    fn wakes(&self, _key: &[u8], _mode: Self::Mode) -> bool {
         true
     }
     /// Whether a waiter asking `mode` blocks on a server that grants

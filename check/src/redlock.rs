@@ -39,7 +39,7 @@ use crate::keyspace::{Keyspace, Reply};
 use crate::lock::{
     key, renewal_call, scripted, unqueued_acquire_args, unqueued_release_args, FLOOR,
 };
-use crate::parties::{b, busy, int, time_may_pass, Faults, Life};
+use crate::parties::{b, busy, heard, int, renewed, time_may_pass, Faults, Life};
 use crate::probes::SERVER_OFFSET;
 use crate::search::Model;
 use crate::server::Server;
@@ -226,10 +226,15 @@ impl RedlockModel {
         let ran = server.eval(&mut s.masters[m], file, keys, args);
         ran.log(log, &format!("master {m}: "), file, args);
         // The subscriber listens on the first master.
-        if m == 0 && !ran.published.is_empty() {
-            // A frozen client's subscriber reads it when it resumes.
-            for c in &mut s.clients {
-                if matches!(c.life, Life::Running | Life::Frozen) && c.subscribed {
+        if m == 0 {
+            // A frozen client's subscriber reads it when it resumes; a
+            // release wakes its waiter (`heard`, as `Shared::dispatch`).
+            for (i, c) in s.clients.iter_mut().enumerate() {
+                let released = ran
+                    .published
+                    .iter()
+                    .any(|msg| matches!(heard(i, &msg.message), p::Heard::Released(_)));
+                if released && matches!(c.life, Life::Running | Life::Frozen) && c.subscribed {
                     c.inbox = true;
                 }
             }
@@ -636,14 +641,15 @@ impl Model for RedlockModel {
                 let now = s.now;
                 let c = &mut s.clients[i];
                 if let Some(h) = &mut c.hold {
-                    match verdict {
-                        Some(1) => {
-                            h.valid_until =
-                                h.valid_until.max(now + self.lease_ms - self.drift() - 1);
-                            h.renew_due = now + self.lease_ms / 3;
+                    let valid = self.lease_ms - self.drift() - 1;
+                    let times = (now, now, h.valid_until);
+                    match renewed(verdict, times, self.lease_ms, valid) {
+                        p::Renewed::Extended { until, next } => {
+                            h.valid_until = h.valid_until.max(until);
+                            h.renew_due = next;
                         }
-                        Some(_) => c.hold = None,
-                        None => h.renew_due = now + self.lease_ms / 3,
+                        p::Renewed::Retry { at } => h.renew_due = at,
+                        p::Renewed::Lost | p::Renewed::Expired => c.hold = None,
                     }
                 }
             }

@@ -62,10 +62,7 @@ fn scripted() -> Vec<Vec<u8>> {
     ]
 }
 
-/// `rl:<client id>:<n>`, as `Client::new_token` makes them.
-fn token(client: usize, n: u8) -> Vec<u8> {
-    format!("rl:c{client}:t{n}").into_bytes()
-}
+use crate::parties::token;
 
 const PREFIX: &[u8] = b"{w}:rw:grant:";
 
@@ -76,7 +73,7 @@ fn open(client: usize) -> p::rwlock::Open<'static> {
         grant_prefix: PREFIX,
         claim: p::GRANT_CLAIM,
         channel: CHANNEL.to_vec(),
-        message: format!("c{client}:{NAME}:rw:w").into_bytes(),
+        message: crate::parties::release_message(client, format!("{NAME}:rw:w").as_bytes()),
     }
 }
 

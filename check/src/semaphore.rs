@@ -47,7 +47,11 @@ fn scripted() -> Vec<Vec<u8>> {
 
 /// `<k>:<token>` (`Semaphore`'s member of a request for `k` permits).
 fn member(client: usize, t: u8, k: u32) -> Vec<u8> {
-    format!("{k}:rl:c{client}:t{t}").into_bytes()
+    [
+        format!("{k}:").into_bytes(),
+        crate::parties::token(client, t),
+    ]
+    .concat()
 }
 
 const CHANNEL: &[u8] = crate::lock::CHANNEL;
@@ -59,7 +63,7 @@ impl Semaphore {
             grant_prefix: b"{s}:sem:grant:",
             claim: p::GRANT_CLAIM,
             channel: CHANNEL.to_vec(),
-            message: format!("c{client}:{NAME}:sem").into_bytes(),
+            message: crate::parties::release_message(client, format!("{NAME}:sem").as_bytes()),
             permits: self.permits,
             fair: self.fair,
         }

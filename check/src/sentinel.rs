@@ -34,11 +34,13 @@
 //! waiters (the switch shuts their connections: tested on real servers),
 //! liveness, faults other than the failover.
 
+use redlease::__protocol as p;
+
 use crate::keyspace::{Keyspace, Reply};
 use crate::lock::{
     key, renewal_call, scripted, token, unqueued_acquire_args, unqueued_release_args, FLOOR,
 };
-use crate::parties::{busy, int, time_may_pass};
+use crate::parties::{busy, int, renewed, time_may_pass};
 use crate::probes::SERVER_OFFSET;
 use crate::search::Model;
 use crate::server::Server;
@@ -332,15 +334,21 @@ impl SentinelModel {
                 let Some(h) = c.hold.as_mut().filter(|h| h.token == call.token) else {
                     return Ok(());
                 };
-                match reply.as_ref().and_then(int) {
-                    Some(1) => {
-                        h.valid_until = h.valid_until.max(call.at + self.lease_ms - 1);
-                        h.renew_due = call.at + self.lease_ms / 3;
+                let times = (call.at, now, h.valid_until);
+                match renewed(
+                    reply.as_ref().and_then(int),
+                    times,
+                    self.lease_ms,
+                    self.lease_ms - 1,
+                ) {
+                    p::Renewed::Extended { until, next } => {
+                        h.valid_until = h.valid_until.max(until);
+                        h.renew_due = next;
                         h.window = window;
                     }
-                    Some(_) => c.hold = None,
                     // Retried at its pace.
-                    None => h.renew_due = now + self.lease_ms / 10,
+                    p::Renewed::Retry { at } => h.renew_due = at,
+                    p::Renewed::Lost | p::Renewed::Expired => c.hold = None,
                 }
             }
             Kind::Release | Kind::Undo => self.done(s, i),

@@ -13,7 +13,8 @@ use crate::lease::reentrancy::{self, Held, HoldKey};
 use crate::protocol::blocking::Place;
 use crate::protocol::clean_up::{goes_on, undos, Undo};
 use crate::protocol::lease_state::LeaseState;
-use crate::protocol::timing::{first_look, NAME_LOOK_AFTER, ROOM_CHUNK};
+use crate::protocol::looks::watch_on_busy;
+use crate::protocol::timing::{NAME_LOOK_AFTER, ROOM_CHUNK};
 use crate::renewal;
 use crate::wakeup::{blocks_now, Attempt};
 
@@ -267,9 +268,11 @@ impl<'a> Acquisition<'a> {
         (self.ambiguous, self.late, self.reached) = (false, false, true);
         let backend = self.client.backend();
         let look = self.spec.direct.as_ref().and_then(|d| d.watch.as_ref());
-        if let (None, Some(look), true) = (&self.watching, look, self.blocks()) {
-            let first = at + first_look(at.elapsed(), wait);
-            self.watching = Some(renewal::watch(backend, Arc::new(look.clone()), first));
+        if let Some(look) = look {
+            let watching = self.watching.is_some();
+            if let Some(first) = watch_on_busy(watching, self.blocks(), at, Instant::now(), wait) {
+                self.watching = Some(renewal::watch(backend, Arc::new(look.clone()), first));
+            }
         }
         Attempt::busy_ms(wait)
     }

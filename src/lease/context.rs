@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::backend::Backend;
 use crate::error::Result;
 use crate::events::{HandleEvent, Handler};
-use crate::protocol::keys::Names;
+use crate::protocol::keys::{owner_token, Names};
 use crate::wakeup::Wakeup;
 
 /// A client's shared state; cheap to clone (an `Arc` inside). Clones are
@@ -79,7 +79,7 @@ impl Context {
     /// A fresh owner token: `rl:<client id>:<random>`, 122 random bits from
     /// the OS generator.
     pub(crate) fn new_token(&self) -> Arc<str> {
-        format!("rl:{}:{}", self.inner.id.simple(), Uuid::new_v4().simple()).into()
+        owner_token(self.inner.id.simple(), Uuid::new_v4().simple()).into()
     }
 
     /// The key prefix (namespace).

@@ -4,6 +4,7 @@
 //! these (a lock's note is its key and `:note`, a grant prefix is followed
 //! by `open`, `offer`, `told` or a waiter's token): see each `lua/` file.
 
+use std::fmt;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -19,6 +20,14 @@ pub const FENCE_FLOOR: &str = "redlease:fence-floor";
 /// The channel release messages go to, after the client's prefix (a
 /// client's own namings go to it followed by `:<client id>`).
 pub const WAKE_CHANNEL: &str = "redlease:wake";
+
+/// An owner token: `rl:<client id>:<unique>`. The scripts know a holder
+/// of ours by its `rl:` (lua/lock_acquire.lua) and a waiter's client by
+/// what stands between the colons (lua/publish.lua names its watchers
+/// by it), so neither part may hold a `:` or a `#`.
+pub fn owner_token(client: impl fmt::Display, unique: impl fmt::Display) -> String {
+    format!("rl:{client}:{unique}")
+}
 
 /// A lock: `"<token>#<fence>"` while held (lua/lock_acquire.lua).
 pub(crate) const LOCK: &str = "";

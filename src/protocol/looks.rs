@@ -4,7 +4,10 @@
 //! blocked on the server, or after a release that opened the name; the
 //! model checker drives this same rule.
 
+use std::ops::{Add, Sub};
 use std::time::Duration;
+
+use crate::protocol::timing::first_look;
 
 /// What a look's reply (lua/lock_watch.lua, sem_watch.lua, rw_watch.lua:
 /// milliseconds until looking again is useful, or 0 when the waiter holds
@@ -39,6 +42,19 @@ where
     T: Ord + std::ops::Add<Duration, Output = T>,
 {
     (first + LOOK_MARGIN).min(now + LOOK_MAX)
+}
+
+/// Whether a busy reply starts the renewal thread's looks for a waiter,
+/// and when the first is asked for: only for a waiter that blocks on the
+/// server now (`blocks`), once per acquisition (`watching`: it has them
+/// already; a token retired after a late reply ends them, and its
+/// successor starts its own), counted from the attempt's send `sent`
+/// with its reply read at `now` ([`first_look`]).
+pub fn watch_on_busy<T>(watching: bool, blocks: bool, sent: T, now: T, wait: i64) -> Option<T>
+where
+    T: Copy + Add<Duration, Output = T> + Sub<Output = Duration>,
+{
+    (!watching && blocks).then(|| sent + first_look(now - sent, wait))
 }
 
 /// How long after the holder's lease ends a waiter's look is made: the

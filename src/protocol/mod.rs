@@ -9,11 +9,13 @@
 pub(crate) mod answer;
 pub(crate) mod blocking;
 pub(crate) mod clean_up;
+pub(crate) mod delivery;
 pub(crate) mod keys;
 pub(crate) mod lease_state;
 pub(crate) mod looks;
 pub(crate) mod popped;
 pub(crate) mod quorum;
+pub(crate) mod renewal;
 pub(crate) mod scripts;
 pub(crate) mod signal;
 pub(crate) mod timing;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender};
 
 use super::Shared;
+use crate::protocol::delivery::{announced, InLine};
 use crate::util::mutex::lock;
 
 /// A waiting thread's wake-up slot: `true` = a release (or other event)
@@ -77,24 +78,13 @@ impl Turns {
 
 pub(super) type Queues = HashMap<(Vec<u8>, bool), VecDeque<Arc<Waiter>>>;
 
-/// The first waiter of each line of a local queue, in one pass (lines are
-/// few: one per permit count asked for).
-pub(super) fn heads(q: &VecDeque<Arc<Waiter>>) -> impl Iterator<Item = &Arc<Waiter>> {
-    let mut seen: Vec<u32> = Vec::new();
-    q.iter().filter(move |w| {
-        let first = !seen.contains(&w.line);
-        if first {
-            seen.push(w.line);
-        }
-        first
-    })
-}
-
-/// The waiters of a local queue that hear an announcement of its key:
-/// each line's head, and every waiter that tried the server first (a head
-/// that tried comes twice; its slot keeps one wake-up).
-pub(super) fn announced(q: &VecDeque<Arc<Waiter>>) -> impl Iterator<Item = &Arc<Waiter>> {
-    heads(q).chain(q.iter().filter(|w| w.tried))
+impl InLine for Arc<Waiter> {
+    fn line(&self) -> u32 {
+        self.line
+    }
+    fn tried(&self) -> bool {
+        self.tried
+    }
 }
 
 /// A place in a key's local queue; leaving it wakes the next waiter.
@@ -187,25 +177,5 @@ impl Shared {
                 announced(q).for_each(|w| w.wake());
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_announcement_reaches_heads_and_waiters_that_tried() {
-        // Line 0: a head that tried, one that waits its turn, one that
-        // tried behind it (two threads both got to the server first).
-        // Line 1: a head that did not try.
-        let q: VecDeque<_> = [(0, true), (0, false), (0, true), (1, false)]
-            .into_iter()
-            .map(|(line, tried)| Waiter::new(line, tried))
-            .collect();
-        let got: Vec<usize> = announced(&q)
-            .map(|w| q.iter().position(|x| Arc::ptr_eq(x, w)).unwrap())
-            .collect();
-        assert_eq!(got, [0, 3, 0, 2]);
     }
 }

@@ -32,6 +32,7 @@ mod subscriber;
 mod watch;
 
 use crate::protocol::blocking::{block_for, Place, SHORT_WAIT};
+use crate::protocol::delivery::{heard, release_message, Heard};
 pub(crate) use crate::protocol::tries::Attempt;
 use crate::protocol::tries::{Step, Tries};
 pub(crate) use deadlines::{blocks_now, deadline_after, waited};
@@ -170,11 +171,7 @@ impl Wakeup {
 
     /// The message a release of `key` publishes.
     pub(crate) fn message(&self, key: &[u8]) -> Vec<u8> {
-        let mut m = Vec::with_capacity(self.shared.me.len() + 1 + key.len());
-        m.extend_from_slice(self.shared.me.as_bytes());
-        m.push(b':');
-        m.extend_from_slice(key);
-        m
+        release_message(&self.shared.me, key)
     }
 
     /// Wakes this client's head waiter for `key` (after a local release; the
@@ -478,16 +475,16 @@ impl Shared {
     /// our id and wake nobody else; dropping them left readers in a
     /// writer's own client waiting to their deadline.
     fn dispatch(&self, payload: &[u8]) {
-        // A hand-over naming its watchers wakes nobody (see `watch`).
-        if self.watches.on_message(&self.me, payload) {
-            return;
+        match heard(self.me.as_bytes(), payload) {
+            // A hand-over naming its watchers wakes nobody (see `watch`).
+            Heard::Named(key) => self.watches.named(key),
+            Heard::Released(key) => {
+                self.delivered.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::wakeup();
+                self.notify(key);
+            }
+            Heard::NamedOther | Heard::Foreign => {}
         }
-        let Some(colon) = payload.iter().position(|&b| b == b':') else {
-            return;
-        };
-        self.delivered.fetch_add(1, Ordering::Relaxed);
-        crate::metrics::wakeup();
-        self.notify(&payload[colon + 1..]);
     }
 
     fn set_connected(&self, connected: bool) {

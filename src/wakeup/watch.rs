@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, PreparedCall};
-use crate::protocol::watch::{hand_over, NamedLooks};
+use crate::protocol::watch::NamedLooks;
 use crate::renewal;
 use crate::util::mutex::lock;
 
@@ -87,23 +87,15 @@ impl Watches {
         }
     }
 
-    /// A hand-over message's payload `@<id>:<key>`: `true` when it is
-    /// one (whether or not it names `me`), having scheduled the look if it
-    /// names `me` and a waiter of ours blocks on `key`.
-    pub(super) fn on_message(&self, me: &str, payload: &[u8]) -> bool {
-        let Some((id, key)) = hand_over(payload) else {
-            return false;
-        };
-        if id != me.as_bytes() {
-            return true;
-        }
+    /// A hand-over named this client a watcher of `key`: the look, if a
+    /// waiter of ours blocks on `key`.
+    pub(super) fn named(&self, key: &[u8]) {
         let mut keys = lock(&self.keys);
         let Some(on) = keys.waiting.get(key).map(|w| w.on.clone()) else {
-            return true;
+            return;
         };
         let due = Instant::now() + on.after;
         keys.pending.named(key, on, due);
-        true
     }
 
     /// The subscriber starts listening (first, or again after a broken

@@ -13,7 +13,7 @@ pub(super) fn prefix() -> Vec<u8> {
 }
 
 fn message(client: usize) -> Vec<u8> {
-    format!("c{client}:{NAME}").into_bytes()
+    crate::parties::release_message(client, NAME.as_bytes())
 }
 
 /// Where a client's hand-overs are announced (`Lock::announce`): every

@@ -2,6 +2,8 @@
 //! the threads that tried first), and a hand-over's naming of its watchers
 //! (the look after the claim), from when its subscriber listens.
 
+use redlease::__protocol as p;
+
 use super::{Kind, Main, State, Subscriber, WaitModel};
 use crate::parties::Life;
 use crate::primitive::Primitive;
@@ -10,17 +12,9 @@ impl<P: Primitive> WaitModel<P> {
     /// A hand-over names its watchers (`@c1:{s}:sem`, lua/publish.lua
     /// `name_watchers_spaced`): a named client whose server grants directly and
     /// which is in an acquisition replaces its pending watch with a look
-    /// at the name after the claim (`Watches::on_message`). A frozen
+    /// at the name after the claim (`Watches::named`). A frozen
     /// client's subscriber reads it when the client resumes.
-    pub(super) fn hear_watchers(&self, s: &mut State, id: &[u8]) {
-        let Some(pid) = std::str::from_utf8(id)
-            .ok()
-            .and_then(|id| id.strip_prefix('c'))
-            .and_then(|n| n.parse::<usize>().ok())
-            .filter(|&pid| self.threads(s, pid).next().is_some())
-        else {
-            return;
-        };
+    pub(super) fn hear_watchers(&self, s: &mut State, pid: usize) {
         let first = self.threads(s, pid).next().unwrap_or(pid);
         if !s.clients[first].listening {
             return; // sent before its subscriber listened
@@ -78,20 +72,47 @@ impl<P: Primitive> WaitModel<P> {
     /// announced (given what each asks, and of which name): a message, or
     /// a release of its own.
     pub(super) fn wake(&self, s: &mut State, pid: usize, waits: impl Fn(P::Mode, u8) -> bool) {
-        let head = self.head(s, pid);
-        for j in (0..s.clients.len()).filter(|&j| self.pid(j) == pid) {
+        // The client's local queue in arrival order (one line: its threads
+        // ask alike), then its threads subscribed outside it (each in its
+        // last second after a block, and each one that tried first), and
+        // whom of them the library's rule wakes.
+        let mut line: Vec<Thread> = self
+            .threads(s, pid)
+            .filter(|&j| s.clients[j].subscribed)
+            .map(|j| {
+                let c = &s.clients[j];
+                let tried = c.tried && self.subscriber != Subscriber::HeadsOnly;
+                (c.queued.unwrap_or(u32::MAX), j, tried)
+            })
+            .map(|(at, j, tried)| Thread { at, j, tried })
+            .collect();
+        line.sort_by_key(|t| (t.at, t.j));
+        let woken: Vec<usize> = p::announced(&line).map(|t| t.j).collect();
+        for j in woken {
             let name = s.clients[j].name;
             let mode = self.at(j, name);
             let c = &mut s.clients[j];
-            let tried = c.tried && self.subscriber != Subscriber::HeadsOnly;
             // A frozen client's subscriber reads it when it resumes.
-            if matches!(c.life, Life::Running | Life::Frozen)
-                && c.subscribed
-                && (head == Some(j) || tried)
-                && waits(mode, name)
-            {
+            if matches!(c.life, Life::Running | Life::Frozen) && waits(mode, name) {
                 c.inbox = true;
             }
         }
+    }
+}
+
+/// A thread in its client's local queue, as the library's rule
+/// (`protocol::delivery::announced`) sees it.
+struct Thread {
+    at: u32,
+    j: usize,
+    tried: bool,
+}
+
+impl p::InLine for Thread {
+    fn line(&self) -> u32 {
+        0
+    }
+    fn tried(&self) -> bool {
+        self.tried
     }
 }

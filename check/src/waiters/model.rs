@@ -6,7 +6,7 @@ use redlease::__protocol as p;
 use super::{Action, Client, Kind, Main, State, WaitModel, WaitOp};
 use crate::keyspace::Keyspace;
 use crate::looks::Look;
-use crate::parties::{int, ms, time_may_pass, CallStep, Life, Outcome};
+use crate::parties::{int, ms, renewed, time_may_pass, CallStep, Life, Outcome};
 use crate::primitive::{Holder, Primitive};
 use crate::probes::SERVER_OFFSET;
 use crate::search::Model;
@@ -377,13 +377,20 @@ impl<P: Primitive> Model for WaitModel<P> {
                         .extend(self, i, self.at(i, h.name), h.token, self.lease_ms, false);
                 let reply = self.eval(server, &mut s, run, log);
                 let c = &mut s.clients[i];
-                if int(&reply) == Some(1) {
-                    for g in c.holds.iter_mut().filter(|g| g.name == h.name) {
-                        g.valid_until = g.valid_until.max(now + self.lease_ms - 1);
-                        g.renew_due = now + self.lease_ms / 3;
+                let times = (now, now, h.valid_until);
+                match renewed(int(&reply), times, self.lease_ms, self.lease_ms - 1) {
+                    p::Renewed::Extended { until, next } => {
+                        for g in c.holds.iter_mut().filter(|g| g.name == h.name) {
+                            g.valid_until = g.valid_until.max(until);
+                            g.renew_due = next;
+                        }
                     }
-                } else {
-                    c.holds.retain(|g| g.name != h.name);
+                    p::Renewed::Retry { at } => {
+                        for g in c.holds.iter_mut().filter(|g| g.name == h.name) {
+                            g.renew_due = at;
+                        }
+                    }
+                    p::Renewed::Lost | p::Renewed::Expired => c.holds.retain(|g| g.name != h.name),
                 }
             }
             Action::Look(i, k) => {

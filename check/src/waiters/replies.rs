@@ -8,7 +8,7 @@ use redlease::__protocol as p;
 use super::{Hold, Kind, Main, State, Subscriber, WaitModel};
 use crate::keyspace::Reply;
 use crate::looks::Look;
-use crate::parties::{busy, int, ms, Outcome};
+use crate::parties::{busy, client_id, heard, int, ms, Outcome};
 use crate::primitive::{Primitive, Script};
 use crate::server::Server;
 
@@ -28,18 +28,25 @@ impl<P: Primitive> WaitModel<P> {
         // hand-over's naming of its watchers wakes nobody
         // (`Shared::dispatch`), and these waiters, waiting for messages,
         // watch nothing.
+        // Each client's subscriber makes of a message what the library's
+        // `heard` says (`Shared::dispatch`).
+        let mut pids: Vec<usize> = (0..s.clients.len()).map(|j| self.pid(j)).collect();
+        pids.sort_unstable();
+        pids.dedup();
         for m in &ran.published {
-            if let Some((id, _)) = p::hand_over(&m.message) {
-                self.hear_watchers(s, id);
-                continue;
-            }
-            let from = m.message.split(|&c| c == b':').next().unwrap_or_default();
-            let pids: Vec<usize> = (0..s.clients.len()).map(|j| self.pid(j)).collect();
-            for pid in pids {
-                if self.subscriber == Subscriber::DropsOwn && from == format!("c{pid}").as_bytes() {
-                    continue;
+            for &pid in &pids {
+                match heard(pid, &m.message) {
+                    p::Heard::Named(_) => self.hear_watchers(s, pid),
+                    p::Heard::Released(key) => {
+                        let from = m.message.split(|&c| c == b':').next();
+                        let own = from == Some(client_id(pid).as_bytes());
+                        if self.subscriber == Subscriber::DropsOwn && own {
+                            continue;
+                        }
+                        self.wake(s, pid, |mode, _| self.prim.wakes(key, mode));
+                    }
+                    p::Heard::NamedOther | p::Heard::Foreign => {}
                 }
-                self.wake(s, pid, |mode, _| self.prim.wakes(&m.message, mode));
             }
         }
         let fences = self.prim.fences_on_server(&s.keys);
