@@ -316,7 +316,7 @@ pub mod __protocol {
     pub use crate::protocol::looks::{
         look_runs_at, next_look, watch_on_busy, LOOK_MARGIN, LOOK_MAX, NAME_LOOKS, WAITER_LOOKS,
     };
-    pub use crate::protocol::popped::{popped_hold, PoppedHold};
+    pub use crate::protocol::popped::{behind_pop, pop_took_grant, popped_hold, PoppedHold};
     pub use crate::protocol::quorum::{
         combine, drift, jitter, lease_left, quorum, Tally, Vote, JITTER_MAX,
     };

@@ -418,23 +418,27 @@ impl LockModel {
             return;
         };
         let mine = [prefix(), token(i, t)].concat();
+        let (lock, turns) = (key(""), [prefix(), b"turns".to_vec()].concat());
+        // The pipeline behind the pop, as the library sends it
+        // (`behind_pop`). A fair lock's also asks whether a waiter keeps
+        // its turn waiting for messages (`Pop::turns`): then the pop alone
+        // is no grant, and the script behind decides (as if the lock's
+        // value had not been read).
         let mut none = Vec::new();
-        s.keys.run(
-            &[b"PEXPIRE".to_vec(), mine, b(ms(p::GRANT_CLAIM) * 2)],
-            &mut none,
-        );
-        let ttl = int(&s.keys.run(&[b"PTTL".to_vec(), key("")], &mut none)).unwrap_or(-2);
-        let mut value = match s.keys.run(&[b"GET".to_vec(), key("")], &mut none) {
-            Reply::Bulk(v) => Some(v),
+        let replies: Vec<Reply> = p::behind_pop(&mine, &lock, self.fair.then_some(&turns[..]))
+            .iter()
+            .map(|words| {
+                let words: Vec<Vec<u8>> = words.iter().map(|w| w.to_vec()).collect();
+                s.keys.run(&words, &mut none)
+            })
+            .collect();
+        let ttl = replies.get(1).and_then(int).unwrap_or(-2);
+        let mut value = match replies.get(2) {
+            Some(Reply::Bulk(v)) => Some(v.clone()),
             _ => None,
         };
-        // A fair lock's pipeline also asks whether a waiter keeps its turn
-        // waiting for messages (`Pop::turns`): then the pop alone is no
-        // grant, and the script behind decides (as if the lock's value
-        // had not been read).
-        let turns = [prefix(), b"turns".to_vec()].concat();
-        let in_turn =
-            self.fair && int(&s.keys.run(&[b"EXISTS".to_vec(), turns], &mut none)) == Some(1);
+        let in_turn = replies.get(3).and_then(int).is_some_and(|n| n > 0);
+        let took = p::pop_took_grant(popped.as_deref(), Some(ttl), value.as_deref(), in_turn);
         Self::log(log, || {
             format!(
                 "c{i}'s BLMOVE served: {:?}; PTTL {ttl}; GET {:?}; turns kept: {in_turn}",
@@ -467,11 +471,9 @@ impl LockModel {
         }
         // A pop that took the open grant is the grant (the claim later
         // only writes it down).
-        if let (Some(f), Some(v)) = (&popped, &value) {
-            if ttl > 0 && v.strip_prefix(b"rl:grant#".as_slice()) == Some(f.as_slice()) {
-                let keys = s.keys.clone();
-                self.granted_in_order(s, i, &token(i, t), &keys);
-            }
+        if took.is_some() {
+            let keys = s.keys.clone();
+            self.granted_in_order(s, i, &token(i, t), &keys);
         }
         if let Main::Blocked { served, .. } = &mut s.clients[i].main {
             *served = Some((popped, ttl, value));
@@ -851,13 +853,12 @@ impl LockModel {
         else {
             return Ok(());
         };
-        // `popped_grant`: the pop took the fence of the grant the lock
-        // names, with time left.
-        if let (Some(f), Some(v)) = (&popped, &value) {
-            if ttl > 0 && v.strip_prefix(b"rl:grant#".as_slice()) == Some(f.as_slice()) {
-                let fence: i64 = String::from_utf8_lossy(f).parse().unwrap_or(0);
-                return self.taken_by_pop(s, i, t, fence, at, ttl);
-            }
+        // The pop took the fence of the grant the lock names, with time
+        // left (`pop_took_grant`; the value was left unread where a
+        // waiter keeps its turn, see `finish_pop`).
+        let taken = p::pop_took_grant(popped.as_deref(), Some(ttl), value.as_deref(), false);
+        if let Some((fence, left)) = taken {
+            return self.taken_by_pop(s, i, t, fence, at, ms(left));
         }
         s.clients[i].main = Main::Call {
             kind: CallKind::AfterPop,

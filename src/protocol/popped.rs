@@ -1,9 +1,67 @@
-//! What a waiter makes of a grant its pop took from the open list: how
-//! long it surely holds, and whether it claims the full lease before the
-//! guard is handed out. The library (`lease::taken_by_pop`) and the model
-//! checker (`check/`) both decide by [`popped_hold`].
+//! What a waiter makes of a grant its pop took from the open list: what
+//! its pipeline reads behind the pop ([`behind_pop`]), whether the pop
+//! alone took the grant ([`pop_took_grant`]), how long it surely holds,
+//! and whether it claims the full lease before the guard is handed out
+//! ([`popped_hold`]). The library (`Node::grant_blocking`,
+//! `lease::taken_by_pop`) and the model checker (`check/`) both decide by
+//! these.
 
+use std::borrow::Cow;
 use std::time::Duration;
+
+use crate::protocol::timing::GRANT_CLAIM;
+
+/// The commands a lock waiter's pipeline sends behind its pop, each as
+/// its words: the waiter's own list (`into`, where the pop moves the
+/// fence) kept for two claim windows (a grant popped and never claimed,
+/// its process dead, goes with it), the lock key's (`holder`) `PTTL`
+/// then its value (in that order: a value still the grant's proves the
+/// time left is its), and for a fair lock whether any waiter keeps its
+/// turn waiting for messages (`turns`). Their replies, in this order, are
+/// what [`pop_took_grant`] reads.
+pub fn behind_pop<'a>(
+    into: &'a [u8],
+    holder: &'a [u8],
+    turns: Option<&'a [u8]>,
+) -> Vec<Vec<Cow<'a, [u8]>>> {
+    let claim = (GRANT_CLAIM.as_millis() as u64 * 2)
+        .to_string()
+        .into_bytes();
+    let word = |w: &'a [u8]| Cow::Borrowed(w);
+    let mut cmds = vec![
+        vec![word(b"PEXPIRE"), word(into), Cow::Owned(claim)],
+        vec![word(b"PTTL"), word(holder)],
+        vec![word(b"GET"), word(holder)],
+    ];
+    if let Some(turns) = turns {
+        cmds.push(vec![word(b"EXISTS"), word(turns)]);
+    }
+    cmds
+}
+
+/// Whether a lock's pop alone took the grant, from the replies read
+/// behind it ([`behind_pop`]): the fence it `popped`, if the lock's
+/// `value` (read after its `ttl`, in milliseconds) is that fence's open
+/// grant (`rl:grant#<fence>`, written once per fence) with time left,
+/// and no waiter keeps its turn waiting for messages (`in_turn`: then the
+/// granting script decides whose turn it is). The fence and the time the
+/// grant has left; `None`: the script behind the pop says where the
+/// waiter stands.
+pub fn pop_took_grant(
+    popped: Option<&[u8]>,
+    ttl: Option<i64>,
+    value: Option<&[u8]>,
+    in_turn: bool,
+) -> Option<(i64, Duration)> {
+    let (Some(fence), Some(ms), Some(v)) = (popped, ttl, value) else {
+        return None;
+    };
+    if in_turn || ms <= 0 || v.strip_prefix(b"rl:grant#") != Some(fence) {
+        return None;
+    }
+    let fence = std::str::from_utf8(fence).ok()?.parse::<i64>().ok()?;
+    Some((fence, Duration::from_millis(ms as u64)))
+}
 
 /// A popped grant's first hold (see [`popped_hold`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +124,42 @@ mod tests {
         assert!(late.claim_now);
         let fixed = popped_hold(MS * 29_999, MS * 500, Duration::ZERO, MS, false);
         assert!(fixed.claim_now);
+    }
+
+    #[test]
+    fn a_pop_takes_the_grant_the_lock_names_with_time_left_unless_a_turn_is_kept() {
+        let g = Some(b"rl:grant#7".as_slice());
+        let f = Some(b"7".as_slice());
+        assert_eq!(pop_took_grant(f, Some(250), g, false), Some((7, MS * 250)));
+        assert_eq!(pop_took_grant(f, Some(250), g, true), None);
+        assert_eq!(pop_took_grant(f, Some(0), g, false), None);
+        assert_eq!(pop_took_grant(f, Some(-2), g, false), None);
+        assert_eq!(pop_took_grant(Some(b"8"), Some(250), g, false), None);
+        assert_eq!(pop_took_grant(f, Some(250), Some(b"rl:c:t#7"), false), None);
+        assert_eq!(pop_took_grant(None, Some(250), g, false), None);
+        assert_eq!(pop_took_grant(f, None, g, false), None);
+        let odd = Some(b"rl:grant#x".as_slice());
+        assert_eq!(pop_took_grant(Some(b"x"), Some(250), odd, false), None);
+    }
+
+    #[test]
+    fn behind_a_pop_the_waiter_keeps_its_list_then_reads_the_lock_s_time_before_its_value() {
+        let words = |turns| {
+            behind_pop(b"mine", b"lock", turns)
+                .iter()
+                .map(|c| c.iter().map(|w| w.to_vec()).collect())
+                .collect::<Vec<Vec<Vec<u8>>>>()
+        };
+        let claim = (GRANT_CLAIM.as_millis() * 2).to_string().into_bytes();
+        let base = vec![
+            vec![b"PEXPIRE".to_vec(), b"mine".to_vec(), claim],
+            vec![b"PTTL".to_vec(), b"lock".to_vec()],
+            vec![b"GET".to_vec(), b"lock".to_vec()],
+        ];
+        assert_eq!(words(None), base);
+        let mut fair = base;
+        fair.push(vec![b"EXISTS".to_vec(), b"turns".to_vec()]);
+        assert_eq!(words(Some(b"turns")), fair);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use redis::{FromRedisValue, Value};
 use super::Node;
 use crate::backend::{Answer, Args, Call};
 use crate::error::{Error, ErrorKind, Result};
+use crate::protocol::popped::{behind_pop, pop_took_grant};
 use crate::protocol::timing::POPPED_LEASE;
 
 /// Where a queued waiter blocks for its grant (see
@@ -161,10 +162,8 @@ impl Node {
         }
         let (_, ttl, value) = (replies.next(), replies.next(), replies.next());
         let in_turn = matches!(replies.next(), Some(Value::Int(n)) if n > 0);
-        if !in_turn {
-            if let Some(granted) = popped_grant(popped.as_deref(), ttl, value, at) {
-                return Ok(granted);
-            }
+        if let Some(granted) = popped_grant(popped.as_deref(), ttl, value, in_turn, at) {
+            return Ok(granted);
         }
         // Nothing granted by the pop: the script says where we stand (and
         // renews our queue entry), reading and dropping whatever the pop
@@ -438,21 +437,15 @@ fn pop_pipeline(pop: &Pop<'_>, block: Duration, behind: Option<&Call<'_>>) -> (V
         .arg(timeout);
     match (pop.holder, behind) {
         (Some(holder), _) => {
-            // A grant popped and never claimed (the process died) is gone
-            // with its own list; the `PTTL` comes before the `GET`, so a
-            // value still the grant's proves the time left is its.
-            pipe.cmd("PEXPIRE")
-                .arg(pop.into)
-                .arg(crate::protocol::timing::GRANT_CLAIM.as_millis() as u64 * 2);
-            pipe.cmd("PTTL").arg(holder);
-            pipe.cmd("GET").arg(holder);
-            match pop.turns {
-                Some(turns) => {
-                    pipe.cmd("EXISTS").arg(turns);
-                    (pipe.get_packed_pipeline(), 5)
+            let cmds = behind_pop(pop.into, holder, pop.turns);
+            for words in &cmds {
+                let mut cmd = redis::Cmd::new();
+                for w in words {
+                    cmd.arg(w.as_ref());
                 }
-                None => (pipe.get_packed_pipeline(), 4),
+                pipe.add_command(cmd);
             }
+            (pipe.get_packed_pipeline(), 1 + cmds.len())
         }
         (None, Some(call)) => {
             pipe.add_command(call.command(false));
@@ -464,26 +457,29 @@ fn pop_pipeline(pop: &Pop<'_>, block: Duration, behind: Option<&Call<'_>>) -> (V
     }
 }
 
-/// The grant a pop alone took: the fence it `popped`, if the lock's value
-/// (read after its `ttl`) is that fence's open grant (`rl:grant#<fence>`,
-/// written once per fence), with the time it has left from `at`.
+/// The grant a pop alone took, as the protocol core decides it from the
+/// replies behind the pop (`protocol::popped::pop_took_grant`), with the
+/// time it has left from `at`.
 fn popped_grant(
     popped: Option<&[u8]>,
     ttl: Option<Value>,
     value: Option<Value>,
+    in_turn: bool,
     at: Instant,
 ) -> Option<Blocked> {
-    let (Some(fence), Some(Value::Int(ms)), Some(Value::BulkString(v))) = (popped, ttl, value)
-    else {
-        return None;
+    let ttl = match ttl {
+        Some(Value::Int(ms)) => Some(ms),
+        _ => None,
     };
-    if ms <= 0 || v.strip_prefix(b"rl:grant#") != Some(fence) {
-        return None;
-    }
+    let value = match &value {
+        Some(Value::BulkString(v)) => Some(v.as_slice()),
+        _ => None,
+    };
+    let (fence, left) = pop_took_grant(popped, ttl, value, in_turn)?;
     Some(Blocked {
-        reply: Answer::Granted(std::str::from_utf8(fence).ok()?.parse::<i64>().ok()?),
+        reply: Answer::Granted(fence),
         popped: true,
-        short: Some((at, Duration::from_millis(ms as u64))),
+        short: Some((at, left)),
         sent: None,
         cut: false,
         refused: false,
