@@ -268,9 +268,12 @@ impl<'a> Acquisition<'a> {
         (self.ambiguous, self.late, self.reached) = (false, false, true);
         let backend = self.client.backend();
         let look = self.spec.direct.as_ref().and_then(|d| d.watch.as_ref());
+        // Asked on every busy reply, look or not: a fair waiter's place is
+        // lost the moment its server stops granting directly (`blocks_now`).
+        let blocks = self.blocks();
         if let Some(look) = look {
             let watching = self.watching.is_some();
-            if let Some(first) = watch_on_busy(watching, self.blocks(), at, Instant::now(), wait) {
+            if let Some(first) = watch_on_busy(watching, blocks, at, Instant::now(), wait) {
                 self.watching = Some(renewal::watch(backend, Arc::new(look.clone()), first));
             }
         }
