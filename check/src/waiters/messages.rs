@@ -81,10 +81,12 @@ impl<P: Primitive> WaitModel<P> {
             .filter(|&j| s.clients[j].subscribed)
             .map(|j| {
                 let c = &s.clients[j];
-                let tried = c.tried && self.subscriber != Subscriber::HeadsOnly;
-                (c.queued.unwrap_or(u32::MAX), j, tried)
+                Thread {
+                    at: c.queued.unwrap_or(u32::MAX),
+                    j,
+                    tried: c.tried && self.subscriber != Subscriber::HeadsOnly,
+                }
             })
-            .map(|(at, j, tried)| Thread { at, j, tried })
             .collect();
         line.sort_by_key(|t| (t.at, t.j));
         let woken: Vec<usize> = p::announced(&line).map(|t| t.j).collect();
