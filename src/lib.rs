@@ -309,14 +309,18 @@ pub use protocol::scripts::sent_code as __sent_code;
 /// the API.
 #[doc(hidden)]
 pub mod __protocol {
-    pub use crate::protocol::blocking::SHORT_WAIT;
-    pub use crate::protocol::clean_up::{goes_on, undos, Undo};
+    pub use crate::protocol::blocking::{
+        block_for, block_tail, blocks_now, keeps_place, worth_blocking, SHORT_WAIT,
+    };
+    pub use crate::protocol::clean_up::{goes_on, undos, Failure, Left, Undo};
     pub use crate::protocol::delivery::{announced, heard, release_message, Heard, InLine};
     pub use crate::protocol::keys::{owner_token, FENCE_FLOOR, WAKE_CHANNEL};
     pub use crate::protocol::looks::{
         look_runs_at, next_look, watch_on_busy, LOOK_MARGIN, LOOK_MAX, NAME_LOOKS, WAITER_LOOKS,
     };
-    pub use crate::protocol::popped::{behind_pop, pop_took_grant, popped_hold, PoppedHold};
+    pub use crate::protocol::popped::{
+        behind_pop, pop_took_grant, popped_hold, script_behind_pop, PoppedHold,
+    };
     pub use crate::protocol::quorum::{
         combine, drift, jitter, lease_left, quorum, Tally, Vote, JITTER_MAX,
     };
@@ -324,7 +328,8 @@ pub mod __protocol {
     pub use crate::protocol::scripts::{lock, rwlock, semaphore};
     pub use crate::protocol::timing::{
         first_look, FALLBACK_POLL, GRANT_CLAIM, GRANT_SLICE, NAME_LOOK_AFTER, OPENING_LIFE,
-        POPPED_LEASE, ROOM_CHUNK, ROOM_ENTRY,
+        OUTAGE_TOLERANCE, POPPED_LEASE, ROOM_CHUNK, ROOM_ENTRY,
     };
+    pub use crate::protocol::tries::ride_out;
     pub use crate::protocol::watch::{hand_over, NamedLooks};
 }

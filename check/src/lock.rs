@@ -8,11 +8,15 @@
 //! code it mirrors; the timings and the look rule are the library's own
 //! (`redlease::__protocol`).
 
+use std::borrow::Cow;
+
 use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Reply};
 use crate::looks::{watch_waiter, Look};
-use crate::parties::{b, busy, heard, int, ms, renewed, time_may_pass, CallStep, Life, Outcome};
+use crate::parties::{
+    b, busy, heard, int, ms, renewed, time_may_pass, At, CallStep, Life, Outcome,
+};
 pub use crate::parties::{Fault, Faults};
 use crate::search::Model;
 use crate::server::Server;
@@ -258,33 +262,53 @@ pub(crate) const FLOOR: &[u8] = p::FENCE_FLOOR.as_bytes();
 pub(crate) const CHANNEL: &[u8] = p::WAKE_CHANNEL.as_bytes();
 
 pub(crate) fn key(suffix: &str) -> Vec<u8> {
-    format!("{NAME}{suffix}").into_bytes()
+    // Joined rather than formatted: called in most steps.
+    [NAME.as_bytes(), suffix.as_bytes()].concat()
 }
 
 pub(crate) use crate::parties::token;
 
 /// lua/lock_acquire.lua, lock_release.lua and lock_watch.lua's keys
 /// (`Lock::new`): lock, counter, queue, deadlines, fence floor.
-pub(crate) fn scripted() -> Vec<Vec<u8>> {
-    vec![
-        key(""),
-        key(":fence"),
-        key(":queue"),
-        key(":queue:t"),
-        FLOOR.to_vec(),
-    ]
+pub(crate) fn scripted() -> &'static [Vec<u8>] {
+    // Made once: most steps run one of these scripts.
+    static KEYS: std::sync::LazyLock<Vec<Vec<u8>>> = std::sync::LazyLock::new(|| {
+        vec![
+            key(""),
+            key(":fence"),
+            key(":queue"),
+            key(":queue:t"),
+            FLOOR.to_vec(),
+        ]
+    });
+    &KEYS
+}
+
+/// A call's script, keys (most share [`scripted`]'s, made once) and
+/// arguments.
+type CallOf = (&'static str, Cow<'static, [Vec<u8>]>, Vec<Vec<u8>>);
+
+/// Client `c`'s wait ended without the name (`Acquisition::finish`): its
+/// looks for the blocked waiter end, and its next operation is due.
+fn end_wait(c: &mut Client) {
+    c.main = Main::Idle;
+    c.deadline = None;
+    c.blocked = None;
+    c.lost_place = false;
+    c.told = false;
+    c.looks.retain(|l| l.waiter.is_none());
+    c.pc += 1;
 }
 
 impl LockModel {
-    /// Whether client `c`'s waiter waits for messages now
-    /// (`wakeup::blocks_now`): a fair one that lost its place among the
-    /// blocked, a plain one in its last second.
+    /// Whether client `c`'s waiter waits for messages now: it does not
+    /// block, by the library's rule (`protocol::blocking::blocks_now`,
+    /// which `wakeup::blocks_now` asks): a fair one that lost its place
+    /// among the blocked, a plain one in its last second. The model's
+    /// server always grants directly.
     fn by_message(&self, c: &Client, now: i64) -> bool {
-        if self.fair {
-            c.lost_place && !self.reblocks
-        } else {
-            c.deadline.is_some_and(|d| d - now < SHORT_WAIT)
-        }
+        let place = self.fair.then_some(!c.lost_place || self.reblocks);
+        !p::blocks_now(true, place, c.deadline.map(At), At(now))
     }
 }
 
@@ -294,7 +318,7 @@ impl State {
     }
 
     fn lock_value(&self) -> Option<Vec<u8>> {
-        match self.keys.keys.get(&key("")).map(|e| &e.value) {
+        match self.keys.keys.get(NAME.as_bytes()).map(|e| &e.value) {
             Some(crate::keyspace::Value::Str(s)) => Some(s.clone()),
             _ => None,
         }
@@ -530,7 +554,7 @@ impl LockModel {
         for undo in p::undos(retired.len(), |_| true, false, false) {
             let p::Undo::Leave(n) = undo else { continue };
             let args = self.release_args(i, retired[n], true, None);
-            self.eval(server, s, "lock_release.lua", &scripted(), &args, log);
+            self.eval(server, s, "lock_release.lua", scripted(), &args, log);
         }
     }
 
@@ -577,12 +601,11 @@ impl LockModel {
         let now = s.now;
         let c = &mut s.clients[i];
         // A plain waiter's block ends its last second before the deadline
-        // (`protocol::blocking::block_for`'s tail).
-        let tail = if self.fair { 0 } else { SHORT_WAIT };
-        let until = match c.deadline {
-            Some(d) => (d - tail).min(now + ms(p::ROOM_CHUNK)),
-            None => now + ms(p::ROOM_CHUNK),
-        };
+        // (`protocol::blocking::block_for`, its `block_tail`); a fair
+        // one's, which keeps its place, at it.
+        let tail = p::block_tail(self.fair);
+        let block = p::block_for(p::ROOM_CHUNK, c.deadline.map(At), tail, At(now));
+        let until = now + block.map_or(0, ms);
         // The renewal thread looks for it from when the holder's lease
         // would end.
         watch_waiter(&mut c.looks, t, 0, at, now, wait);
@@ -663,18 +686,29 @@ impl LockModel {
 
     /// A failed grant (a lost request or reply): the token is retired (its
     /// undo went behind it) and the acquisition tries again with a new one
-    /// (`Acquisition::on_error`), or gives up at its deadline.
+    /// (`Acquisition::on_error`), or gives up at its deadline, with nothing
+    /// cleaned up while its server is late (`protocol::clean_up::undos`:
+    /// the entries lapse by themselves).
     fn retry(&self, s: &mut State, i: usize, t: u8) {
         if s.decided_at_pop.is_some_and(|(p, _)| p as usize == i) {
             s.decided_at_pop = None;
         }
         let now = s.now;
         let c = &mut s.clients[i];
-        c.retired.push(t);
-        c.looks.retain(|l| l.waiter.is_none());
-        c.tokens += 1;
+        let (retire, left) = crate::parties::lost_call();
+        if retire {
+            c.retired.push(t);
+            c.looks.retain(|l| l.waiter.is_none());
+            c.tokens += 1;
+        }
         let fresh = c.tokens;
         if c.deadline.is_some_and(|d| now >= d) {
+            let (withdrawn, current) = crate::parties::clean_up(c.retired.len(), left);
+            if withdrawn.is_empty() && !current {
+                c.retired.clear();
+                end_wait(c);
+                return;
+            }
             c.main = Main::Call {
                 kind: CallKind::Leave,
                 token: fresh,
@@ -696,45 +730,42 @@ impl LockModel {
         }
     }
 
-    fn call_of(
-        &self,
-        i: usize,
-        kind: &CallKind,
-        t: u8,
-    ) -> (&'static str, Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    /// Client `i`'s call of `kind` with token `t`: its script, keys and
+    /// arguments.
+    fn call_of(&self, i: usize, kind: &CallKind, t: u8) -> CallOf {
         match kind {
             CallKind::Grant => (
                 "lock_acquire.lua",
-                scripted(),
+                Cow::Borrowed(scripted()),
                 self.acquire_args(i, t, true, false),
             ),
             CallKind::Try => (
                 "lock_acquire.lua",
-                scripted(),
+                Cow::Borrowed(scripted()),
                 self.acquire_args(i, t, false, false),
             ),
             CallKind::AfterPop => (
                 "lock_acquire.lua",
-                scripted(),
+                Cow::Borrowed(scripted()),
                 self.acquire_args(i, t, true, true),
             ),
             CallKind::ByMessage => (
                 "lock_acquire.lua",
-                scripted(),
+                Cow::Borrowed(scripted()),
                 self.acquire_args_as(i, t, true, false, false),
             ),
             CallKind::Claim { fence, .. } => {
                 let (k, a) = self.extend_call(i, t, *fence);
-                ("lock_extend.lua", k, a)
+                ("lock_extend.lua", Cow::Owned(k), a)
             }
             CallKind::Release { fence } => (
                 "lock_release.lua",
-                scripted(),
+                Cow::Borrowed(scripted()),
                 self.release_args(i, t, false, Some(*fence)),
             ),
             CallKind::Leave => (
                 "lock_release.lua",
-                scripted(),
+                Cow::Borrowed(scripted()),
                 self.release_args(i, t, true, None),
             ),
         }
@@ -799,7 +830,7 @@ impl LockModel {
                     None if reply.is_none() => {
                         // Maybe ran: released, token-checked (`clean_up`).
                         let args = self.release_args(i, t, false, None);
-                        self.eval(server, s, "lock_release.lua", &scripted(), &args, log);
+                        self.eval(server, s, "lock_release.lua", scripted(), &args, log);
                     }
                     None => {}
                 }
@@ -830,14 +861,7 @@ impl LockModel {
             }
             CallKind::Leave => {
                 self.withdraw(server, s, i, log);
-                let c = &mut s.clients[i];
-                c.main = Main::Idle;
-                c.deadline = None;
-                c.blocked = None;
-                c.lost_place = false;
-                c.told = false;
-                c.looks.retain(|l| l.waiter.is_none());
-                c.pc += 1;
+                end_wait(&mut s.clients[i]);
             }
         }
         Ok(())
@@ -860,6 +884,9 @@ impl LockModel {
         if let Some((fence, left)) = taken {
             return self.taken_by_pop(s, i, t, fence, at, ms(left));
         }
+        // Nothing granted by the pop alone: the script follows in a round
+        // trip of its own (`protocol::popped::script_behind_pop`, pinned by
+        // `waiters::blocking::tests`).
         s.clients[i].main = Main::Call {
             kind: CallKind::AfterPop,
             token: t,
@@ -1156,8 +1183,10 @@ impl Model for LockModel {
                     }
                     Op::AcquireFor(d) => {
                         c.deadline = Some(now + d);
-                        // A plain wait under a second never blocks.
-                        if !self.fair && d < SHORT_WAIT {
+                        // A plain wait under a second never blocks
+                        // (`blocks_now`; a fair one's place outweighs it).
+                        let place = self.fair.then_some(true);
+                        if !p::blocks_now(true, place, c.deadline.map(At), At(now)) {
                             CallKind::ByMessage
                         } else {
                             CallKind::Grant
@@ -1204,7 +1233,7 @@ impl Model for LockModel {
                         CallKind::Grant | CallKind::AfterPop | CallKind::ByMessage | CallKind::Try
                     ) {
                         let undo = self.release_args(i, t, false, None);
-                        self.eval(server, &mut s, "lock_release.lua", &scripted(), &undo, log);
+                        self.eval(server, &mut s, "lock_release.lua", scripted(), &undo, log);
                     }
                 }
                 if let Main::Call { out, .. } = &mut s.clients[i].main {
@@ -1252,7 +1281,7 @@ impl Model for LockModel {
             Action::Look(i, k) => {
                 let l = s.clients[i].looks[k].clone();
                 let args = self.watch_args(i, l.waiter);
-                let reply = self.eval(server, &mut s, "lock_watch.lua", &scripted(), &args, log);
+                let reply = self.eval(server, &mut s, "lock_watch.lua", scripted(), &args, log);
                 let now = s.now;
                 let c = &mut s.clients[i];
                 c.looks.remove(k);
@@ -1318,7 +1347,8 @@ impl Model for LockModel {
                 s.cuts += 1;
                 let now = s.now;
                 let c = &mut s.clients[i];
-                c.lost_place = true;
+                // `Acquisition::step`: a cut block takes the place.
+                c.lost_place = !p::keeps_place(!c.lost_place, true);
                 c.looks.retain(|l| l.waiter.is_none());
                 c.main = Main::Call {
                     kind: CallKind::AfterPop,

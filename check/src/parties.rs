@@ -24,6 +24,19 @@ pub(crate) fn client_id(i: usize) -> std::borrow::Cow<'static, str> {
 /// (`protocol::keys::owner_token`, as `Client::new_token` makes them:
 /// hand-overs name watchers by the client id in it).
 pub(crate) fn token(i: usize, n: u8) -> Vec<u8> {
+    // Made once per client and number (most steps compare tokens).
+    static TOKENS: std::sync::LazyLock<Vec<Vec<Vec<u8>>>> = std::sync::LazyLock::new(|| {
+        (0..8)
+            .map(|i| (0..32).map(|n| make_token(i, n)).collect())
+            .collect()
+    });
+    match TOKENS.get(i).and_then(|t| t.get(usize::from(n))) {
+        Some(t) => t.clone(),
+        None => make_token(i, n),
+    }
+}
+
+fn make_token(i: usize, n: u8) -> Vec<u8> {
     p::owner_token(client_id(i), format_args!("t{n}")).into_bytes()
 }
 
@@ -248,6 +261,42 @@ impl Outcome {
 
 /// Whether a model may let time pass: nobody has anything to do now, and
 /// the next event (`next`) is within the horizon.
+/// A grant call whose request or reply was lost: to the client its reply
+/// is late, and its undo was written behind it (`Node::fail`). What the
+/// acquisition's record for its clean-up says after it, by the library's
+/// rule (`protocol::clean_up::Left::failed`, which `Acquisition::on_error`
+/// follows): the token is retired, and the record is late with nothing
+/// reached (the same whatever it was before: a late reply starts it
+/// afresh). Returns whether the token is retired, and the record.
+pub(crate) fn lost_call() -> (bool, p::Left) {
+    let mut left = p::Left::default();
+    let retired = left.failed(p::Failure {
+        ambiguous: true,
+        unsent: false,
+        undone: true,
+    });
+    (retired, left)
+}
+
+/// The clean-up's calls when a wait ends with `retired` tokens retired and
+/// the current one's record `left` (`protocol::clean_up::undos`, as
+/// `Acquisition::finish` makes them): the retired tokens' withdrawals
+/// (indices into `retired`), and whether the current token's entry is
+/// withdrawn too (it reached the server and the server is not late).
+pub(crate) fn clean_up(retired: usize, left: p::Left) -> (Vec<usize>, bool) {
+    let sent = retired + usize::from(left.reached);
+    let mut withdrawn = Vec::new();
+    let mut current = false;
+    for undo in p::undos(sent, |_| true, left.ambiguous, left.late) {
+        match undo {
+            p::Undo::Leave(n) if n < retired => withdrawn.push(n),
+            p::Undo::Leave(_) => current = true,
+            p::Undo::ReleaseLast => {}
+        }
+    }
+    (withdrawn, current)
+}
+
 pub(crate) fn time_may_pass(urgent: bool, next: Option<i64>, horizon_ms: i64) -> bool {
     !urgent && next.is_some_and(|t| t <= horizon_ms)
 }

@@ -39,7 +39,7 @@ use crate::keyspace::{Keyspace, Reply};
 use crate::lock::{
     key, renewal_call, scripted, unqueued_acquire_args, unqueued_release_args, FLOOR,
 };
-use crate::parties::{b, busy, heard, int, renewed, time_may_pass, Faults, Life};
+use crate::parties::{b, busy, heard, int, renewed, time_may_pass, At, Faults, Life};
 use crate::probes::SERVER_OFFSET;
 use crate::search::Model;
 use crate::server::Server;
@@ -113,6 +113,11 @@ struct Client {
     hold: Option<Hold>,
     subscribed: bool,
     inbox: bool,
+    /// The acquisition's outage (`Tries`): when the attempt that started
+    /// it was sent, and the last wait it rode out (0 before the first; not
+    /// reset by a busy vote, as the library's is not).
+    outage: Option<i64>,
+    backoff: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -308,6 +313,8 @@ impl RedlockModel {
         c.deadline = None;
         c.subscribed = false;
         c.inbox = false;
+        // The next acquisition judges its attempts afresh (`Tries::new`).
+        (c.outage, c.backoff) = (None, 0);
         c.pc += 1;
     }
 
@@ -361,19 +368,42 @@ impl RedlockModel {
         }
         // Undone on every master.
         let args = self.release_args(i, t);
-        self.on_all(server, s, "lock_release.lua", &scripted(), &args, log);
+        self.on_all(server, s, "lock_release.lua", scripted(), &args, log);
         let c = &mut s.clients[i];
         match c.deadline {
             None => self.end_wait(s, i),
             Some(d) if s.now >= d => self.end_wait(s, i),
             Some(d) => {
+                // Too many masters failed for any majority: an outage
+                // (`QuorumNotReached`), ridden out by the library's rule
+                // (`Tries::judge`, `ride_out`) until its tolerance or the
+                // deadline; else busy, at the votes' hint.
+                let wait = if votes_tally.hopeless() {
+                    let since = *c.outage.get_or_insert(at);
+                    let backoff = std::time::Duration::from_millis(c.backoff as u64);
+                    let ride = p::ride_out(
+                        At(since),
+                        At(s.now),
+                        backoff,
+                        p::OUTAGE_TOLERANCE,
+                        s.now >= d,
+                    );
+                    let Some(next) = ride else {
+                        self.end_wait(s, i);
+                        return Ok(());
+                    };
+                    c.backoff = crate::parties::ms(next);
+                    c.backoff
+                } else {
+                    c.outage = None;
+                    votes_tally.retry_after(JITTER)
+                };
                 if !c.subscribed {
                     // Subscribed now: again at once.
                     c.subscribed = true;
                     self.attempt(s, i);
                 } else {
-                    let hint = votes_tally.retry_after(JITTER);
-                    let until = (s.now + hint.min(self.fallback_ms)).min(d);
+                    let until = (s.now + wait.min(self.fallback_ms)).min(d);
                     c.main = Main::Waiting { until };
                 }
             }
@@ -451,6 +481,8 @@ impl Model for RedlockModel {
                     main: Main::Idle,
                     hold: None,
                     subscribed: false,
+                    outage: None,
+                    backoff: 0,
                     inbox: false,
                 })
                 .collect(),
@@ -585,7 +617,7 @@ impl Model for RedlockModel {
                 if c.hold.take().is_some() {
                     let t = c.tokens;
                     let args = self.release_args(i, t);
-                    let release = ("lock_release.lua", &scripted()[..], &args[..]);
+                    let release = ("lock_release.lua", scripted(), &args[..]);
                     self.on_all_losing(server, &mut s, release, loss, log);
                 }
             }
@@ -595,13 +627,13 @@ impl Model for RedlockModel {
                     Vote::Failed { slow: false }
                 } else {
                     let args = self.acquire_args(i, t);
-                    let grant = ("lock_acquire.lua", &scripted()[..], &args[..]);
+                    let grant = ("lock_acquire.lua", scripted(), &args[..]);
                     let reply = self.eval(server, &mut s, m, grant, log);
                     if matches!(a, Action::LoseReply(..)) {
                         s.faults += 1;
                         // The undo written behind the lost reply.
                         let undo = self.release_args(i, t);
-                        let undo = ("lock_release.lua", &scripted()[..], &undo[..]);
+                        let undo = ("lock_release.lua", scripted(), &undo[..]);
                         self.eval(server, &mut s, m, undo, log);
                         Vote::Failed { slow: true }
                     } else {

@@ -67,10 +67,50 @@ impl std::hash::Hasher for Spread {
     }
 }
 
+/// A 128-bit hash of `t`: what `t.hash` writes, gathered into a buffer
+/// and hashed in one pass. The same value as feeding xxh3's streaming
+/// hasher the same bytes, at a fraction of the cost: a state writes
+/// hundreds of small fields, and the streaming hasher's bookkeeping on
+/// each was the search's largest single cost (perf: 8 %).
 pub(crate) fn fingerprint<T: Hash>(t: &T) -> u128 {
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
-    t.hash(&mut h);
-    h.digest128()
+    thread_local! {
+        // A pool, not one buffer: hashing a state fingerprints its
+        // keyspace inside it (`Keyspace`'s `Hash`).
+        static BUFFERS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let mut buf = BUFFERS
+        .with(|b| b.borrow_mut().pop())
+        .unwrap_or_else(|| Vec::with_capacity(4096));
+    t.hash(&mut Gather(&mut buf));
+    let f = xxhash_rust::xxh3::xxh3_128(&buf);
+    buf.clear();
+    BUFFERS.with(|b| b.borrow_mut().push(buf));
+    f
+}
+
+/// The [`std::hash::Hasher`] of [`fingerprint`]: the bytes written, in
+/// order (the integer writes as `Hasher`'s defaults make them).
+struct Gather<'a>(&'a mut Vec<u8>);
+
+impl std::hash::Hasher for Gather<'_> {
+    fn finish(&self) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(self.0)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.extend_from_slice(bytes);
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.0.push(n);
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0.extend_from_slice(&n.to_ne_bytes());
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0.extend_from_slice(&n.to_ne_bytes());
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0.extend_from_slice(&n.to_ne_bytes());
+    }
 }
 
 /// Explores `model` breadth first up to `max_depth` steps (and at most

@@ -32,8 +32,12 @@ pub type SemModel = WaitModel<Semaphore>;
 const NAME: &str = "{s}";
 
 fn key(suffix: &str) -> Vec<u8> {
-    format!("{NAME}{suffix}").into_bytes()
+    // Joined rather than formatted: called in most steps.
+    [NAME.as_bytes(), suffix.as_bytes()].concat()
 }
+
+/// The permits' key (`{s}:sem`), looked up in most steps.
+const PERMITS: &[u8] = b"{s}:sem";
 
 /// `Semaphore::new`'s keys: permits, count, queue, deadlines.
 fn scripted() -> Vec<Vec<u8>> {
@@ -48,7 +52,8 @@ fn scripted() -> Vec<Vec<u8>> {
 /// `<k>:<token>` (`Semaphore`'s member of a request for `k` permits).
 fn member(client: usize, t: u8, k: u32) -> Vec<u8> {
     [
-        format!("{k}:").into_bytes(),
+        k.to_string().into_bytes(),
+        b":".to_vec(),
         crate::parties::token(client, t),
     ]
     .concat()
@@ -63,7 +68,7 @@ impl Semaphore {
             grant_prefix: b"{s}:sem:grant:",
             claim: p::GRANT_CLAIM,
             channel: CHANNEL.to_vec(),
-            message: crate::parties::release_message(client, format!("{NAME}:sem").as_bytes()),
+            message: crate::parties::release_message(client, PERMITS),
             permits: self.permits,
             fair: self.fair,
         }
@@ -141,7 +146,7 @@ impl Primitive for Semaphore {
         }
         let me = member(i, t, k);
         Some(Direct {
-            open: format!("{prefix}open").into_bytes(),
+            open: b"{s}:sem:grant:open".to_vec(),
             own: [prefix.as_bytes(), &me].concat(),
             grant: Script {
                 file: "sem_acquire.lua",
@@ -167,7 +172,7 @@ impl Primitive for Semaphore {
     /// Every request fits in what the unexpired permits leave free.
     fn fits(&self, keys: &Keyspace, asks: &[u32]) -> bool {
         let now = keys.now_ms();
-        let used: u32 = match keys.keys.get(&key(":sem")).map(|e| &e.value) {
+        let used: u32 = match keys.keys.get(PERMITS).map(|e| &e.value) {
             Some(Value::ZSet(z)) => z
                 .iter()
                 .filter(|(score, _)| score.0 as i64 > now)
@@ -234,7 +239,7 @@ impl Primitive for Semaphore {
         let server_now = keys.now_ms();
         for &(i, k, t) in holders {
             let m = member(i, t, k);
-            let held = match keys.keys.get(&key(":sem")).map(|e| &e.value) {
+            let held = match keys.keys.get(PERMITS).map(|e| &e.value) {
                 Some(Value::ZSet(z)) => z
                     .iter()
                     .any(|(score, x)| *x == m && score.0 as i64 > server_now),
@@ -256,7 +261,7 @@ impl Primitive for Semaphore {
     fn quiet(&self, m: &SemModel, server: &mut Server, keys: &Keyspace) -> Result<(), String> {
         // `try_acquire` every 100 ms from the end of the last lease (a dead
         // holder's) is granted within the claim + 1 s.
-        let last = match keys.keys.get(&key(":sem")).map(|e| &e.value) {
+        let last = match keys.keys.get(PERMITS).map(|e| &e.value) {
             Some(Value::ZSet(z)) => z.iter().map(|(sc, _)| sc.0 as i64).max().unwrap_or(0),
             _ => 0,
         };

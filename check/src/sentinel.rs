@@ -190,7 +190,7 @@ impl SentinelModel {
         match kind {
             Kind::Grant => (
                 "lock_acquire.lua",
-                scripted(),
+                scripted().to_vec(),
                 unqueued_acquire_args(i, t, self.lease_ms),
             ),
             Kind::Renew => {
@@ -199,7 +199,7 @@ impl SentinelModel {
             }
             Kind::Release | Kind::Undo => (
                 "lock_release.lua",
-                scripted(),
+                scripted().to_vec(),
                 unqueued_release_args(i, t, false),
             ),
         }

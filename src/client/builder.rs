@@ -141,7 +141,7 @@ impl Default for ClientBuilder {
             node_timeout: Duration::from_millis(250),
             master_auth: None,
             replica_ack: None,
-            outage_tolerance: Duration::from_secs(10),
+            outage_tolerance: crate::protocol::timing::OUTAGE_TOLERANCE,
             tls: crate::backend::Tls::default(),
             reentrant: true,
             events: None,

@@ -10,8 +10,8 @@ use crate::backend::{Answer, Blocked, BlockingGrant, Pop};
 use crate::error::{Error, Result};
 use crate::lease::context::Context;
 use crate::lease::reentrancy::{self, Held, HoldKey};
-use crate::protocol::blocking::Place;
-use crate::protocol::clean_up::{goes_on, undos, Undo};
+use crate::protocol::blocking::{keeps_place, Place};
+use crate::protocol::clean_up::{goes_on, undos, Failure, Left, Undo};
 use crate::protocol::lease_state::LeaseState;
 use crate::protocol::looks::watch_on_busy;
 use crate::protocol::timing::{NAME_LOOK_AFTER, ROOM_CHUNK};
@@ -104,15 +104,8 @@ struct Acquisition<'a> {
     /// A fair waiter's place among the blocked (see [`Place`]); `None`
     /// where the turn is not that place.
     place: Option<&'a Place>,
-    /// The current token may hold a grant nobody confirmed: an attempt's
-    /// outcome was unknown, and no reply has decided since (a repeat that
-    /// could not even be sent does not).
-    ambiguous: bool,
-    /// The last attempt's reply was late (the server stalled), or the
-    /// server was unreachable with nothing of ours possibly granted.
-    late: bool,
-    /// The current spec's grant reached the server.
-    reached: bool,
+    /// What the attempts with the current token left for the clean-up.
+    left: Left,
     /// Retired specs whose grants reached the server: their queue entries
     /// are withdrawn at the end.
     sent: Vec<Spec>,
@@ -136,9 +129,7 @@ impl<'a> Acquisition<'a> {
             token,
             spec,
             watching: None,
-            ambiguous: false,
-            late: false,
-            reached: false,
+            left: Left::default(),
             sent: Vec::new(),
         })
     }
@@ -161,7 +152,7 @@ impl<'a> Acquisition<'a> {
         // that told every waiter to look (60-140 commands a second each
         // on a semaphore whose free permits fit nobody).
         if let (Some(place), Some(_)) = (self.place, block) {
-            if sent.as_ref().map_or(true, |b| b.cut) {
+            if !keeps_place(place.held(), sent.as_ref().map_or(true, |b| b.cut)) {
                 place.lose();
             }
         }
@@ -265,7 +256,7 @@ impl<'a> Acquisition<'a> {
     /// on the server is looked after by the renewal thread from when the
     /// holder's lease would end.
     fn on_busy(&mut self, at: Instant, wait: i64) -> Attempt<Granted> {
-        (self.ambiguous, self.late, self.reached) = (false, false, true);
+        self.left.replied();
         let backend = self.client.backend();
         let look = self.spec.direct.as_ref().and_then(|d| d.watch.as_ref());
         // Asked on every busy reply, look or not: a fair waiter's place is
@@ -284,13 +275,12 @@ impl<'a> Acquisition<'a> {
     /// for the waiting loop to judge. A late reply retires the token: its
     /// undo is queued behind it, and could remove a new hold made with it.
     fn on_error(&mut self, e: Error) -> Result<Error> {
-        self.ambiguous |= e.is_ambiguous();
-        // Stalled (its undo is queued), or unreachable with nothing of ours
-        // possibly granted: clean-up calls would only wait out timeouts of
-        // their own.
-        self.late = e.is_undone() || (e.is_unsent() && !self.ambiguous);
-        self.reached |= !e.is_unsent();
-        if e.is_undone() {
+        let failure = Failure {
+            ambiguous: e.is_ambiguous(),
+            unsent: e.is_unsent(),
+            undone: e.is_undone(),
+        };
+        if self.left.failed(failure) {
             let fresh = self.client.new_token();
             let next = (self.make)(&fresh)?;
             self.sent.push(std::mem::replace(&mut self.spec, next));
@@ -298,7 +288,6 @@ impl<'a> Acquisition<'a> {
             if let Some(w) = self.watching.take() {
                 w.finish();
             }
-            (self.ambiguous, self.reached) = (false, false);
         }
         Ok(e)
     }
@@ -335,15 +324,15 @@ impl<'a> Acquisition<'a> {
                 }))
             }
             other => {
-                if self.reached {
+                if self.left.reached {
                     self.sent.push(self.spec);
                 }
-                clean_up(client, &self.sent, self.ambiguous, self.late);
+                clean_up(client, &self.sent, self.left.ambiguous, self.left.late);
                 // An attempt may have granted: the caller must not read "not
                 // sent" in the last repeat's error (it is released, token-
                 // checked, if the server could be reached, else it ends with
                 // its lease).
-                let ambiguous = self.ambiguous;
+                let ambiguous = self.left.ambiguous;
                 other
                     .map(|_| None)
                     .map_err(|e| if ambiguous { e.maybe_ran() } else { e })

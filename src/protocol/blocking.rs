@@ -4,7 +4,10 @@
 //! blocked.
 
 use std::cell::Cell;
-use std::time::{Duration, Instant};
+use std::ops::Sub;
+use std::time::Duration;
+
+use crate::protocol::timing::span;
 
 /// A fair lock's waiter's turn is its place among the blocked: its pop
 /// alone takes the grant, with no script to look at the queue, and Redis
@@ -35,6 +38,32 @@ impl Place {
     }
 }
 
+/// Whether a fair waiter still has its place among the blocked (`Place`)
+/// after a round trip that blocked: only if it had it and the block was
+/// not `cut` short (an error, a broken connection, a slot moved under it,
+/// no connection to block on). Once lost, never regained within the wait.
+pub fn keeps_place(held: bool, cut: bool) -> bool {
+    held && !cut
+}
+
+/// Whether a waiter blocks on the server for a direct grant now: its
+/// server grants directly (`direct`; an old ACL may refuse it meanwhile,
+/// a Cluster redirection pause it), and either its turn is its place
+/// among the blocked and it still has it (`place`: `Some(held)`; a place
+/// this says `false` for is lost, and the caller records it:
+/// `Place::lose`), or it keeps no place and its deadline is far enough
+/// ([`worth_blocking`]). The waiting loop and the waiter's attempts (the
+/// queue entry they write) both ask this, so they agree.
+pub fn blocks_now<T>(direct: bool, place: Option<bool>, deadline: Option<T>, now: T) -> bool
+where
+    T: Copy + PartialOrd + Sub<Output = Duration>,
+{
+    match place {
+        Some(held) => direct && held,
+        None => direct && worth_blocking(deadline, now),
+    }
+}
+
 /// Whether a wait with this deadline is still long enough to block on the
 /// server: the server times a blocked pop out in steps of its clock tick
 /// (100 ms at the default `hz 10`), so a 5 ms wait blocked there lasted up
@@ -45,34 +74,52 @@ impl Place {
 /// by the waiter's attempts, which say in their queue entry that they wait
 /// for messages (`Direct::by_message`, the latch's message registration)
 /// once it is `false`: time only moves on, so both sides agree from then on.
-/// Not asked for a waiter whose turn is its [`Place`] (`Wait::place`).
-pub(crate) fn worth_blocking(deadline: Option<Instant>, now: Instant) -> bool {
-    deadline.is_none_or(|d| d.saturating_duration_since(now) >= SHORT_WAIT)
+/// Not asked for a waiter whose turn is its `Place` (`Wait::place`).
+pub fn worth_blocking<T>(deadline: Option<T>, now: T) -> bool
+where
+    T: Copy + PartialOrd + Sub<Output = Duration>,
+{
+    deadline.is_none_or(|d| span(now, d) >= SHORT_WAIT)
 }
 
 /// The last part of a wait, spent waiting for messages rather than
 /// blocked on the server (see `worth_blocking`).
 pub const SHORT_WAIT: Duration = Duration::from_secs(1);
 
+/// How long before its deadline a waiter's blocks end: a waiter that
+/// keeps a place among the blocked blocks to its deadline (waiting for
+/// messages would give its place up); any other spends its last
+/// [`SHORT_WAIT`] on messages (see [`worth_blocking`]).
+pub fn block_tail(keeps_place: bool) -> Duration {
+    if keeps_place {
+        Duration::ZERO
+    } else {
+        SHORT_WAIT
+    }
+}
+
 /// How long the next direct-grant round trip blocks: a slice, cut to end
 /// `tail` before the deadline ([`SHORT_WAIT`]: the server may time it out
 /// up to a clock tick late, and the rest of the wait is spent on messages,
 /// see [`worth_blocking`]; zero for a waiter that keeps blocking); `None`
 /// when under a millisecond is left to block.
-pub(crate) fn block_for(
+pub fn block_for<T>(
     slice: Duration,
-    deadline: Option<Instant>,
+    deadline: Option<T>,
     tail: Duration,
-    now: Instant,
-) -> Option<Duration> {
-    let left = deadline.map(|d| d.saturating_duration_since(now).saturating_sub(tail));
+    now: T,
+) -> Option<Duration>
+where
+    T: Copy + PartialOrd + Sub<Output = Duration>,
+{
+    let left = deadline.map(|d| span(now, d).saturating_sub(tail));
     let b = left.map_or(slice, |l| l.min(slice));
     (b >= Duration::from_millis(1)).then_some(b)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{block_for, worth_blocking, Place, SHORT_WAIT};
+    use super::{block_for, blocks_now, keeps_place, worth_blocking, Place, SHORT_WAIT};
     use std::time::{Duration, Instant};
 
     const MS: Duration = Duration::from_millis(1);
@@ -92,6 +139,24 @@ mod tests {
         assert!(place.held());
         place.lose();
         assert!(!place.held());
+    }
+
+    #[test]
+    fn a_waiter_with_a_place_blocks_while_it_has_it_and_its_server_grants_directly() {
+        let now = Instant::now();
+        let near = Some(now + MS);
+        // A place outweighs a near deadline; a server that stopped
+        // granting directly outweighs both.
+        assert!(blocks_now(true, Some(true), near, now));
+        assert!(!blocks_now(true, Some(false), None, now));
+        assert!(!blocks_now(false, Some(true), None, now));
+        // Without a place, the deadline decides.
+        assert!(blocks_now(true, None, None, now));
+        assert!(!blocks_now(true, None, near, now));
+        assert!(!blocks_now(false, None, None, now));
+        assert!(keeps_place(true, false));
+        assert!(!keeps_place(true, true));
+        assert!(!keeps_place(false, false));
     }
 
     #[test]

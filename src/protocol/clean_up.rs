@@ -5,6 +5,66 @@
 
 use crate::error::ErrorKind;
 
+/// What an acquisition's attempts with its current token have left for
+/// the clean-up ([`undos`]), kept as each reply or failure comes in
+/// (`Acquisition::on_busy`, `on_error`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Left {
+    /// The current token may hold a grant nobody confirmed: an attempt's
+    /// outcome was unknown, and no reply has decided since (a repeat that
+    /// could not even be sent does not).
+    pub ambiguous: bool,
+    /// The last attempt's reply was late (the server stalled: its undo is
+    /// queued behind it), or the server was unreachable with nothing of
+    /// ours possibly granted: clean-up calls would only wait out timeouts
+    /// of their own.
+    pub late: bool,
+    /// The current token's grant reached the server (it may have left a
+    /// queue entry to withdraw).
+    pub reached: bool,
+}
+
+/// How one round trip failed, as [`Left::failed`] reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// Sent, and its outcome unknown (the connection broke, or the reply
+    /// was late).
+    pub ambiguous: bool,
+    /// Nothing was written (the connection was refused).
+    pub unsent: bool,
+    /// The reply was late and the call's undo was written behind it on the
+    /// same connection (`Node::fail`).
+    pub undone: bool,
+}
+
+impl Left {
+    /// A reply decided the attempt (busy): it reached the server, and
+    /// nothing of it is unknown.
+    pub fn replied(&mut self) {
+        *self = Left {
+            ambiguous: false,
+            late: false,
+            reached: true,
+        };
+    }
+
+    /// A failed round trip. Returns whether its token is retired: a late
+    /// reply's undo is queued behind it and could remove a new hold made
+    /// with the same token, so the acquisition goes on with a fresh one
+    /// (the retired token's entries are the clean-up's, unless the wait
+    /// ends while the server is late: see [`undos`]), whose record starts
+    /// afresh but for `late`.
+    pub fn failed(&mut self, f: Failure) -> bool {
+        self.ambiguous |= f.ambiguous;
+        self.late = f.undone || (f.unsent && !self.ambiguous);
+        self.reached |= !f.unsent;
+        if f.undone {
+            (self.ambiguous, self.reached) = (false, false);
+        }
+        f.undone
+    }
+}
+
 /// One clean-up call, in the order they are made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Undo {
@@ -56,6 +116,46 @@ mod tests {
             undos(2, |_| true, false, false),
             [Undo::Leave(0), Undo::Leave(1)]
         );
+    }
+
+    #[test]
+    fn a_late_reply_retires_the_token_and_leaves_nothing_to_clean_up_while_late() {
+        let late = Failure {
+            ambiguous: true,
+            unsent: false,
+            undone: true,
+        };
+        let mut left = Left::default();
+        left.replied();
+        assert!(left.failed(late));
+        assert_eq!(
+            left,
+            Left {
+                ambiguous: false,
+                late: true,
+                reached: false
+            }
+        );
+        // A broken connection: the grant may stand, to be released.
+        let broke = Failure {
+            undone: false,
+            ..late
+        };
+        let mut left = Left::default();
+        assert!(!left.failed(broke));
+        assert!(left.ambiguous && left.reached && !left.late);
+        // Refused after that: still ambiguous, so not late.
+        let refused = Failure {
+            ambiguous: false,
+            unsent: true,
+            undone: false,
+        };
+        assert!(!left.failed(refused));
+        assert!(left.ambiguous && !left.late);
+        // Refused with nothing possibly granted: late, nothing to do.
+        let mut left = Left::default();
+        assert!(!left.failed(refused));
+        assert!(left.late && !left.reached);
     }
 
     #[test]

@@ -39,6 +39,18 @@ pub fn behind_pop<'a>(
     cmds
 }
 
+/// Whether a queued waiter's granting script goes behind its pop, in the
+/// same round trip (the server runs it as soon as the pop returns or times
+/// out, and it finds on the waiter's own list what the pop took), or only
+/// after it, in a round trip of its own when the pop alone took no grant
+/// ([`pop_took_grant`]): where the pop alone can be the grant
+/// (`pop_alone_grants`, a lock's: lua/queue.lua `held_by`), nothing but
+/// [`behind_pop`]'s reads is on the handoff's path. A waiter that could
+/// not block sends the script alone either way.
+pub fn script_behind_pop(pop_alone_grants: bool) -> bool {
+    !pop_alone_grants
+}
+
 /// Whether a lock's pop alone took the grant, from the replies read
 /// behind it ([`behind_pop`]): the fence it `popped`, if the lock's
 /// `value` (read after its `ttl`, in milliseconds) is that fence's open

@@ -64,3 +64,21 @@ pub const OPENING_LIFE: Duration = Duration::from_millis(500);
 /// (`ClientBuilder::fallback_poll`'s default): a lost message costs at
 /// most this.
 pub const FALLBACK_POLL: Duration = Duration::from_secs(2);
+
+/// How long a waiter rides out an outage (`ClientBuilder::outage_tolerance`'s
+/// default; `protocol::tries::ride_out`).
+pub const OUTAGE_TOLERANCE: Duration = Duration::from_secs(10);
+
+/// The time from `from` to `to` on any clock (an `Instant`, the model
+/// checker's milliseconds), none when `to` is not later: what is left of a
+/// wait, how long an outage has lasted.
+pub(crate) fn span<T>(from: T, to: T) -> Duration
+where
+    T: Copy + PartialOrd + std::ops::Sub<Output = Duration>,
+{
+    if to > from {
+        to - from
+    } else {
+        Duration::ZERO
+    }
+}

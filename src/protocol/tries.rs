@@ -3,9 +3,11 @@
 //! out. It is given each outcome and the times, and sends nothing: the
 //! waiting loop (`Wakeup::acquire`) makes the attempts.
 
+use std::ops::Sub;
 use std::time::{Duration, Instant};
 
 use crate::error::{ErrorKind, Result};
+use crate::protocol::timing::span;
 
 /// Errors a waiter retries through: the server is unreachable or slow, or
 /// (Redlock) too many masters failed at once for this attempt to decide.
@@ -31,6 +33,29 @@ impl<T> Attempt<T> {
     pub(crate) fn busy_ms(ms: i64) -> Attempt<T> {
         Attempt::Busy((ms >= 0).then(|| Duration::from_millis(ms.max(1) as u64)))
     }
+}
+
+/// How a waiter rides out an outage (a server unreachable, too few Redlock
+/// masters answering): a short one (a restart, a Sentinel failover) is
+/// waited out, each wait twice the last of this acquisition (`backoff`,
+/// zero before the first), from 20 ms to at most 500 ms; a longer one
+/// (`tolerance` since the attempt that started it, at `since`), or one
+/// that reached the caller's deadline (`past_deadline`), ends the wait:
+/// `None`. Else the next wait, which is the next `backoff`.
+pub fn ride_out<T>(
+    since: T,
+    now: T,
+    backoff: Duration,
+    tolerance: Duration,
+    past_deadline: bool,
+) -> Option<Duration>
+where
+    T: Copy + PartialOrd + Sub<Output = Duration>,
+{
+    if span(since, now) >= tolerance || past_deadline {
+        return None;
+    }
+    Some((backoff * 2).clamp(Duration::from_millis(20), Duration::from_millis(500)))
 }
 
 /// What to do after one attempt.
@@ -111,17 +136,14 @@ impl Tries {
                 Step::Again
             }
             Err(e) if is_outage(&e) => {
-                // A waiter rides out a short outage (a restart, a Sentinel
-                // failover); a longer one, or the caller's deadline, ends it.
                 let since = *self.outage.get_or_insert(started);
-                if now.saturating_duration_since(since) >= self.tolerance || self.past_deadline(now)
-                {
+                let past = self.past_deadline(now);
+                let Some(backoff) = ride_out(since, now, self.backoff, self.tolerance, past) else {
                     return Step::Fail(e);
-                }
+                };
                 self.last = Some(e);
-                self.backoff =
-                    (self.backoff * 2).clamp(Duration::from_millis(20), Duration::from_millis(500));
-                Step::Wait(Some(self.backoff))
+                self.backoff = backoff;
+                Step::Wait(Some(backoff))
             }
             Err(e) => Step::Fail(e),
         }
@@ -219,5 +241,23 @@ mod tests {
         let mut tries = Tries::new(Duration::from_secs(10), Duration::from_secs(2), None);
         let e = Err::<Attempt<()>, _>(Error::new(ErrorKind::Auth, "wrong password"));
         assert!(matches!(tries.judge(e, t0, t0 + MS), Step::Fail(_)));
+    }
+
+    #[test]
+    fn an_outage_s_waits_double_from_20_ms_to_500_ms_until_its_tolerance() {
+        use super::ride_out;
+        let t0 = Instant::now();
+        let tol = Duration::from_secs(10);
+        let mut backoff = Duration::ZERO;
+        let mut waits = Vec::new();
+        for _ in 0..7 {
+            backoff = ride_out(t0, t0 + MS, backoff, tol, false).unwrap();
+            waits.push(backoff.as_millis());
+        }
+        assert_eq!(waits, [20, 40, 80, 160, 320, 500, 500]);
+        assert_eq!(ride_out(t0, t0 + tol, backoff, tol, false), None);
+        assert_eq!(ride_out(t0, t0 + MS, backoff, tol, true), None);
+        // A clock read before the outage's start counts as none of it.
+        assert!(ride_out(t0 + MS, t0, Duration::ZERO, tol, false).is_some());
     }
 }

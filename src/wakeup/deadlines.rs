@@ -7,30 +7,24 @@ use std::time::{Duration, Instant};
 
 use crate::backend::Backend;
 use crate::error::{ErrorKind, Result};
-use crate::protocol::blocking::{worth_blocking, Place};
+use crate::protocol::blocking::{self, Place};
 
-/// Whether a waiter that can block for a direct grant does so now: the
-/// server grants directly (an old ACL may refuse it meanwhile, a Cluster
-/// redirection pause it), and the waiter whose turn is its `place` among
-/// the blocked still has it (a server that does not grant directly now
-/// takes it: see [`Place`]), or the deadline of one without is far enough
-/// ([`worth_blocking`]). The waiting loop and the waiter's attempts (the
-/// queue entry they write) both ask this, so they agree.
+/// Whether a waiter that can block for a direct grant does so now, by the
+/// rule of `protocol::blocking::blocks_now`, asked with the backend's
+/// ability and the time: a waiter whose turn is its `place` among the
+/// blocked loses it for good when it does not (a server that stopped
+/// granting directly takes it: see [`Place`]).
 pub(crate) fn blocks_now(
     backend: &Backend,
     place: Option<&Place>,
     deadline: Option<Instant>,
 ) -> bool {
     let direct = backend.grants_directly();
-    match place {
-        Some(place) => {
-            if !direct {
-                place.lose();
-            }
-            place.held()
-        }
-        None => direct && worth_blocking(deadline, Instant::now()),
+    let blocks = blocking::blocks_now(direct, place.map(Place::held), deadline, Instant::now());
+    if let (Some(place), false) = (place, blocks) {
+        place.lose();
     }
+    blocks
 }
 
 /// The result of a wait without deadline: it ends with the hold or an

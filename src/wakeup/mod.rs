@@ -31,7 +31,7 @@ mod sharded;
 mod subscriber;
 mod watch;
 
-use crate::protocol::blocking::{block_for, Place, SHORT_WAIT};
+use crate::protocol::blocking::{block_for, block_tail, Place};
 use crate::protocol::delivery::{heard, release_message, Heard};
 pub(crate) use crate::protocol::tries::Attempt;
 use crate::protocol::tries::{Step, Tries};
@@ -76,7 +76,7 @@ pub(crate) struct Wait<'a> {
     pub(crate) direct: Option<Duration>,
     /// The waiter's turn is its place among the blocked (a fair lock):
     /// it blocks until the deadline however near it is, rather than wait
-    /// for messages for its last [`SHORT_WAIT`] (see
+    /// for messages for its last `SHORT_WAIT` (see
     /// `protocol::blocking::worth_blocking`), which would lose its turn to
     /// any later blocked waiter; such a wait may end up to a server clock
     /// tick late. Once the place is lost (a block cut short), it waits for
@@ -298,11 +298,7 @@ impl Wakeup {
         // waiter waits for messages for the rest of its wait.
         let blocking = || direct.filter(|_| blocks_now(&self.backend, place, deadline));
         // Blocks end that long before the deadline (see `block_for`).
-        let tail = if place.is_some() {
-            Duration::ZERO
-        } else {
-            SHORT_WAIT
-        };
+        let tail = block_tail(place.is_some());
         // Waiters that block for a direct grant need no messages.
         let mut listening = Listening::new(self, key, deadline);
         if blocking().is_none() {

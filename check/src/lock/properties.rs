@@ -198,7 +198,7 @@ impl LockModel {
                 for k in 0..=((ms(p::GRANT_CLAIM) + 1000) / 100) {
                     probe.now_us = probe.now_us.max((held_until + 100 * k) * 1000);
                     last = server
-                        .eval(&mut probe, "lock_acquire.lua", &scripted(), &args)
+                        .eval(&mut probe, "lock_acquire.lua", scripted(), &args)
                         .reply;
                     if int(&last).is_some() {
                         granted = true;

@@ -6,7 +6,7 @@ use redlease::__protocol as p;
 
 use super::{Kind, Main, State, WaitModel};
 use crate::looks::watch_waiter;
-use crate::parties::{ms, Life, Outcome};
+use crate::parties::{ms, At, Life, Outcome};
 use crate::primitive::{Direct, Primitive};
 use crate::server::Server;
 
@@ -19,20 +19,26 @@ impl<P: Primitive> WaitModel<P> {
             && self.prim.blocks(self.at(i, s.clients[i].name))
     }
 
-    /// Whether thread `i`'s acquisition blocks on the server now
-    /// (`blocks_now`: its server grants directly, and a second or more of
-    /// its wait is left). Strictly more here: the library's clock has
+    /// Whether thread `i`'s acquisition, sent at `at`, blocks on the
+    /// server, by the library's rule (`protocol::blocking::blocks_now`:
+    /// its server grants directly, and a second or more of its wait is
+    /// left), asked a millisecond after `at`: the library's clock has
     /// moved on by the time it asks (a block ends its last second before
-    /// the deadline, and the attempt behind it is made after that).
+    /// the deadline, and the attempt behind it is made after that), so
+    /// the model takes the stricter side.
     pub(super) fn blocks_now(&self, s: &State, i: usize, at: i64) -> bool {
-        self.grants_directly(s, i) && s.clients[i].deadline - at > crate::lock::SHORT_WAIT
+        let deadline = Some(At(s.clients[i].deadline));
+        p::blocks_now(self.grants_directly(s, i), None, deadline, At(at + 1))
     }
 
     /// Whether a busy reply read now blocks thread `i` again: a
     /// millisecond or more is left to block before its last second
-    /// (`block_for`; else it waits for messages from now on).
+    /// (`protocol::blocking::block_for`; else it waits for messages from
+    /// now on).
     pub(super) fn blocks_again(&self, s: &State, i: usize) -> bool {
-        self.grants_directly(s, i) && s.clients[i].deadline - s.now > crate::lock::SHORT_WAIT
+        let deadline = Some(At(s.clients[i].deadline));
+        let block = p::block_for(p::ROOM_CHUNK, deadline, p::SHORT_WAIT, At(s.now));
+        self.grants_directly(s, i) && block.is_some()
     }
 
     /// Client `i`'s blocking round trip: its pop and its script.
@@ -97,8 +103,11 @@ impl<P: Primitive> WaitModel<P> {
     }
 
     /// A blocked waiter's pop returns (`pop`: it took an offer; else it
-    /// timed out) and its script runs behind it; the reply waits to be
-    /// read.
+    /// timed out) and its script runs behind it, in the same step: the
+    /// library pipelines it there for every waiter whose pop alone is no
+    /// grant (`protocol::popped::script_behind_pop`; pinned by
+    /// `tests::the_models_send_the_script_where_the_library_does`); the
+    /// reply waits to be read.
     pub(super) fn popped(
         &self,
         server: &mut Server,
@@ -130,5 +139,23 @@ impl<P: Primitive> WaitModel<P> {
         if let Main::Call { out, .. } = &mut s.clients[i].main {
             *out = Outcome::Ran(reply);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redlease::__protocol as p;
+
+    /// The models send a waiter's granting script where the library does
+    /// (`Node::grant_blocking`): behind the pop, in the serve's step, for
+    /// the waiter model's primitives (semaphores, writers: their pop alone
+    /// is no grant, [`super::WaitModel::popped`]); after it, as a call of
+    /// its own (`CallKind::AfterPop`) only when the pop alone took no
+    /// grant, for the lock model's (`LockModel::popped`). Fails when the
+    /// library's rule changes, so the models are changed with it.
+    #[test]
+    fn the_models_send_the_script_where_the_library_does() {
+        assert!(p::script_behind_pop(false), "the waiter model's shape");
+        assert!(!p::script_behind_pop(true), "the lock model's shape");
     }
 }

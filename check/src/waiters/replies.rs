@@ -88,21 +88,43 @@ impl<P: Primitive> WaitModel<P> {
     /// A grant whose outcome is unknown (a lost request or reply): retired
     /// with its undo behind it, a new token tries again
     /// (`Acquisition::on_error`), or the wait ends.
-    pub(super) fn retire(&self, s: &mut State, i: usize, t: u8) {
+    /// At the deadline nothing is cleaned up while the server is late
+    /// (`protocol::clean_up::undos`: the entries lapse by themselves).
+    pub(super) fn retire(
+        &self,
+        server: &mut Server,
+        s: &mut State,
+        i: usize,
+        t: u8,
+        log: &mut Option<Vec<String>>,
+    ) {
         let now = s.now;
         let c = &mut s.clients[i];
-        c.retired.push(t);
-        c.looks.retain(|l| l.waiter.is_none());
-        c.tokens += 1;
+        let (retire, left) = crate::parties::lost_call();
+        if retire {
+            c.retired.push(t);
+            c.looks.retain(|l| l.waiter.is_none());
+            c.tokens += 1;
+        }
         let fresh = c.tokens;
         if now >= c.deadline {
+            let (withdrawn, current) = crate::parties::clean_up(c.retired.len(), left);
+            if withdrawn.is_empty() && !current {
+                self.finish_with(server, s, i, left, log);
+                self.give_back(server, s, i, log);
+                let c = &mut s.clients[i];
+                c.main = Main::Idle;
+                c.pc += 1;
+                return;
+            }
             self.call(s, i, Kind::Leave, fresh);
         } else {
             self.call(s, i, Kind::Grant { queue: true }, fresh);
         }
     }
 
-    /// The wait's end: its retired tokens' entries withdrawn (`clean_up`).
+    /// The wait's end after a reply: its retired tokens' entries withdrawn
+    /// (`clean_up`).
     pub(super) fn finish(
         &self,
         server: &mut Server,
@@ -110,9 +132,26 @@ impl<P: Primitive> WaitModel<P> {
         i: usize,
         log: &mut Option<Vec<String>>,
     ) {
+        let mut replied = redlease::__protocol::Left::default();
+        replied.replied();
+        self.finish_with(server, s, i, replied, log);
+    }
+
+    /// The wait's end, its current token's record `left`: the retired
+    /// tokens' entries withdrawn as the library's clean-up does
+    /// (`protocol::clean_up::undos`: none while the server is late).
+    pub(super) fn finish_with(
+        &self,
+        server: &mut Server,
+        s: &mut State,
+        i: usize,
+        left: redlease::__protocol::Left,
+        log: &mut Option<Vec<String>>,
+    ) {
         let mode = self.at(i, s.clients[i].name);
-        for t in std::mem::take(&mut s.clients[i].retired) {
-            let run = self.prim.release(self, i, mode, t, true);
+        let retired = std::mem::take(&mut s.clients[i].retired);
+        for n in crate::parties::clean_up(retired.len(), left).0 {
+            let run = self.prim.release(self, i, mode, retired[n], true);
             self.eval(server, s, run, log);
         }
         let c = &mut s.clients[i];
@@ -323,7 +362,7 @@ impl<P: Primitive> WaitModel<P> {
                     c.main = Main::Idle;
                     c.pc += 1;
                 }
-                None => self.retire(s, i, t),
+                None => self.retire(server, s, i, t, log),
             },
             Kind::Popped => match reply {
                 Some(Reply::Int(fence)) => {
@@ -364,7 +403,7 @@ impl<P: Primitive> WaitModel<P> {
                         self.call(s, i, Kind::Grant { queue: true }, t);
                     }
                 }
-                None => self.retire(s, i, t),
+                None => self.retire(server, s, i, t, log),
             },
             Kind::Release { name, left } => {
                 if matches!(reply.as_ref().and_then(int), Some(1 | 2)) {

@@ -11,7 +11,7 @@ use redis::{FromRedisValue, Value};
 use super::Node;
 use crate::backend::{Answer, Args, Call};
 use crate::error::{Error, ErrorKind, Result};
-use crate::protocol::popped::{behind_pop, pop_took_grant};
+use crate::protocol::popped::{behind_pop, pop_took_grant, script_behind_pop};
 use crate::protocol::timing::POPPED_LEASE;
 
 /// Where a queued waiter blocks for its grant (see
@@ -131,7 +131,7 @@ impl Node {
         let (block, deadline) = (*block, *deadline);
         // The script behind the pop (not a lock's: its pop alone is the
         // grant, and the script follows only a pop that took nothing).
-        let behind = pop.holder.is_none().then(|| popped_args(call));
+        let behind = script_behind_pop(pop.holder.is_some()).then(|| popped_args(call));
         let behind = behind.as_ref().map(|args| call.with_args(args));
         let (packed, count) = pop_pipeline(pop, block, behind.as_ref());
         let Some((replies, at)) =
