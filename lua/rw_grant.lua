@@ -26,7 +26,8 @@
 --     A writer blocked in BLMOVE sends nothing, so its queue entry alone
 --     says nothing of its life: the first reader to ask pushes a probe onto
 --     the open list (prefix..'probe' lives claim_ms while it is in
---     flight); a live blocked writer pops it and its script marks the
+--     flight, the open list four claims; readers come back 50 ms after
+--     the flight); a live blocked writer pops it and its script marks the
 --     writers alive for six claims (prefix..'alive', rw_alive; so does
 --     every script a writer runs as it queues), and a probe
 --     still there after the claim proves the queue dead: it is purged. A
@@ -79,17 +80,28 @@ local function rw_writer_waits(writer, q, qt, prefix, claim, now)
   if rw_stale(writer, q, qt, prefix) then
     return false
   end
-  if redis.call('EXISTS', prefix .. 'probe') == 0 then
+  -- The reader comes back 50 ms after the probe's window, never on its
+  -- last millisecond: a key lives through it (expired only when now >
+  -- when), and a reader back on the dot found the probe still in flight,
+  -- then, a window later, the open list gone with the evidence, and
+  -- pushed again: a second lost for each tie (up to 6 s seen).
+  local pending = redis.call('PTTL', prefix .. 'probe')
+  if pending == -2 then
     local open = prefix .. 'open'
     local pushed = redis.pcall('RPUSH', open, 'probe')
     if type(pushed) == 'table' then
       return true, claim * 6 -- an ACL without RPUSH: writers wait for messages
     end
-    -- Times as text (queue.lua hand_on).
-    redis.call('PEXPIRE', open, string.format('%d', claim * 2))
+    -- The untaken probe outlives its window by three more, so that a
+    -- reader back late (a loaded machine) still finds it. Times as text
+    -- (queue.lua hand_on).
+    redis.call('PEXPIRE', open, string.format('%d', claim * 4))
     redis.call('SET', prefix .. 'probe', '1', 'PX', string.format('%d', claim))
+    pending = claim
+  elseif pending < 0 then
+    pending = claim -- no expiry: not written by redlease; look again later
   end
-  return claim
+  return pending + 50
 end
 
 -- A writer shows it is alive (its script runs: it queues, looks without

@@ -539,6 +539,34 @@ pub fn all() -> Vec<Config> {
             expect: Expect::Holds,
             depth: 60,
         },
+        // A reader behind a writer that blocks behind another reader and
+        // dies: the waiting reader probes the writer's life once its proof
+        // of life lapses, and must then be in within the bound. Found,
+        // with a request a millisecond late, readers that came back on the
+        // probe's last millisecond and probed again, a second more each
+        // time (lua/rw_grant.lua before the fix).
+        Config {
+            name: "rw lock: a writer blocking between two readers, a crash and a late request",
+            // The first reader holds throughout (a fixed 10 s lease, no
+            // release), the others ask once: the search's depth goes to
+            // the probe, not to renewals and releases.
+            model: Checked::RwLock(RwModel {
+                direct: vec![true, true, true],
+                lease_ms: 10_000,
+                watchdog: false,
+                exits: false,
+                ..rw_model(
+                    vec![
+                        (Rw::Read, vec![WaitOp::AcquireFor(10_000)]),
+                        (Rw::Write, vec![WaitOp::AcquireFor(10_000)]),
+                        (Rw::Read, vec![WaitOp::AcquireFor(10_000)]),
+                    ],
+                    Faults::only(2, &[Fault::Crash, Fault::Late]),
+                )
+            }),
+            expect: Expect::Holds,
+            depth: 60,
+        },
         // Finds, with the subscriber's older rules (`Subscriber`, kept as
         // the checker's own tests): readers in the writer's own client
         // waiting to their deadline when its look told them a shortened

@@ -128,6 +128,12 @@ pub struct Faults {
     /// A server's clock jumps ahead a lease (Redlock: one master's), the
     /// fault Redlock's safety rests on not happening.
     pub clock_jump: bool,
+    /// A request reaches the server a millisecond after its client sent it
+    /// (the waiter model). A client times a retry to when a key lapses,
+    /// and a key lives through its last millisecond: a retry on the dot
+    /// and one a millisecond later see different keyspaces. Not an excuse
+    /// for liveness: a real round trip is always that late or later.
+    pub late: bool,
 }
 
 /// One kind of fault (see [`Faults`]).
@@ -142,6 +148,7 @@ pub enum Fault {
     Cut,
     Resubscribe,
     ClockJump,
+    Late,
 }
 
 impl Faults {
@@ -174,6 +181,7 @@ impl Faults {
             cut: kinds.contains(&Fault::Cut),
             resubscribe: kinds.contains(&Fault::Resubscribe),
             clock_jump: kinds.contains(&Fault::ClockJump),
+            late: kinds.contains(&Fault::Late),
         }
     }
 }

@@ -707,3 +707,23 @@ fn an_offer_read_in_its_last_millisecond_taken_for_none_is_reported() {
     );
     assert!(v.contains("liveness"), "{v}");
 }
+
+/// A reader's probe of a dead writer as it was (lua/rw_grant.lua): the
+/// reader came back on the probe's last millisecond, found it in flight,
+/// and, a request a millisecond late, found the open list gone a window
+/// later and probed again: a second more each time.
+#[test]
+fn a_reader_back_on_its_probes_last_millisecond_is_reported() {
+    let redlease_check::configs::Checked::RwLock(model) =
+        configured("a writer blocking between two readers")
+    else {
+        panic!("not a read-write lock");
+    };
+    let files = [(
+        "rw_read_acquire.lua",
+        mutated("rw_read_acquire.lua", "return pending + 50", "return claim")
+            .replace("claim * 4", "claim * 2"),
+    )];
+    let v = found(&model, &files, 60).expect("reported");
+    assert!(v.contains("liveness"), "{v}");
+}

@@ -134,6 +134,7 @@ impl<P: Primitive> WaitModel<P> {
             token: t,
             at,
             out: Outcome::Unsent,
+            late: false,
         };
         let reply = self.eval(server, s, d.grant, log);
         if let Main::Call { out, .. } = &mut s.clients[i].main {

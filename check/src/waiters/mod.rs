@@ -160,6 +160,8 @@ enum Main {
         token: u8,
         at: i64,
         out: Outcome,
+        /// Its request reaches the server at `at + 1` (`Faults::late`).
+        late: bool,
     },
     /// Waiting for a message, or until `until` (the busy reply's hint, at
     /// most the fallback poll, never past the deadline).
@@ -276,6 +278,9 @@ pub enum Action {
     /// The naming that asked for a client's pending look after a
     /// hand-over was lost (a pub/sub message is not delivered for sure).
     LoseWatch(usize),
+    /// Client `i`'s request, sent now, reaches the server a millisecond
+    /// later (`Faults::late`).
+    Late(usize),
     Tick,
 }
 

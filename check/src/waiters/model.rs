@@ -42,6 +42,12 @@ impl<P: Primitive> WaitModel<P> {
                     out: Outcome::Failed,
                     ..
                 } => t.push(at + self.response_ms),
+                Main::Call {
+                    at,
+                    out: Outcome::Unsent,
+                    late: true,
+                    ..
+                } => t.push(at + 1),
                 _ => {}
             }
         }
@@ -55,7 +61,9 @@ impl<P: Primitive> WaitModel<P> {
                 && (c.holds.iter().any(|h| h.renew_due <= s.now)
                     || c.looks.iter().any(|l| l.due <= s.now)
                     || match &c.main {
-                        Main::Call { at, out, .. } => out.due(*at, s.now, self.response_ms),
+                        Main::Call { at, out, .. } => {
+                            !on_its_way(&c.main, s.now) && out.due(*at, s.now, self.response_ms)
+                        }
                         Main::Waiting { until, .. } => *until <= s.now || c.inbox,
                         Main::Local { .. } => {
                             c.deadline <= s.now || self.head(s, self.pid(i)) == Some(i)
@@ -123,7 +131,9 @@ impl<P: Primitive> Model for WaitModel<P> {
                     ..
                 } = c.main
                 {
-                    out.push(Action::Call(i, CallStep::Run));
+                    if !on_its_way(&c.main, s.now) {
+                        out.push(Action::Call(i, CallStep::Run));
+                    }
                 }
             }
             if c.life != Life::Running {
@@ -156,11 +166,19 @@ impl<P: Primitive> Model for WaitModel<P> {
                         out.push(Action::Retry(i));
                     }
                 }
+                Main::Call { .. } if on_its_way(&c.main, s.now) => {}
                 Main::Call {
-                    at, out: o, kind, ..
+                    at,
+                    out: o,
+                    kind,
+                    late,
+                    ..
                 } => {
                     let steps = o.steps(*at, s.now, self.response_ms, &self.faults, fault);
                     out.extend(steps.map(|c| Action::Call(i, c)));
+                    if *o == Outcome::Unsent && !late && fault && self.faults.late {
+                        out.push(Action::Late(i));
+                    }
                     if let (Kind::Popped, Outcome::Ran(_), true) =
                         (kind, o, fault && self.faults.lost_reply)
                     {
@@ -332,6 +350,14 @@ impl<P: Primitive> Model for WaitModel<P> {
                 }
             }
             Action::Call(i, CallStep::Receive) => self.receive(server, &mut s, i, log)?,
+            Action::Late(i) => {
+                // Not `lost`: a real request always arrives this late or
+                // later, so liveness must hold through it.
+                s.faults += 1;
+                if let Main::Call { late, .. } = &mut s.clients[i].main {
+                    *late = true;
+                }
+            }
             Action::LoseWatch(i) => {
                 s.faults += 1;
                 s.lost = true;
@@ -568,4 +594,18 @@ impl<P: Primitive> Model for WaitModel<P> {
         out.extend(s.keys.show().into_iter().map(|l| format!("  {l}")));
         out
     }
+}
+
+/// A call whose request is still on its way to the server (sent at `at`,
+/// late: it arrives at `at + 1`): nothing happens to it before then.
+fn on_its_way(main: &Main, now: i64) -> bool {
+    matches!(
+        main,
+        Main::Call {
+            at,
+            out: Outcome::Unsent,
+            late: true,
+            ..
+        } if now < at + 1
+    )
 }

@@ -82,6 +82,7 @@ impl<P: Primitive> WaitModel<P> {
             token: t,
             at: s.now,
             out: Outcome::Unsent,
+            late: false,
         };
     }
 
@@ -278,6 +279,7 @@ impl<P: Primitive> WaitModel<P> {
             token: t,
             at,
             out,
+            ..
         } = s.clients[i].main.clone()
         else {
             return Ok(());
