@@ -7,7 +7,7 @@
 -- Returns  nothing; defines
 --   rw_readers(readers, now) -> readers whose lease has not ended (the
 --     others are reclaimed)
---   rw_open(writer, readers, counter, q, qt, prefix, claim_ms, channel,
+--   rw_open(writer, readers, counter, q, qt, rq, prefix, claim_ms, channel,
 --     message, now) -> whether the write hold was opened to the waiting
 --     writers. Call it when the write hold is free. Unless a reader still
 --     holds, and if a writer is queued (q, qt: queue.lua's queue of the
@@ -17,7 +17,10 @@
 --     acquire script takes the hold. A writer that died has no connection
 --     and is never served; a hand-over nobody took proves the queue dead
 --     (rw_stale). Announces the hand-over (queue.lua announce) to writers
---     that wait for messages.
+--     that wait for messages, and names the client of a reader waiting in
+--     rq (the waiting readers) a watcher (rw_name_reader): should the
+--     writer that takes it freeze or die, the write hold lapses
+--     unannounced, and that client's look tells the readers.
 --   rw_writer_waits(writer, q, qt, prefix, claim_ms, now) -> true and how
 --     long that is known when a live writer waits (new readers wait for
 --     it, so a stream of readers cannot starve it, and look again when
@@ -54,13 +57,35 @@ local function rw_stale(writer, q, qt, prefix)
   return true
 end
 
-local function rw_open(writer, readers, counter, q, qt, prefix, claim, channel, message, now)
+-- Readers take no hand-over, so queue.lua names none of them; but a
+-- writer that takes one and freezes or dies holds them back, and its
+-- lapse opens nothing by itself: with the releaser gone they waited to
+-- the end of the lease they had seen before the hand-over (up to 30 s).
+-- So the client of a waiting reader is named too (publish.lua
+-- tell_watchers), at most once in 50 ms (prefix..'rnamed'; its look,
+-- 0.57 s later, is late enough for a hand-over made meanwhile), and its
+-- look tells the readers. Not on a shard channel (a sharded Cluster).
+local function rw_name_reader(rq, prefix, channel, message, now)
+  if channel == '' or string.find(channel, '{', 1, true)
+      or not string.find(message, ':', 1, true) then
+    return
+  end
+  local r = redis.call('ZRANGEBYSCORE', rq, '(' .. now, '+inf', 'LIMIT', 0, 1)[1]
+  local id = r and string.match(r, 'rl:([^:]+):')
+  if id and redis.call('EXISTS', prefix .. 'rnamed') == 0 then
+    redis.call('SET', prefix .. 'rnamed', '1', 'PX', '50')
+    tell_watchers(channel, message, { id })
+  end
+end
+
+local function rw_open(writer, readers, counter, q, qt, rq, prefix, claim, channel, message, now)
   if redis.call('EXISTS', q) == 0 or rw_readers(readers, now) > 0 then
     return false
   end
   -- A probe left on the list is moot: the hand-over answers it.
   redis.call('DEL', prefix .. 'open', prefix .. 'probe')
   local told = hand_on(writer, counter, q, qt, prefix, claim, channel, message)
+  rw_name_reader(rq, prefix, channel, message, now)
   announce(channel, message, 'queued', told)
   return true
 end

@@ -85,7 +85,7 @@ if ARGV[3] == '' and redis.call('ZCARD', q) > 0 then
     -- Free, with writers queued: theirs first. A hand-over is its own
     -- proof of life: nobody taking it proves the queue dead.
     if not rw_stale(writer, q, qt, prefix)
-        and rw_open(writer, readers, counter, q, qt, prefix, claim, ARGV[7], ARGV[8], now) then
+        and rw_open(writer, readers, counter, q, qt, rq, prefix, claim, ARGV[7], ARGV[8], now) then
       return wait(claim)
     end
   else

@@ -80,7 +80,7 @@ elseif redis.call('EXISTS', q) == 0 then
   end
   return 0
 end
-if rw_open(writer, readers, counter, q, qt, prefix, claim, ARGV[5], ARGV[6], now) then
+if rw_open(writer, readers, counter, q, qt, KEYS[6], prefix, claim, ARGV[5], ARGV[6], now) then
   return claim
 end
 if first[2] and me ~= '' then

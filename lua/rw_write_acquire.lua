@@ -134,5 +134,5 @@ end
 if ttl > 0 then
   queue_join(q, qt, prefix, me, ttl, blocks)
 end
-rw_open(writer, readers, counter, q, qt, prefix, claim, ARGV[6], ARGV[7], now)
+rw_open(writer, readers, counter, q, qt, KEYS[6], prefix, claim, ARGV[6], ARGV[7], now)
 return string.format('%d', claim)

@@ -40,7 +40,8 @@ if ARGV[6] == 'leave' then
     -- Not ours to use any more: the next writer's (or, a probe, the
     -- question is asked again).
     redis.pcall('RPUSH', open, took)
-    redis.call('PEXPIRE', open, claim * 2)
+    -- As long as each lives when first pushed (rw_grant.lua).
+    redis.call('PEXPIRE', open, took == 'probe' and claim * 4 or claim * 2)
     return 0
   end
   if redis.call('EXISTS', q) == 0 then
@@ -59,7 +60,7 @@ if not v or string.match(v, '^[^#]*') ~= me then
   return 0
 end
 redis.call('DEL', writer)
-if rw_open(writer, readers, counter, q, qt, prefix, claim, ARGV[2], ARGV[3], now) then
+if rw_open(writer, readers, counter, q, qt, rq, prefix, claim, ARGV[2], ARGV[3], now) then
   return 2
 end
 -- The counter goes with the hold: a fresh one starts above it

@@ -316,7 +316,8 @@ pub mod __protocol {
     pub use crate::protocol::delivery::{announced, heard, release_message, Heard, InLine};
     pub use crate::protocol::keys::{owner_token, FENCE_FLOOR, WAKE_CHANNEL};
     pub use crate::protocol::looks::{
-        look_runs_at, next_look, watch_on_busy, LOOK_MARGIN, LOOK_MAX, NAME_LOOKS, WAITER_LOOKS,
+        look_runs_at, next_look, watch_on_busy, watches_hand_overs, LOOK_MARGIN, LOOK_MAX,
+        NAME_LOOKS, WAITER_LOOKS,
     };
     pub use crate::protocol::popped::{
         behind_pop, pop_took_grant, popped_hold, script_behind_pop, PoppedHold,

@@ -77,18 +77,15 @@ fn open(client: usize) -> p::rwlock::Open<'static> {
     }
 }
 
-/// Readers, when no live writer waits but dead ones are queued: nothing
-/// holds the write lock (a hand-over included), no writer's proof of
-/// life stands, and no writer that waits for messages has an entry left.
-/// Readers wait that long for writers they cannot tell from dead ones;
-/// once it is over, only a probe's window (`rw_grant.lua`) stands between
-/// them and the read hold, so they must be in within the liveness bound.
-/// (With no writer queued, what readers wait for is a lapse nobody
-/// announces, which this bound does not cover: see check/README.md.)
+/// Readers, when no live writer waits: nothing holds the write lock (a
+/// hand-over included), no writer's proof of life stands, and no writer
+/// that waits for messages has an entry left. Readers wait that long for
+/// writers they cannot tell from dead ones; once it is over, only a
+/// probe's window (`rw_grant.lua`) stands between them and the read hold
+/// when dead writers are queued, and a look when a writer that took a
+/// hand-over died (its client named among the hand-over's watchers), so
+/// they must be in within the liveness bound.
 fn free_to_read(keys: &Keyspace, now: i64) -> bool {
-    if !keys.keys.contains_key(&key(":rw:wq")) {
-        return false;
-    }
     let told = match keys.keys.get(&[PREFIX, b"told"].concat()).map(|e| &e.value) {
         Some(Value::ZSet(z)) => z.iter().any(|(score, _)| score.0 as i64 > now),
         _ => false,

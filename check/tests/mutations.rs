@@ -727,3 +727,42 @@ fn a_reader_back_on_its_probes_last_millisecond_is_reported() {
     let v = found(&model, &files, 60).expect("reported");
     assert!(v.contains("liveness"), "{v}");
 }
+
+/// A write hand-over that names no waiting reader (lua/rw_grant.lua
+/// `rw_open` before): the writer that took it froze, its releaser exited,
+/// and the readers waited to the end of the lease they had seen before the
+/// hand-over (28.8 s on real Redis, `model_traces.rs`). The subscriber
+/// makes no look when it starts (`NoMakeUp`): within the search's depth
+/// the reader's client starts it right before the hand-over, and that look
+/// hides the missing naming, where a long-lived client's would not.
+#[test]
+fn a_write_hand_over_naming_no_reader_is_reported() {
+    let redlease_check::configs::Checked::RwLock(mut model) =
+        configured("rw lock: 2 writers blocking and a reader, 1 fault")
+    else {
+        panic!("not a read-write lock");
+    };
+    model.subscriber = Subscriber::NoMakeUp;
+    let mut server = Server::new().unwrap();
+    let r = explore(&model, &mut server, 60, 2_000_000);
+    assert_eq!(r.violation.map(|v| v.0), None, "the scripts as they are");
+    let from = "tell_watchers(channel, message, { id })";
+    let to = "local _ = id";
+    let files: Vec<_> = [
+        "rw_read_acquire.lua",
+        "rw_read_release.lua",
+        "rw_write_acquire.lua",
+        "rw_write_release.lua",
+        "rw_watch.lua",
+    ]
+    .into_iter()
+    .map(|f| (f, mutated(f, from, to)))
+    .collect();
+    let mut server = Server::new().unwrap();
+    for (file, code) in &files {
+        server.load(file, code);
+    }
+    let r = explore(&model, &mut server, 60, 2_000_000);
+    let (v, _) = r.violation.expect("reported");
+    assert!(v.contains("liveness"), "{v}");
+}

@@ -13,7 +13,7 @@ use crate::lease::reentrancy::{self, Held, HoldKey};
 use crate::protocol::blocking::{keeps_place, Place};
 use crate::protocol::clean_up::{goes_on, undos, Failure, Left, Undo};
 use crate::protocol::lease_state::LeaseState;
-use crate::protocol::looks::watch_on_busy;
+use crate::protocol::looks::{watch_on_busy, watches_hand_overs};
 use crate::protocol::timing::{NAME_LOOK_AFTER, ROOM_CHUNK};
 use crate::renewal;
 use crate::wakeup::{blocks_now, Attempt};
@@ -66,11 +66,15 @@ pub(super) fn attempt(
         place: acquisition.place,
         signalled: None,
         patient: spec.patient,
+        // Looks at the name when a hand-over names its client
+        // (`wakeup::watch`).
         watch: match (&spec.direct, &spec.look) {
-            (Some(_), Some(look)) => Some(crate::wakeup::OnHandOver {
-                look: look.clone(),
-                after: NAME_LOOK_AFTER,
-            }),
+            (direct, Some(look)) if watches_hand_overs(direct.is_some(), spec.patient) => {
+                Some(crate::wakeup::OnHandOver {
+                    look: look.clone(),
+                    after: NAME_LOOK_AFTER,
+                })
+            }
             _ => None,
         },
     };

@@ -57,6 +57,17 @@ where
     (!watching && blocks).then(|| sent + first_look(now - sent, wait))
 }
 
+/// Whether a waiting acquisition watches hand-overs (looks at the name
+/// when one names its client, `wakeup::Watches`): one that blocks on the
+/// server (`blocks`), whose taker may freeze or die before it claims, and
+/// a patient one (a read-write lock's reader: it takes no hand-over, but a
+/// writer that takes one and dies holds it back unannounced). Only where
+/// the server grants directly and the client's channel is its own (not a
+/// sharded Cluster): the callers ask that.
+pub fn watches_hand_overs(blocks: bool, patient: bool) -> bool {
+    blocks || patient
+}
+
 /// How long after the holder's lease ends a waiter's look is made: the
 /// expiry is the server's, and a look a little late costs less than one
 /// that comes too early and must be made again.
@@ -85,3 +96,18 @@ pub const NAME_LOOKS: u32 = 2;
 /// `Renewal::early`), and one whose
 /// batch failed is tried again after a tenth (300 ms).
 pub const LOOK_PERIOD: Duration = Duration::from_secs(3);
+
+#[cfg(test)]
+mod tests {
+    use super::watches_hand_overs;
+
+    /// A waiter that blocks and a reader watch hand-overs; a writer or a
+    /// lock waiter waiting for messages (an ACL without blocking commands)
+    /// takes its grant by message and has no taker ahead to watch for.
+    #[test]
+    fn blocked_waiters_and_readers_watch_hand_overs() {
+        assert!(watches_hand_overs(true, false));
+        assert!(watches_hand_overs(false, true));
+        assert!(!watches_hand_overs(false, false));
+    }
+}

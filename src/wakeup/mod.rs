@@ -33,6 +33,7 @@ mod watch;
 
 use crate::protocol::blocking::{block_for, block_tail, Place};
 use crate::protocol::delivery::{heard, release_message, Heard};
+use crate::protocol::looks::watches_hand_overs;
 pub(crate) use crate::protocol::tries::Attempt;
 use crate::protocol::tries::{Step, Tries};
 pub(crate) use deadlines::{blocks_now, deadline_after, waited};
@@ -278,8 +279,9 @@ impl Wakeup {
         // waits opens no subscription. A naming sent before it listens is
         // made up for by a look per key when it starts
         // (`Watches::listening`).
-        let watching = match (&watch, direct, self.backend.sharded()) {
-            (Some(on), Some(_), false) => Some(self.shared.watches.join(key, on)),
+        let watched = watches_hand_overs(direct.is_some(), patient);
+        let watching = match (&watch, watched, self.backend.sharded()) {
+            (Some(on), true, false) => Some(self.shared.watches.join(key, on)),
             _ => None,
         };
         // Fast path: nobody of ours is queued, so trying first is fair.

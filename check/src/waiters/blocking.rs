@@ -19,6 +19,16 @@ impl<P: Primitive> WaitModel<P> {
             && self.prim.blocks(self.at(i, s.clients[i].name))
     }
 
+    /// Whether thread `i`'s acquisition watches hand-overs (`Wakeup::acquire`
+    /// joins `Watches`): its server grants directly, and it blocks or is
+    /// patient (a reader, which a writer that took a hand-over and died
+    /// holds back unannounced).
+    pub(super) fn watches_hand_overs(&self, s: &State, i: usize) -> bool {
+        let mode = self.at(i, s.clients[i].name);
+        self.direct.get(i).copied().unwrap_or(false)
+            && p::watches_hand_overs(self.prim.blocks(mode), self.prim.patient(mode))
+    }
+
     /// Whether thread `i`'s acquisition, sent at `at`, blocks on the
     /// server, by the library's rule (`protocol::blocking::blocks_now`:
     /// its server grants directly, and a second or more of its wait is

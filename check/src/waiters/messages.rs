@@ -11,9 +11,10 @@ use crate::primitive::Primitive;
 impl<P: Primitive> WaitModel<P> {
     /// A hand-over names its watchers (`@c1:{s}:sem`, lua/publish.lua
     /// `name_watchers_spaced`): a named client whose server grants directly and
-    /// which is in an acquisition replaces its pending watch with a look
-    /// at the name after the claim (`Watches::named`). A frozen
-    /// client's subscriber reads it when the client resumes.
+    /// which is in an acquisition that blocks or is patient (a reader)
+    /// replaces its pending watch with a look at the name after the claim
+    /// (`Watches::named`). A frozen client's subscriber reads it when the
+    /// client resumes.
     pub(super) fn hear_watchers(&self, s: &mut State, pid: usize) {
         let first = self.threads(s, pid).next().unwrap_or(pid);
         if !s.clients[first].listening {
@@ -52,7 +53,7 @@ impl<P: Primitive> WaitModel<P> {
         let Some(j) = self.threads(s, pid).find(|&j| {
             let c = &s.clients[j];
             c.life == Life::Running
-                && self.grants_directly(s, j)
+                && self.watches_hand_overs(s, j)
                 && match &c.main {
                     Main::Blocked { .. } | Main::Waiting { .. } | Main::Local { .. } => true,
                     Main::Call { kind, .. } => {
