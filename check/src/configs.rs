@@ -334,6 +334,14 @@ pub fn all() -> Vec<Config> {
             expect: Expect::Holds,
             depth: 40,
         },
+        // The same with a request a millisecond late: retries timed to a
+        // claim window's end see the key's last millisecond or its lapse.
+        Config {
+            name: "lock: taker of a hand-over dies, releaser exits, a late request",
+            model: model(three(), Faults::only(2, &[Fault::Crash, Fault::Late]), 12_000),
+            expect: Expect::Holds,
+            depth: 40,
+        },
         // A subscriber that loses its connection misses the namings sent
         // until it starts again; its start makes up for them with a look
         // (`Watches::listening`), which the next live waiter needs when

@@ -130,6 +130,8 @@ enum Main {
         token: u8,
         at: i64,
         out: Outcome,
+        /// Its request reaches the server at `at + 1` (`Faults::late`).
+        late: bool,
     },
     /// Blocked in `BLMOVE open mine` (`Node::grant_blocking`, a lock's pop
     /// alone). `served`: the pop and its pipeline ran: what it popped, the
@@ -253,6 +255,9 @@ pub enum Action {
     /// may come between).
     SubscriberDown(usize),
     SubscriberUp(usize),
+    /// Client `i`'s request, sent now, reaches the server a millisecond
+    /// later (`Faults::late`).
+    Late(usize),
 }
 
 pub(crate) const NAME: &str = "{n}";
@@ -583,6 +588,7 @@ impl LockModel {
             token: t,
             at: s.now,
             out: Outcome::Unsent,
+            late: false,
         };
         Ok(())
     }
@@ -648,6 +654,7 @@ impl LockModel {
                 token: t,
                 at: s.now,
                 out: Outcome::Unsent,
+                late: false,
             };
             return;
         }
@@ -667,6 +674,7 @@ impl LockModel {
                     token: t,
                     at: now,
                     out: Outcome::Unsent,
+                    late: false,
                 },
                 _ => {
                     let until = match std::mem::take(&mut c.heard) {
@@ -714,6 +722,7 @@ impl LockModel {
                 token: fresh,
                 at: now,
                 out: Outcome::Unsent,
+                late: false,
             };
         } else {
             let by_message = self.by_message(c, now);
@@ -726,6 +735,7 @@ impl LockModel {
                 token: fresh,
                 at: now,
                 out: Outcome::Unsent,
+                late: false,
             };
         }
     }
@@ -783,6 +793,7 @@ impl LockModel {
             token: t,
             at,
             out,
+            ..
         } = s.clients[i].main.clone()
         else {
             return Ok(());
@@ -892,6 +903,7 @@ impl LockModel {
             token: t,
             at: s.now,
             out: Outcome::Unsent,
+            late: false,
         };
         Ok(())
     }
@@ -1001,6 +1013,12 @@ impl LockModel {
                     out: Outcome::Failed,
                     ..
                 } => t.push(at + self.response_ms),
+                Main::Call {
+                    at,
+                    out: Outcome::Unsent,
+                    late: true,
+                    ..
+                } => t.push(at + 1),
                 _ => {}
             }
         }
@@ -1016,7 +1034,9 @@ impl LockModel {
                     || c.hold.as_ref().is_some_and(|h| h.renew_due <= s.now)
                     || c.looks.iter().any(|l| l.due <= s.now)
                     || match &c.main {
-                        Main::Call { at, out, .. } => out.due(*at, s.now, self.response_ms),
+                        Main::Call { at, out, .. } => {
+                            !on_its_way(&c.main, s.now) && out.due(*at, s.now, self.response_ms)
+                        }
                         Main::Blocked {
                             served: Some(_), ..
                         } => true,
@@ -1115,9 +1135,15 @@ impl Model for LockModel {
                         out.push(Action::Exit(i));
                     }
                 }
-                Main::Call { at, out: o, .. } => {
+                Main::Call { .. } if on_its_way(&c.main, s.now) => {}
+                Main::Call {
+                    at, out: o, late, ..
+                } => {
                     let steps = o.steps(*at, s.now, self.response_ms, &self.faults, fault);
                     out.extend(steps.map(|c| Action::Call(i, c)));
+                    if *o == Outcome::Unsent && !late && fault && self.faults.late {
+                        out.push(Action::Late(i));
+                    }
                 }
                 Main::Blocked {
                     served: Some(_), ..
@@ -1200,6 +1226,7 @@ impl Model for LockModel {
                                 token: h.token,
                                 at: now,
                                 out: Outcome::Unsent,
+                                late: false,
                             };
                             return self.after(s0, s, log);
                         }
@@ -1214,6 +1241,7 @@ impl Model for LockModel {
                     token: t,
                     at: now,
                     out: Outcome::Unsent,
+                    late: false,
                 };
             }
             Action::Call(i, CallStep::Run | CallStep::LoseReply) => {
@@ -1252,6 +1280,14 @@ impl Model for LockModel {
             }
             Action::Call(i, CallStep::Receive) => self.receive(server, &mut s, i, log)?,
             Action::Popped(i) => self.popped(&mut s, i)?,
+            Action::Late(i) => {
+                // Counted, but no excuse: a real request is always this
+                // late or later.
+                s.faults += 1;
+                if let Main::Call { late, .. } = &mut s.clients[i].main {
+                    *late = true;
+                }
+            }
             Action::Renew(i) => {
                 let Some(h) = s.clients[i].hold.clone() else {
                     return Err("renew without a hold".into());
@@ -1355,6 +1391,7 @@ impl Model for LockModel {
                     token: t,
                     at: now,
                     out: Outcome::Unsent,
+                    late: false,
                 };
             }
             Action::Retry(i) => {
@@ -1374,6 +1411,7 @@ impl Model for LockModel {
                     token: t,
                     at: now,
                     out: Outcome::Unsent,
+                    late: false,
                 };
             }
             Action::Exit(i) => {
@@ -1513,4 +1551,18 @@ fn named_look(c: &mut Client, now: i64) {
 fn missed_naming(c: &mut Client, now: i64) {
     crate::looks::missed_naming_look(&mut c.looks, 0, now);
     c.looks.sort_by_key(|l| (l.due, l.waiter));
+}
+
+/// A call whose request is still on its way to the server (sent at `at`,
+/// late: it arrives at `at + 1`): nothing happens to it before then.
+fn on_its_way(main: &Main, now: i64) -> bool {
+    matches!(
+        main,
+        Main::Call {
+            at,
+            out: Outcome::Unsent,
+            late: true,
+            ..
+        } if now < at + 1
+    )
 }
