@@ -17,8 +17,8 @@
 --     acquire script takes the hold. A writer that died has no connection
 --     and is never served; a hand-over nobody took proves the queue dead
 --     (rw_stale). Announces the hand-over (queue.lua announce) to writers
---     that wait for messages, and names the client of a reader waiting in
---     rq (the waiting readers) a watcher (rw_name_reader): should the
+--     that wait for messages, and names the clients of readers waiting in
+--     rq (the waiting readers) watchers (rw_name_readers): should the
 --     writer that takes it freeze or die, the write hold lapses
 --     unannounced, and that client's look tells the readers.
 --   rw_writer_waits(writer, q, qt, prefix, claim_ms, now) -> true and how
@@ -61,20 +61,32 @@ end
 -- writer that takes one and freezes or dies holds them back, and its
 -- lapse opens nothing by itself: with the releaser gone they waited to
 -- the end of the lease they had seen before the hand-over (up to 30 s).
--- So the client of a waiting reader is named too (publish.lua
--- tell_watchers), at most once in 50 ms (prefix..'rnamed'; its look,
--- 0.57 s later, is late enough for a hand-over made meanwhile), and its
--- look tells the readers. Not on a shard channel (a sharded Cluster).
-local function rw_name_reader(rq, prefix, channel, message, now)
+-- So the clients of waiting readers are named too (publish.lua
+-- tell_watchers), at most once in 50 ms (prefix..'rnamed'; their look,
+-- 0.57 s later, is late enough for a hand-over made meanwhile), and a
+-- look tells the readers. Three clients at most, of the latest entries:
+-- a live reader moves its entry's end on at each retry, a dead one's
+-- stays, and naming the earliest named a dead client until its entry
+-- lapsed (up to 91 s; a review: 27.3 s). Not on a shard channel (a
+-- sharded Cluster).
+local function rw_name_readers(rq, prefix, channel, message, now)
   if channel == '' or string.find(channel, '{', 1, true)
-      or not string.find(message, ':', 1, true) then
+      or not string.find(message, ':', 1, true)
+      or redis.call('EXISTS', prefix .. 'rnamed') == 1 then
     return
   end
-  local r = redis.call('ZRANGEBYSCORE', rq, '(' .. now, '+inf', 'LIMIT', 0, 1)[1]
-  local id = r and string.match(r, 'rl:([^:]+):')
-  if id and redis.call('EXISTS', prefix .. 'rnamed') == 0 then
+  local last = redis.call('ZRANGE', rq, -6, -1, 'WITHSCORES')
+  local ids, seen = {}, {}
+  for i = #last - 1, 1, -2 do
+    local id = tonumber(last[i + 1]) > now and string.match(last[i], 'rl:([^:]+):')
+    if id and not seen[id] and #ids < 3 then
+      seen[id] = true
+      ids[#ids + 1] = id
+    end
+  end
+  if #ids > 0 then
     redis.call('SET', prefix .. 'rnamed', '1', 'PX', '50')
-    tell_watchers(channel, message, { id })
+    tell_watchers(channel, message, ids)
   end
 end
 
@@ -85,7 +97,7 @@ local function rw_open(writer, readers, counter, q, qt, rq, prefix, claim, chann
   -- A probe left on the list is moot: the hand-over answers it.
   redis.call('DEL', prefix .. 'open', prefix .. 'probe')
   local told = hand_on(writer, counter, q, qt, prefix, claim, channel, message)
-  rw_name_reader(rq, prefix, channel, message, now)
+  rw_name_readers(rq, prefix, channel, message, now)
   announce(channel, message, 'queued', told)
   return true
 end

@@ -234,6 +234,19 @@ fn frozen_in_line(kind: &str, frozen: usize, threads: usize, bound: Duration) {
 
 /// [`frozen_in_line`] with the waiter here asking for `here`.
 fn frozen_in_line_as(kind: &str, here: &str, frozen: usize, threads: usize, bound: Duration) {
+    frozen_in_line_after(kind, here, frozen, threads, bound, None)
+}
+
+/// [`frozen_in_line_as`], with a waiter of kind `died` (in its own
+/// process) waiting first and killed before the takers block.
+fn frozen_in_line_after(
+    kind: &str,
+    here: &str,
+    frozen: usize,
+    threads: usize,
+    bound: Duration,
+    died: Option<&str>,
+) {
     let server = Server::start();
     let name = format!("exited-{kind}-{frozen}-{threads}");
     let env = |var: &'static str| {
@@ -245,6 +258,14 @@ fn frozen_in_line_as(kind: &str, here: &str, frozen: usize, threads: usize, boun
     };
     let mut holder = Worker::spawn("exiting_holder_entry", &env("REDLEASE_TRACES_HOLDER"));
     assert_eq!(holder.next(Duration::from_secs(10)), "held");
+    if let Some(died) = died {
+        let mut vars = env("REDLEASE_TRACES_WAITER");
+        vars[1].1 = died.to_string();
+        let w = Worker::spawn("blocked_waiter_entry", &vars);
+        assert_eq!(w.next(Duration::from_secs(10)), "waiting");
+        std::thread::sleep(Duration::from_millis(400));
+        drop(w); // SIGKILL: its waiting entry stays
+    }
     let takers: Vec<Worker> = (0..frozen)
         .map(|_| {
             let mut vars = env("REDLEASE_TRACES_WAITER");
@@ -546,4 +567,21 @@ fn a_waiter_that_queued_after_a_naming_is_named_by_the_next_hand_over() {
 fn a_reader_behind_a_frozen_writer_that_took_a_hand_over_from_an_exited_releaser_waits_its_first_lease_only(
 ) {
     frozen_in_line_as("write", "read", 1, 1, Duration::from_millis(2_500));
+}
+
+/// Review: the hand-over named the reader whose entry ends first, and a
+/// reader that died before the live one came ends first (a live reader
+/// moves its entry's end at each retry): the dead client was named, the
+/// live reader waited 27.3 s. The clients of the latest entries are
+/// named now, three at most.
+#[test]
+fn a_reader_that_died_first_takes_no_live_readers_naming() {
+    frozen_in_line_after(
+        "write",
+        "read",
+        1,
+        1,
+        Duration::from_millis(2_500),
+        Some("read"),
+    );
 }
