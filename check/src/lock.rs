@@ -1553,16 +1553,10 @@ fn missed_naming(c: &mut Client, now: i64) {
     c.looks.sort_by_key(|l| (l.due, l.waiter));
 }
 
-/// A call whose request is still on its way to the server (sent at `at`,
-/// late: it arrives at `at + 1`): nothing happens to it before then.
+/// [`crate::parties::on_its_way`] for a client's main state.
 fn on_its_way(main: &Main, now: i64) -> bool {
-    matches!(
-        main,
-        Main::Call {
-            at,
-            out: Outcome::Unsent,
-            late: true,
-            ..
-        } if now < at + 1
-    )
+    match main {
+        Main::Call { at, out, late, .. } => crate::parties::on_its_way(*at, out, *late, now),
+        _ => false,
+    }
 }

@@ -267,8 +267,13 @@ impl Outcome {
     }
 }
 
-/// Whether a model may let time pass: nobody has anything to do now, and
-/// the next event (`next`) is within the horizon.
+/// A call whose request is still on its way to the server: sent at `at`
+/// and late (`Faults::late`), it arrives at `at + 1`, and nothing happens
+/// to it before then.
+pub(crate) fn on_its_way(at: i64, out: &Outcome, late: bool, now: i64) -> bool {
+    late && *out == Outcome::Unsent && now < at + 1
+}
+
 /// A grant call whose request or reply was lost: to the client its reply
 /// is late, and its undo was written behind it (`Node::fail`). What the
 /// acquisition's record for its clean-up says after it, by the library's
@@ -305,6 +310,8 @@ pub(crate) fn clean_up(retired: usize, left: p::Left) -> (Vec<usize>, bool) {
     (withdrawn, current)
 }
 
+/// Whether a model may let time pass: nobody has anything to do now, and
+/// the next event (`next`) is within the horizon.
 pub(crate) fn time_may_pass(urgent: bool, next: Option<i64>, horizon_ms: i64) -> bool {
     !urgent && next.is_some_and(|t| t <= horizon_ms)
 }

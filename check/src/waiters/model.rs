@@ -596,16 +596,10 @@ impl<P: Primitive> Model for WaitModel<P> {
     }
 }
 
-/// A call whose request is still on its way to the server (sent at `at`,
-/// late: it arrives at `at + 1`): nothing happens to it before then.
+/// [`crate::parties::on_its_way`] for a client's main state.
 fn on_its_way(main: &Main, now: i64) -> bool {
-    matches!(
-        main,
-        Main::Call {
-            at,
-            out: Outcome::Unsent,
-            late: true,
-            ..
-        } if now < at + 1
-    )
+    match main {
+        Main::Call { at, out, late, .. } => crate::parties::on_its_way(*at, out, *late, now),
+        _ => false,
+    }
 }
