@@ -37,6 +37,8 @@
 --     writer that waits for messages (listed in prefix..'told' with its
 --     deadline) is alive while its entry lives.
 --   rw_alive(prefix, claim_ms): marks the queued writers alive (see above)
+--   rw_name_readers(rq, prefix, channel, message, now): names the clients
+--     of up to three waiting readers a hand-over's watchers (see rw_open)
 --   rw_stale(writer, q, qt, prefix) -> whether the open list outlived what was put
 --     on it (a hand-over or a probe nobody took); the queue is purged then
 local function rw_readers(readers, now)
