@@ -73,11 +73,14 @@ end
 -- sharded Cluster).
 local function rw_name_readers(rq, prefix, channel, message, now)
   if channel == '' or string.find(channel, '{', 1, true)
-      or not string.find(message, ':', 1, true)
-      or redis.call('EXISTS', prefix .. 'rnamed') == 1 then
+      or not string.find(message, ':', 1, true) then
     return
   end
+  -- Most hand-overs have no reader waiting: one call then.
   local last = redis.call('ZRANGE', rq, -6, -1, 'WITHSCORES')
+  if #last == 0 or redis.call('EXISTS', prefix .. 'rnamed') == 1 then
+    return
+  end
   local ids, seen = {}, {}
   for i = #last - 1, 1, -2 do
     local id = tonumber(last[i + 1]) > now and string.match(last[i], 'rl:([^:]+):')
