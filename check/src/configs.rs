@@ -707,6 +707,16 @@ pub fn all() -> Vec<Config> {
             expect: Expect::Holds,
             depth: 60,
         },
+        // Both together: a client frozen past its lease on masters one of
+        // which keeps its keys longer (its clock stepped back). Shallower
+        // (depth 18 at the bound) than either alone above; 6.1 million
+        // states to depth 26 held too (2026-12-01).
+        Config {
+            name: "redlock: 3 masters, 2 clients, a client frozen and a master's clock stepped back",
+            model: redlock(Faults::only(2, &[Fault::Freeze, Fault::ClockStep]), true),
+            expect: Expect::Holds,
+            depth: 60,
+        },
         // Kleppmann's case: a master whose clock jumps ahead a lease
         // while the grants are written lets the holder's key lapse there;
         // it grants a second client, which with a master the first did
