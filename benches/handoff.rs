@@ -327,6 +327,82 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
     }
 }
 
+/// How long the waiter blocks in [`long_handoff`]'s rounds: longer than a
+/// sixth of the grant's 500 ms claim window, past which a waiter used to
+/// claim its lease in a round trip of its own before `acquire` returned.
+const LONG_BLOCK: Duration = Duration::from_millis(300);
+
+/// The library's handoff after its waiter blocked [`LONG_BLOCK`], and the
+/// plain floor's (a raw `BLPOP` woken by a one-line `RPUSH` script) after
+/// as long a block, interleaved round by round in turn order: (library,
+/// floor) round times. A waiter usually blocks that long or longer (its
+/// holder works a while); [`handoff`]'s waiters block 10 ms.
+fn long_handoff(url: &str, rounds: usize) -> (Vec<Duration>, Vec<Duration>) {
+    let holder = client(url);
+    let waiter = client(url);
+    let mut rcon = raw_con(url);
+    let mut wcon = raw_con(url);
+    let push = redis::Script::new("redis.call('RPUSH', KEYS[1], '1') return 1");
+    let _: i64 = push.key("bench:warm").invoke(&mut rcon).unwrap();
+    let (go_tx, go_rx) = crossbeam_channel::bounded::<bool>(1);
+    let (tx, rx) = crossbeam_channel::bounded::<Instant>(1);
+    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+    let t = std::thread::spawn(move || {
+        let lock = waiter.lock("bench:long");
+        while let Ok(library) = go_rx.recv() {
+            if library {
+                let g = lock.acquire().unwrap();
+                tx.send(Instant::now()).unwrap();
+                let _ = done_rx.recv();
+                drop(g);
+            } else {
+                let _: (String, String) = redis::cmd("BLPOP")
+                    .arg("bench:long:list")
+                    .arg(5)
+                    .query(&mut wcon)
+                    .unwrap();
+                tx.send(Instant::now()).unwrap();
+                let _ = done_rx.recv();
+            }
+        }
+    });
+    let lock = holder.lock("bench:long");
+    let (mut lib, mut raw) = (vec![], vec![]);
+    for round in 0..rounds {
+        for library in [round % 2 == 0, round % 2 == 1] {
+            // One round trip each just before its waiter blocks.
+            let g = if library {
+                Some(lock.acquire().unwrap())
+            } else {
+                let _: () = redis::cmd("SET")
+                    .arg("bench:long:held")
+                    .arg("holder")
+                    .query(&mut rcon)
+                    .unwrap();
+                None
+            };
+            go_tx.send(library).unwrap();
+            std::thread::sleep(LONG_BLOCK);
+            let t0 = Instant::now();
+            match g {
+                Some(g) => drop(g),
+                None => {
+                    let _: i64 = push.key("bench:long:list").invoke(&mut rcon).unwrap();
+                }
+            }
+            let took = rx.recv().unwrap() - t0;
+            done_tx.send(()).unwrap();
+            if library { &mut lib } else { &mut raw }.push(took);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    drop(go_tx);
+    t.join().unwrap();
+    lib.sort();
+    raw.sort();
+    (lib, raw)
+}
+
 /// `clients` separate clients (or raw SET NX loops polling every 1 ms),
 /// each with its own connection for a non-atomic GET/SET counter inside:
 /// acquisitions per second, each one's count, lost updates.
@@ -486,6 +562,10 @@ fn main() {
     let vs_floor_p50 = us(percentile(lib, 0.5)) / us(percentile(raw, 0.5));
     let vs_floor_p99 = us(percentile(lib, 0.99)) / us(percentile(raw, 0.99));
     let over = us(percentile(lib, 0.5)) - us(percentile(raw, 0.5));
+    // After a long block.
+    let (long_lib, long_raw) = long_handoff(&url, scale(80));
+    let long_p50 = us(percentile(&long_lib, 0.5)) / us(percentile(&long_raw, 0.5));
+    let long_p90 = us(percentile(&long_lib, 0.9)) / us(percentile(&long_raw, 0.9));
 
     // Eight separate clients on one key, against raw SET NX 1 ms polling.
     let run_for = if quick() {
@@ -570,6 +650,11 @@ fn main() {
         us(percentile(raw, 0.99))
     );
     println!(
+        "{:<52} p50 {long_p50:.2}x, p90 {long_p90:.2}x the plain floor blocked as long, interleaved (floor p50 {:.1} us)",
+        format!("handoff after a {} ms block", LONG_BLOCK.as_millis()),
+        us(percentile(&long_raw, 0.5)),
+    );
+    println!(
         "{:<52} p50 {over:.1} us, of which the server's own time {:.1} us (library {lib_server:.0} us, floor {raw_server:.0} us, INFO commandstats) and the rest the clients and the kernel",
         "handoff over its floor, where the time goes",
         lib_server - raw_server
@@ -611,7 +696,7 @@ fn main() {
         "footprint", per_lease, per_name, keys_left, names
     );
     println!(
-        "{{\"bench\":\"handoff\",\"idle_rtt_us\":{idle_p50:.1},\"handoff_p50_ratio\":{lib_p50:.2},\"handoff_p99_ratio\":{lib_p99:.2},\"raw_blpop_p50_ratio\":{raw_p50:.2},\"handoff_vs_floor_p50\":{vs_floor_p50:.2},\"handoff_vs_floor_p99\":{vs_floor_p99:.2},\"handoff_over_floor_us\":{over:.1},\"fenced_floor_vs_floor_p50\":{fenced_vs_floor:.2},\"handoff_vs_fenced_floor_p50\":{vs_fenced_p50:.2},\"guarded_floor_vs_floor_p50\":{guarded_vs_floor:.2},\"handoff_vs_guarded_floor_p50\":{vs_guarded_p50:.2},\"server_us_over_floor\":{:.1},\"contended_ratio\":{rate_ratio:.2},\"min_share\":{min_share:.2},\"lost_updates\":{lost},\"fan_out_ratio\":{:.2},\"bytes_per_lease\":{per_lease:.0},\"bytes_per_name\":{per_name:.2},\"keys_left\":{keys_left}}}",
+        "{{\"bench\":\"handoff\",\"idle_rtt_us\":{idle_p50:.1},\"handoff_p50_ratio\":{lib_p50:.2},\"handoff_p99_ratio\":{lib_p99:.2},\"raw_blpop_p50_ratio\":{raw_p50:.2},\"handoff_vs_floor_p50\":{vs_floor_p50:.2},\"handoff_vs_floor_p99\":{vs_floor_p99:.2},\"handoff_over_floor_us\":{over:.1},\"long_block_handoff_vs_floor_p50\":{long_p50:.2},\"fenced_floor_vs_floor_p50\":{fenced_vs_floor:.2},\"handoff_vs_fenced_floor_p50\":{vs_fenced_p50:.2},\"guarded_floor_vs_floor_p50\":{guarded_vs_floor:.2},\"handoff_vs_guarded_floor_p50\":{vs_guarded_p50:.2},\"server_us_over_floor\":{:.1},\"contended_ratio\":{rate_ratio:.2},\"min_share\":{min_share:.2},\"lost_updates\":{lost},\"fan_out_ratio\":{:.2},\"bytes_per_lease\":{per_lease:.0},\"bytes_per_name\":{per_name:.2},\"keys_left\":{keys_left}}}",
         lib_server - raw_server,
         busy / base
     );

@@ -320,7 +320,8 @@ pub mod __protocol {
         NAME_LOOKS, WAITER_LOOKS,
     };
     pub use crate::protocol::popped::{
-        behind_pop, pop_took_grant, popped_hold, script_behind_pop, PoppedHold,
+        behind_pop, clock_us, pop_took_grant, popped_hold, script_behind_pop, waited, PoppedHold,
+        SERVER_CLOCK,
     };
     pub use crate::protocol::quorum::{
         combine, drift, jitter, lease_left, quorum, Tally, Vote, JITTER_MAX,

@@ -451,7 +451,11 @@ fn a_wait_longer_than_the_lease_gets_a_live_guard() {
     g.release().unwrap();
     let ((held, left), still, released) = t.join().unwrap();
     println!("FIGURES after a 3 s wait under a 1 s lease: held {held}, {left:?} left");
-    assert!(held && left > Duration::from_millis(500), "{held} {left:?}");
+    // Live, with the grant's own time left (its 0.5 s claim window, dated
+    // by the server's clock around the pop), which the renewal thread
+    // raises to the lease a third of the way through: 1 s after a
+    // synchronous claim before the server's clock dated the grant.
+    assert!(held && left > Duration::from_millis(250), "{held} {left:?}");
     assert!(still, "renewed after the hand-over");
     released.unwrap();
     assert!(!a.lock("long-wait").is_locked().unwrap());
@@ -488,6 +492,63 @@ fn behind_a_frozen_popper(
     let _opener = open(&server, &holder, g);
     arrives_within(t, opened, bound, what);
     w.signal(libc::SIGCONT);
+}
+
+/// Reproduction (issue 55): a waiter blocked a sixth of a second or more
+/// could not tell how long ago its pop was served (the grant started no
+/// sooner than the block's sending, all it knew), so it claimed its lease
+/// in a round trip of its own before the guard was handed out: a handoff
+/// after a 300 ms block took 2.1x the plain blocked pop's (1.3x after a
+/// 10 ms one). The server's clock, read before the pop and behind it, now
+/// dates the grant: the guard comes with the grant unclaimed, and the
+/// renewal thread claims it a third of the way through its first hold.
+#[test]
+fn a_waiter_blocked_long_is_handed_the_lock_before_its_claim() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let waiter = client_with(&server, |b| b);
+    let url = server.url();
+    let monitor = common::monitor::Monitor::start(server.port());
+    let g = holder.lock("long-block").acquire().unwrap();
+    let t = std::thread::spawn(move || {
+        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let g = waiter.lock("long-block").acquire().unwrap();
+        // Read at once: the claim is due a sixth of a second after the pop.
+        let at_once: String = con.get("{long-block}").unwrap();
+        // The renewal thread claims it (the token's own value), and it
+        // holds.
+        std::thread::sleep(Duration::from_millis(1_000));
+        let later: String = con.get("{long-block}").unwrap();
+        let fence = format!("#{}", g.fencing_token());
+        (at_once, later, g.is_held(), fence)
+    });
+    std::thread::sleep(Duration::from_millis(800)); // blocked all along
+    g.release().unwrap();
+    let (at_once, later, held, fence) = t.join().unwrap();
+    assert!(
+        at_once.starts_with("rl:grant#"),
+        "claimed before the guard was handed out: {at_once}"
+    );
+    assert!(!later.starts_with("rl:grant#"), "never claimed: {later}");
+    assert!(later.ends_with(&fence), "{later} for {fence}");
+    assert!(held);
+    // The server's clock is read right before the pop, and right behind
+    // it before the lock is looked at: what the grant is dated by.
+    let sent: Vec<String> = monitor
+        .stop()
+        .iter()
+        .filter(|s| {
+            !s.by_script && ["TIME", "BLMOVE", "PEXPIRE", "PTTL", "GET"].contains(&s.name.as_str())
+        })
+        .map(|s| s.name.clone())
+        .collect();
+    let pop = sent.iter().position(|n| n == "BLMOVE").expect("a pop");
+    assert_eq!(sent[pop - 1], "TIME", "{sent:?}");
+    assert_eq!(
+        sent[pop + 1..pop + 5],
+        ["TIME", "PEXPIRE", "PTTL", "GET"],
+        "{sent:?}"
+    );
 }
 
 /// Reproduction (review): a process frozen (SIGSTOP) while its waiter was

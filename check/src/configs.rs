@@ -64,6 +64,7 @@ fn lock_model(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> LockModel {
         reblocks: false,
         fair: true,
         restart_looks: true,
+        popped_from_reply: false,
         scenario: Scenario::default(),
     }
 }

@@ -68,6 +68,12 @@ pub struct LockModel {
     /// have missed with a look (`Watches::listening`), as the library's
     /// does; else the rule before, kept for the checker's own tests.
     pub restart_looks: bool,
+    /// A grant a pop alone took counts its first hold from when its reply
+    /// is read (unsound: a waiter frozen after its pop would believe in
+    /// it), kept for the checker's own tests; else from the block's
+    /// sending plus what the server's clock read around the pop says
+    /// (`protocol::popped::waited`), as the library's does.
+    pub popped_from_reply: bool,
     /// A scenario, where a configuration needs more clients than an open
     /// search reaches (`Scenario::default()`: none).
     pub scenario: Scenario,
@@ -120,7 +126,10 @@ enum CallKind {
 
 /// What a served pop's pipeline read: the fence it popped, the lock's
 /// `PTTL` and its value.
-type Served = (Option<Vec<u8>>, i64, Option<Vec<u8>>);
+/// What a served pop's pipeline read: what it popped, the lock's `PTTL`
+/// and value, and how long after the block's sending the server's clock
+/// says it was served (`protocol::popped::waited`, in milliseconds).
+type Served = (Option<Vec<u8>>, i64, Option<Vec<u8>>, i64);
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Main {
@@ -134,13 +143,14 @@ enum Main {
         late: bool,
     },
     /// Blocked in `BLMOVE open mine` (`Node::grant_blocking`, a lock's pop
-    /// alone). `served`: the pop and its pipeline ran: what it popped, the
-    /// lock's `PTTL` and value.
+    /// alone), the server's clock read before it (`clock`, microseconds).
+    /// `served`: the pop and its pipeline ran.
     Blocked {
         token: u8,
         at: i64,
         until: i64,
         seq: u32,
+        clock: Option<i64>,
         served: Option<Served>,
     },
     /// Waiting for a release message, or until `until` (the busy reply's
@@ -443,11 +453,16 @@ impl LockModel {
         popped: Option<Vec<u8>>,
         log: &mut Option<Vec<String>>,
     ) {
-        let Main::Blocked { token: t, .. } = s.clients[i].main.clone() else {
+        let Main::Blocked {
+            token: t, clock, ..
+        } = s.clients[i].main.clone()
+        else {
             return;
         };
         let mine = [prefix(), token(i, t)].concat();
         let (lock, turns) = (key(""), [prefix(), b"turns".to_vec()].concat());
+        // The server's clock right behind the pop, before the rest.
+        let waited = ms(p::waited(clock, crate::parties::server_clock(&mut s.keys)));
         // The pipeline behind the pop, as the library sends it
         // (`behind_pop`). A fair lock's also asks whether a waiter keeps
         // its turn waiting for messages (`Pop::turns`): then the pop alone
@@ -505,7 +520,7 @@ impl LockModel {
             self.granted_in_order(s, i, &token(i, t), &keys);
         }
         if let Main::Blocked { served, .. } = &mut s.clients[i].main {
-            *served = Some((popped, ttl, value));
+            *served = Some((popped, ttl, value, waited));
         }
     }
 
@@ -617,11 +632,16 @@ impl LockModel {
         watch_waiter(&mut c.looks, t, 0, at, now, wait);
         s.seq += 1;
         c.blocked = Some(s.seq);
+        // The pipeline reads the server's clock before its pop
+        // (`protocol::popped::SERVER_CLOCK`).
+        let clock = crate::parties::server_clock(&mut s.keys);
+        let c = &mut s.clients[i];
         c.main = Main::Blocked {
             token: t,
             at: now,
             until,
             seq: s.seq,
+            clock,
             served: None,
         };
         self.serve(s, log);
@@ -882,7 +902,7 @@ impl LockModel {
         let Main::Blocked {
             token: t,
             at,
-            served: Some((popped, ttl, value)),
+            served: Some((popped, ttl, value, waited)),
             ..
         } = s.clients[i].main.clone()
         else {
@@ -893,7 +913,14 @@ impl LockModel {
         // waiter keeps its turn, see `finish_pop`).
         let taken = p::pop_took_grant(popped.as_deref(), Some(ttl), value.as_deref(), false);
         if let Some((fence, left)) = taken {
-            return self.taken_by_pop(s, i, t, fence, at, ms(left));
+            // Its first hold counts from when the server's clock says the
+            // pop was served at the earliest (`Node::grant_blocking`).
+            let since = if self.popped_from_reply {
+                s.now
+            } else {
+                at + waited
+            };
+            return self.taken_by_pop(s, i, t, fence, since, ms(left));
         }
         // Nothing granted by the pop alone: the script follows in a round
         // trip of its own (`protocol::popped::script_behind_pop`, pinned by
@@ -939,7 +966,7 @@ impl LockModel {
                     ..
                 } if v == [b"rl:grant#".as_slice(), b(fence).as_slice()].concat() => return true,
                 Main::Blocked {
-                    served: Some((Some(f), _, _)),
+                    served: Some((Some(f), _, _, _)),
                     ..
                 } if v == [b"rl:grant#".as_slice(), f.as_slice()].concat() => return true,
                 Main::Call {

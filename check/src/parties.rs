@@ -335,6 +335,20 @@ pub(crate) fn busy(r: &Reply) -> Option<i64> {
     }
 }
 
+/// The server's clock as a waiter's pipeline reads it around its pop
+/// (`protocol::popped::SERVER_CLOCK`, read by `clock_us`), in
+/// microseconds.
+pub(crate) fn server_clock(keys: &mut crate::keyspace::Keyspace) -> Option<i64> {
+    let cmd = vec![redlease::__protocol::SERVER_CLOCK.as_bytes().to_vec()];
+    match keys.run(&cmd, &mut Vec::new()) {
+        Reply::Array(parts) => match parts.as_slice() {
+            [Reply::Bulk(s), Reply::Bulk(us)] => redlease::__protocol::clock_us(s, us),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// `protocol::popped::popped_hold`, the library's own rule, in the
 /// models' milliseconds: a grant a pop took, with `left` ms of it (less
 /// a millisecond, at most `valid`), its block sent at `since`, read at

@@ -30,6 +30,7 @@ fn two_waiters() -> LockModel {
         reblocks: false,
         fair: true,
         restart_looks: true,
+        popped_from_reply: false,
         scenario: Scenario::default(),
     }
 }
@@ -220,6 +221,26 @@ fn a_lease_counted_from_the_reply_is_reported_after_a_freeze() {
     assert!(clean.is_none(), "unmutated: {clean:?}");
     let v = found(&model(true), &[], 40).expect("reported");
     assert!(v.contains("permits") || v.contains("believes"), "{v}");
+}
+
+/// A lock waiter frozen right after its pop was served reads the reply
+/// when it resumes; a first hold counted from that reading (not from the
+/// block's sending plus what the server's clock read around the pop says,
+/// `protocol::popped::waited`) outlives the grant on the server, and the
+/// next waiter takes the name beside it.
+#[test]
+fn a_popped_grant_counted_from_the_reply_is_reported_after_a_freeze() {
+    use redlease_check::configs::Checked;
+    let Checked::Lock(mut model) = configured("lock: 3 waiters, one frozen, nobody exits") else {
+        panic!("a lock configuration");
+    };
+    assert!(violation(&model, &[]).is_none(), "unmutated");
+    model.popped_from_reply = true;
+    let v = violation(&model, &[]).expect("reported");
+    assert!(
+        v.contains("exclusion") || v.contains("believes it holds"),
+        "{v}"
+    );
 }
 
 mod rw {

@@ -79,11 +79,15 @@ impl<P: Primitive> WaitModel<P> {
         let until = (c.deadline - crate::lock::SHORT_WAIT).min(now + ms(p::ROOM_CHUNK));
         watch_waiter(&mut c.looks, t, name, at, now, wait);
         s.seq += 1;
-        c.main = Main::Blocked {
+        // The pipeline reads the server's clock before its pop
+        // (`protocol::popped::SERVER_CLOCK`).
+        let clock = crate::parties::server_clock(&mut s.keys);
+        s.clients[i].main = Main::Blocked {
             token: t,
             at: now,
             until,
             seq: s.seq,
+            clock,
         };
         self.listen(s, i);
         self.serve(server, s, log);
@@ -126,7 +130,13 @@ impl<P: Primitive> WaitModel<P> {
         pop: bool,
         log: &mut Option<Vec<String>>,
     ) {
-        let Main::Blocked { token: t, at, .. } = s.clients[i].main else {
+        let Main::Blocked {
+            token: t,
+            at,
+            clock,
+            ..
+        } = s.clients[i].main
+        else {
             return;
         };
         let Some(d) = self.direct_of(s, i, t, true) else {
@@ -138,11 +148,16 @@ impl<P: Primitive> WaitModel<P> {
                 log.push(format!("c{i}'s BLMOVE served: {moved:?}"));
             }
         }
+        // The server's clock behind the pop, before the script: the grant
+        // the script makes starts no sooner than the block's sending plus
+        // what the two readings say (`protocol::popped::waited`), and its
+        // first hold counts from then (`Node::grant_blocking`).
+        let waited = ms(p::waited(clock, crate::parties::server_clock(&mut s.keys)));
         // Its state first: the script's own offers serve the next blocked.
         s.clients[i].main = Main::Call {
             kind: Kind::Popped,
             token: t,
-            at,
+            at: at + waited,
             out: Outcome::Unsent,
             late: false,
         };

@@ -174,12 +174,14 @@ enum Main {
         token: u8,
     },
     /// Blocked in `BLMOVE open own` since `at`, until `until`, its script
-    /// behind it; `seq` orders the blocked (the longest first).
+    /// behind it; `seq` orders the blocked (the longest first); `clock`:
+    /// the server's clock read before the pop (microseconds).
     Blocked {
         token: u8,
         at: i64,
         until: i64,
         seq: u32,
+        clock: Option<i64>,
     },
 }
 

@@ -11,7 +11,9 @@ use redis::{FromRedisValue, Value};
 use super::Node;
 use crate::backend::{Answer, Args, Call};
 use crate::error::{Error, ErrorKind, Result};
-use crate::protocol::popped::{behind_pop, pop_took_grant, script_behind_pop};
+use crate::protocol::popped::{
+    behind_pop, clock_us, pop_took_grant, script_behind_pop, waited, SERVER_CLOCK,
+};
 use crate::protocol::timing::POPPED_LEASE;
 
 /// Where a queued waiter blocks for its grant (see
@@ -146,7 +148,11 @@ impl Node {
                 .map(|b| Blocked { cut: true, ..b });
         };
         let mut replies = replies.into_iter();
+        let before = clock_reading(replies.next());
         let pop = replies.next().unwrap_or(Value::Nil);
+        // The server's clock says how long after the sending the pop was
+        // served: the grant started no sooner (`protocol::popped::waited`).
+        let at = at + waited(before, clock_reading(replies.next()));
         // The pop refused at once (a Cluster slot being migrated answers
         // `ASK` for a list that is not there yet): never blocked.
         let refused = matches!(&pop, Value::ServerError(e) if e.code() != "NOPERM");
@@ -424,18 +430,22 @@ fn block_timeout(block: Duration) -> String {
 }
 
 /// [`Node::grant_blocking`]'s pipeline, packed, and how many commands it
-/// holds: the pop, and behind it the granting script, or (with
-/// [`Pop::holder`]) the own list's expiry and a look at the lock.
+/// holds: the server's clock, the pop, the server's clock again
+/// (`protocol::popped::SERVER_CLOCK`), and behind them the granting
+/// script, or (with [`Pop::holder`]) the own list's expiry and a look at
+/// the lock.
 fn pop_pipeline(pop: &Pop<'_>, block: Duration, behind: Option<&Call<'_>>) -> (Vec<u8>, usize) {
     let mut pipe = redis::pipe();
     let timeout = block_timeout(block);
-    pipe.cmd("BLMOVE")
+    pipe.cmd(SERVER_CLOCK)
+        .cmd("BLMOVE")
         .arg(pop.list)
         .arg(pop.into)
         .arg("LEFT")
         .arg("RIGHT")
-        .arg(timeout);
-    match (pop.holder, behind) {
+        .arg(timeout)
+        .cmd(SERVER_CLOCK);
+    let (packed, count) = match (pop.holder, behind) {
         (Some(holder), _) => {
             let cmds = behind_pop(pop.into, holder, pop.turns);
             for words in &cmds {
@@ -454,6 +464,19 @@ fn pop_pipeline(pop: &Pop<'_>, block: Duration, behind: Option<&Call<'_>>) -> (V
         // Nothing behind: the pop alone (every shape without a holder
         // sends its script behind today).
         (None, None) => (pipe.get_packed_pipeline(), 1),
+    };
+    // The server's clock before the pop and right behind it.
+    (packed, count + 2)
+}
+
+/// A `TIME` reply in microseconds (`None`: refused, or not a reading).
+fn clock_reading(reply: Option<Value>) -> Option<i64> {
+    match reply? {
+        Value::Array(parts) => match parts.as_slice() {
+            [Value::BulkString(s), Value::BulkString(us)] => clock_us(s, us),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
