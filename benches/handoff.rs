@@ -163,6 +163,12 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
                 }
                 Arm::Fenced | Arm::Guarded => {
                     let mut p = redis::pipe();
+                    if let Arm::Guarded = arm {
+                        // The server's clock before the pop: with the one
+                        // behind it, what dates the grant however long the
+                        // waiter blocked (`protocol::popped::waited`).
+                        p.cmd("TIME").ignore();
+                    }
                     p.cmd("BLMOVE")
                         .arg("{bench:f}:open")
                         .arg("{bench:f}:own")
@@ -171,9 +177,11 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
                         .arg(5)
                         .ignore();
                     if let Arm::Guarded = arm {
-                        // What a popper needs besides the grant's value: its
-                        // own list's expiry (a pop whose taker died must not
-                        // stay) and the time the grant has left.
+                        // What a popper needs besides the grant's value: the
+                        // server's clock, its own list's expiry (a pop whose
+                        // taker died must not stay) and the time the grant
+                        // has left.
+                        p.cmd("TIME").ignore();
                         p.cmd("PEXPIRE").arg("{bench:f}:own").arg(1000).ignore();
                         p.cmd("PTTL").arg("{bench:f}").ignore();
                     }
@@ -666,7 +674,7 @@ fn main() {
     );
     println!(
         "{:<52} p50 {guarded_vs_floor:.2}x the plain floor ({:.1} us, server {guarded_server:.0} us); the library's handoff {vs_guarded_p50:.2}x it",
-        "guarded floor: + queue, fence floor, expiries, told, PTTL",
+        "guarded floor: + queue, fence floor, expiries, told, TIME, PTTL",
         us(percentile(guarded, 0.5)),
     );
     let lib_rate = lib_rates.iter().sum::<f64>() / lib_rates.len() as f64;
