@@ -551,6 +551,42 @@ fn a_waiter_blocked_long_is_handed_the_lock_before_its_claim() {
     );
 }
 
+/// Reproduction (issue 55): the same for a writer and a permit, whose
+/// script behind the pop takes the grant with a first lease of 1 s: after
+/// a block over a third of it, an extension to the whole lease was made
+/// before the guard was handed out (its lease then ran 30 s from the
+/// guard's start). Dated by the server's clock, the guard now comes with
+/// the first lease, raised by the renewal thread.
+#[test]
+fn a_writer_and_a_permit_blocked_long_are_handed_over_before_their_extension() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b);
+    let waiter = client_with(&server, |b| b);
+    let w = holder.rw_lock("long-writer").write().unwrap();
+    let p = holder.semaphore("long-permit", 1).acquire().unwrap();
+    let t = std::thread::spawn(move || {
+        let w = waiter.rw_lock("long-writer").write().unwrap();
+        let write = w.expires_in();
+        let p = waiter.semaphore("long-permit", 1).acquire().unwrap();
+        let permit = p.expires_in();
+        std::thread::sleep(Duration::from_millis(1_000)); // renewed meanwhile
+        (write, permit, w.is_held() && p.is_held())
+    });
+    std::thread::sleep(Duration::from_millis(800)); // the writer blocked
+    drop(w);
+    std::thread::sleep(Duration::from_millis(800)); // the permit's waiter too
+    drop(p);
+    let (write, permit, held) = t.join().unwrap();
+    println!("FIGURES after 800 ms blocks: write guard {write:?}, permit {permit:?} left");
+    for (what, left) in [("write", write), ("permit", permit)] {
+        assert!(
+            left > Duration::from_millis(300) && left <= Duration::from_secs(1),
+            "{what}: {left:?} left (an extension first leaves about 30 s)"
+        );
+    }
+    assert!(held, "renewed after the hand-overs");
+}
+
 /// Reproduction (review): a process frozen (SIGSTOP) while its waiter was
 /// blocked took the next hand-over with its full lease (its script was on
 /// the server already), and held the name that long (5 s here, 30 s by

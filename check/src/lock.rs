@@ -454,7 +454,10 @@ impl LockModel {
         log: &mut Option<Vec<String>>,
     ) {
         let Main::Blocked {
-            token: t, clock, ..
+            token: t,
+            at,
+            clock,
+            ..
         } = s.clients[i].main.clone()
         else {
             return;
@@ -462,7 +465,8 @@ impl LockModel {
         let mine = [prefix(), token(i, t)].concat();
         let (lock, turns) = (key(""), [prefix(), b"turns".to_vec()].concat());
         // The server's clock right behind the pop, before the rest.
-        let waited = ms(p::waited(clock, crate::parties::server_clock(&mut s.keys)));
+        let waited =
+            crate::parties::waited(clock, crate::parties::server_clock(&s.keys), at, s.now);
         // The pipeline behind the pop, as the library sends it
         // (`behind_pop`). A fair lock's also asks whether a waiter keeps
         // its turn waiting for messages (`Pop::turns`): then the pop alone
@@ -634,7 +638,7 @@ impl LockModel {
         c.blocked = Some(s.seq);
         // The pipeline reads the server's clock before its pop
         // (`protocol::popped::SERVER_CLOCK`).
-        let clock = crate::parties::server_clock(&mut s.keys);
+        let clock = crate::parties::server_clock(&s.keys);
         let c = &mut s.clients[i];
         c.main = Main::Blocked {
             token: t,

@@ -336,17 +336,21 @@ pub(crate) fn busy(r: &Reply) -> Option<i64> {
 }
 
 /// The server's clock as a waiter's pipeline reads it around its pop
-/// (`protocol::popped::SERVER_CLOCK`, read by `clock_us`), in
-/// microseconds.
-pub(crate) fn server_clock(keys: &mut crate::keyspace::Keyspace) -> Option<i64> {
-    let cmd = vec![redlease::__protocol::SERVER_CLOCK.as_bytes().to_vec()];
-    match keys.run(&cmd, &mut Vec::new()) {
-        Reply::Array(parts) => match parts.as_slice() {
-            [Reply::Bulk(s), Reply::Bulk(us)] => redlease::__protocol::clock_us(s, us),
-            _ => None,
-        },
-        _ => None,
-    }
+/// (`protocol::popped::SERVER_CLOCK`), in microseconds: the keyspace's
+/// clock as it stands (not through its `TIME`, which moves it on a
+/// microsecond to order two arrivals in one step: here that split states
+/// that differ in nothing else, and cost the search a level or more).
+pub(crate) fn server_clock(keys: &crate::keyspace::Keyspace) -> Option<i64> {
+    Some(keys.now_us)
+}
+
+/// `protocol::popped::waited`, in the models' milliseconds: the block
+/// sent at `at` and its pop served at `now`. The library caps it at its
+/// reply's reading; the models' server clocks never run fast or step
+/// forward (`ClockStep` steps back), so neither cap binds in them.
+pub(crate) fn waited(before: Option<i64>, after: Option<i64>, at: i64, now: i64) -> i64 {
+    let elapsed = std::time::Duration::from_millis((now - at).max(0) as u64);
+    ms(redlease::__protocol::waited(before, after, elapsed))
 }
 
 /// `protocol::popped::popped_hold`, the library's own rule, in the

@@ -47,29 +47,35 @@ pub fn behind_pop<'a>(
 /// reply: after a block of a sixth of a second or more the first hold had
 /// too little left (see [`popped_hold`]), and the waiter claimed its lease
 /// in a round trip of its own before the guard was handed out (a handoff
-/// after a 300 ms block took 2.1x the plain blocked pop's, against 1.3x
-/// after a 10 ms one).
+/// after a 300 ms block took 2.24x and 2.19x the plain blocked pop's in
+/// two runs, 1.62x and 1.72x since).
 pub const SERVER_CLOCK: &str = "TIME";
 
 /// How long after a waiter's pipeline was sent its pop was surely served,
 /// from the server's clock read before the pop (`before`, microseconds)
-/// and behind it (`after`): the difference, less a thousandth of it (the
-/// server's clock may run that much fast: twice the most NTP slews it)
-/// and a millisecond; zero when either reading is missing (an ACL without
-/// `TIME`) or the clock went back (a step back only shortens it; a step
-/// forward expires every lease early on the server as well, the limit
-/// GUARANTEES.md states for every lease). The commands behind the pop ran
-/// after `after` was read, and the first command ran no sooner than the
-/// pipeline was sent, so the grant they read or made started no sooner
-/// than the sending plus this: a process frozen after the pop reads its
-/// reply late and finds its first hold spent, as before.
-pub fn waited(before: Option<i64>, after: Option<i64>) -> Duration {
+/// and behind it (`after`): the difference less the drift allowed between
+/// two clocks' rates (a hundredth of it and 2 ms, as between Redlock's
+/// masters: `quorum::drift`), and never more than `elapsed`, the time the
+/// waiter's own clock says passed from the sending to the reply. Zero
+/// when either reading is missing or the server's clock went back (a step
+/// back only shortens it). The commands behind the pop ran after `after`
+/// was read, and the first command ran no sooner than the pipeline was
+/// sent, so the grant they read or made started no sooner than the
+/// sending plus this, provided the server's clock ran no more than a
+/// hundredth fast and did not step forward meanwhile; the cap keeps a
+/// step forward from dating the grant past the reply (a review's case: a
+/// 5 s step during a 0.5 s block had the waiter believe in its grant 5 s
+/// past its end). A process frozen after the pop reads its reply late and
+/// finds its first hold spent, as before.
+pub fn waited(before: Option<i64>, after: Option<i64>, elapsed: Duration) -> Duration {
     let (Some(before), Some(after)) = (before, after) else {
         return Duration::ZERO;
     };
-    let us = after.saturating_sub(before);
-    let sure = us.saturating_sub(us / 1000 + 1000);
-    Duration::from_micros(sure.max(0) as u64)
+    let us = after.saturating_sub(before).max(0) as u64;
+    let server = Duration::from_micros(us);
+    server
+        .saturating_sub(crate::protocol::quorum::drift(server))
+        .min(elapsed)
 }
 
 /// A reading of the server's clock (`TIME`'s two parts: seconds and
@@ -219,13 +225,19 @@ mod tests {
         let t = |s: &str, us: &str| clock_us(s.as_bytes(), us.as_bytes());
         let before = t("1700000000", "250000");
         assert_eq!(before, Some(1_700_000_000_250_000));
-        // 10 s on the server's clock: less a thousandth and a millisecond.
+        // 10 s on the server's clock: less a hundredth and 2 ms.
         let after = t("1700000010", "250000");
-        assert_eq!(waited(before, after), MS * 9_989);
-        // Under a millisecond, a clock gone back, a reading refused: none.
-        assert_eq!(waited(before, t("1700000000", "250900")), Duration::ZERO);
-        assert_eq!(waited(after, before), Duration::ZERO);
-        assert_eq!(waited(None, after), Duration::ZERO);
+        let long = MS * 60_000;
+        assert_eq!(waited(before, after, long), MS * 9_898);
+        // Never past the waiter's own clock (a step forward meanwhile).
+        assert_eq!(waited(before, after, MS * 500), MS * 500);
+        // A clock gone back, a reading refused: none.
+        assert_eq!(waited(after, before, long), Duration::ZERO);
+        assert_eq!(waited(None, after, long), Duration::ZERO);
+        assert_eq!(
+            waited(before, t("1700000000", "251000"), long),
+            Duration::ZERO
+        );
         assert_eq!(t("x", "1"), None);
     }
 

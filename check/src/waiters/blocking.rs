@@ -81,7 +81,7 @@ impl<P: Primitive> WaitModel<P> {
         s.seq += 1;
         // The pipeline reads the server's clock before its pop
         // (`protocol::popped::SERVER_CLOCK`).
-        let clock = crate::parties::server_clock(&mut s.keys);
+        let clock = crate::parties::server_clock(&s.keys);
         s.clients[i].main = Main::Blocked {
             token: t,
             at: now,
@@ -152,7 +152,8 @@ impl<P: Primitive> WaitModel<P> {
         // the script makes starts no sooner than the block's sending plus
         // what the two readings say (`protocol::popped::waited`), and its
         // first hold counts from then (`Node::grant_blocking`).
-        let waited = ms(p::waited(clock, crate::parties::server_clock(&mut s.keys)));
+        let waited =
+            crate::parties::waited(clock, crate::parties::server_clock(&s.keys), at, s.now);
         // Its state first: the script's own offers serve the next blocked.
         s.clients[i].main = Main::Call {
             kind: Kind::Popped,

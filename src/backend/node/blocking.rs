@@ -151,8 +151,9 @@ impl Node {
         let before = clock_reading(replies.next());
         let pop = replies.next().unwrap_or(Value::Nil);
         // The server's clock says how long after the sending the pop was
-        // served: the grant started no sooner (`protocol::popped::waited`).
-        let at = at + waited(before, clock_reading(replies.next()));
+        // served: the grant started no sooner (`protocol::popped::waited`,
+        // never past what our own clock says passed).
+        let at = at + waited(before, clock_reading(replies.next()), at.elapsed());
         // The pop refused at once (a Cluster slot being migrated answers
         // `ASK` for a list that is not there yet): never blocked.
         let refused = matches!(&pop, Value::ServerError(e) if e.code() != "NOPERM");

@@ -270,6 +270,23 @@ impl Guard {
         })
     }
 
+    /// Extends the lease to `lease` when it surely runs no longer than
+    /// `below` (see `hold_and_run`). A failure is left to the stopper,
+    /// which sees the lease as it is.
+    fn firm_up(&self, below: Duration, lease: Duration) {
+        let signal = self.lost_signal();
+        if signal.is_lost() || signal.expires_in() > below {
+            return;
+        }
+        let extended = match self {
+            Guard::Lock(g) => g.extend(lease),
+            Guard::Permit(p) => p.extend(lease),
+        };
+        if let Err(e) = extended {
+            log::info!("extending the lease handed over failed: {e}");
+        }
+    }
+
     fn lost_signal(&self) -> redlease::LostSignal {
         match self {
             Guard::Lock(g) => g.lost_signal(),
@@ -449,6 +466,15 @@ fn hold_and_run(
     }
     let _ = phase.send(Phase::Acquired);
     held.log_acquired(name, started);
+    // A name handed over comes with the grant's own time left (its claim
+    // window, half a second) until the renewal thread raises it a sixth
+    // of a second later: below what the stopper allows, it would stop the
+    // command at once. One extension to the whole lease first (nothing
+    // when it was granted outright).
+    held.firm_up(
+        stop.signal_below,
+        args.lease.unwrap_or(client.watchdog_timeout()),
+    );
     if let Some(sig) = pending() {
         held.release()?;
         return Ok(fail(
