@@ -505,3 +505,50 @@ fn a_terminal_ctrl_c_reaches_a_setsid_descendant_once() {
     assert_eq!(std::fs::read_to_string(&log).unwrap_or_default(), "I\n");
     assert!(code.is_some(), "redlease did not end");
 }
+
+/// A name handed over to a waiting run comes with a short first lease (the
+/// grant's own time left: half a second for a lock, a second for a permit)
+/// that the renewal thread raises only a third of it later, when a third of
+/// it has gone: the run must raise it before it starts the command, or its
+/// stopper sees a lease that surely runs less than `--kill-after` and a
+/// margin and stops a command whose lease was never in doubt.
+#[test]
+fn a_run_handed_the_name_is_not_stopped_for_its_short_first_lease() {
+    let server = Server::start();
+    let c = common::client(&server);
+    let modes = [
+        ("handed-lock", vec![]),
+        ("handed-permit", vec!["--semaphore", "1"]),
+        ("handed-permit", vec!["--semaphore", "1"]),
+    ];
+    for (name, extra) in modes {
+        let held: Box<dyn FnOnce()> = if extra.is_empty() {
+            let g = c.lock(name).acquire().unwrap();
+            Box::new(move || g.release().unwrap())
+        } else {
+            let p = c.semaphore(name, 1).acquire().unwrap();
+            Box::new(move || p.release().unwrap())
+        };
+        let waiting = redlease(&server)
+            .args(["run", name])
+            .args(&extra)
+            .args(["--kill-after", "470ms", "--", "sh", "-c", "sleep 1.5"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Long enough for the run to be blocked on the server. Its stopper
+        // signals below 970 ms left (`--kill-after` and half a second):
+        // just under a handed-over permit's first lease.
+        std::thread::sleep(Duration::from_millis(600));
+        held();
+        let mut waiting = waiting;
+        let status = wait_exit(&mut waiting, Duration::from_secs(15));
+        let mut err = String::new();
+        if let Some(mut e) = waiting.stderr.take() {
+            use std::io::Read;
+            let _ = e.read_to_string(&mut err);
+        }
+        assert_eq!(status.and_then(|s| s.code()), Some(0), "{name}: {err}");
+        assert!(!err.contains("stopping the command"), "{name}: {err}");
+    }
+}

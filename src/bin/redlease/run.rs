@@ -270,20 +270,22 @@ impl Guard {
         })
     }
 
-    /// Extends the lease to `lease` when it surely runs no longer than
-    /// `below` (see `hold_and_run`). A failure is left to the stopper,
-    /// which sees the lease as it is.
-    fn firm_up(&self, below: Duration, lease: Duration) {
+    /// Extends the lease to `lease` when it was handed over with a short
+    /// first lease (see `hold_and_run`): below half the lease, or one that
+    /// falls to `below` before its first renewal, due a third of the way
+    /// through it (so at two thirds of it left). Nothing for a lease
+    /// granted outright. `Err` when the extension failed: the short lease
+    /// is all that is known, and the stopper would stop the command soon
+    /// after it started.
+    fn firm_up(&self, below: Duration, lease: Duration) -> redlease::Result<()> {
         let signal = self.lost_signal();
-        if signal.is_lost() || signal.expires_in() > below {
-            return;
+        let left = signal.expires_in();
+        if signal.is_lost() || (left >= lease / 2 && left * 2 / 3 > below) {
+            return Ok(());
         }
-        let extended = match self {
+        match self {
             Guard::Lock(g) => g.extend(lease),
             Guard::Permit(p) => p.extend(lease),
-        };
-        if let Err(e) = extended {
-            log::info!("extending the lease handed over failed: {e}");
         }
     }
 
@@ -466,15 +468,25 @@ fn hold_and_run(
     }
     let _ = phase.send(Phase::Acquired);
     held.log_acquired(name, started);
-    // A name handed over comes with the grant's own time left (its claim
-    // window, half a second) until the renewal thread raises it a sixth
-    // of a second later: below what the stopper allows, it would stop the
-    // command at once. One extension to the whole lease first (nothing
-    // when it was granted outright).
-    held.firm_up(
+    // A name handed over comes with the grant's own time left (half a
+    // second for a lock, a second for a permit or a write lock) until the
+    // renewal thread raises it, a third of the way through: below what the
+    // stopper allows, it would stop the command at once. One extension to
+    // the whole lease first (nothing when it was granted outright); when
+    // that fails, the command is not started at all.
+    if let Err(e) = held.firm_up(
         stop.signal_below,
         args.lease.unwrap_or(client.watchdog_timeout()),
-    );
+    ) {
+        let _ = held.release();
+        return Ok(fail(
+            EXIT_LOST,
+            format!(
+                "\"{}\" was handed over with a short lease that could not be extended ({e}); command not run",
+                shown(name)
+            ),
+        ));
+    }
     if let Some(sig) = pending() {
         held.release()?;
         return Ok(fail(
