@@ -142,8 +142,10 @@ impl<P: Primitive> WaitModel<P> {
         let Some(d) = self.direct_of(s, i, t, true) else {
             return;
         };
+        let mut took = false;
         if pop {
             let moved = s.keys.lmove(&d.open, &d.own);
+            took = matches!(moved, Ok(crate::keyspace::Reply::Bulk(_)));
             if let Some(log) = log {
                 log.push(format!("c{i}'s BLMOVE served: {moved:?}"));
             }
@@ -151,14 +153,18 @@ impl<P: Primitive> WaitModel<P> {
         // The server's clock behind the pop, before the script: the grant
         // the script makes starts no sooner than the block's sending plus
         // what the two readings say (`protocol::popped::waited`), and its
-        // first hold counts from then (`Node::grant_blocking`).
+        // first hold counts from then when the pop took something; a grant
+        // behind a pop that timed out has the full lease from the sending
+        // (`Node::grant_blocking`).
         let waited =
             crate::parties::waited(clock, crate::parties::server_clock(&s.keys), at, s.now);
         // Its state first: the script's own offers serve the next blocked.
         s.clients[i].main = Main::Call {
-            kind: Kind::Popped,
+            kind: Kind::Popped {
+                short: took.then_some(at + waited),
+            },
             token: t,
-            at: at + waited,
+            at,
             out: Outcome::Unsent,
             late: false,
         };

@@ -57,7 +57,7 @@ impl<P: Primitive> WaitModel<P> {
                 && match &c.main {
                     Main::Blocked { .. } | Main::Waiting { .. } | Main::Local { .. } => true,
                     Main::Call { kind, .. } => {
-                        matches!(kind, Kind::Grant { queue: true } | Kind::Popped)
+                        matches!(kind, Kind::Grant { queue: true } | Kind::Popped { .. })
                     }
                     Main::Idle => false,
                 }

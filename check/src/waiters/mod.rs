@@ -147,9 +147,14 @@ enum Kind {
     /// The release with `'leave'`: a waiter gives up.
     Leave,
     /// The acquire script behind a blocking pop (or on its own after a
-    /// cut block), `at` the block's sending: a grant it takes has the
-    /// short first lease of one taken by a pop.
-    Popped,
+    /// cut block), `at` the block's sending. A grant it takes has the
+    /// short first lease of one taken by a pop from `short` (behind a pop
+    /// that took something: the sending plus what the server's clock
+    /// read around it says; on its own: its own sending), as
+    /// `Node::grant_blocking` and `Node::after_pop` give it; `None` (the
+    /// pop timed out, the script behind it granted): the full lease from
+    /// the block's sending.
+    Popped { short: Option<i64> },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

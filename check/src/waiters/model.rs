@@ -179,7 +179,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                     if *o == Outcome::Unsent && !late && fault && self.faults.late {
                         out.push(Action::Late(i));
                     }
-                    if let (Kind::Popped, Outcome::Ran(_), true) =
+                    if let (Kind::Popped { .. }, Outcome::Ran(_), true) =
                         (kind, o, fault && self.faults.lost_reply)
                     {
                         out.push(Action::LosePopped(i));
@@ -317,7 +317,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                     // A waiter that blocks says so in its attempts too.
                     Kind::Grant { queue: true } if self.blocks_now(&s, i, at) => direct(false)?,
                     Kind::Grant { queue } => self.prim.acquire(self, i, mode, t, *queue),
-                    Kind::Popped => direct(true)?,
+                    Kind::Popped { .. } => direct(true)?,
                     Kind::Release { name, .. } => {
                         self.prim.release(self, i, self.at(i, *name), t, false)
                     }
@@ -328,7 +328,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                 if lost {
                     s.faults += 1;
                     s.lost = true;
-                    if let Kind::Grant { queue: true } | Kind::Popped = kind {
+                    if let Kind::Grant { queue: true } | Kind::Popped { .. } = kind {
                         // The late grant's undo, written behind it.
                         let undo = self.prim.release(self, i, mode, t, true);
                         self.eval(server, &mut s, undo, log);
@@ -476,7 +476,8 @@ impl<P: Primitive> Model for WaitModel<P> {
                 let Main::Blocked { token, .. } = s.clients[i].main else {
                     return Err("cut without a block".into());
                 };
-                self.call(&mut s, i, Kind::Popped, token);
+                let now = s.now;
+                self.call(&mut s, i, Kind::Popped { short: Some(now) }, token);
             }
             Action::LosePopped(i) => {
                 // As a late reply of any grant (`Acquisition::on_error`:

@@ -35,7 +35,7 @@ impl<P: Primitive> WaitModel<P> {
             && match &c.main {
                 Main::Blocked { .. } | Main::Waiting { .. } | Main::Local { .. } => true,
                 Main::Call { kind, .. } => {
-                    matches!(kind, Kind::Grant { queue: true } | Kind::Popped)
+                    matches!(kind, Kind::Grant { queue: true } | Kind::Popped { .. })
                 }
                 Main::Idle => false,
             }
@@ -72,10 +72,10 @@ impl<P: Primitive> WaitModel<P> {
                 Main::Waiting { token, .. } => (*token, false, false),
                 Main::Blocked { token, .. } => (*token, true, false),
                 Main::Call {
-                    kind: kind @ (Kind::Grant { .. } | Kind::Popped),
+                    kind: kind @ (Kind::Grant { .. } | Kind::Popped { .. }),
                     token,
                     ..
-                } => (*token, false, *kind == Kind::Popped),
+                } => (*token, false, matches!(kind, Kind::Popped { .. })),
                 _ => continue,
             };
             if c.life != Life::Running {

@@ -366,26 +366,31 @@ impl<P: Primitive> WaitModel<P> {
                 }
                 None => self.retire(server, s, i, t, log),
             },
-            Kind::Popped => match reply {
+            Kind::Popped { short } => match reply {
                 Some(Reply::Int(fence)) => {
-                    // `taken_by_pop`: its first lease is the popped one
-                    // (`POPPED_LEASE`), from the block's sending; after a
-                    // long block one extension sets the full lease first.
                     self.finish(server, s, i, log);
+                    let Some(from) = short else {
+                        // Behind a pop that timed out: a grant like any
+                        // other, its full lease from the block's sending.
+                        return self.new_hold(s, i, t, fence, at, None);
+                    };
+                    // `taken_by_pop`: its first lease is the popped one
+                    // (`POPPED_LEASE`), from `from`; after a long block one
+                    // extension sets the full lease first.
                     let (first, claim_now) = crate::parties::popped_hold(
                         self.lease_ms - 1,
                         ms(p::POPPED_LEASE),
-                        at,
+                        from,
                         now,
                         self.watchdog,
                     );
                     if !claim_now {
-                        self.new_hold(s, i, t, fence, at, Some(first))?;
+                        self.new_hold(s, i, t, fence, from, Some(first))?;
                     } else {
                         let run = self.prim.extend(self, i, mode, t, self.lease_ms, false);
                         match int(&self.eval(server, s, run, log)) {
                             Some(1) => self.new_hold(s, i, t, fence, now, None)?,
-                            _ => self.new_hold(s, i, t, fence, at, Some(first))?,
+                            _ => self.new_hold(s, i, t, fence, from, Some(first))?,
                         }
                     }
                 }
