@@ -511,37 +511,58 @@ fn a_terminal_ctrl_c_reaches_a_setsid_descendant_once() {
 /// that the renewal thread raises only a third of it later, when a third of
 /// it has gone: the run must raise it before it starts the command, or its
 /// stopper sees a lease that surely runs less than `--kill-after` and a
-/// margin and stops a command whose lease was never in doubt.
+/// margin and stops a command whose lease was never in doubt. The first
+/// cases' stoppers signal below 970 ms left (`--kill-after` and half a
+/// second), just under a handed-over permit's first lease; the short
+/// watchdogs' first leases fall to within tens of milliseconds of their
+/// stoppers' thresholds before the first renewal (a review's cases: a
+/// server slow for 50 ms at that moment had the command stopped).
 #[test]
 fn a_run_handed_the_name_is_not_stopped_for_its_short_first_lease() {
     let server = Server::start();
     let c = common::client(&server);
-    let modes = [
-        ("handed-lock", vec![]),
-        ("handed-permit", vec!["--semaphore", "1"]),
-        ("handed-permit", vec!["--semaphore", "1"]),
+    let (lock, permit) = (vec![], vec!["--semaphore", "1"]);
+    // (name, flags before `run`, mode, stop flags)
+    type Case<'a> = (&'a str, &'a [&'a str], &'a [&'a str], &'a [&'a str]);
+    let cases: [Case; 5] = [
+        ("handed-lock", &[], &lock, &["--kill-after", "470ms"]),
+        ("handed-permit", &[], &permit, &["--kill-after", "470ms"]),
+        ("handed-permit", &[], &permit, &["--kill-after", "470ms"]),
+        ("handed-lock-750", &["--watchdog", "750ms"], &lock, &[]),
+        (
+            "handed-permit-1500",
+            &["--watchdog", "1500ms"],
+            &permit,
+            &[],
+        ),
     ];
-    for (name, extra) in modes {
-        let held: Box<dyn FnOnce()> = if extra.is_empty() {
+    for (name, global, mode, stop) in cases {
+        let held: Box<dyn FnOnce()> = if mode.is_empty() {
             let g = c.lock(name).acquire().unwrap();
             Box::new(move || g.release().unwrap())
         } else {
             let p = c.semaphore(name, 1).acquire().unwrap();
             Box::new(move || p.release().unwrap())
         };
-        let waiting = redlease(&server)
+        let mut waiting = redlease(&server)
+            .args(global)
             .args(["run", name])
-            .args(&extra)
-            .args(["--kill-after", "470ms", "--", "sh", "-c", "sleep 1.5"])
+            .args(mode)
+            .args(stop)
+            .args(["--", "sh", "-c", "sleep 1.5"])
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // Long enough for the run to be blocked on the server. Its stopper
-        // signals below 970 ms left (`--kill-after` and half a second):
-        // just under a handed-over permit's first lease.
-        std::thread::sleep(Duration::from_millis(600));
+        // Queued, then long enough to be blocked on the server: the name
+        // is handed over, not found free.
+        assert!(
+            eventually(Duration::from_secs(10), || c
+                .inspect(name)
+                .is_ok_and(|i| i.waiters >= 1)),
+            "{name}: the run never queued"
+        );
+        std::thread::sleep(Duration::from_millis(300));
         held();
-        let mut waiting = waiting;
         let status = wait_exit(&mut waiting, Duration::from_secs(15));
         let mut err = String::new();
         if let Some(mut e) = waiting.stderr.take() {

@@ -270,17 +270,20 @@ impl Guard {
         })
     }
 
-    /// Extends the lease to `lease` when it was handed over with a short
-    /// first lease (see `hold_and_run`): below half the lease, or one that
-    /// falls to `below` before its first renewal, due a third of the way
-    /// through it (so at two thirds of it left). Nothing for a lease
-    /// granted outright. `Err` when the extension failed: the short lease
-    /// is all that is known, and the stopper would stop the command soon
-    /// after it started.
-    fn firm_up(&self, below: Duration, lease: Duration) -> redlease::Result<()> {
+    /// Extends a renewed lease to `lease` when it was handed over with a
+    /// short first lease (see `hold_and_run`): less than nine tenths of
+    /// the lease left. Renewed at a third of the way through, a first
+    /// lease of nine tenths or more still has three fifths left then, as
+    /// much above the stopper's threshold (at most half the lease, less a
+    /// margin: `Stop::of`) as any renewed lease; a shorter one may fall
+    /// to it, and the stopper would stop the command though the lease is
+    /// sound. Nothing for a lease granted outright, nor for a fixed lease
+    /// (`renewed` false), which the library claims in full before it
+    /// hands the guard out. `Err` when the extension failed: the short
+    /// lease is all that is known.
+    fn firm_up(&self, lease: Duration, renewed: bool) -> redlease::Result<()> {
         let signal = self.lost_signal();
-        let left = signal.expires_in();
-        if signal.is_lost() || (left >= lease / 2 && left * 2 / 3 > below) {
+        if !renewed || signal.is_lost() || signal.expires_in() >= lease / 10 * 9 {
             return Ok(());
         }
         match self {
@@ -470,19 +473,25 @@ fn hold_and_run(
     held.log_acquired(name, started);
     // A name handed over comes with the grant's own time left (half a
     // second for a lock, a second for a permit or a write lock) until the
-    // renewal thread raises it, a third of the way through: below what the
-    // stopper allows, it would stop the command at once. One extension to
-    // the whole lease first (nothing when it was granted outright); when
-    // that fails, the command is not started at all.
+    // renewal thread raises it, a third of the way through: near or below
+    // what the stopper allows, it would stop the command at once or at a
+    // server's hiccup. One extension to the whole lease first (nothing
+    // when it was granted outright); when that fails, the command is not
+    // started at all.
     if let Err(e) = held.firm_up(
-        stop.signal_below,
         args.lease.unwrap_or(client.watchdog_timeout()),
+        args.lease.is_none(),
     ) {
-        let _ = held.release();
+        let released = match held.release() {
+            Ok(()) => "released".to_owned(),
+            Err(r) => {
+                format!("its release failed too ({r}): it may stay held until its lease ends")
+            }
+        };
         return Ok(fail(
             EXIT_LOST,
             format!(
-                "\"{}\" was handed over with a short lease that could not be extended ({e}); command not run",
+                "\"{}\" was handed over with a short lease that could not be extended ({e}); {released}; command not run",
                 shown(name)
             ),
         ));
