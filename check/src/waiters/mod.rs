@@ -153,7 +153,8 @@ enum Kind {
     /// read around it says; on its own: its own sending), as
     /// `Node::grant_blocking` and `Node::after_pop` give it; `None` (the
     /// pop timed out, the script behind it granted): the full lease from
-    /// the block's sending.
+    /// the block's sending, extended before the guard is handed out when
+    /// a third of it is gone (`Acquisition::step`).
     Popped { short: Option<i64> },
 }
 

@@ -369,17 +369,21 @@ impl<P: Primitive> WaitModel<P> {
             Kind::Popped { short } => match reply {
                 Some(Reply::Int(fence)) => {
                     self.finish(server, s, i, log);
-                    let Some(from) = short else {
-                        // Behind a pop that timed out: a grant like any
-                        // other, its full lease from the block's sending.
-                        return self.new_hold(s, i, t, fence, at, None);
+                    // Behind a pop that timed out: a grant like any
+                    // other, its full lease from the block's sending,
+                    // extended first when a third of it is gone
+                    // (`Acquisition::step`).
+                    let (from, left) = match short {
+                        Some(from) => (from, ms(p::POPPED_LEASE)),
+                        None if now - at >= self.lease_ms / 3 => (at, self.lease_ms),
+                        None => return self.new_hold(s, i, t, fence, at, None),
                     };
                     // `taken_by_pop`: its first lease is the popped one
                     // (`POPPED_LEASE`), from `from`; after a long block one
                     // extension sets the full lease first.
                     let (first, claim_now) = crate::parties::popped_hold(
                         self.lease_ms - 1,
-                        ms(p::POPPED_LEASE),
+                        left,
                         from,
                         now,
                         self.watchdog,
