@@ -66,6 +66,7 @@ fn lock_model(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> LockModel {
         restart_looks: true,
         popped_from_reply: false,
         popped_claimed_at_once: false,
+        clock_jump_ms: 0,
         scenario: Scenario::default(),
     }
 }
@@ -287,6 +288,35 @@ pub fn all() -> Vec<Config> {
             model: staying(three(), Faults::only(1, &[Fault::Freeze]), 10_000),
             expect: Expect::Holds,
             depth: 24,
+        },
+        // The server's clock stepping ahead (GUARANTEES.md, "Clock
+        // jumps"): by less than a renewal's slack, every lease is renewed
+        // before it lapses there, a hand-over's grant claimed before its
+        // window ends, and nobody holds beside another.
+        Config {
+            name: "lock: 3 waiters, the server's clock jumping ahead 100 ms, nobody exits",
+            model: Checked::Lock(LockModel {
+                clock_jump_ms: 100,
+                exits: false,
+                ..lock_model(three(), Faults::only(1, &[Fault::ClockJump]), 10_000)
+            }),
+            expect: Expect::Holds,
+            depth: 24,
+        },
+        // With a frozen holder, though, its lease lapses on the server 100
+        // ms before it counts, and the holder still believes in it (7
+        // steps) when the name is free or another client's. A lease rests
+        // on the server's clock not stepping ahead by more than the drift
+        // allowed; the check finds the limit.
+        Config {
+            name: "limit: lock: a frozen holder and the server's clock jumping ahead 100 ms",
+            model: Checked::Lock(LockModel {
+                clock_jump_ms: 100,
+                exits: false,
+                ..lock_model(two(), Faults::only(2, &[Fault::Freeze, Fault::ClockJump]), 10_000)
+            }),
+            expect: Expect::Finds("believes it holds"),
+            depth: 60,
         },
         // Found "a fair waiter whose block was cut (a Cluster slot move)
         // blocks again behind later waiters and is served after them"

@@ -81,6 +81,10 @@ pub struct LockModel {
     /// reaches seldom: kept for the checker's own tests of what follows
     /// such a claim.
     pub popped_claimed_at_once: bool,
+    /// How far the server's clock jumps ahead at a `ClockJump` fault (an
+    /// NTP step forward, a VM resumed with its clock set right): keys
+    /// lapse that much sooner than their holders count.
+    pub clock_jump_ms: i64,
     /// A scenario, where a configuration needs more clients than an open
     /// search reaches (`Scenario::default()`: none).
     pub scenario: Scenario,
@@ -261,6 +265,7 @@ pub enum Action {
     Resume(usize),
     Exit(usize),
     StepBack,
+    JumpAhead,
     Tick,
     /// A blocked waiter's connection breaks.
     Cut(usize),
@@ -1217,6 +1222,9 @@ impl Model for LockModel {
         if fault && self.faults.clock_step {
             out.push(Action::StepBack);
         }
+        if fault && self.faults.clock_jump {
+            out.push(Action::JumpAhead);
+        }
         if time_may_pass(self.urgent(s), self.next_event(s), self.horizon_ms) {
             out.push(Action::Tick);
         }
@@ -1457,6 +1465,13 @@ impl Model for LockModel {
                 let c = &mut s.clients[i];
                 c.life = Life::Exited;
                 c.looks.clear();
+            }
+            Action::JumpAhead => {
+                // The server's clock steps ahead: what expires meanwhile
+                // goes at once.
+                s.faults += 1;
+                s.offset += self.clock_jump_ms;
+                s.server_sync();
             }
             Action::StepBack => {
                 // The server's clock steps back a second (an NTP step):

@@ -32,6 +32,7 @@ fn two_waiters() -> LockModel {
         restart_looks: true,
         popped_from_reply: false,
         popped_claimed_at_once: false,
+        clock_jump_ms: 0,
         scenario: Scenario::default(),
     }
 }
