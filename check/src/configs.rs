@@ -71,6 +71,33 @@ fn lock_model(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> LockModel {
     }
 }
 
+/// The scenario of the review's case of the naming spacing (the
+/// configurations "lock: 4 clients, a waiter queued after a naming, …"):
+/// clients 1 and 2 start once client 0 holds, client 3 (its subscriber
+/// already listening) once client 1 holds; only client 2 may freeze;
+/// releasers exit at once.
+fn naming_scenario() -> LockModel {
+    use Op::*;
+    LockModel {
+        scenario: Scenario {
+            after: vec![(1, 0, 1), (2, 0, 1), (3, 1, 1)],
+            subscribed: vec![3],
+            faulty: vec![2],
+            exit_at_once: true,
+        },
+        ..lock_model(
+            vec![
+                vec![Acquire, Release],
+                vec![Acquire, Release],
+                vec![Acquire],
+                vec![Acquire],
+            ],
+            Faults::only(1, &[Fault::Freeze]),
+            4_000,
+        )
+    }
+}
+
 /// The plain lock (`Client::lock`): no order promised, waiters with a
 /// deadline wait for messages in their last second.
 fn plain(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> Checked {
@@ -400,24 +427,7 @@ pub fn all() -> Vec<Config> {
         // within that order, B's freeze at any step.
         Config {
             name: "lock: 4 clients, a waiter queued after a naming, a frozen taker, releasers exit",
-            model: Checked::Lock(LockModel {
-                scenario: Scenario {
-                    after: vec![(1, 0, 1), (2, 0, 1), (3, 1, 1)],
-                    subscribed: vec![3],
-                    faulty: vec![2],
-                    exit_at_once: true,
-                },
-                ..lock_model(
-                    vec![
-                        vec![Acquire, Release],
-                        vec![Acquire, Release],
-                        vec![Acquire],
-                        vec![Acquire],
-                    ],
-                    Faults::only(1, &[Fault::Freeze]),
-                    4_000,
-                )
-            }),
+            model: Checked::Lock(naming_scenario()),
             expect: Expect::Holds,
             depth: 32,
         },
@@ -430,22 +440,7 @@ pub fn all() -> Vec<Config> {
             name: "lock: 4 clients, a waiter queued after a naming, popped grants claimed at once",
             model: Checked::Lock(LockModel {
                 popped_claimed_at_once: true,
-                scenario: Scenario {
-                    after: vec![(1, 0, 1), (2, 0, 1), (3, 1, 1)],
-                    subscribed: vec![3],
-                    faulty: vec![2],
-                    exit_at_once: true,
-                },
-                ..lock_model(
-                    vec![
-                        vec![Acquire, Release],
-                        vec![Acquire, Release],
-                        vec![Acquire],
-                        vec![Acquire],
-                    ],
-                    Faults::only(1, &[Fault::Freeze]),
-                    4_000,
-                )
+                ..naming_scenario()
             }),
             expect: Expect::Holds,
             depth: 32,
