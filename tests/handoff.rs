@@ -834,9 +834,23 @@ fn blocking_connections_are_capped_by_the_pool_size() {
     }
     std::thread::sleep(Duration::from_millis(500));
     let opened = connected_clients(&mut con) - base;
-    println!("FIGURES eight waiting threads, pool size 2: {opened} connections");
-    // Two blocking and at most two pooled connections.
-    assert!(opened <= 4, "{opened} connections");
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut con).unwrap();
+    let blocked = list
+        .lines()
+        .filter(|l| {
+            l.split(' ')
+                .any(|f| f.starts_with("flags=") && f.contains('b'))
+        })
+        .count();
+    println!("FIGURES eight waiting threads, pool size 2: {opened} connections, {blocked} blocked");
+    // Two blocked. Besides them: the pool's (one is usually all the
+    // waiters' looks need), the wake-up subscriber of the waiters beyond
+    // the cap (they lost their place among the blocked and wait for
+    // messages), and on a loaded machine a second pooled one and a spare
+    // opened while r2d2 had not connected yet (`Node::refusal`, kept for
+    // the next block): 4 connections idle, 5 and 6 under load (CI's
+    // RESP3 run failed on 5 with a bound of 4, which counted neither).
+    assert!(blocked <= 2, "{blocked} blocked connections:\n{list}");
     drop(g);
     for t in threads {
         t.join().unwrap();
