@@ -46,9 +46,8 @@ pub fn behind_pop<'a>(
 /// grant started after the pipeline's sending, maybe a minute before its
 /// reply: after a block of a sixth of a second or more the first hold had
 /// too little left (see [`popped_hold`]), and the waiter claimed its lease
-/// in a round trip of its own before the guard was handed out (a handoff
-/// after a 300 ms block took 2.24x and 2.19x the plain blocked pop's in
-/// two runs, 1.62x and 1.72x since).
+/// in a round trip of its own before the guard was handed out (figures in
+/// docs/performance-log.md, 2026-12-01).
 pub const SERVER_CLOCK: &str = "TIME";
 
 /// How long after a waiter's pipeline was sent its pop was surely served,
