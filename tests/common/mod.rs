@@ -29,18 +29,36 @@ impl Server {
     }
 
     /// A fresh server with extra `redis-server` arguments.
+    ///
+    /// The port is free when picked but may be taken before the server
+    /// binds it (an outgoing connection of another test is given ports
+    /// from the same range), so a server that exits at start is tried
+    /// again on another port.
     pub fn start_with(extra: &[&str]) -> Server {
-        let port = redis_test::utils::get_random_available_port();
-        let mut s = Server {
-            inner: None,
-            port,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
-        s.spawn();
-        s
+        let mut failures = Vec::new();
+        for _ in 0..5 {
+            let mut s = Server {
+                inner: None,
+                port: redis_test::utils::get_random_available_port(),
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+            };
+            match s.try_spawn() {
+                Ok(()) => return s,
+                Err(why) => failures.push(why),
+            }
+        }
+        panic!("redis-server did not start: {}", failures.join("; "));
     }
 
     fn spawn(&mut self) {
+        if let Err(why) = self.try_spawn() {
+            panic!("{why}");
+        }
+    }
+
+    /// Starts the server on `self.port` and waits until it answers; the
+    /// error says why not, with the end of the server's log.
+    fn try_spawn(&mut self) -> Result<(), String> {
         let extra = self.extra.clone();
         let server = RedisServer::new_with_addr_tls_modules_and_spawner(
             redis::ConnectionAddr::Tcp("127.0.0.1".into(), self.port),
@@ -55,24 +73,43 @@ impl Server {
             },
         );
         self.inner = Some(server);
-        self.wait_ready();
+        let ready = self.wait_ready();
+        if ready.is_err() {
+            // Leave nothing running on a port we are giving up.
+            self.stop();
+        }
+        ready
     }
 
-    fn wait_ready(&self) {
+    fn wait_ready(&mut self) -> Result<(), String> {
         let end = Instant::now() + Duration::from_secs(10);
+        let plain = format!("redis://127.0.0.1:{}/", self.port);
         while Instant::now() < end {
-            let plain = format!("redis://127.0.0.1:{}/", self.port);
-            if let Ok(mut c) = redis::Client::open(plain).and_then(|c| c.get_connection()) {
+            if let Ok(mut c) = redis::Client::open(plain.as_str()).and_then(|c| c.get_connection())
+            {
                 match redis::cmd("PING").query::<String>(&mut c) {
                     // A server error (NOAUTH) also proves the server is up.
-                    Ok(_) => return,
-                    Err(e) if e.code().is_some() => return,
+                    Ok(_) => return Ok(()),
+                    Err(e) if e.code().is_some() => return Ok(()),
                     Err(_) => {}
                 }
             }
+            let server = self.inner.as_mut().expect("server spawned");
+            if let Ok(Some(status)) = server.process.try_wait() {
+                return Err(format!(
+                    "redis-server on port {} exited ({status}): {}",
+                    self.port,
+                    log_tail(server)
+                ));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("redis-server on port {} did not start", self.port);
+        let server = self.inner.as_ref().expect("server spawned");
+        Err(format!(
+            "redis-server on port {} did not answer within 10 s: {}",
+            self.port,
+            log_tail(server)
+        ))
     }
 
     pub fn port(&self) -> u16 {
@@ -124,6 +161,13 @@ impl Server {
     pub fn resume(&self) {
         unsafe { libc::kill(self.pid(), libc::SIGCONT) };
     }
+}
+
+/// The last lines of a server's log, for a failure message.
+fn log_tail(server: &RedisServer) -> String {
+    let log = std::fs::read_to_string(&server.log_file).unwrap_or_default();
+    let lines: Vec<&str> = log.lines().collect();
+    lines[lines.len().saturating_sub(3)..].join(" | ")
 }
 
 /// A TLS-only redis-server on a free port with a CA made now (needs
