@@ -530,6 +530,45 @@ pub fn all() -> Vec<Config> {
             expect: Expect::Holds,
             depth: 60,
         },
+        // The server's clock jumping ahead 100 ms at any moment, and a
+        // freeze (GUARANTEES, "Clock jumps"): a lease set before the jump
+        // lapses that much sooner on the server, the limit stated (its
+        // holder's belief then is not judged); a grant made after it,
+        // popped behind a block the jump fell in, is dated from the
+        // server's two clock readings capped at the waiter's own reading
+        // of the reply (`protocol::popped::waited`) and judged in full.
+        // Without the cap the taker believes in its grant past its end
+        // (mutation test `a_popped_grant_dated_past_its_reply_is_reported`).
+        Config {
+            name: "fair semaphore: 1 permit, 2 clients blocking, the server's clock jumping ahead 100 ms, a freeze",
+            model: Checked::Semaphore(SemModel {
+                clock_jump_ms: 100,
+                ..semaphore_blocking(
+                    1,
+                    true,
+                    &[1, 1],
+                    3_000,
+                    &[true, true],
+                    Faults::only(2, &[Fault::Freeze, Fault::ClockJump]),
+                )
+            }),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        Config {
+            name: "rw lock: 2 writers blocking, the server's clock jumping ahead 100 ms, a freeze",
+            model: Checked::RwLock(RwModel {
+                clock_jump_ms: 100,
+                ..rw_blocking(
+                    &[Rw::Write, Rw::Write],
+                    3_000,
+                    &[true, true],
+                    Faults::only(2, &[Fault::Freeze, Fault::ClockJump]),
+                )
+            }),
+            expect: Expect::Holds,
+            depth: 60,
+        },
         Config {
             name: "rw lock: a writer and 2 readers waiting for messages, 1 fault",
             model: rw_lock(

@@ -135,11 +135,10 @@ enum CallKind {
     Leave,
 }
 
-/// What a served pop's pipeline read: the fence it popped, the lock's
-/// `PTTL` and its value.
 /// What a served pop's pipeline read: what it popped, the lock's `PTTL`
-/// and value, and how long after the block's sending the server's clock
-/// says it was served (`protocol::popped::waited`, in milliseconds).
+/// and value, and when the server's clock says it was served at the
+/// earliest, before the cap at the reply's reading (`parties::served_from`,
+/// in the clients' milliseconds).
 type Served = (Option<Vec<u8>>, i64, Option<Vec<u8>>, i64);
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -477,8 +476,7 @@ impl LockModel {
         let mine = [prefix(), token(i, t)].concat();
         let (lock, turns) = (key(""), [prefix(), b"turns".to_vec()].concat());
         // The server's clock right behind the pop, before the rest.
-        let waited =
-            crate::parties::waited(clock, crate::parties::server_clock(&s.keys), at, s.now);
+        let from = crate::parties::served_from(clock, crate::parties::server_clock(&s.keys), at);
         // The pipeline behind the pop, as the library sends it
         // (`behind_pop`). A fair lock's also asks whether a waiter keeps
         // its turn waiting for messages (`Pop::turns`): then the pop alone
@@ -536,7 +534,7 @@ impl LockModel {
             self.granted_in_order(s, i, &token(i, t), &keys);
         }
         if let Main::Blocked { served, .. } = &mut s.clients[i].main {
-            *served = Some((popped, ttl, value, waited));
+            *served = Some((popped, ttl, value, from));
         }
     }
 
@@ -917,8 +915,7 @@ impl LockModel {
     fn popped(&self, s: &mut State, i: usize) -> Result<(), String> {
         let Main::Blocked {
             token: t,
-            at,
-            served: Some((popped, ttl, value, waited)),
+            served: Some((popped, ttl, value, from)),
             ..
         } = s.clients[i].main.clone()
         else {
@@ -934,7 +931,8 @@ impl LockModel {
             let since = if self.popped_from_reply {
                 s.now
             } else {
-                at + waited
+                // Capped at the reply's reading (`parties::dated`).
+                crate::parties::dated(from, s.now)
             };
             return self.taken_by_pop(s, i, t, fence, since, ms(left));
         }

@@ -344,13 +344,29 @@ pub(crate) fn server_clock(keys: &crate::keyspace::Keyspace) -> Option<i64> {
     Some(keys.now_us)
 }
 
-/// `protocol::popped::waited`, in the models' milliseconds: the block
-/// sent at `at` and its pop served at `now`. The library caps it at its
-/// reply's reading; the models' server clocks never run fast or step
-/// forward (`ClockStep` steps back), so neither cap binds in them.
-pub(crate) fn waited(before: Option<i64>, after: Option<i64>, at: i64, now: i64) -> i64 {
-    let elapsed = std::time::Duration::from_millis((now - at).max(0) as u64);
-    ms(redlease::__protocol::waited(before, after, elapsed))
+/// When a popped grant started at the earliest, in the models'
+/// milliseconds, before the cap at the reply's reading: the block sent at
+/// `at`, the server's clock read before its pop (`before`) and right
+/// behind it (`after`), the difference less the drift
+/// (`protocol::popped::waited` with no cap). The pop is served in one
+/// step and its reply read in a later one, so the cap the library puts
+/// at its reply's reading (the waiter's own elapsed time) is applied
+/// there: [`dated`].
+pub(crate) fn served_from(before: Option<i64>, after: Option<i64>, at: i64) -> i64 {
+    at + ms(redlease::__protocol::waited(
+        before,
+        after,
+        std::time::Duration::MAX,
+    ))
+}
+
+/// A popped grant's dating as the library makes it when it reads the
+/// reply at `read`: `at + waited(before, after, read - at)` is
+/// `min(served_from, read)` (pinned by `tests::dated_is_the_library_s_cap`).
+/// Only a server clock that jumped ahead during the block makes the cap
+/// bind (`ClockJump`).
+pub(crate) fn dated(served_from: i64, read: i64) -> i64 {
+    served_from.min(read)
 }
 
 /// `protocol::popped::popped_hold`, the library's own rule, in the
@@ -374,4 +390,36 @@ pub(crate) fn popped_hold(
         watchdog,
     );
     (ms(h.first), h.claim_now)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    /// The models date a popped grant in two halves (`served_from` when
+    /// the pop is served, `dated` when its reply is read); together they
+    /// are the library's `waited` with its cap at the reply's reading,
+    /// with and without a jump of the server's clock during the block.
+    #[test]
+    fn dated_is_the_library_s_cap() {
+        for at in [0, 1_000, 7_777] {
+            for block in [0, 1, 10, 400, 1_000] {
+                for jump in [0, 1, 50, 100, 5_000] {
+                    for late in [0, 1, 30, 200] {
+                        let before = Some(at * 1000 + 123);
+                        let after = before.map(|b| b + (block + jump) * 1000);
+                        let read = at + block + late;
+                        let elapsed = Duration::from_millis((read - at) as u64);
+                        let library =
+                            at + super::ms(redlease::__protocol::waited(before, after, elapsed));
+                        let model = super::dated(super::served_from(before, after, at), read);
+                        assert_eq!(
+                            model, library,
+                            "at {at} block {block} jump {jump} late {late}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }

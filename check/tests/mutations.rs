@@ -245,6 +245,28 @@ fn a_popped_grant_counted_from_the_reply_is_reported_after_a_freeze() {
     );
 }
 
+/// A semaphore waiter blocks, the server's clock jumps ahead 100 ms during
+/// its block, and its pop takes the permit. Dated from the server's two
+/// readings alone (not capped at the waiter's own reading of its reply,
+/// `protocol::popped::waited`), its grant starts 97 ms after it was made
+/// in the waiter's view, and a freeze after the reply has it believe in
+/// the permit past its end on the server; with the cap, only the time
+/// between the pop's serve and the reply's reading is at stake, and the
+/// configuration holds.
+#[test]
+fn a_popped_grant_dated_past_its_reply_is_reported() {
+    use redlease_check::configs::Checked;
+    let Checked::Semaphore(mut model) = configured(
+        "fair semaphore: 1 permit, 2 clients blocking, the server's clock jumping ahead 100 ms",
+    ) else {
+        panic!("a semaphore configuration");
+    };
+    assert!(found(&model, &[], 40).is_none(), "unmutated");
+    model.uncapped_dating = true;
+    let v = found(&model, &[], 40).expect("reported");
+    assert!(v.contains("believes it holds"), "{v}");
+}
+
 mod rw {
     use super::*;
     use redlease_check::rwlock::{Rw, RwLock, RwModel};

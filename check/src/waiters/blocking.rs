@@ -152,16 +152,17 @@ impl<P: Primitive> WaitModel<P> {
         }
         // The server's clock behind the pop, before the script: the grant
         // the script makes starts no sooner than the block's sending plus
-        // what the two readings say (`protocol::popped::waited`), and its
-        // first hold counts from then when the pop took something; a grant
-        // behind a pop that timed out has the full lease from the sending
-        // (`Node::grant_blocking`).
-        let waited =
-            crate::parties::waited(clock, crate::parties::server_clock(&s.keys), at, s.now);
+        // what the two readings say (`protocol::popped::waited`; capped
+        // at the waiter's own elapsed time when the reply is read), and
+        // its first hold counts from then when the pop took something; a
+        // grant behind a pop that timed out has the full lease from the
+        // sending (`Node::grant_blocking`).
+        let from = crate::parties::served_from(clock, crate::parties::server_clock(&s.keys), at);
         // Its state first: the script's own offers serve the next blocked.
         s.clients[i].main = Main::Call {
             kind: Kind::Popped {
-                short: took.then_some(at + waited),
+                short: took.then_some(from),
+                served: self.if_jumps(s.now),
             },
             token: t,
             at,

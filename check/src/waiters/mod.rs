@@ -112,6 +112,16 @@ pub struct WaitModel<P: Primitive> {
     /// Which threads' servers grant directly (their waiters block while
     /// a second or more is left, and watch hand-overs); empty: none.
     pub direct: Vec<bool>,
+    /// How far the server's clock jumps ahead at a `ClockJump` fault (as
+    /// the lock model's `clock_jump_ms`); 0 where the configuration has
+    /// none.
+    pub clock_jump_ms: i64,
+    /// A popped grant dated from the server's clock alone, without the
+    /// cap at the waiter's own reading of its reply
+    /// (`protocol::popped::waited`): a wrong rule, for the checker's own
+    /// tests (a step ahead during the block has the waiter believe in its
+    /// grant past its end).
+    pub uncapped_dating: bool,
 }
 
 /// Whom an announcement of a key (a message, or a release of the client's
@@ -155,7 +165,12 @@ enum Kind {
     /// pop timed out, the script behind it granted): the full lease from
     /// the block's sending, extended before the guard is handed out when
     /// a third of it is gone (`Acquisition::step`).
-    Popped { short: Option<i64> },
+    /// Behind a pop that took something, `short` is the sending plus the
+    /// server's clock's difference less the drift, capped at the reply's
+    /// reading when the reply is read (`parties::dated`); `served`: when
+    /// the pop was served (kept only where the server's clock may jump,
+    /// for `Hold::slack`; else 0).
+    Popped { short: Option<i64>, served: i64 },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -198,6 +213,15 @@ struct Hold {
     token: u8,
     valid_until: i64,
     renew_due: i64,
+    /// How long before `valid_until` the server may let the lease go
+    /// without a broken promise: where the server's clock jumped ahead
+    /// (`ClockJump`) after the lease was set, the jump (the limit
+    /// GUARANTEES states, "Clock jumps"); for a grant popped behind a
+    /// block the jump fell in, the time between the pop's serve and the
+    /// reading of its reply (the dating's cap, `protocol::popped::waited`,
+    /// bounds it by no less); else 0. Kept only where the server's clock
+    /// may jump (else always 0, so no state splits on it).
+    slack: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -257,6 +281,8 @@ pub struct State {
     /// A message or a call was lost (the bounded liveness rests on
     /// messages, and a lost call is noticed a response timeout later).
     lost: bool,
+    /// When the server's clock jumped ahead (`ClockJump`), if it did.
+    jumped: Option<i64>,
 }
 
 #[derive(Clone, Debug)]
@@ -277,6 +303,8 @@ pub enum Action {
     Resume(usize),
     /// The server's clock steps back a second (an NTP step).
     StepBack,
+    /// The server's clock jumps ahead `clock_jump_ms` at once.
+    JumpAhead,
     Exit(usize),
     /// A blocked waiter's connection breaks.
     Cut(usize),
@@ -312,6 +340,8 @@ impl<P: Primitive> WaitModel<P> {
             subscriber: Subscriber::Now,
             lease_from_reply: false,
             direct: Vec::new(),
+            clock_jump_ms: 0,
+            uncapped_dating: false,
         }
     }
 
@@ -337,6 +367,25 @@ impl<P: Primitive> WaitModel<P> {
     /// What client `i` asks of its name `k`.
     fn at(&self, i: usize, k: u8) -> P::Mode {
         self.prim.at(self.mode(i), k)
+    }
+
+    /// A moment kept in the state only where the server's clock may jump
+    /// ahead (`Hold::slack`); else 0.
+    fn if_jumps(&self, t: i64) -> i64 {
+        if self.clock_jump_ms > 0 {
+            t
+        } else {
+            0
+        }
+    }
+
+    /// The slack (`Hold::slack`) of a lease set by a call sent at `at`
+    /// (conservative: the call may have run after a jump since).
+    fn slack_since(&self, s: &State, at: i64) -> i64 {
+        match s.jumped {
+            Some(j) if j >= at => self.clock_jump_ms,
+            _ => 0,
+        }
     }
 
     /// The client thread `i` belongs to.

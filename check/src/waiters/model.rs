@@ -3,7 +3,7 @@
 
 use redlease::__protocol as p;
 
-use super::{Action, Client, Kind, Main, State, WaitModel, WaitOp};
+use super::{Action, Client, Hold, Kind, Main, State, WaitModel, WaitOp};
 use crate::keyspace::Keyspace;
 use crate::looks::Look;
 use crate::parties::{int, ms, renewed, time_may_pass, CallStep, Life, Outcome};
@@ -111,6 +111,7 @@ impl<P: Primitive> Model for WaitModel<P> {
             idle_since: None,
             free_since: None,
             lost: false,
+            jumped: None,
         }
     }
 
@@ -215,6 +216,9 @@ impl<P: Primitive> Model for WaitModel<P> {
         }
         if fault && self.faults.clock_step {
             out.push(Action::StepBack);
+        }
+        if fault && self.faults.clock_jump && s.jumped.is_none() {
+            out.push(Action::JumpAhead);
         }
         if time_may_pass(self.urgent(s), self.next_event(s), self.horizon_ms) {
             out.push(Action::Tick);
@@ -406,8 +410,11 @@ impl<P: Primitive> Model for WaitModel<P> {
                 let times = (now, now, h.valid_until);
                 match renewed(int(&reply), times, self.lease_ms, self.lease_ms - 1) {
                     p::Renewed::Extended { until, next } => {
+                        // Set now, after any jump so far.
                         for g in c.holds.iter_mut().filter(|g| g.name == h.name) {
-                            g.valid_until = g.valid_until.max(until);
+                            if until > g.valid_until {
+                                (g.valid_until, g.slack) = (until, 0);
+                            }
                             g.renew_due = next;
                         }
                     }
@@ -469,6 +476,20 @@ impl<P: Primitive> Model for WaitModel<P> {
                 s.offset -= 1000;
                 s.keys.now_us = (s.now + SERVER_OFFSET + s.offset) * 1000;
             }
+            Action::JumpAhead => {
+                // What expires meanwhile goes at once (the next step's
+                // `advance_to`); leases set before lapse that much sooner
+                // on the server than their holders count.
+                s.faults += 1;
+                s.offset += self.clock_jump_ms;
+                s.jumped = Some(s.now);
+                s.keys.advance_to(s.now + SERVER_OFFSET + s.offset);
+                for c in &mut s.clients {
+                    for h in &mut c.holds {
+                        h.slack = self.clock_jump_ms;
+                    }
+                }
+            }
             Action::Cut(i) => {
                 // Closing the connection ends the pop; the script is sent
                 // on its own (`grant_blocking`'s "not blocked").
@@ -477,7 +498,15 @@ impl<P: Primitive> Model for WaitModel<P> {
                     return Err("cut without a block".into());
                 };
                 let now = s.now;
-                self.call(&mut s, i, Kind::Popped { short: Some(now) }, token);
+                self.call(
+                    &mut s,
+                    i,
+                    Kind::Popped {
+                        short: Some(now),
+                        served: self.if_jumps(now),
+                    },
+                    token,
+                );
             }
             Action::LosePopped(i) => {
                 // As a late reply of any grant (`Acquisition::on_error`:
@@ -550,7 +579,14 @@ impl<P: Primitive> Model for WaitModel<P> {
             .filter(|(_, c)| matches!(c.life, Life::Running | Life::Frozen))
             .flat_map(|(i, c)| {
                 let holds = c.holds.iter().filter(|h| h.valid_until > s.now);
-                holds.map(move |h| (i, self.at(i, h.name), h.token))
+                // A lease set before the server's clock jumped ahead lapses
+                // there that much sooner: within that, its holder's belief
+                // is the limit GUARANTEES states ("Clock jumps"), not a
+                // violation. One set after the jump is judged in full.
+                let excused = |h: &&Hold| s.now + h.slack > h.valid_until;
+                holds
+                    .filter(move |h| !excused(h))
+                    .map(move |h| (i, self.at(i, h.name), h.token))
             })
             .collect();
         self.prim.holders(&s.keys, &holders)?;

@@ -206,10 +206,12 @@ impl<P: Primitive> WaitModel<P> {
         }
         let from = if self.lease_from_reply { s.now } else { at };
         let lease = first.unwrap_or(self.lease_ms);
+        let slack = self.slack_since(s, from);
         s.clients[i].holds.push(Hold {
             name: k,
             token: t,
             valid_until: from + lease - 1,
+            slack,
             renew_due: if self.watchdog {
                 at + lease / 3
             } else {
@@ -366,7 +368,7 @@ impl<P: Primitive> WaitModel<P> {
                 }
                 None => self.retire(server, s, i, t, log),
             },
-            Kind::Popped { short } => match reply {
+            Kind::Popped { short, served } => match reply {
                 Some(Reply::Int(fence)) => {
                     self.finish(server, s, i, log);
                     // Behind a pop that timed out: a grant like any
@@ -374,7 +376,9 @@ impl<P: Primitive> WaitModel<P> {
                     // extended first when a third of it is gone
                     // (`Acquisition::step`).
                     let (from, left) = match short {
-                        Some(from) => (from, ms(p::POPPED_LEASE)),
+                        // The cap at the reply's reading (`dated`).
+                        Some(from) if self.uncapped_dating => (from, ms(p::POPPED_LEASE)),
+                        Some(from) => (crate::parties::dated(from, now), ms(p::POPPED_LEASE)),
                         None if now - at >= self.lease_ms / 3 => (at, self.lease_ms),
                         None => return self.new_hold(s, i, t, fence, at, None),
                     };
@@ -388,13 +392,31 @@ impl<P: Primitive> WaitModel<P> {
                         now,
                         self.watchdog,
                     );
+                    // A jump during the block may date the grant past its
+                    // making by up to the time from the pop's serve to
+                    // this reading, no more (the cap); one after the serve
+                    // shortens it on the server by the jump.
+                    let slack = match s.jumped {
+                        Some(j) if short.is_some() && j >= served => self.clock_jump_ms,
+                        Some(j) if short.is_some() && j >= at => now - served,
+                        _ => 0,
+                    };
+                    let popped = |s: &mut State| {
+                        if let Some(h) = s.clients[i].holds.last_mut() {
+                            h.slack = h.slack.max(slack);
+                        }
+                    };
                     if !claim_now {
                         self.new_hold(s, i, t, fence, from, Some(first))?;
+                        popped(s);
                     } else {
                         let run = self.prim.extend(self, i, mode, t, self.lease_ms, false);
                         match int(&self.eval(server, s, run, log)) {
                             Some(1) => self.new_hold(s, i, t, fence, now, None)?,
-                            _ => self.new_hold(s, i, t, fence, from, Some(first))?,
+                            _ => {
+                                self.new_hold(s, i, t, fence, from, Some(first))?;
+                                popped(s);
+                            }
                         }
                     }
                 }
@@ -471,8 +493,10 @@ impl<P: Primitive> WaitModel<P> {
             c.holds.retain(|h| h.name != name);
             return;
         }
+        // Set now, after any jump so far.
         for h in c.holds.iter_mut().filter(|h| h.name == name) {
             h.valid_until = now + lease - 1;
+            h.slack = 0;
         }
         c.looks.push(Look {
             due: crate::looks::runs_at(now + lease - 1, now),
