@@ -569,6 +569,49 @@ pub fn all() -> Vec<Config> {
             expect: Expect::Holds,
             depth: 60,
         },
+        // A subscriber that loses its connection misses the messages and
+        // namings sent until it starts again; it wakes its waiters as it
+        // ends and as it starts, and its start makes up for namings with
+        // looks (`Watches::listening`), as in the lock model.
+        Config {
+            name: "fair semaphore: 1 permit, 3 clients blocking, a subscriber starting again, a crash",
+            model: Checked::Semaphore(semaphore_blocking(
+                1,
+                true,
+                &[1, 1, 1],
+                4_000,
+                &[true, true, true],
+                Faults::only(2, &[Fault::Crash, Fault::Resubscribe]),
+            )),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        // Waits of 3 s, so the bounded liveness judges them (a wait
+        // shorter than the claim + 1 s is not).
+        Config {
+            name: "semaphore: 2 permits, 3 clients waiting 3 s for messages, a subscriber starting again, a crash",
+            model: Checked::Semaphore(semaphore_blocking(
+                2,
+                false,
+                &[1, 1, 1],
+                3_000,
+                &[false, false, false],
+                Faults::only(2, &[Fault::Crash, Fault::Resubscribe]),
+            )),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        Config {
+            name: "rw lock: 2 writers blocking and a reader, a subscriber starting again, a crash",
+            model: Checked::RwLock(rw_blocking(
+                &[Rw::Write, Rw::Write, Rw::Read],
+                3_000,
+                &[true, true, true],
+                Faults::only(2, &[Fault::Crash, Fault::Resubscribe]),
+            )),
+            expect: Expect::Holds,
+            depth: 60,
+        },
         Config {
             name: "rw lock: a writer and 2 readers waiting for messages, 1 fault",
             model: rw_lock(

@@ -267,6 +267,48 @@ fn a_popped_grant_dated_past_its_reply_is_reported() {
     assert!(v.contains("believes it holds"), "{v}");
 }
 
+/// A fair semaphore's blocked waiters, one client's subscriber starting
+/// again while a taker of a hand-over dies with its releaser gone: the
+/// hand-over's naming of the live waiter's client is sent while that
+/// subscriber is down. Without the look its start makes up for missed
+/// namings (`Watches::listening`), the live waiter is left to its own
+/// look, seconds later; with it, the configuration holds. The clients'
+/// subscribers listen from the start (their processes waited before), so
+/// no first start's look covers the miss.
+#[test]
+fn a_subscriber_that_starts_again_without_its_looks_is_reported() {
+    use redlease_check::configs::Checked;
+    let Checked::Semaphore(mut model) = configured(
+        "fair semaphore: 1 permit, 3 clients blocking, a subscriber starting again, a crash",
+    ) else {
+        panic!("a semaphore configuration");
+    };
+    model.listening = vec![0, 1, 2];
+    assert!(found(&model, &[], 40).is_none(), "unmutated");
+    model.restart_looks = false;
+    let v = found(&model, &[], 40).expect("reported");
+    assert!(v.contains("liveness"), "{v}");
+}
+
+/// Semaphore waiters that wait for messages, one client's subscriber
+/// starting again while a permit is released: the release's message is
+/// sent while it is down. Without waking its waiters as it ends and
+/// starts again (`listen`'s `notify_all`), its waiter sleeps on to its
+/// fallback poll with the permit free; with it, the configuration holds.
+#[test]
+fn a_subscriber_that_starts_again_without_waking_its_waiters_is_reported() {
+    use redlease_check::configs::Checked;
+    let Checked::Semaphore(mut model) = configured(
+        "semaphore: 2 permits, 3 clients waiting 3 s for messages, a subscriber starting again",
+    ) else {
+        panic!("a semaphore configuration");
+    };
+    assert!(found(&model, &[], 40).is_none(), "unmutated");
+    model.restart_wakes = false;
+    let v = found(&model, &[], 40).expect("reported");
+    assert!(v.contains("liveness") || v.contains("idle"), "{v}");
+}
+
 mod rw {
     use super::*;
     use redlease_check::rwlock::{Rw, RwLock, RwModel};

@@ -122,6 +122,18 @@ pub struct WaitModel<P: Primitive> {
     /// tests (a step ahead during the block has the waiter believe in its
     /// grant past its end).
     pub uncapped_dating: bool,
+    /// A subscriber that starts again makes up for the namings it may
+    /// have missed with looks (`Watches::listening`), as the library's
+    /// does; off, for the checker's own tests.
+    pub restart_looks: bool,
+    /// A subscriber wakes its client's waiters as it ends and as it
+    /// starts again (`listen`'s `notify_all`), as the library's does; off,
+    /// for the checker's own tests.
+    pub restart_wakes: bool,
+    /// Threads whose client's subscriber listens from the start (its
+    /// process waited before: `Watches::listening` ran long ago, and
+    /// its first wait makes up for no naming); empty: none.
+    pub listening: Vec<usize>,
 }
 
 /// Whom an announcement of a key (a message, or a release of the client's
@@ -249,6 +261,10 @@ struct Client {
     /// thread): started by a thread's first busy reply, or its first
     /// subscription; namings sent before then are not heard.
     listening: bool,
+    /// Its client's subscriber lost its connection and has not started
+    /// again yet (`Faults::resubscribe`; kept on the client's first
+    /// thread): messages and namings sent now do not reach the client.
+    down: bool,
     /// Its place in its client's local queue (`Membership::join`).
     queued: Option<u32>,
     /// It tried the server before it joined the local queue.
@@ -305,6 +321,9 @@ pub enum Action {
     StepBack,
     /// The server's clock jumps ahead `clock_jump_ms` at once.
     JumpAhead,
+    /// Client `i`'s subscriber loses its connection, or starts again.
+    SubscriberDown(usize),
+    SubscriberUp(usize),
     Exit(usize),
     /// A blocked waiter's connection breaks.
     Cut(usize),
@@ -342,6 +361,9 @@ impl<P: Primitive> WaitModel<P> {
             direct: Vec::new(),
             clock_jump_ms: 0,
             uncapped_dating: false,
+            restart_looks: true,
+            restart_wakes: true,
+            listening: Vec::new(),
         }
     }
 

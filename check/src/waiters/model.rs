@@ -58,7 +58,8 @@ impl<P: Primitive> WaitModel<P> {
     pub(super) fn urgent(&self, s: &State) -> bool {
         s.clients.iter().enumerate().any(|(i, c)| {
             c.life == Life::Running
-                && (c.holds.iter().any(|h| h.renew_due <= s.now)
+                && (c.down
+                    || c.holds.iter().any(|h| h.renew_due <= s.now)
                     || c.looks.iter().any(|l| l.due <= s.now)
                     || match &c.main {
                         Main::Call { at, out, .. } => {
@@ -84,7 +85,7 @@ impl<P: Primitive> Model for WaitModel<P> {
             now: 0,
             offset: 0,
             clients: (0..self.ops.len())
-                .map(|_| Client {
+                .map(|i| Client {
                     pc: 0,
                     life: Life::Running,
                     tokens: 0,
@@ -97,7 +98,8 @@ impl<P: Primitive> Model for WaitModel<P> {
                     looks: Vec::new(),
                     retired: Vec::new(),
                     named: false,
-                    listening: false,
+                    listening: self.listening.contains(&i),
+                    down: false,
                     queued: None,
                     tried: false,
                 })
@@ -145,6 +147,17 @@ impl<P: Primitive> Model for WaitModel<P> {
             }
             if fault && self.faults.freeze && first {
                 out.push(Action::Freeze(i));
+            }
+            if c.down {
+                out.push(Action::SubscriberUp(i));
+            } else if fault && self.faults.resubscribe && first && c.listening {
+                let pid = self.pid(i);
+                if self
+                    .threads(s, pid)
+                    .any(|j| self.live_waiter(&s.clients[j], s.now))
+                {
+                    out.push(Action::SubscriberDown(i));
+                }
             }
             let done = |j: usize| {
                 let c = &s.clients[j];
@@ -452,6 +465,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                     c.holds.clear();
                     c.looks.clear();
                     c.main = Main::Idle;
+                    c.down = false;
                 }
             }
             Action::Freeze(i) => {
@@ -488,6 +502,33 @@ impl<P: Primitive> Model for WaitModel<P> {
                     for h in &mut c.holds {
                         h.slack = self.clock_jump_ms;
                     }
+                }
+            }
+            Action::SubscriberDown(i) => {
+                // Its waiters are woken as it ends (`listen`: messages may
+                // be missed from now on), and it reconnects before time
+                // passes (as in the lock model): what is published in
+                // between is not heard.
+                s.faults += 1;
+                let c = &mut s.clients[i];
+                c.listening = false;
+                c.down = true;
+                if self.restart_wakes {
+                    self.wake(&mut s, self.pid(i), |_, _| true);
+                }
+            }
+            Action::SubscriberUp(i) => {
+                // It listens again (`listen`): its waiters are woken, and
+                // the names its blocked waiters wait on get the looks a
+                // missed naming asked for (`Watches::listening`).
+                s.clients[i].down = false;
+                if self.restart_looks {
+                    self.listen(&mut s, i);
+                } else {
+                    s.clients[i].listening = true;
+                }
+                if self.restart_wakes {
+                    self.wake(&mut s, self.pid(i), |_, _| true);
                 }
             }
             Action::Cut(i) => {

@@ -35,6 +35,10 @@ impl<P: Primitive> WaitModel<P> {
         pids.dedup();
         for m in &ran.published {
             for &pid in &pids {
+                let first = self.threads(s, pid).next().unwrap_or(pid);
+                if s.clients[first].down {
+                    continue; // its subscriber is not connected
+                }
                 match heard(pid, &m.message) {
                     p::Heard::Named(_) => self.hear_watchers(s, pid),
                     p::Heard::Released(key) => {
