@@ -150,6 +150,19 @@ pub fn semaphore_blocking(
     }
 }
 
+/// Three clients of a semaphore of `permits`, one permit each, every one
+/// blocking on the server ([`semaphore_blocking`]).
+fn blocking_semaphore(permits: u32, fair: bool, wait_ms: i64, faults: Faults) -> Checked {
+    Checked::Semaphore(semaphore_blocking(
+        permits,
+        fair,
+        &[1, 1, 1],
+        wait_ms,
+        &[true, true, true],
+        faults,
+    ))
+}
+
 /// A read-write lock whose clients (each a reader or a writer) run `ops`.
 fn rw_lock(ops: Vec<(Rw, Vec<WaitOp>)>, faults: Faults) -> Checked {
     Checked::RwLock(rw_model(ops, faults))
@@ -493,40 +506,19 @@ pub fn all() -> Vec<Config> {
         },
         Config {
             name: "semaphore: 2 permits, 3 clients blocking, 1 fault",
-            model: Checked::Semaphore(semaphore_blocking(
-                2,
-                false,
-                &[1, 1, 1],
-                3_000,
-                &[true, true, true],
-                Faults::all(1),
-            )),
+            model: blocking_semaphore(2, false, 3_000, Faults::all(1)),
             expect: Expect::Holds,
             depth: 60,
         },
         Config {
             name: "fair semaphore: 2 permits, 3 clients blocking, 1 fault",
-            model: Checked::Semaphore(semaphore_blocking(
-                2,
-                true,
-                &[1, 1, 1],
-                3_000,
-                &[true, true, true],
-                Faults::all(1),
-            )),
+            model: blocking_semaphore(2, true, 3_000, Faults::all(1)),
             expect: Expect::Holds,
             depth: 60,
         },
         Config {
             name: "fair semaphore: 1 permit, 3 clients blocking, 2 frozen or crashed",
-            model: Checked::Semaphore(semaphore_blocking(
-                1,
-                true,
-                &[1, 1, 1],
-                4_000,
-                &[true, true, true],
-                Faults::only(2, &[Fault::Freeze, Fault::Crash]),
-            )),
+            model: blocking_semaphore(1, true, 4_000, Faults::only(2, &[Fault::Freeze, Fault::Crash])),
             expect: Expect::Holds,
             depth: 60,
         },
@@ -575,14 +567,7 @@ pub fn all() -> Vec<Config> {
         // looks (`Watches::listening`), as in the lock model.
         Config {
             name: "fair semaphore: 1 permit, 3 clients blocking, a subscriber starting again, a crash",
-            model: Checked::Semaphore(semaphore_blocking(
-                1,
-                true,
-                &[1, 1, 1],
-                4_000,
-                &[true, true, true],
-                Faults::only(2, &[Fault::Crash, Fault::Resubscribe]),
-            )),
+            model: blocking_semaphore(1, true, 4_000, Faults::only(2, &[Fault::Crash, Fault::Resubscribe])),
             expect: Expect::Holds,
             depth: 60,
         },

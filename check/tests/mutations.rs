@@ -245,6 +245,24 @@ fn a_popped_grant_counted_from_the_reply_is_reported_after_a_freeze() {
     );
 }
 
+/// The semaphore configuration whose name has `part`, checked to hold
+/// as it is; `mutate` then changes one of the model's rules, and the
+/// violation found (to depth 40) is returned.
+fn semaphore_reported(
+    part: &str,
+    prepare: impl FnOnce(&mut redlease_check::semaphore::SemModel),
+    mutate: impl FnOnce(&mut redlease_check::semaphore::SemModel),
+) -> String {
+    use redlease_check::configs::Checked;
+    let Checked::Semaphore(mut model) = configured(part) else {
+        panic!("a semaphore configuration");
+    };
+    prepare(&mut model);
+    assert!(found(&model, &[], 40).is_none(), "unmutated");
+    mutate(&mut model);
+    found(&model, &[], 40).expect("reported")
+}
+
 /// A semaphore waiter blocks, the server's clock jumps ahead 100 ms during
 /// its block, and its pop takes the permit. Dated from the server's two
 /// readings alone (not capped at the waiter's own reading of its reply,
@@ -255,15 +273,11 @@ fn a_popped_grant_counted_from_the_reply_is_reported_after_a_freeze() {
 /// configuration holds.
 #[test]
 fn a_popped_grant_dated_past_its_reply_is_reported() {
-    use redlease_check::configs::Checked;
-    let Checked::Semaphore(mut model) = configured(
+    let v = semaphore_reported(
         "fair semaphore: 1 permit, 2 clients blocking, the server's clock jumping ahead 100 ms",
-    ) else {
-        panic!("a semaphore configuration");
-    };
-    assert!(found(&model, &[], 40).is_none(), "unmutated");
-    model.uncapped_dating = true;
-    let v = found(&model, &[], 40).expect("reported");
+        |_| {},
+        |m| m.uncapped_dating = true,
+    );
     assert!(v.contains("believes it holds"), "{v}");
 }
 
@@ -277,16 +291,11 @@ fn a_popped_grant_dated_past_its_reply_is_reported() {
 /// no first start's look covers the miss.
 #[test]
 fn a_subscriber_that_starts_again_without_its_looks_is_reported() {
-    use redlease_check::configs::Checked;
-    let Checked::Semaphore(mut model) = configured(
+    let v = semaphore_reported(
         "fair semaphore: 1 permit, 3 clients blocking, a subscriber starting again, a crash",
-    ) else {
-        panic!("a semaphore configuration");
-    };
-    model.listening = vec![0, 1, 2];
-    assert!(found(&model, &[], 40).is_none(), "unmutated");
-    model.restart_looks = false;
-    let v = found(&model, &[], 40).expect("reported");
+        |m| m.listening = vec![0, 1, 2],
+        |m| m.restart_looks = false,
+    );
     assert!(v.contains("liveness"), "{v}");
 }
 
@@ -297,15 +306,11 @@ fn a_subscriber_that_starts_again_without_its_looks_is_reported() {
 /// fallback poll with the permit free; with it, the configuration holds.
 #[test]
 fn a_subscriber_that_starts_again_without_waking_its_waiters_is_reported() {
-    use redlease_check::configs::Checked;
-    let Checked::Semaphore(mut model) = configured(
+    let v = semaphore_reported(
         "semaphore: 2 permits, 3 clients waiting 3 s for messages, a subscriber starting again",
-    ) else {
-        panic!("a semaphore configuration");
-    };
-    assert!(found(&model, &[], 40).is_none(), "unmutated");
-    model.restart_wakes = false;
-    let v = found(&model, &[], 40).expect("reported");
+        |_| {},
+        |m| m.restart_wakes = false,
+    );
     assert!(v.contains("liveness") || v.contains("idle"), "{v}");
 }
 
