@@ -221,6 +221,25 @@ fn sentinel(stops: bool, waiters: usize) -> Checked {
         response_ms: 2_000,
         stops,
         discounts_deposed: true,
+        lag: false,
+        replica_ack: false,
+        watchdog: true,
+    })
+}
+
+/// [`sentinel`] with asynchronous replication (`lag`), and `replica_ack`
+/// or not; `watchdog: false`: the holder's lease is a fixed 10 s, longer
+/// than it keeps the lock.
+fn sentinel_lagging(stops: bool, replica_ack: bool, watchdog: bool) -> Checked {
+    let Checked::Sentinel(model) = sentinel(stops, 1) else {
+        unreachable!("a Sentinel model");
+    };
+    Checked::Sentinel(SentinelModel {
+        lag: true,
+        replica_ack,
+        watchdog,
+        lease_ms: if watchdog { model.lease_ms } else { 10_000 },
+        ..model
     })
 }
 
@@ -819,6 +838,38 @@ pub fn all() -> Vec<Config> {
             model: sentinel(false, 2),
             expect: Expect::Holds,
             depth: 90,
+        },
+        // Replication lag at the failover (GUARANTEES, "On Sentinel"):
+        // without `replica_ack` a grant the replica never got is lost (the
+        // holder believes in a lease the new master does not know, and the
+        // waiter can take it there); with it,
+        // no grant is lost and a deposed master's grant is withdrawn (a
+        // fixed lease: 0 violations), but a renewal the replica never got
+        // leaves the lease shorter there than its holder counts: both
+        // limits the check must keep finding.
+        Config {
+            name: "limit: sentinel: replication lag at the failover, no replica_ack",
+            model: sentinel_lagging(true, false, true),
+            expect: Expect::Finds("but the master named has"),
+            depth: 80,
+        },
+        Config {
+            name: "sentinel: replication lag, replica_ack, a fixed lease, the master cut off and replaced",
+            model: sentinel_lagging(false, true, false),
+            expect: Expect::Holds,
+            depth: 600,
+        },
+        Config {
+            name: "sentinel: replication lag, replica_ack, a fixed lease, the master stopped and replaced",
+            model: sentinel_lagging(true, true, false),
+            expect: Expect::Holds,
+            depth: 600,
+        },
+        Config {
+            name: "limit: sentinel: replication lag, replica_ack, renewals not waited for",
+            model: sentinel_lagging(true, true, true),
+            expect: Expect::Finds("but the master named has"),
+            depth: 80,
         },
         // A client frozen past its lease believes in it only until its
         // validity, counted from when it sent the grant; a master's clock

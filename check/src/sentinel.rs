@@ -1,8 +1,8 @@
 //! The lock across a Sentinel failover: one master, its replica, and a
 //! failover the Sentinels make while the clients keep calling. The master
 //! may be stopped (SIGSTOP) first; the replica is promoted with every write
-//! the master had made (replication caught up: the `replica_ack` case; a
-//! lease lost by asynchronous replication is a stated limit, not modelled);
+//! the master had made (replication caught up), or with what reached it
+//! (`lag`);
 //! the old master may then resume *still acting as master*, as a stopped
 //! one does until the Sentinels reconfigure it, and runs whatever its
 //! sockets held. Each client hears the switch (`+switch-master`) at a
@@ -30,9 +30,14 @@
 //! - Once nobody holds or waits, every key on the master named but the
 //!   fence floor lapses.
 //!
-//! Not modelled: replication lag (a write lost at the failover), blocked
-//! waiters (the switch shuts their connections: tested on real servers),
-//! liveness, faults other than the failover.
+//! With `lag`, the replica has only what reached it, and is promoted with
+//! that: a lease lost at the failover is the stated limit, found (two
+//! holders); `replica_ack` makes a grant wait for the replica (so none is
+//! lost, and a deposed master's grant is withdrawn), but renewals are not
+//! waited for, and the limit is found again with the watchdog on.
+//!
+//! Not modelled: blocked waiters (the switch shuts their connections:
+//! tested on real servers), liveness, faults other than the failover.
 
 use redlease::__protocol as p;
 
@@ -40,7 +45,7 @@ use crate::keyspace::{Keyspace, Reply};
 use crate::lock::{
     key, renewal_call, scripted, token, unqueued_acquire_args, unqueued_release_args, FLOOR,
 };
-use crate::parties::{busy, int, renewed, time_may_pass};
+use crate::parties::{busy, int, renewed, time_may_pass, At};
 use crate::probes::SERVER_OFFSET;
 use crate::search::Model;
 use crate::server::Server;
@@ -70,6 +75,20 @@ pub struct SentinelModel {
     /// server the Sentinels no longer name counts (`pool::Con::counted`).
     /// `false`: the rule before issue 53, for the checker's own tests.
     pub discounts_deposed: bool,
+    /// Replication is asynchronous: the replica has what reached it
+    /// (`Replicate`, any time the master runs), and is promoted with that
+    /// (a write it never got is lost at the failover). `false`: promoted
+    /// caught up.
+    pub lag: bool,
+    /// `ClientBuilder::replica_ack`: a grant is followed by `WAIT` on its
+    /// connection (`Node::grant_acked`). On the master the Sentinels name,
+    /// the replica then has every write so far; on a deposed one no
+    /// replica acknowledges, the grant's undo runs behind it and the
+    /// acquisition is told `QuorumNotReached`, ridden out as a short busy
+    /// wait (`protocol::tries::ride_out`). Renewals are not waited for.
+    pub replica_ack: bool,
+    /// Holds are renewed by the watchdog (else a fixed lease).
+    pub watchdog: bool,
 }
 
 /// The first master, and the replica the Sentinels promote.
@@ -96,6 +115,9 @@ enum Out {
     /// Sent to the stopped master and not answered within the response
     /// timeout (the request stays in the server's socket).
     Late,
+    /// A grant whose `WAIT` no replica acknowledged (`replica_ack` on a
+    /// deposed master): undone behind it, `QuorumNotReached`.
+    NotAcked,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -136,6 +158,10 @@ struct Client {
     main: Main,
     renewal: Option<Call>,
     hold: Option<Hold>,
+    /// The acquisition's outage (`Tries`): when the attempt that started
+    /// it was sent, and its last wait (ms; 0 before the first).
+    outage: Option<i64>,
+    backoff: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -170,6 +196,8 @@ pub enum Action {
     Resume,
     /// The resumed old master runs the first request its sockets held.
     Drain,
+    /// The replica receives every write the master made so far (`lag`).
+    Replicate,
     /// Client `i` hears `+switch-master`.
     Hear(usize),
     Tick,
@@ -262,6 +290,27 @@ impl SentinelModel {
         c.main = Main::Idle;
         c.deadline = None;
         c.pc += 1;
+        (c.outage, c.backoff) = (None, 0);
+    }
+
+    /// A grant sent at `at` came back `QuorumNotReached` (`replica_ack`):
+    /// ridden out by the library's rule (`Tries::judge`, `ride_out`) until
+    /// its tolerance or the deadline, then the same token again.
+    fn ride_out(&self, s: &mut State, i: usize, at: i64) -> Result<(), String> {
+        let now = s.now;
+        let c = &mut s.clients[i];
+        let since = *c.outage.get_or_insert(at);
+        let backoff = std::time::Duration::from_millis(c.backoff as u64);
+        let past = c.deadline.is_some_and(|d| now >= d);
+        let ride = p::ride_out(At(since), At(now), backoff, p::OUTAGE_TOLERANCE, past);
+        let Some(next) = ride else {
+            self.done(s, i);
+            return Ok(());
+        };
+        c.backoff = crate::parties::ms(next);
+        let until = (now + c.backoff).min(c.deadline.unwrap_or(i64::MAX));
+        c.main = Main::Waiting { until };
+        Ok(())
     }
 
     /// A reply is counted unless it came from a server other than the
@@ -288,6 +337,7 @@ impl SentinelModel {
                 (Some(reply.clone()), *by_named)
             }
             Out::Ran { .. } | Out::Late => (None, false),
+            Out::NotAcked => return self.ride_out(s, i, call.at),
             Out::Unsent => return Err("receive before the call ran".into()),
         };
         if let Some(Reply::Error(e)) = &reply {
@@ -304,7 +354,11 @@ impl SentinelModel {
                     s.clients[i].hold = Some(Hold {
                         token: call.token,
                         valid_until: call.at + self.lease_ms - 1,
-                        renew_due: call.at + self.lease_ms / 3,
+                        renew_due: if self.watchdog {
+                            call.at + self.lease_ms / 3
+                        } else {
+                            i64::MAX
+                        },
                         window,
                     });
                     self.done(s, i);
@@ -422,7 +476,9 @@ impl SentinelModel {
                         out.push(Action::TimeOut(i, renewal))
                     }
                     Out::Unsent => {}
-                    Out::Ran { .. } | Out::Late => out.push(Action::Receive(i, renewal)),
+                    Out::Ran { .. } | Out::Late | Out::NotAcked => {
+                        out.push(Action::Receive(i, renewal))
+                    }
                 }
             }
             if c.renewal.is_none() && c.hold.as_ref().is_some_and(|h| h.renew_due <= s.now) {
@@ -453,6 +509,8 @@ impl Model for SentinelModel {
                     main: Main::Idle,
                     renewal: None,
                     hold: None,
+                    outage: None,
+                    backoff: 0,
                 })
                 .collect(),
         }
@@ -472,6 +530,10 @@ impl Model for SentinelModel {
         }
         if !s.stopped && !s.pending.is_empty() {
             out.push(Action::Drain);
+        }
+        if self.lag && !promoted && !s.stopped && s.masters[NEW as usize] != s.masters[OLD as usize]
+        {
+            out.push(Action::Replicate);
         }
         if promoted {
             for (i, c) in s.clients.iter().enumerate() {
@@ -514,8 +576,22 @@ impl Model for SentinelModel {
                 let (to, t, kind) = (call.to, call.token, call.kind);
                 let reply = self.eval(server, &mut s, to, (i, t, kind), log);
                 let by_named = to == s.named;
+                let mut out = Out::Ran { reply, by_named };
+                if self.replica_ack && kind == Kind::Grant && to == OLD {
+                    if by_named {
+                        // `WAIT` acknowledged: the replica has it all.
+                        let copy = s.masters[OLD as usize].clone();
+                        s.masters[NEW as usize] = copy;
+                    } else if matches!(&out, Out::Ran { reply, .. } if int(reply).is_some_and(|f| f > 0))
+                    {
+                        // Its replica was promoted: nobody acknowledges,
+                        // and the grant is undone behind it.
+                        self.eval(server, &mut s, to, (i, t, Kind::Undo), log);
+                        out = Out::NotAcked;
+                    }
+                }
                 if let Some(call) = Self::slot(&mut s, i, renewal) {
-                    call.out = Out::Ran { reply, by_named };
+                    call.out = out;
                 }
             }
             Action::TimeOut(i, renewal) => {
@@ -545,10 +621,18 @@ impl Model for SentinelModel {
                 s.was_stopped = true;
             }
             Action::Promote => {
-                // Caught up: the replica has every write the master made.
+                // Caught up, the replica has every write the master made;
+                // lagging, what reached it.
+                if !self.lag {
+                    let copy = s.masters[OLD as usize].clone();
+                    s.masters[NEW as usize] = copy;
+                }
+                s.masters[NEW as usize].advance_to(s.now + SERVER_OFFSET);
+                s.named = NEW;
+            }
+            Action::Replicate => {
                 let copy = s.masters[OLD as usize].clone();
                 s.masters[NEW as usize] = copy;
-                s.named = NEW;
             }
             Action::Resume => s.stopped = false,
             Action::Drain => {

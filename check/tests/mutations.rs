@@ -644,6 +644,31 @@ fn a_deposed_masters_grant_counted_after_the_switch_is_reported() {
     assert!(v.contains("but the master named has"), "{v}");
 }
 
+/// Sentinel with replication lag and a fixed lease: `replica_ack` keeps
+/// every counted grant on the replica, and withdraws a deposed master's
+/// (0 violations, master cut off from the Sentinels or stopped); without
+/// it, a grant the replica never got is lost at the failover, and its
+/// holder believes in a lease the master named does not know.
+#[test]
+fn a_grant_not_waited_for_is_lost_at_a_lagging_failover() {
+    use redlease_check::configs::Checked;
+    for part in [
+        "replica_ack, a fixed lease, the master cut off",
+        "replica_ack, a fixed lease, the master stopped",
+    ] {
+        let Checked::Sentinel(model) = configured(part) else {
+            panic!("not a Sentinel model");
+        };
+        assert_eq!(found(&model, &[], 200), None, "{part}: as it is");
+        let model = redlease_check::sentinel::SentinelModel {
+            replica_ack: false,
+            ..model
+        };
+        let v = found(&model, &[], 80).expect("reported");
+        assert!(v.contains("but the master named has"), "{part}: {v}");
+    }
+}
+
 /// Permits in use counted one a holder, whatever it asked for: requests
 /// for several permits are granted past the count. The several-permit
 /// configuration must show it.
