@@ -31,10 +31,11 @@
 //!   fence floor lapses.
 //!
 //! With `lag`, the replica has only what reached it, and is promoted with
-//! that: a lease lost at the failover is the stated limit, found (two
-//! holders); `replica_ack` makes a grant wait for the replica (so none is
-//! lost, and a deposed master's grant is withdrawn), but renewals are not
-//! waited for, and the limit is found again with the watchdog on.
+//! that: a lease lost at the failover is the stated limit, found (its
+//! holder believes in a lease the new master does not know);
+//! `replica_ack` makes a grant wait for the replica (so none is lost, and
+//! a deposed master's grant is withdrawn), but renewals are not waited
+//! for, and the limit is found again with the watchdog on.
 //!
 //! Not modelled: blocked waiters (the switch shuts their connections:
 //! tested on real servers), liveness, faults other than the failover.
@@ -84,8 +85,8 @@ pub struct SentinelModel {
     /// connection (`Node::grant_acked`). On the master the Sentinels name,
     /// the replica then has every write so far; on a deposed one no
     /// replica acknowledges, the grant's undo runs behind it and the
-    /// acquisition is told `QuorumNotReached`, ridden out as a short busy
-    /// wait (`protocol::tries::ride_out`). Renewals are not waited for.
+    /// acquisition is told `QuorumNotReached`, ridden out as the library
+    /// does (`protocol::tries::ride_out`). Renewals are not waited for.
     pub replica_ack: bool,
     /// Holds are renewed by the watchdog (else a fixed lease).
     pub watchdog: bool,
