@@ -917,6 +917,16 @@ fn newcomer_took_the_hand_over_and_died(
     // stale, and W would look at once (`protocol::timing::first_look`).
     let held = Duration::from_millis(450);
     w_proxy.arm(sha, common::proxy::Fault::Delay(held));
+    // N dies once it has taken the hand-over: its renewal thread's claim
+    // (lua/lock_extend.lua, sent within a few hundred milliseconds of the
+    // take) must never reach the server, however late this thread cuts N
+    // off below. CI once ran it before the cut, on a loaded machine: N then
+    // held its full lease, and W rightly waited past the test's 15 s.
+    let extend = redis::Script::new(&common::lua_source("lock_extend.lua"))
+        .get_hash()
+        .as_bytes()
+        .to_vec();
+    n_proxy.always(extend, common::proxy::Fault::Blackhole);
     let started = Instant::now();
     let t = std::thread::spawn(move || {
         let g = w.write_timeout(Duration::from_secs(15)).unwrap();

@@ -878,6 +878,16 @@ fn a_newcomer_that_took_an_offer_and_died_holds_it_its_first_lease_only() {
         b"\r\n75000\r\n",
         common::proxy::Fault::Delay(Duration::from_millis(400)),
     );
+    // N dies once it has taken the permit: its renewal thread's claim
+    // (lua/zset_extend.lua, sent within a few hundred milliseconds of the
+    // take) must never reach the server, however late this thread cuts N
+    // off below (the write lock's twin of this test once lost that race
+    // in CI: N held its full lease, and W rightly waited past 15 s).
+    let extend = redis::Script::new(&common::lua_source("zset_extend.lua"))
+        .get_hash()
+        .as_bytes()
+        .to_vec();
+    n_proxy.always(extend, common::proxy::Fault::Blackhole);
     let started = Instant::now();
     let t = std::thread::spawn(move || {
         let p = w.acquire_timeout(Duration::from_secs(15)).unwrap();
