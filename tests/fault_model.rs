@@ -18,13 +18,7 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-/// The SHA1 a script is sent under (`EVALSHA <sha>`): what a proxy rule matches.
-fn sha(file: &str) -> Vec<u8> {
-    redis::Script::new(&common::lua_source(file))
-        .get_hash()
-        .as_bytes()
-        .to_vec()
-}
+use common::script_sha as sha;
 
 fn through(
     proxy: &Proxy,

@@ -11,12 +11,7 @@ use common::worker::{say, Worker};
 use common::{client, no_poll, Server};
 use serial_test::serial;
 
-fn sha(file: &str) -> Vec<u8> {
-    redis::Script::new(&common::lua_source(file))
-        .get_hash()
-        .as_bytes()
-        .to_vec()
-}
+use common::script_sha as sha;
 
 /// Trace "waiter frozen across a hand-over" (check/src/configs.rs): a
 /// waiter's busy reply is read late (its process froze, or the reply was

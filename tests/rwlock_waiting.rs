@@ -908,10 +908,7 @@ fn newcomer_took_the_hand_over_and_died(
             .is_none());
     }
     std::thread::sleep(Duration::from_millis(300));
-    let sha = redis::Script::new(&common::lua_source("rw_write_acquire.lua"))
-        .get_hash()
-        .as_bytes()
-        .to_vec();
+    let sha = common::script_sha("rw_write_acquire.lua");
     // Held for the holder's release and N's take to come first, and
     // shorter than the claim window: a reply read later than that is
     // stale, and W would look at once (`protocol::timing::first_look`).
@@ -922,11 +919,10 @@ fn newcomer_took_the_hand_over_and_died(
     // take) must never reach the server, however late this thread cuts N
     // off below. CI once ran it before the cut, on a loaded machine: N then
     // held its full lease, and W rightly waited past the test's 15 s.
-    let extend = redis::Script::new(&common::lua_source("lock_extend.lua"))
-        .get_hash()
-        .as_bytes()
-        .to_vec();
-    n_proxy.always(extend, common::proxy::Fault::Blackhole);
+    n_proxy.always(
+        common::script_sha("lock_extend.lua"),
+        common::proxy::Fault::Blackhole,
+    );
     let started = Instant::now();
     let t = std::thread::spawn(move || {
         let g = w.write_timeout(Duration::from_secs(15)).unwrap();

@@ -883,11 +883,10 @@ fn a_newcomer_that_took_an_offer_and_died_holds_it_its_first_lease_only() {
     // take) must never reach the server, however late this thread cuts N
     // off below (the write lock's twin of this test once lost that race
     // in CI: N held its full lease, and W rightly waited past 15 s).
-    let extend = redis::Script::new(&common::lua_source("zset_extend.lua"))
-        .get_hash()
-        .as_bytes()
-        .to_vec();
-    n_proxy.always(extend, common::proxy::Fault::Blackhole);
+    n_proxy.always(
+        common::script_sha("zset_extend.lua"),
+        common::proxy::Fault::Blackhole,
+    );
     let started = Instant::now();
     let t = std::thread::spawn(move || {
         let p = w.acquire_timeout(Duration::from_secs(15)).unwrap();

@@ -165,7 +165,7 @@ impl Server {
 
 /// The last lines of a server's log, for a failure message.
 fn log_tail(server: &RedisServer) -> String {
-    let log = std::fs::read_to_string(&server.log_file).unwrap_or_default();
+    let log = server.log_file_contents().unwrap_or_default();
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(3)..].join(" | ")
 }
@@ -318,6 +318,16 @@ pub fn lua_source(file: &str) -> String {
     redlease::__sent_code(file)
         .unwrap_or_else(|| panic!("no script {file}"))
         .to_owned()
+}
+
+/// The SHA1 a script is sent under (`EVALSHA <sha>`): what a proxy rule
+/// matches.
+#[allow(dead_code)]
+pub fn script_sha(file: &str) -> Vec<u8> {
+    redis::Script::new(&lua_source(file))
+        .get_hash()
+        .as_bytes()
+        .to_vec()
 }
 
 /// A client that never polls: only a grant (or a message) can wake its
