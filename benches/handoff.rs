@@ -79,7 +79,8 @@ const FENCED_RELEASE: &str = "local v = redis.call('GET', KEYS[1]) \
 /// guarantees does (GUARANTEES.md), as a raw script: [`FENCED_RELEASE`],
 /// and whether anybody is queued at all (else the name is freed, not
 /// granted), a fence floor per server that fences never fall below after
-/// the counter lapses or the clock steps back (read, and raised), an
+/// the counter lapses or the clock steps back (read, and raised with its
+/// reserve when a fence passes it: once in 16 draws of a busy name), an
 /// expiry on the open list (a push nobody pops must not stay), and
 /// whether a waiter that waits for messages is queued (it must be told).
 /// Not in it, and in the library's release: the queue's expiry cut to the
@@ -93,7 +94,7 @@ const GUARDED_RELEASE: &str = "local v = redis.call('GET', KEYS[1]) \
     local low = tonumber(redis.call('GET', KEYS[5]) or '0') \
     local n = redis.call('INCR', KEYS[2]) \
     local f = string.format('%d', n) \
-    if n > low then redis.call('SET', KEYS[5], f) end \
+    if n > low then redis.call('SET', KEYS[5], string.format('%d', n + 15)) end \
     redis.call('SET', KEYS[1], 'grant#' .. f, 'PX', '500') \
     redis.call('RPUSH', KEYS[3], f) \
     redis.call('PEXPIRE', KEYS[3], '1000') \

@@ -3,23 +3,27 @@
 -- fencing tokens from a counter that does not outlive the name's activity,
 -- kept above a floor that does.
 -- KEYS     its own: the LAST key of every script that uses it is the fence
---          floor: one string per server (per slot on Cluster) holding the
---          largest fence ever drawn there; it has no expiry and is never
---          deleted, so at most one key per server (16384 on Cluster)
+--          floor: one string per server (per slot on Cluster) at or
+--          above every fence ever drawn there (at most FENCE_RESERVE above
+--          the largest); it has no expiry and is never deleted, so at most
+--          one key per server (16384 on Cluster)
 -- ARGV     none of its own
 -- Returns  nothing; defines
 --   next_fence(counter, ttl_ms) -> fence
 --     The counter plus one while it exists; once it has lapsed (nobody held
 --     or waited for the name for a while), the server's clock in
 --     microseconds, or one more than the floor if the clock is behind it
---     (a clock stepped back). Every fence drawn raises the floor to it, so
---     fences on a name only ever grow, whatever the server's clock does.
---     The counter then lives ttl_ms more.
+--     (a clock stepped back). A fence drawn above the floor raises it a
+--     reserve ahead (FENCE_RESERVE), so the floor is written once in that
+--     many draws of a busy name rather than at every draw, and every fence
+--     ever drawn on this server stays at or below it: fences on a name only
+--     ever grow, whatever the server's clock does. The counter then lives
+--     ttl_ms more.
 --     Raises REDLEASE_FOREIGN, before writing anything, when the counter
 --     or the floor is not a positive integer below 2^53.
 --   next_fences(counters, ttls_ms) -> {fence, ...}
 --     next_fence for several counters at once (a multi-lock's names on
---     one server): the floor read once and raised once, to the largest;
+--     one server): the floor read once and raised once, for the largest;
 --     nothing written unless every counter is sound.
 --   raise_floor(fence): the floor is at least fence afterwards.
 local fence_floor = KEYS[#KEYS]
@@ -27,6 +31,21 @@ local fence_floor = KEYS[#KEYS]
 -- Fences are integers Lua's numbers hold exactly: below 2^53 (the clock
 -- reaches it in the year 2255).
 local FENCE_LIMIT = 9007199254740992
+
+-- How far above a fence it draws the floor is raised: the next draws of a
+-- live counter up to there write the floor no more (a write the handoff's
+-- release made at every grant; now one draw in 16). A counter created
+-- while the floor is ahead of the clock starts above the reserve, so each
+-- creation may move fences 16 ahead; the clock (a million a second) still
+-- outruns that below 62,500 counters created a second on one server, and
+-- catches up once they slow down.
+local FENCE_RESERVE = 15
+
+-- The floor's value when a fence `f` above it was drawn: `f` and the
+-- reserve, below FENCE_LIMIT.
+local function reserved(f)
+  return string.format('%d', math.min(f + FENCE_RESERVE, FENCE_LIMIT - 1))
+end
 
 -- `v` (a string read from a key) as a fence: a positive integer below
 -- FENCE_LIMIT; raises REDLEASE_FOREIGN naming `what` otherwise.
@@ -49,7 +68,7 @@ end
 
 local function raise_floor(f)
   if floor_value() < f then
-    redis.call('SET', fence_floor, string.format('%d', f))
+    redis.call('SET', fence_floor, reserved(f))
   end
 end
 
@@ -95,7 +114,7 @@ local function next_fences(counters, ttls)
     redis.call('SET', counter, string.format('%d', fences[i]), 'PX', ttls[i])
   end
   if top > low then
-    redis.call('SET', fence_floor, string.format('%d', top))
+    redis.call('SET', fence_floor, reserved(top))
   end
   return fences
 end
@@ -107,7 +126,7 @@ local function next_fence(counter, ttl)
   local f = drawn(redis.call('GET', counter), low)
   redis.call('SET', counter, string.format('%d', f), 'PX', ttl)
   if f > low then
-    redis.call('SET', fence_floor, string.format('%d', f))
+    redis.call('SET', fence_floor, reserved(f))
   end
   return f
 end

@@ -765,8 +765,10 @@ fn a_multi_locks_fences_stay_above_the_floor_after_a_clock_step() {
     let g = m.acquire().unwrap();
     let fences = g.fencing_tokens();
     assert!(fences.iter().all(|&f| f > high), "{fences:?} under {high}");
+    // Raised for the largest fence, with its reserve (lua/fence.lua).
     let floor: u64 = con.get("redlease:fence-floor").unwrap();
-    assert_eq!(floor, *fences.iter().max().unwrap());
+    let top = *fences.iter().max().unwrap();
+    assert!((top..=top + 15).contains(&floor), "floor {floor}, fences {fences:?}");
     g.release().unwrap();
     // A foreign floor: refused before anything is written, nothing held.
     let _: () = con.set("redlease:fence-floor", "garbage").unwrap();

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{client, client_with, eventually, Server};
+use common::{blocked_clients, client, client_with, eventually, Server};
 use redis::Commands;
 use redlease::{Client, ErrorKind};
 
@@ -95,6 +95,69 @@ fn fencing_tokens_strictly_increase() {
         assert!(g.fencing_token() > last);
         last = g.fencing_token();
     }
+}
+
+/// Issue 55: the fence floor is raised 15 above the fence that passes it
+/// (lua/fence.lua's reserve), so a busy name's hand-overs write it once in
+/// 16 draws rather than at every one, and it stays at or above every fence
+/// drawn. Before, every draw wrote it: 21 values for 21 draws here.
+#[test]
+fn a_busy_names_hand_overs_write_the_fence_floor_once_in_sixteen() {
+    enum Cmd {
+        Take,
+        Give,
+    }
+    let server = Server::start();
+    let mut con = server.con();
+    // Two workers, each with its own client: a guard stays on its thread.
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let c = client(&server);
+            let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded::<Cmd>();
+            let (fence_tx, fence_rx) = crossbeam_channel::unbounded::<u64>();
+            let t = std::thread::spawn(move || {
+                let lock = c.lock("busy");
+                let mut held = None;
+                while let Ok(cmd) = cmd_rx.recv() {
+                    match cmd {
+                        Cmd::Take => {
+                            let g = lock.acquire_timeout(Duration::from_secs(10)).unwrap().unwrap();
+                            fence_tx.send(g.fencing_token()).unwrap();
+                            held = Some(g);
+                        }
+                        Cmd::Give => held.take().unwrap().release().unwrap(),
+                    }
+                }
+            });
+            (cmd_tx, fence_rx, t)
+        })
+        .collect();
+    let floor = |con: &mut redis::Connection| -> u64 { con.get("redlease:fence-floor").unwrap() };
+    workers[0].0.send(Cmd::Take).unwrap();
+    let mut fences = vec![workers[0].1.recv().unwrap()];
+    let mut floors = vec![floor(&mut con)];
+    for i in 1..=20 {
+        let (next, last) = (&workers[i % 2], &workers[(i + 1) % 2]);
+        next.0.send(Cmd::Take).unwrap();
+        // Blocked behind the holder: the release hands it over.
+        eventually(Duration::from_secs(5), || blocked_clients(&mut con) == 1);
+        last.0.send(Cmd::Give).unwrap();
+        fences.push(next.1.recv().unwrap());
+        floors.push(floor(&mut con));
+    }
+    workers[0].0.send(Cmd::Give).unwrap();
+    for (tx, _, t) in workers {
+        drop(tx);
+        t.join().unwrap();
+    }
+    assert!(fences.windows(2).all(|w| w[1] == w[0] + 1), "{fences:?}");
+    assert!(
+        fences.iter().zip(&floors).all(|(f, low)| low >= f),
+        "fences {fences:?}, floors {floors:?}"
+    );
+    let mut written = floors.clone();
+    written.dedup();
+    assert_eq!(written, [fences[0] + 15, fences[16] + 15], "floors {floors:?}");
 }
 
 #[test]

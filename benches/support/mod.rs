@@ -285,7 +285,8 @@ impl BareFencedScripts {
 /// anybody is queued or a hand-over is open (a newcomer must not take a
 /// name from a live waiter), and draws the fence above the server's fence
 /// floor, from the clock when the name's counter has lapsed (fences never
-/// go back, after a lapse, a lost key or a clock step), raising the floor;
+/// go back, after a lapse, a lost key or a clock step), raising the floor
+/// with its reserve when the fence passes it (lua/fence.lua);
 /// the counter gets an expiry, and the release removes it with the lock,
 /// the open list and the note when nobody is queued (a name nobody holds
 /// or waits for leaves no key). Not in it, and in the library's scripts:
@@ -312,7 +313,7 @@ const GUARDED_ACQUIRE: &str = "if redis.call('GET', KEYS[1]) then return 0 end \
     end \
     local s = string.format('%d', f) \
     redis.call('SET', KEYS[2], s, 'PX', ARGV[2]) \
-    if f > low then redis.call('SET', KEYS[5], s) end \
+    if f > low then redis.call('SET', KEYS[5], string.format('%d', f + 15)) end \
     redis.call('SET', KEYS[1], ARGV[1] .. '#' .. s, 'PX', ARGV[2]) \
     return f";
 

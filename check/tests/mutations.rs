@@ -95,6 +95,21 @@ fn a_fence_that_does_not_grow_is_reported() {
 }
 
 #[test]
+fn a_fence_floor_raised_short_of_the_fence_is_reported() {
+    // The floor's reserve (fence.lua) must keep it at or above the fence
+    // drawn: two short, a counter created after the clock stepped back
+    // starts below a fence already handed out.
+    let from = "local FENCE_RESERVE = 15";
+    let to = "local FENCE_RESERVE = -2";
+    let files: Vec<_> = ["lock_acquire.lua", "lock_release.lua", "lock_watch.lua"]
+        .into_iter()
+        .map(|f| (f, mutated(f, from, to)))
+        .collect();
+    let v = violation(&two_waiters(), &files).expect("reported");
+    assert!(v.contains("fence"), "{v}");
+}
+
+#[test]
 fn a_release_without_its_ownership_check_is_reported() {
     let files = [(
         "lock_release.lua",
