@@ -768,7 +768,10 @@ fn a_multi_locks_fences_stay_above_the_floor_after_a_clock_step() {
     // Raised for the largest fence, with its reserve (lua/fence.lua).
     let floor: u64 = con.get("redlease:fence-floor").unwrap();
     let top = *fences.iter().max().unwrap();
-    assert!((top..=top + 15).contains(&floor), "floor {floor}, fences {fences:?}");
+    assert!(
+        (top..=top + 15).contains(&floor),
+        "floor {floor}, fences {fences:?}"
+    );
     g.release().unwrap();
     // A foreign floor: refused before anything is written, nothing held.
     let _: () = con.set("redlease:fence-floor", "garbage").unwrap();

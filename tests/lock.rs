@@ -121,7 +121,10 @@ fn a_busy_names_hand_overs_write_the_fence_floor_once_in_sixteen() {
                 while let Ok(cmd) = cmd_rx.recv() {
                     match cmd {
                         Cmd::Take => {
-                            let g = lock.acquire_timeout(Duration::from_secs(10)).unwrap().unwrap();
+                            let g = lock
+                                .acquire_timeout(Duration::from_secs(10))
+                                .unwrap()
+                                .unwrap();
                             fence_tx.send(g.fencing_token()).unwrap();
                             held = Some(g);
                         }
@@ -157,7 +160,11 @@ fn a_busy_names_hand_overs_write_the_fence_floor_once_in_sixteen() {
     );
     let mut written = floors.clone();
     written.dedup();
-    assert_eq!(written, [fences[0] + 15, fences[16] + 15], "floors {floors:?}");
+    assert_eq!(
+        written,
+        [fences[0] + 15, fences[16] + 15],
+        "floors {floors:?}"
+    );
 }
 
 #[test]
