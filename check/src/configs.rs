@@ -252,6 +252,21 @@ pub fn wait_and_release<M: Copy>(roles: &[M]) -> Vec<(M, Vec<WaitOp>)> {
         .collect()
 }
 
+/// A multi-lock (and locks) whose clients ask `roles` within `wait_ms`
+/// and release (time may pass between the two: a grant a pop alone took
+/// is claimed by a renewal), every client's server granting directly:
+/// each name's waiter blocks on its open list, its pop alone the grant.
+pub fn multi_blocking(roles: &[Names], wait_ms: i64, faults: Faults) -> MultiModel {
+    let ops = roles
+        .iter()
+        .map(|&r| (r, vec![WaitOp::AcquireFor(wait_ms), WaitOp::Release]))
+        .collect();
+    MultiModel {
+        direct: vec![true; roles.len()],
+        ..MultiModel::new(MultiLock, ops, faults)
+    }
+}
+
 /// A count-down latch whose clients run `ops`.
 fn latch(ops: Vec<Vec<LatchOp>>, faults: Faults) -> Checked {
     Checked::Latch(LatchModel {
@@ -807,6 +822,28 @@ pub fn all() -> Vec<Config> {
                 MultiLock,
                 wait_and_release(&[Names::multi(0, 2), Names::multi(0, 2), Names::lock(1)]),
                 Faults::only(1, &[LostRequest, LostReply, Crash, Fault::LostMessage]),
+            )),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        // Each name's waiter blocks on the server, as the library's do on
+        // a server that grants directly: its pop alone is the grant.
+        Config {
+            name: "multi-lock: 2 clients blocking for both names, 1 fault",
+            model: Checked::MultiLock(multi_blocking(
+                &[Names::multi(0, 2), Names::multi(0, 2)],
+                3_000,
+                Faults::all(1),
+            )),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        Config {
+            name: "multi-lock: 2 clients blocking for both names, a lock blocking on one, 1 fault",
+            model: Checked::MultiLock(multi_blocking(
+                &[Names::multi(0, 2), Names::multi(0, 2), Names::lock(1)],
+                3_000,
+                Faults::all(1),
             )),
             expect: Expect::Holds,
             depth: 60,

@@ -22,7 +22,7 @@ use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Value};
 use crate::parties::b;
-use crate::primitive::{Arrival, Holder, Primitive, Script};
+use crate::primitive::{Alone, Arrival, Direct, Holder, Primitive, Script};
 use crate::probes::{fence_of, lapsed, tries_succeed};
 use crate::server::Server;
 use crate::waiters::WaitModel;
@@ -171,7 +171,9 @@ impl Primitive for MultiLock {
         }
     }
 
-    /// `Lock::extend` of a hold no pop took.
+    /// `Lock::extend`: for a hold of a waiter that blocked, in the form
+    /// that also claims a grant its pop alone took (the hold puts its
+    /// fence in: `Alone::extend_arg`).
     fn extend(
         &self,
         _: &MultiModel,
@@ -180,11 +182,12 @@ impl Primitive for MultiLock {
         t: u8,
         lease: i64,
         exact: bool,
+        claiming: bool,
     ) -> Script {
-        let (tok, ms) = (token(i, t), b(lease));
+        let (tok, ms, prefix) = (token(i, t), b(lease), key(mode.at, ":grant:"));
         let mut args = p::lock::ExtendArgs {
             token: &tok,
-            claiming: None,
+            claiming: claiming.then_some((&prefix[..], p::ROOM_ENTRY)),
             lease_ms: &ms,
         }
         .parts();
@@ -220,6 +223,65 @@ impl Primitive for MultiLock {
 
     fn patient(&self, _: Names) -> bool {
         false
+    }
+
+    /// `Lock`'s spec for a waiter that blocks (a plain lock's: a fair
+    /// one's pop also asks whether a waiter keeps its turn, not modelled
+    /// here): its pop from the name's open list into its own is the grant
+    /// (`Alone`); behind a pop that took none goes lua/lock_acquire.lua
+    /// with `'popped'`; the renewal thread's look for it is
+    /// lua/lock_watch.lua with its token.
+    fn direct(&self, m: &MultiModel, i: usize, mode: Names, t: u8, popped: bool) -> Option<Direct> {
+        if mode.fair {
+            return None;
+        }
+        let k = mode.at;
+        let (tok, lease, prefix, announce) = (
+            token(i, t),
+            b(m.lease_ms),
+            key(k, ":grant:"),
+            announce(m.pid(i), k),
+        );
+        let mut args = p::lock::AcquireArgs {
+            token: &tok,
+            lease_ms: &lease,
+            queue_ttl: p::ROOM_ENTRY,
+            grant_prefix: &prefix,
+            claim: p::GRANT_CLAIM,
+            announce: &announce,
+            waits: p::lock::Waits::Blocking,
+        }
+        .parts();
+        if popped {
+            args.push(b"popped".to_vec());
+        }
+        let watch = p::lock::WatchArgs {
+            waiter: &tok,
+            entry: p::ROOM_ENTRY,
+            grant_prefix: &prefix,
+            claim: p::GRANT_CLAIM,
+            announce: &announce,
+        }
+        .parts();
+        Some(Direct {
+            open: key(k, ":grant:open"),
+            own: [prefix.clone(), tok.clone()].concat(),
+            grant: Script {
+                file: "lock_acquire.lua",
+                keys: scripted(k),
+                args,
+            },
+            watch: Script {
+                file: "lock_watch.lua",
+                keys: scripted(k),
+                args: watch,
+            },
+            alone: Some(Alone {
+                holder: lock_key(k),
+                release_arg: p::lock::RELEASE_FENCE,
+                extend_arg: p::lock::EXTEND_FENCE,
+            }),
+        })
     }
 
     fn names(&self, mode: Names) -> u8 {
@@ -285,9 +347,13 @@ impl Primitive for MultiLock {
                 Some(Value::Str(v)) => v.clone(),
                 _ => Vec::new(),
             };
-            for &&(i, _, t) in &of {
+            for &&(i, _, t, fence) in &of {
                 let tok = token(i, t);
-                if !(v.starts_with(&tok) && v.get(tok.len()) == Some(&b'#')) {
+                // A grant its pop alone took is its hold until its first
+                // renewal claims it (lua/queue.lua `held_by`).
+                let popped = fence > 0 && v == format!("rl:grant#{fence}").into_bytes();
+                let named = v.starts_with(&tok) && v.get(tok.len()) == Some(&b'#');
+                if !(popped || named) {
                     return Err(format!(
                         "c{i} believes it holds name {k} but the server has {:?}",
                         String::from_utf8_lossy(&v)

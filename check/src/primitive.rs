@@ -18,21 +18,37 @@ pub struct Script {
 }
 
 /// How a waiter of a primitive that grants directly blocks on the server
-/// (`Node::grant_blocking` with a script behind the pop): it pops from
-/// `open` into `own`, and `grant` runs right behind the pop; the renewal
-/// thread's looks for it run `watch`.
+/// (`Node::grant_blocking`): it pops from `open` into `own`, and `grant`
+/// runs right behind the pop, or, where the pop alone is the grant
+/// (`alone`: the lock), only after a pop that took none, in a round trip
+/// of its own; the renewal thread's looks for it run `watch`.
 pub struct Direct {
     pub open: Vec<u8>,
     pub own: Vec<u8>,
     /// The acquire script of a waiter that blocks (`'block'`), with
-    /// `'popped'` when it is sent behind a pop.
+    /// `'popped'` when it is sent behind a pop (or after one).
     pub grant: Script,
     /// The look for this blocked waiter (lua/sem_watch.lua with its member).
     pub watch: Script,
+    /// The pop alone is the grant (the library's `PopAlone`).
+    pub alone: Option<Alone>,
 }
 
-/// A holder as the checks see it: client, what it holds, its token.
-pub type Holder<M> = (usize, M, u8);
+/// A waiter whose pop alone is the grant (the library's `PopAlone`): behind
+/// the pop go only the reads `protocol::popped::behind_pop` makes of the
+/// holder key, which say whether the popped fence is the open grant
+/// (`pop_took_grant`). The hold puts its fence in its release's and its
+/// renewals' arguments, at these places (a grant its pop took is its hold
+/// until its first renewal claims it).
+pub struct Alone {
+    pub holder: Vec<u8>,
+    pub release_arg: usize,
+    pub extend_arg: usize,
+}
+
+/// A holder as the checks see it: client, what it holds, its token, its
+/// fence (0: none).
+pub type Holder<M> = (usize, M, u8, i64);
 
 /// Where a waiter is served in arrival order: its name's queue and holder
 /// keys, and its token as the server names it (see
@@ -102,7 +118,10 @@ pub trait Primitive: Sized {
         leave: bool,
     ) -> Script;
     /// The renewal thread's renewal to `lease_ms` (replies 1 when renewed);
-    /// `exact`: the guard's `extend`, which may shorten it.
+    /// `exact`: the guard's `extend`, which may shorten it; `claiming`: of
+    /// a hold whose pop alone may have taken its grant, in the form that
+    /// claims it ([`Alone`]; the hold's fence is put in after).
+    #[allow(clippy::too_many_arguments)]
     fn extend(
         &self,
         m: &WaitModel<Self>,
@@ -111,6 +130,7 @@ pub trait Primitive: Sized {
         t: u8,
         lease_ms: i64,
         exact: bool,
+        claiming: bool,
     ) -> Script;
     /// The renewal thread's look at the name alone (`mode`: what its
     /// client asked of it).

@@ -157,7 +157,16 @@ impl Primitive for RwLock {
 
     /// The specs' `extend`: the reader's score, the writer's key
     /// (`Holding::extend` adds `exact`).
-    fn extend(&self, _: &RwModel, i: usize, mode: Rw, t: u8, lease: i64, exact: bool) -> Script {
+    fn extend(
+        &self,
+        _: &RwModel,
+        i: usize,
+        mode: Rw,
+        t: u8,
+        lease: i64,
+        exact: bool,
+        _: bool,
+    ) -> Script {
         let (file, keys, mut args) = match mode {
             Rw::Read => (
                 "zset_extend.lua",
@@ -236,6 +245,7 @@ impl Primitive for RwLock {
                 keys: scripted(),
                 args: watch,
             },
+            alone: None,
         })
     }
 
@@ -280,7 +290,7 @@ impl Primitive for RwLock {
             ));
         }
         let server_now = keys.now_ms();
-        for &(i, mode, t) in holders {
+        for &(i, mode, t, _) in holders {
             let tok = token(i, t);
             let known = match mode {
                 Rw::Write => match keys.keys.get(&key(":rw:w")).map(|e| &e.value) {

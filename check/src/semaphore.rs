@@ -154,6 +154,7 @@ impl Primitive for Semaphore {
                 args,
             },
             watch: self.watch_args(m, i, &me),
+            alone: None,
         })
     }
 
@@ -205,7 +206,16 @@ impl Primitive for Semaphore {
     }
 
     /// The permit's `extend` (`Semaphore`'s spec): lua/zset_extend.lua.
-    fn extend(&self, _: &SemModel, i: usize, k: u32, t: u8, lease: i64, exact: bool) -> Script {
+    fn extend(
+        &self,
+        _: &SemModel,
+        i: usize,
+        k: u32,
+        t: u8,
+        lease: i64,
+        exact: bool,
+        _: bool,
+    ) -> Script {
         let mut args = vec![member(i, t, k), b(lease)];
         if exact {
             args.push(b"exact".to_vec());
@@ -237,7 +247,7 @@ impl Primitive for Semaphore {
             ));
         }
         let server_now = keys.now_ms();
-        for &(i, k, t) in holders {
+        for &(i, k, t, _) in holders {
             let m = member(i, t, k);
             let held = match keys.keys.get(PERMITS).map(|e| &e.value) {
                 Some(Value::ZSet(z)) => z

@@ -896,3 +896,26 @@ fn a_write_hand_over_naming_no_reader_is_reported() {
     let v = found(&model, &files, 60).expect("reported");
     assert!(v.contains("liveness"), "{v}");
 }
+
+/// The blocking multi-lock's waiters (their pop alone the grant, claimed
+/// by the hold's first renewal): a claim that answers "extended" without
+/// writing the grant down leaves a holder the server does not know.
+#[test]
+fn a_claim_that_leaves_a_popped_grant_unwritten_is_reported() {
+    use redlease_check::configs::Checked;
+    let file = "lock_extend.lua";
+    let files = [(
+        file,
+        mutated(
+            file,
+            "if held == 'popped' then\nqueue_claim(",
+            "if held == 'popped' then\nreturn 1\nend\nif false then\nqueue_claim(",
+        ),
+    )];
+    let Checked::MultiLock(mut model) = configured("blocking for both names") else {
+        panic!("not a multi-lock model");
+    };
+    model.faults = Faults::only(0, &[]);
+    let v = found(&model, &files, 40).expect("reported");
+    assert!(v.contains("believes it holds"), "{v}");
+}

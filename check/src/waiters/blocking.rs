@@ -5,9 +5,10 @@
 use redlease::__protocol as p;
 
 use super::{Kind, Main, State, WaitModel};
+use crate::keyspace::Reply;
 use crate::looks::watch_waiter;
-use crate::parties::{ms, At, Life, Outcome};
-use crate::primitive::{Direct, Primitive};
+use crate::parties::{int, ms, At, Life, Outcome};
+use crate::primitive::{Direct, Primitive, Script};
 use crate::server::Server;
 
 impl<P: Primitive> WaitModel<P> {
@@ -55,6 +56,35 @@ impl<P: Primitive> WaitModel<P> {
     pub(super) fn direct_of(&self, s: &State, i: usize, t: u8, popped: bool) -> Option<Direct> {
         let mode = self.at(i, s.clients[i].name);
         self.prim.direct(self, i, mode, t, popped)
+    }
+
+    /// `run` (thread `i`'s release, `release`, or renewal of its hold of
+    /// name `name` with token `t`) with the hold's `fence` put in where
+    /// the hold of a waiter whose pop alone is the grant puts it (the
+    /// library's `PopAlone::release_arg`, `extend_arg`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fenced(
+        &self,
+        s: &State,
+        i: usize,
+        name: u8,
+        t: u8,
+        mut run: Script,
+        fence: i64,
+        release: bool,
+    ) -> Script {
+        let alone = self
+            .grants_directly(s, i)
+            .then(|| self.prim.direct(self, i, self.at(i, name), t, false))
+            .flatten()
+            .and_then(|d| d.alone);
+        if let Some(a) = alone.filter(|_| fence > 0) {
+            let at = if release { a.release_arg } else { a.extend_arg };
+            if let Some(arg) = run.args.get_mut(at) {
+                *arg = crate::parties::b(fence);
+            }
+        }
+        run
     }
 
     /// Blocks in the pop (served at once if the open list has an offer),
@@ -143,12 +173,18 @@ impl<P: Primitive> WaitModel<P> {
             return;
         };
         let mut took = false;
+        let mut taken = None;
         if pop {
             let moved = s.keys.lmove(&d.open, &d.own);
-            took = matches!(moved, Ok(crate::keyspace::Reply::Bulk(_)));
+            if let Ok(Reply::Bulk(f)) = &moved {
+                (took, taken) = (true, Some(f.clone()));
+            }
             if let Some(log) = log {
                 log.push(format!("c{i}'s BLMOVE served: {moved:?}"));
             }
+        }
+        if let Some(alone) = &d.alone {
+            return self.popped_alone(s, i, t, at, clock, taken, &d.own, &alone.holder, log);
         }
         // The server's clock behind the pop, before the script: the grant
         // the script makes starts no sooner than the block's sending plus
@@ -163,6 +199,7 @@ impl<P: Primitive> WaitModel<P> {
             kind: Kind::Popped {
                 short: took.then_some(from),
                 served: self.if_jumps(s.now),
+                left: ms(p::POPPED_LEASE),
             },
             token: t,
             at,
@@ -176,17 +213,100 @@ impl<P: Primitive> WaitModel<P> {
     }
 }
 
+impl<P: Primitive> WaitModel<P> {
+    /// Whether thread `i`'s hold of name `k` (token `t`) is one whose pop
+    /// alone may be the grant: its server grants directly, and the
+    /// primitive's waiters pop their grant (`Alone`).
+    pub(super) fn pops_alone(&self, s: &State, i: usize, k: u8, t: u8) -> bool {
+        self.grants_directly(s, i)
+            && self
+                .prim
+                .direct(self, i, self.at(i, k), t, false)
+                .is_some_and(|d| d.alone.is_some())
+    }
+
+    /// A served pop whose taking alone is the grant (a lock's,
+    /// `Node::grant_blocking` with `Pop::holder`): behind it only the
+    /// reads `protocol::popped::behind_pop` makes, in the same step; they
+    /// say whether the popped fence is the open grant and how long it has
+    /// left (`pop_took_grant`), its first hold dated as a script's behind
+    /// a pop is. A pop that took no grant (it timed out, or the fence was
+    /// not the grant's) is followed by the script on its own, in a round
+    /// trip of its own (`Node::after_pop`: the short first lease from
+    /// that sending), sent once the client reads the pop's reply.
+    #[allow(clippy::too_many_arguments)]
+    fn popped_alone(
+        &self,
+        s: &mut State,
+        i: usize,
+        t: u8,
+        at: i64,
+        clock: Option<i64>,
+        taken: Option<Vec<u8>>,
+        own: &[u8],
+        holder: &[u8],
+        log: &mut Option<Vec<String>>,
+    ) {
+        let from = crate::parties::served_from(clock, crate::parties::server_clock(&s.keys), at);
+        let mut none = Vec::new();
+        let replies: Vec<Reply> = p::behind_pop(own, holder, None)
+            .iter()
+            .map(|words| {
+                let words: Vec<Vec<u8>> = words.iter().map(|w| w.to_vec()).collect();
+                s.keys.run(&words, &mut none)
+            })
+            .collect();
+        let ttl = replies.get(1).and_then(int).unwrap_or(-2);
+        let value = match replies.get(2) {
+            Some(Reply::Bulk(v)) => Some(v.clone()),
+            _ => None,
+        };
+        let granted = p::pop_took_grant(taken.as_deref(), Some(ttl), value.as_deref(), false);
+        if let Some(log) = log {
+            log.push(format!(
+                "c{i}'s pipeline behind its pop: PTTL {ttl}; GET {:?}; the grant: {granted:?}",
+                value.as_deref().map(String::from_utf8_lossy)
+            ));
+        }
+        let now = s.now;
+        match granted {
+            Some((fence, left)) => {
+                s.clients[i].main = Main::Call {
+                    kind: Kind::Popped {
+                        short: Some(from),
+                        served: self.if_jumps(now),
+                        left: ms(left),
+                    },
+                    token: t,
+                    at,
+                    out: Outcome::Ran(Reply::Int(fence)),
+                    late: false,
+                };
+            }
+            None => {
+                let kind = Kind::Popped {
+                    short: Some(now),
+                    served: self.if_jumps(now),
+                    left: ms(p::POPPED_LEASE),
+                };
+                self.call(s, i, kind, t);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use redlease::__protocol as p;
 
     /// The models send a waiter's granting script where the library does
     /// (`Node::grant_blocking`): behind the pop, in the serve's step, for
-    /// the waiter model's primitives (semaphores, writers: their pop alone
-    /// is no grant, [`super::WaitModel::popped`]); after it, as a call of
-    /// its own (`CallKind::AfterPop`) only when the pop alone took no
-    /// grant, for the lock model's (`LockModel::popped`). Fails when the
-    /// library's rule changes, so the models are changed with it.
+    /// the waiter model's semaphores and writers (their pop alone is no
+    /// grant, [`super::WaitModel::popped`]); after it, as a call of its
+    /// own only when the pop alone took no grant, for the lock
+    /// (`LockModel::popped`'s `CallKind::AfterPop`, and the waiter model's
+    /// multi-lock, `popped_alone`). Fails when the library's rule changes,
+    /// so the models are changed with it.
     #[test]
     fn the_models_send_the_script_where_the_library_does() {
         assert!(p::script_behind_pop(false), "the waiter model's shape");

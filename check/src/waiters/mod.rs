@@ -163,9 +163,13 @@ enum Kind {
     /// The acquire script, for the current name, of a waiter that waits
     /// for messages (or a try).
     Grant { queue: bool },
-    /// The release of the hold of `name`; then those of `left` (name,
-    /// token), one after another.
-    Release { name: u8, left: Vec<(u8, u8)> },
+    /// The release of the hold of `name` (its fence `fence`); then those
+    /// of `left` (name, token, fence), one after another.
+    Release {
+        name: u8,
+        fence: i64,
+        left: Vec<(u8, u8, i64)>,
+    },
     /// The release with `'leave'`: a waiter gives up.
     Leave,
     /// The acquire script behind a blocking pop (or on its own after a
@@ -181,8 +185,14 @@ enum Kind {
     /// server's clock's difference less the drift, capped at the reply's
     /// reading when the reply is read (`parties::dated`); `served`: when
     /// the pop was served (kept only where the server's clock may jump,
-    /// for `Hold::slack`; else 0).
-    Popped { short: Option<i64>, served: i64 },
+    /// for `Hold::slack`; else 0). `left`: the first lease of a grant
+    /// taken so (`POPPED_LEASE`, or where the pop alone took the grant,
+    /// the time the grant had left: `pop_took_grant`).
+    Popped {
+        short: Option<i64>,
+        served: i64,
+        left: i64,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -223,6 +233,9 @@ struct Hold {
     /// Which of the acquisition's names.
     name: u8,
     token: u8,
+    /// Its fence (0: none), which a waiter whose pop alone is the grant
+    /// puts in its release and renewals (`Alone`).
+    fence: i64,
     valid_until: i64,
     renew_due: i64,
     /// How long before `valid_until` the server may let the lease go

@@ -289,12 +289,15 @@ impl<P: Primitive> Model for WaitModel<P> {
                     }
                     WaitOp::Release => {
                         // Every name, one after another.
-                        let holds: Vec<(u8, u8)> =
-                            c.holds.drain(..).map(|h| (h.name, h.token)).collect();
+                        let holds: Vec<(u8, u8, i64)> = c
+                            .holds
+                            .drain(..)
+                            .map(|h| (h.name, h.token, h.fence))
+                            .collect();
                         match holds.split_first() {
-                            Some((&(name, t), rest)) => {
+                            Some((&(name, t, fence), rest)) => {
                                 let left = rest.to_vec();
-                                self.call(&mut s, i, Kind::Release { name, left }, t);
+                                self.call(&mut s, i, Kind::Release { name, fence, left }, t);
                             }
                             None => c.pc += 1,
                         }
@@ -335,8 +338,9 @@ impl<P: Primitive> Model for WaitModel<P> {
                     Kind::Grant { queue: true } if self.blocks_now(&s, i, at) => direct(false)?,
                     Kind::Grant { queue } => self.prim.acquire(self, i, mode, t, *queue),
                     Kind::Popped { .. } => direct(true)?,
-                    Kind::Release { name, .. } => {
-                        self.prim.release(self, i, self.at(i, *name), t, false)
+                    Kind::Release { name, fence, .. } => {
+                        let run = self.prim.release(self, i, self.at(i, *name), t, false);
+                        self.fenced(&s, i, *name, t, run, *fence, true)
                     }
                     Kind::Leave => self.prim.release(self, i, mode, t, true),
                 };
@@ -415,9 +419,16 @@ impl<P: Primitive> Model for WaitModel<P> {
                 else {
                     return Err("renew without a hold due".into());
                 };
-                let run =
-                    self.prim
-                        .extend(self, i, self.at(i, h.name), h.token, self.lease_ms, false);
+                let run = self.prim.extend(
+                    self,
+                    i,
+                    self.at(i, h.name),
+                    h.token,
+                    self.lease_ms,
+                    false,
+                    h.fence > 0,
+                );
+                let run = self.fenced(&s, i, h.name, h.token, run, h.fence, false);
                 let reply = self.eval(server, &mut s, run, log);
                 let c = &mut s.clients[i];
                 let times = (now, now, h.valid_until);
@@ -545,6 +556,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                     Kind::Popped {
                         short: Some(now),
                         served: self.if_jumps(now),
+                        left: ms(p::POPPED_LEASE),
                     },
                     token,
                 );
@@ -627,7 +639,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                 let excused = |h: &&Hold| s.now + h.slack > h.valid_until;
                 holds
                     .filter(move |h| !excused(h))
-                    .map(move |h| (i, self.at(i, h.name), h.token))
+                    .map(move |h| (i, self.at(i, h.name), h.token, h.fence))
             })
             .collect();
         self.prim.holders(&s.keys, &holders)?;

@@ -8,7 +8,7 @@ use redlease::__protocol as p;
 use super::{Hold, Kind, Main, State, Subscriber, WaitModel};
 use crate::keyspace::Reply;
 use crate::looks::Look;
-use crate::parties::{busy, client_id, heard, int, ms, Outcome};
+use crate::parties::{busy, client_id, heard, int, Outcome};
 use crate::primitive::{Primitive, Script};
 use crate::server::Server;
 
@@ -179,6 +179,11 @@ impl<P: Primitive> WaitModel<P> {
 
     /// A hold of name `k` granted with `fence` (0: none).
     #[allow(clippy::too_many_arguments)]
+    /// `kept`: the hold's fence is kept, for its release and renewals
+    /// (`Alone`), where the acquisition waited and its pop alone may be
+    /// the grant (the library's waiting spec; a try's or a multi-lock's
+    /// all-at-once hold has no `Direct`).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn hold(
         &self,
         s: &mut State,
@@ -188,6 +193,7 @@ impl<P: Primitive> WaitModel<P> {
         fence: i64,
         at: i64,
         first: Option<i64>,
+        kept: bool,
     ) -> Result<(), String> {
         let n = self.prim.name_of(self.at(i, k));
         if fence > 0 {
@@ -211,9 +217,15 @@ impl<P: Primitive> WaitModel<P> {
         let from = if self.lease_from_reply { s.now } else { at };
         let lease = first.unwrap_or(self.lease_ms);
         let slack = self.slack_since(s, from);
+        let fence = if kept && self.pops_alone(s, i, k, t) {
+            fence
+        } else {
+            0
+        };
         s.clients[i].holds.push(Hold {
             name: k,
             token: t,
+            fence,
             valid_until: from + lease - 1,
             slack,
             renew_due: if self.watchdog {
@@ -228,6 +240,7 @@ impl<P: Primitive> WaitModel<P> {
     /// The current name granted: the acquisition goes on to the next
     /// name (a multi-lock's next `acquire_until`, with the same deadline
     /// and a new token), or ends.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new_hold(
         &self,
         s: &mut State,
@@ -236,9 +249,10 @@ impl<P: Primitive> WaitModel<P> {
         fence: i64,
         at: i64,
         first: Option<i64>,
+        kept: bool,
     ) -> Result<(), String> {
         let k = s.clients[i].name;
-        self.hold(s, i, k, t, fence, at, first)?;
+        self.hold(s, i, k, t, fence, at, first, kept)?;
         if k + 1 < self.prim.names(self.mode(i)) {
             let c = &mut s.clients[i];
             c.name = k + 1;
@@ -300,7 +314,7 @@ impl<P: Primitive> WaitModel<P> {
             Kind::All => match reply {
                 Some(Reply::Array(fences)) => {
                     for (k, f) in fences.iter().enumerate() {
-                        self.hold(s, i, k as u8, t, int(f).unwrap_or(0), at, None)?;
+                        self.hold(s, i, k as u8, t, int(f).unwrap_or(0), at, None, false)?;
                     }
                     let c = &mut s.clients[i];
                     c.main = Main::Idle;
@@ -328,7 +342,7 @@ impl<P: Primitive> WaitModel<P> {
             Kind::Grant { queue } => match reply {
                 Some(Reply::Int(fence)) => {
                     self.finish(server, s, i, log);
-                    self.new_hold(s, i, t, fence, at, None)?;
+                    self.new_hold(s, i, t, fence, at, None, queue)?;
                 }
                 Some(r) if !queue => {
                     busy(&r).ok_or_else(|| format!("c{i}: unexpected reply {}", r.show()))?;
@@ -372,7 +386,11 @@ impl<P: Primitive> WaitModel<P> {
                 }
                 None => self.retire(server, s, i, t, log),
             },
-            Kind::Popped { short, served } => match reply {
+            Kind::Popped {
+                short,
+                served,
+                left: popped_left,
+            } => match reply {
                 Some(Reply::Int(fence)) => {
                     self.finish(server, s, i, log);
                     // Behind a pop that timed out: a grant like any
@@ -381,14 +399,16 @@ impl<P: Primitive> WaitModel<P> {
                     // (`Acquisition::step`).
                     let (from, left) = match short {
                         // The cap at the reply's reading (`dated`).
-                        Some(from) if self.uncapped_dating => (from, ms(p::POPPED_LEASE)),
-                        Some(from) => (crate::parties::dated(from, now), ms(p::POPPED_LEASE)),
+                        Some(from) if self.uncapped_dating => (from, popped_left),
+                        Some(from) => (crate::parties::dated(from, now), popped_left),
                         None if now - at >= self.lease_ms / 3 => (at, self.lease_ms),
-                        None => return self.new_hold(s, i, t, fence, at, None),
+                        None => return self.new_hold(s, i, t, fence, at, None, true),
                     };
                     // `taken_by_pop`: its first lease is the popped one
-                    // (`POPPED_LEASE`), from `from`; after a long block one
-                    // extension sets the full lease first.
+                    // (`POPPED_LEASE`, or the time the grant a pop alone
+                    // took had left), from `from`; after a long block one
+                    // extension (claiming it, where the pop alone took it)
+                    // sets the full lease first.
                     let (first, claim_now) = crate::parties::popped_hold(
                         self.lease_ms - 1,
                         left,
@@ -411,14 +431,19 @@ impl<P: Primitive> WaitModel<P> {
                         }
                     };
                     if !claim_now {
-                        self.new_hold(s, i, t, fence, from, Some(first))?;
+                        self.new_hold(s, i, t, fence, from, Some(first), true)?;
                         popped(s);
                     } else {
-                        let run = self.prim.extend(self, i, mode, t, self.lease_ms, false);
+                        let name = s.clients[i].name;
+                        let claiming = self.pops_alone(s, i, name, t);
+                        let run =
+                            self.prim
+                                .extend(self, i, mode, t, self.lease_ms, false, claiming);
+                        let run = self.fenced(s, i, name, t, run, fence, false);
                         match int(&self.eval(server, s, run, log)) {
-                            Some(1) => self.new_hold(s, i, t, fence, now, None)?,
+                            Some(1) => self.new_hold(s, i, t, fence, now, None, true)?,
                             _ => {
-                                self.new_hold(s, i, t, fence, from, Some(first))?;
+                                self.new_hold(s, i, t, fence, from, Some(first), true)?;
                                 popped(s);
                             }
                         }
@@ -442,7 +467,7 @@ impl<P: Primitive> WaitModel<P> {
                 }
                 None => self.retire(server, s, i, t, log),
             },
-            Kind::Release { name, left } => {
+            Kind::Release { name, left, .. } => {
                 if matches!(reply.as_ref().and_then(int), Some(1 | 2)) {
                     // The client's own waiters of that name are woken
                     // directly.
@@ -455,9 +480,9 @@ impl<P: Primitive> WaitModel<P> {
                     s.clients[i].looks.push(look);
                 }
                 match left.split_first() {
-                    Some((&(name, t), rest)) => {
+                    Some((&(name, t, fence), rest)) => {
                         let left = rest.to_vec();
-                        self.call(s, i, Kind::Release { name, left }, t);
+                        self.call(s, i, Kind::Release { name, fence, left }, t);
                     }
                     None => {
                         let c = &mut s.clients[i];
@@ -488,8 +513,14 @@ impl<P: Primitive> WaitModel<P> {
         lease: i64,
         log: &mut Option<Vec<String>>,
     ) {
-        let name = s.clients[i].holds.first().map_or(0, |h| h.name);
-        let run = self.prim.extend(self, i, self.at(i, name), t, lease, true);
+        let (name, fence) = s.clients[i]
+            .holds
+            .first()
+            .map_or((0, 0), |h| (h.name, h.fence));
+        let run = self
+            .prim
+            .extend(self, i, self.at(i, name), t, lease, true, fence > 0);
+        let run = self.fenced(s, i, name, t, run, fence, false);
         let reply = self.eval(server, s, run, log);
         let now = s.now;
         let c = &mut s.clients[i];
