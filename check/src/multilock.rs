@@ -1,6 +1,9 @@
 //! The multi-lock (and the plain lock it is made of) as separate clients
-//! use it, each waiting for messages (`waiters/`: the clients, as the
-//! library's waiting loop decides them). A multi-lock's acquisition tries
+//! use it (`waiters/`: the clients, as the library's waiting loop decides
+//! them), each name's waiter waiting for messages, or, where the server
+//! grants directly (`WaitModel::direct`), blocking on the name's open
+//! list, its pop alone the grant (`Primitive::direct`'s `Alone`, claimed
+//! by the hold's first renewal). A multi-lock's acquisition tries
 //! every name at once first (lua/lock_acquire_all.lua, one token, never
 //! queueing; an undecided outcome released name by name), then takes its
 //! names one after another in their canonical order, each an acquisition
@@ -225,9 +228,10 @@ impl Primitive for MultiLock {
         false
     }
 
-    /// `Lock`'s spec for a waiter that blocks (a plain lock's: a fair
-    /// one's pop also asks whether a waiter keeps its turn, not modelled
-    /// here): its pop from the name's open list into its own is the grant
+    /// `Lock`'s spec for a waiter that blocks (a plain lock's, as a
+    /// multi-lock's names are; a fair one's pop also asks whether a waiter
+    /// keeps its turn, which the lock model has): its pop from the name's
+    /// open list into its own is the grant
     /// (`Alone`); behind a pop that took none goes lua/lock_acquire.lua
     /// with `'popped'`; the renewal thread's look for it is
     /// lua/lock_watch.lua with its token.
