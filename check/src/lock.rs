@@ -482,20 +482,9 @@ impl LockModel {
         // its turn waiting for messages (`Pop::turns`): then the pop alone
         // is no grant, and the script behind decides (as if the lock's
         // value had not been read).
-        let mut none = Vec::new();
-        let replies: Vec<Reply> = p::behind_pop(&mine, &lock, self.fair.then_some(&turns[..]))
-            .iter()
-            .map(|words| {
-                let words: Vec<Vec<u8>> = words.iter().map(|w| w.to_vec()).collect();
-                s.keys.run(&words, &mut none)
-            })
-            .collect();
-        let ttl = replies.get(1).and_then(int).unwrap_or(-2);
-        let mut value = match replies.get(2) {
-            Some(Reply::Bulk(v)) => Some(v.clone()),
-            _ => None,
-        };
-        let in_turn = replies.get(3).and_then(int).is_some_and(|n| n > 0);
+        let turns = self.fair.then_some(&turns[..]);
+        let (ttl, mut value, in_turn) =
+            crate::parties::behind_pop(&mut s.keys, &mine, &lock, turns);
         let took = p::pop_took_grant(popped.as_deref(), Some(ttl), value.as_deref(), in_turn);
         Self::log(log, || {
             format!(

@@ -115,6 +115,43 @@ fn announce(pid: usize, k: u8) -> p::lock::Announce<'static> {
 }
 
 impl MultiLock {
+    /// lua/lock_acquire.lua for client `i`'s token `t` on `mode`'s name,
+    /// made by the library's `AcquireArgs` (`queue_ttl`, `waits`: as
+    /// `Lock`'s spec makes them for a waiter that waits for messages, or
+    /// one that blocks).
+    fn acquire_script(
+        &self,
+        m: &MultiModel,
+        i: usize,
+        mode: Names,
+        t: u8,
+        queue_ttl: Duration,
+        waits: p::lock::Waits,
+    ) -> Script {
+        let k = mode.at;
+        let (tok, lease, prefix, announce) = (
+            token(i, t),
+            b(m.lease_ms),
+            key(k, ":grant:"),
+            announce(m.pid(i), k),
+        );
+        let args = p::lock::AcquireArgs {
+            token: &tok,
+            lease_ms: &lease,
+            queue_ttl,
+            grant_prefix: &prefix,
+            claim: p::GRANT_CLAIM,
+            announce: &announce,
+            waits,
+        }
+        .parts();
+        Script {
+            file: "lock_acquire.lua",
+            keys: scripted(k),
+            args,
+        }
+    }
+
     fn release_args(&self, m: &MultiModel, i: usize, k: u8, t: u8, leave: bool) -> Vec<Vec<u8>> {
         let (tok, prefix, announce) = (token(i, t), key(k, ":grant:"), announce(m.pid(i), k));
         p::lock::ReleaseArgs {
@@ -137,33 +174,13 @@ impl Primitive for MultiLock {
     /// `Lock`'s spec for a waiter that waits for messages (its queue entry
     /// lives as a message waiter's registration).
     fn acquire(&self, m: &MultiModel, i: usize, mode: Names, t: u8, queue: bool) -> Script {
-        let k = mode.at;
-        let (tok, lease, prefix, announce) = (
-            token(i, t),
-            b(m.lease_ms),
-            key(k, ":grant:"),
-            announce(m.pid(i), k),
-        );
         let entry = if queue { m.entry_ms(false) as u64 } else { 0 };
-        let args = p::lock::AcquireArgs {
-            token: &tok,
-            lease_ms: &lease,
-            queue_ttl: Duration::from_millis(entry),
-            grant_prefix: &prefix,
-            claim: p::GRANT_CLAIM,
-            announce: &announce,
-            waits: if mode.fair {
-                p::lock::Waits::FairMessages
-            } else {
-                p::lock::Waits::Messages
-            },
-        }
-        .parts();
-        Script {
-            file: "lock_acquire.lua",
-            keys: scripted(k),
-            args,
-        }
+        let waits = if mode.fair {
+            p::lock::Waits::FairMessages
+        } else {
+            p::lock::Waits::Messages
+        };
+        self.acquire_script(m, i, mode, t, Duration::from_millis(entry), waits)
     }
 
     fn release(&self, m: &MultiModel, i: usize, mode: Names, t: u8, leave: bool) -> Script {
@@ -240,25 +257,11 @@ impl Primitive for MultiLock {
             return None;
         }
         let k = mode.at;
-        let (tok, lease, prefix, announce) = (
-            token(i, t),
-            b(m.lease_ms),
-            key(k, ":grant:"),
-            announce(m.pid(i), k),
-        );
-        let mut args = p::lock::AcquireArgs {
-            token: &tok,
-            lease_ms: &lease,
-            queue_ttl: p::ROOM_ENTRY,
-            grant_prefix: &prefix,
-            claim: p::GRANT_CLAIM,
-            announce: &announce,
-            waits: p::lock::Waits::Blocking,
-        }
-        .parts();
+        let mut grant = self.acquire_script(m, i, mode, t, p::ROOM_ENTRY, p::lock::Waits::Blocking);
         if popped {
-            args.push(b"popped".to_vec());
+            grant.args.push(b"popped".to_vec());
         }
+        let (tok, prefix, announce) = (token(i, t), key(k, ":grant:"), announce(m.pid(i), k));
         let watch = p::lock::WatchArgs {
             waiter: &tok,
             entry: p::ROOM_ENTRY,
@@ -269,12 +272,8 @@ impl Primitive for MultiLock {
         .parts();
         Some(Direct {
             open: key(k, ":grant:open"),
-            own: [prefix.clone(), tok.clone()].concat(),
-            grant: Script {
-                file: "lock_acquire.lua",
-                keys: scripted(k),
-                args,
-            },
+            own: [prefix, tok].concat(),
+            grant,
             watch: Script {
                 file: "lock_watch.lua",
                 keys: scripted(k),

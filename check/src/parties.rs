@@ -316,6 +316,33 @@ pub(crate) fn time_may_pass(urgent: bool, next: Option<i64>, horizon_ms: i64) ->
     !urgent && next.is_some_and(|t| t <= horizon_ms)
 }
 
+/// What a lock waiter's pipeline reads behind its pop
+/// (`protocol::popped::behind_pop`, run on `keys` in the pop's step): the
+/// holder's `PTTL` (-2: none), its value, and whether a waiter keeps its
+/// turn (`turns` asked: a fair lock's).
+pub(crate) fn behind_pop(
+    keys: &mut crate::keyspace::Keyspace,
+    own: &[u8],
+    holder: &[u8],
+    turns: Option<&[u8]>,
+) -> (i64, Option<Vec<u8>>, bool) {
+    let mut none = Vec::new();
+    let replies: Vec<Reply> = p::behind_pop(own, holder, turns)
+        .iter()
+        .map(|words| {
+            let words: Vec<Vec<u8>> = words.iter().map(|w| w.to_vec()).collect();
+            keys.run(&words, &mut none)
+        })
+        .collect();
+    let ttl = replies.get(1).and_then(int).unwrap_or(-2);
+    let value = match replies.get(2) {
+        Some(Reply::Bulk(v)) => Some(v.clone()),
+        _ => None,
+    };
+    let in_turn = replies.get(3).and_then(int).is_some_and(|n| n > 0);
+    (ttl, value, in_turn)
+}
+
 pub(crate) fn b(s: impl ToString) -> Vec<u8> {
     s.to_string().into_bytes()
 }

@@ -7,7 +7,7 @@ use redlease::__protocol as p;
 use super::{Kind, Main, State, WaitModel};
 use crate::keyspace::Reply;
 use crate::looks::watch_waiter;
-use crate::parties::{int, ms, At, Life, Outcome};
+use crate::parties::{ms, At, Life, Outcome};
 use crate::primitive::{Direct, Primitive, Script};
 use crate::server::Server;
 
@@ -248,19 +248,7 @@ impl<P: Primitive> WaitModel<P> {
         log: &mut Option<Vec<String>>,
     ) {
         let from = crate::parties::served_from(clock, crate::parties::server_clock(&s.keys), at);
-        let mut none = Vec::new();
-        let replies: Vec<Reply> = p::behind_pop(own, holder, None)
-            .iter()
-            .map(|words| {
-                let words: Vec<Vec<u8>> = words.iter().map(|w| w.to_vec()).collect();
-                s.keys.run(&words, &mut none)
-            })
-            .collect();
-        let ttl = replies.get(1).and_then(int).unwrap_or(-2);
-        let value = match replies.get(2) {
-            Some(Reply::Bulk(v)) => Some(v.clone()),
-            _ => None,
-        };
+        let (ttl, value, _) = crate::parties::behind_pop(&mut s.keys, own, holder, None);
         let granted = p::pop_took_grant(taken.as_deref(), Some(ttl), value.as_deref(), false);
         if let Some(log) = log {
             log.push(format!(
