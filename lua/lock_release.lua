@@ -50,7 +50,8 @@ local function release(k, a)
     queue_leave(q, qt, prefix, token, false)
     took = redis.pcall('LPOP', prefix .. token)
     if type(took) == 'table' then
-      took = false -- an ACL without LPOP: the pop was refused too
+      -- An ACL without LPOP: the pop was refused too.
+      took = false
     end
     redis.call('DEL', prefix .. token)
     -- A grant kept for this waiter (it waited for messages, queue.lua

@@ -163,7 +163,8 @@ end
 local function hand_on_watchers(q, prefix)
   local found, oldest = {}, redis.call('ZRANGE', q, 0, 4)
   if #oldest < 2 then
-    return found -- one waiter: the taker (publish.lua name_watchers_spaced)
+    -- One waiter: the taker (publish.lua name_watchers_spaced).
+    return found
   end
   for _, t in ipairs(oldest) do
     if redis.call('EXISTS', prefix .. t) == 0 then

@@ -202,12 +202,18 @@ fn mentions(code: &str, name: &str) -> bool {
         .any(|(at, _)| !code[..at].ends_with(word) && !code[at + name.len()..].starts_with(word))
 }
 
-/// `code` without whole-line comments, indentation and blank lines. Safe
-/// because no script has a long string or block comment (`[[`, checked by
-/// the tests below), so every line that starts with `--` is a comment.
+/// `code` without comments, indentation and blank lines. Safe because no
+/// script has a long string or block comment (`[[`, checked by the tests
+/// below), so every line that starts with `--` is a comment, and so is a
+/// line's ` --` with no quote before it (it cannot be inside a string);
+/// a trailing comment after a string is kept.
 fn compact(code: &str) -> String {
     let mut out = String::with_capacity(code.len() / 2);
     for line in code.lines().map(str::trim) {
+        let line = match line.find(" --") {
+            Some(at) if !line[..at].contains(['\'', '"']) => line[..at].trim_end(),
+            _ => line,
+        };
         if !line.is_empty() && !line.starts_with("--") {
             out.push_str(line);
             out.push('\n');
@@ -570,6 +576,12 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn compacting_drops_comments_but_never_a_string() {
+        let code = "  -- a line\nx = 1 -- why\ny = 'a -- b' -- kept\n\nz = x - -y\n";
+        assert_eq!(compact(code), "x = 1\ny = 'a -- b' -- kept\nz = x - -y\n");
     }
 
     #[test]
