@@ -1,12 +1,14 @@
 -- Extend an exclusive lease if, and only if, the caller still owns it; for
--- a lock whose waiters block, also claim a grant the caller's pop took
--- (queue.lua held_by): the new holder's first renewal, off the handoff.
+-- a lock (or a read-write lock's write hold) whose waiters block, also
+-- claim a grant the caller's pop took (queue.lua held_by): the new
+-- holder's first renewal, off the handoff.
 -- Uses     queue.lua
--- KEYS[1]  lock key ("<owner token>#<fence>")
--- KEYS[2]  waiter queue, KEYS[3] its deadlines (queue.lua; with ARGV[2])
+-- KEYS[1]  lock key, or writer key ("<owner token>#<fence>")
+-- KEYS[2]  waiter (writer) queue, KEYS[3] its deadlines (queue.lua; with
+--          ARGV[2])
 -- ARGV[1]  owner token
--- ARGV[2]  grant prefix (queue.lua), or '': nothing to claim (a write
---          hold, a lock on Redlock)
+-- ARGV[2]  grant prefix (queue.lua), or '': nothing to claim (a hold no
+--          pop can take: a try's, a lock on Redlock)
 -- ARGV[3]  the blocked waiters' queue entry lifetime in milliseconds
 --          (queue.lua queue_taken; with ARGV[2])
 -- ARGV[4]  the hold's fence, or '': a grant the owner's pop took, not

@@ -19,6 +19,8 @@
 -- ARGV[6]  claim window of a hand-over or a probe, in milliseconds
 -- ARGV[7]  wake-up channel, ARGV[8] wake-up message: for a hand-over made
 --          from here
+-- ARGV[9]  the fence of that write hold, or '': one its pop took, not
+--          claimed yet, is the caller's too (queue.lua held_by)
 -- Returns  0 (an integer: no fence) acquired (again when the same token
 --          asks again: a retry after a lost reply re-grants, it never adds
 --          a second hold);
@@ -76,7 +78,7 @@ end
 if redis.call('ZSCORE', readers, ARGV[1]) then
   return enter()
 end
-if holder and string.match(holder, '^[^#]*') ~= ARGV[3] then
+if holder and not held_by(holder, ARGV[3], ARGV[9]) then
   return wait(redis.call('PTTL', writer))
 end
 -- (ZCARD: a writer queue holding foreign data is an error, not a writer.)

@@ -20,6 +20,8 @@
 --          a write hold it took just as it gave up is then released like
 --          a holder's; a hand-over made as it gave up, with no writer left
 --          to take it, is withdrawn.
+-- ARGV[7]  the hold's fence, or '': a write hold the writer's pop took,
+--          not claimed yet, is its hold too (queue.lua held_by)
 -- Returns  1 released, 2 released and opened to the queued writers (the
 --          caller looks at the name again after the claim:
 --          lua/rw_watch.lua), 0 not held by this token
@@ -56,16 +58,25 @@ if ARGV[6] == 'leave' then
     end
   end
 end
-if not v or string.match(v, '^[^#]*') ~= me then
+local held = held_by(v, me, ARGV[7])
+if not held then
   return 0
+end
+if held == 'popped' then
+  -- Released before its claim: it leaves the queue as a claim would
+  -- (queue.lua queue_claim), before the queue is looked at.
+  queue_leave(q, qt, prefix, me, true)
+  redis.call('DEL', prefix .. me)
 end
 redis.call('DEL', writer)
 if rw_open(writer, readers, counter, q, qt, rq, prefix, claim, ARGV[2], ARGV[3], now) then
   return 2
 end
 -- The counter goes with the hold: a fresh one starts above it
--- (fence.lua), and a name nobody holds leaves no key.
-redis.call('DEL', counter)
+-- (fence.lua), and a name nobody holds leaves no key, nor the writers'
+-- mark of life once no writer waits (a claim leaves it:
+-- lua/lock_extend.lua). One DEL, the counter named twice otherwise.
+redis.call('DEL', counter, redis.call('EXISTS', q) == 0 and prefix .. 'alive' or counter)
 if readers_wait() then
   publish(ARGV[2], ARGV[3])
 end

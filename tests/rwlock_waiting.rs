@@ -991,3 +991,92 @@ fn waiters_queueing_under_contention_name_watchers_a_few_times_a_second() {
         assert!(per_turn < 0.2, "{kind}: {per_turn:.3} namings a turn");
     }
 }
+
+/// Reproduction (issue 55): a blocked writer's pop was followed, in the
+/// same round trip, by lua/rw_write_acquire.lua, which wrote the hold down
+/// before the guard was handed out: the script's server time (tens of
+/// microseconds from cold) was on the handoff's path. The pop alone now
+/// takes the write hold, as a lock's: the guard comes with the hold still
+/// the open grant (`rl:grant#<fence>`), and the renewal thread claims it
+/// a third of the way through its first hold. A read inside it (a
+/// downgrade) goes in at once before the claim: the fence proves the hold
+/// (without it, the read waited for its own thread's write hold).
+#[test]
+fn a_blocked_writer_is_handed_the_write_lock_before_its_claim_and_reads_inside_it() {
+    let server = Server::start();
+    let holder = common::client(&server);
+    let waiter = common::client(&server);
+    let url = server.url();
+    let key = "{popped-writer}:rw:w";
+    let g = holder.rw_lock("popped-writer").write().unwrap();
+    let t = std::thread::spawn(move || {
+        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let rw = waiter.rw_lock("popped-writer");
+        let w = rw.write().unwrap();
+        let at_once: String = con.get(key).unwrap();
+        let started = Instant::now();
+        let r = rw.read_timeout(Duration::from_secs(5)).unwrap();
+        let read_in = started.elapsed();
+        let read = r.is_some();
+        drop(r);
+        // The renewal thread claims it (the token's own value), and it
+        // holds.
+        std::thread::sleep(Duration::from_millis(1_000));
+        let later: String = con.get(key).unwrap();
+        let fence = format!("#{}", w.fencing_token());
+        (at_once, read, read_in, later, w.is_held(), fence)
+    });
+    std::thread::sleep(Duration::from_millis(300)); // blocked all along
+    drop(g);
+    let (at_once, read, read_in, later, held, fence) = t.join().unwrap();
+    assert!(
+        at_once.starts_with("rl:grant#"),
+        "written down before the guard was handed out: {at_once}"
+    );
+    assert!(read, "the read inside the write hold timed out");
+    assert!(
+        read_in < Duration::from_millis(100),
+        "the read inside the write hold waited {read_in:?} (for its claim)"
+    );
+    assert!(!later.starts_with("rl:grant#"), "never claimed: {later}");
+    assert!(later.ends_with(&fence), "{later} for {fence}");
+    assert!(held);
+}
+
+/// A writer handed the write hold by its pop, and released before its
+/// claim: the release ends it (its fence proves it), hands it to the next
+/// writer, and leaves no key once nobody waits.
+#[test]
+fn a_write_hold_released_before_its_claim_is_released_and_leaves_no_key() {
+    let server = Server::start();
+    let a = common::client(&server);
+    let b = common::client(&server);
+    let c = common::client(&server);
+    let mut con = server.con();
+    let g = a.rw_lock("popped-release").write().unwrap();
+    let second = std::thread::spawn(move || {
+        let w = b.rw_lock("popped-release").write().unwrap();
+        // At once: long before the renewal thread's claim.
+        w.release().map(|_| ())
+    });
+    std::thread::sleep(Duration::from_millis(300)); // b blocked
+    let third = std::thread::spawn(move || {
+        let w = c
+            .rw_lock("popped-release")
+            .write_timeout(Duration::from_secs(5))
+            .unwrap();
+        w.map(|w| w.release().map(|_| ()))
+    });
+    std::thread::sleep(Duration::from_millis(300)); // c blocked too
+    drop(g);
+    second.join().unwrap().expect("released before its claim");
+    let third = third
+        .join()
+        .unwrap()
+        .expect("the next writer was handed it");
+    third.expect("released");
+    let gone = eventually(Duration::from_secs(3), || {
+        keys_of(&mut con, "popped-release").is_empty()
+    });
+    assert!(gone, "keys left: {:?}", keys_of(&mut con, "popped-release"));
+}

@@ -10,8 +10,10 @@
 //!
 //! Writers whose server grants directly (`WaitModel::direct`) block on
 //! the open list while a second or more of their wait is left, and pop
-//! what is there: a hand-over, or a reader's probe of their life
-//! (lua/rw_grant.lua). Readers wait for messages.
+//! what is there: a hand-over, which the pop alone takes (as a lock's
+//! waiter does, claimed by the hold's first renewal), or a reader's probe
+//! of their life (lua/rw_grant.lua), after which the writer's script
+//! runs. Readers wait for messages.
 //!
 //! Not modelled yet: a downgrade (a read inside the client's own write
 //! hold).
@@ -22,7 +24,7 @@ use redlease::__protocol as p;
 
 use crate::keyspace::{Keyspace, Value};
 use crate::parties::b;
-use crate::primitive::{Direct, Holder, Primitive, Script};
+use crate::primitive::{Alone, Direct, Holder, Primitive, Script};
 use crate::probes::{fence_of, lapsed, tries_succeed};
 use crate::server::Server;
 use crate::waiters::WaitModel;
@@ -115,6 +117,7 @@ impl Primitive for RwLock {
                     own_write: b"",
                     waiting: entry(true),
                     open: &open,
+                    own_fence: b"",
                 }
                 .parts(),
             ),
@@ -156,7 +159,9 @@ impl Primitive for RwLock {
     }
 
     /// The specs' `extend`: the reader's score, the writer's key
-    /// (`Holding::extend` adds `exact`).
+    /// (`Holding::extend` adds `exact`); for a writer that blocked, in the
+    /// form that also claims a write hold its pop alone took (the hold
+    /// puts its fence in: `Alone::extend_arg`), with the writers' queue.
     fn extend(
         &self,
         _: &RwModel,
@@ -165,7 +170,7 @@ impl Primitive for RwLock {
         t: u8,
         lease: i64,
         exact: bool,
-        _: bool,
+        claiming: bool,
     ) -> Script {
         let (file, keys, mut args) = match mode {
             Rw::Read => (
@@ -173,11 +178,21 @@ impl Primitive for RwLock {
                 vec![key(":rw:r")],
                 vec![token(i, t), b(lease)],
             ),
-            Rw::Write => (
-                "lock_extend.lua",
-                vec![key(":rw:w")],
-                vec![token(i, t), Vec::new(), b"0".to_vec(), Vec::new(), b(lease)],
-            ),
+            Rw::Write => {
+                let (tok, ms) = (token(i, t), b(lease));
+                let args = p::lock::ExtendArgs {
+                    token: &tok,
+                    claiming: claiming.then_some((PREFIX, p::ROOM_ENTRY)),
+                    lease_ms: &ms,
+                }
+                .parts();
+                let keys = if claiming {
+                    vec![key(":rw:w"), key(":rw:wq"), key(":rw:wq:t")]
+                } else {
+                    vec![key(":rw:w")]
+                };
+                ("lock_extend.lua", keys, args)
+            }
         };
         if exact {
             args.push(b"exact".to_vec());
@@ -206,10 +221,11 @@ impl Primitive for RwLock {
     }
 
     /// `write_spec`'s writer that blocks: its pop moves a hand-over (or a
-    /// reader's probe) from the open list into its own, and
-    /// lua/rw_write_acquire.lua runs behind it; the renewal thread looks
-    /// for it with lua/rw_watch.lua and its token. Readers wait for
-    /// messages.
+    /// reader's probe) from the open list into its own, and the pop alone
+    /// is the grant (`Alone`, as a lock's); behind a pop that took none
+    /// (a probe, nothing) goes lua/rw_write_acquire.lua with `'popped'`;
+    /// the renewal thread looks for it with lua/rw_watch.lua and its
+    /// token. Readers wait for messages.
     fn direct(&self, m: &RwModel, i: usize, mode: Rw, t: u8, popped: bool) -> Option<Direct> {
         if mode != Rw::Write {
             return None;
@@ -245,7 +261,11 @@ impl Primitive for RwLock {
                 keys: scripted(),
                 args: watch,
             },
-            alone: None,
+            alone: Some(Alone {
+                holder: key(":rw:w"),
+                release_arg: p::rwlock::RELEASE_FENCE,
+                extend_arg: p::lock::EXTEND_FENCE,
+            }),
         })
     }
 
@@ -290,11 +310,16 @@ impl Primitive for RwLock {
             ));
         }
         let server_now = keys.now_ms();
-        for &(i, mode, t, _) in holders {
+        for &(i, mode, t, fence) in holders {
             let tok = token(i, t);
             let known = match mode {
+                // A write hold its pop alone took is its hold until its
+                // first renewal claims it (lua/queue.lua `held_by`).
                 Rw::Write => match keys.keys.get(&key(":rw:w")).map(|e| &e.value) {
-                    Some(Value::Str(v)) => v.starts_with(&tok) && v.get(tok.len()) == Some(&b'#'),
+                    Some(Value::Str(v)) => {
+                        (v.starts_with(&tok) && v.get(tok.len()) == Some(&b'#'))
+                            || (fence > 0 && *v == format!("rl:grant#{fence}").into_bytes())
+                    }
                     _ => false,
                 },
                 Rw::Read => match keys.keys.get(&key(":rw:r")).map(|e| &e.value) {

@@ -9,10 +9,11 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::handles::core::{settings, waits, Ask, Core};
 use crate::lease::context::Context;
 use crate::lease::reentrancy::{self, HoldKey, Mode};
-use crate::lease::{self, guard_controls, Direct, Holding, Spec};
+use crate::lease::{self, guard_controls, Direct, Holding, PopAlone, Spec};
 use crate::protocol::keys as schema;
+use crate::protocol::scripts::lock::{ExtendArgs, EXTEND_FENCE};
 use crate::protocol::scripts::rwlock::{
-    Open, ReadAcquireArgs, ReleaseArgs, WatchArgs, WriteAcquireArgs,
+    Open, ReadAcquireArgs, ReleaseArgs, WatchArgs, WriteAcquireArgs, RELEASE_FENCE,
 };
 use crate::protocol::scripts::{
     LOCK_EXTEND, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WATCH, RW_WRITE_ACQUIRE, RW_WRITE_RELEASE,
@@ -226,7 +227,7 @@ impl RwLock {
     }
 
     /// What a read acquisition with `token` sends (see `lease::Spec`).
-    fn read_spec(&self, keys: &Keys, token: &str, ask: &Ask, own_write: &str) -> Spec {
+    fn read_spec(&self, keys: &Keys, token: &str, ask: &Ask, own_write: &OwnWrite) -> Spec {
         let (lease, lease_arg, waits) = (ask.lease, ask.lease_ms.as_str(), ask.waits);
         let waiting = if waits {
             self.core.client.wakeup().entry_life(true)
@@ -241,16 +242,17 @@ impl RwLock {
         let grant = ReadAcquireArgs {
             token: &t,
             lease_ms: &ms,
-            own_write: own_write.as_bytes(),
+            own_write: own_write.token.as_bytes(),
             waiting,
             open: &open,
+            own_fence: own_write.fence.as_bytes(),
         };
         Spec {
             what: "read lock",
             name: self.core.name.clone(),
             wake: keys.writer.clone(),
             turns: Turns::Local(0),
-            jump: !own_write.is_empty(),
+            jump: !own_write.token.is_empty(),
             // Readers are told by a writer's release.
             patient: true,
             lease,
@@ -315,13 +317,27 @@ impl RwLock {
             grant: grant(blocks),
             fence: Some(keys.fence.clone()),
             release: release(false),
-            // A writer's grant is always taken by its script: nothing to
-            // claim (no grant prefix, no fence).
-            extend: PreparedCall::new(
-                &LOCK_EXTEND,
-                vec![keys.writer.to_vec()],
-                [&t[..], b"", b"0", b"", &ms].into_iter().collect(),
-            ),
+            // Where its pop alone may take the write hold, the first
+            // extension claims it (lua/lock_extend.lua, as a lock's): the
+            // writers' queue is its keys' too, and the hold puts its fence
+            // in (see `EXTEND_FENCE`).
+            extend: {
+                let args = ExtendArgs {
+                    token: &t,
+                    claiming: blocks.then(|| {
+                        (
+                            keys.grant_prefix.as_slice(),
+                            self.core.queue_entry(waits, true),
+                        )
+                    }),
+                    lease_ms: &ms,
+                };
+                let mut on = vec![keys.writer.to_vec()];
+                if blocks {
+                    on.extend([keys.writer_queue.clone(), keys.writer_deadlines.clone()]);
+                }
+                PreparedCall::new(&LOCK_EXTEND, on, args.argv())
+            },
             // Withdraw our queue entry so readers need not wait for it, and
             // hand on a write hold granted meanwhile; also behind a late
             // grant. A try has neither.
@@ -332,8 +348,15 @@ impl RwLock {
             direct: blocks.then(|| Direct {
                 list: schema::open_list(&keys.grant_prefix),
                 into: [keys.grant_prefix.as_slice(), &t].concat(),
-                // Its script takes the grant, right behind the pop.
-                alone: None,
+                // The pop alone takes the write hold, as a lock's: the
+                // hold's first renewal claims it (the extend above). A pop
+                // that took a reader's probe runs the script after it.
+                alone: Some(PopAlone {
+                    holder: keys.writer.to_vec(),
+                    turns: None,
+                    release_arg: RELEASE_FENCE,
+                    extend_arg: EXTEND_FENCE,
+                }),
                 watch: Some(self.watch(keys, &t)),
                 by_message: grant(false),
                 // Writers are served first blocked, first served, with no
@@ -355,10 +378,13 @@ impl RwLock {
         // for our write lock, so we would wait for ourselves).
         let own_write = reentrancy::peek(&self.hold_key(keys, Mode::Write))
             .filter(|h| !h.state.is_lost())
-            .map(|h| h.token.clone());
-        let own_write = own_write.as_deref().unwrap_or("");
+            .map(|h| OwnWrite {
+                token: h.token.to_string(),
+                fence: h.fence.to_string(),
+            })
+            .unwrap_or_default();
         let held = self.core.acquire(Some(&slot), deadline, |token| {
-            Ok(self.read_spec(keys, token, &ask, own_write))
+            Ok(self.read_spec(keys, token, &ask, &own_write))
         })?;
         Ok(held.map(|held| {
             ReadGuard::new(
@@ -390,6 +416,15 @@ impl RwLock {
             )
         }))
     }
+}
+
+/// This thread's own live write hold, for a read inside it (a downgrade):
+/// its token, and its fence (a hold the writer's pop alone took is proved
+/// by it until claimed). Both empty: none.
+#[derive(Default)]
+struct OwnWrite {
+    token: String,
+    fence: String,
 }
 
 /// The release of a read hold or the write hold (`lua`) by `token`, or with

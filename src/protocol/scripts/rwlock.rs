@@ -48,6 +48,9 @@ pub struct ReadAcquireArgs<'a> {
     pub waiting: Duration,
     /// Where a hand-over made here goes.
     pub open: &'a Open<'a>,
+    /// The fence of this thread's own write hold (a downgrade), or empty:
+    /// a write hold its pop took, not claimed yet, is proved by it.
+    pub own_fence: &'a [u8],
 }
 }
 
@@ -86,9 +89,18 @@ impl ReleaseArgs<'_> {
         let wake = (&*self.open.channel, &*self.open.message);
         let mut a = Args::release_head(self.token, wake, self.open.grant_prefix, self.open.claim);
         a.push_word(self.leave, "leave");
+        // A write hold's fence, put in by the hold (see `RELEASE_FENCE`;
+        // lua/rw_read_release.lua reads no further than `leave`).
+        a.push(b"");
         a
     }
 }
+
+/// Where a write hold's fence goes in lua/rw_write_release.lua's arguments
+/// (`ARGV[7]`): a hold a writer's pop alone took is proved by it until its
+/// first renewal claims it (lua/lock_extend.lua, as a lock's; see
+/// `lease::PopAlone`).
+pub const RELEASE_FENCE: usize = 6;
 
 script_args! {
 /// lua/rw_watch.lua's arguments, by name.
