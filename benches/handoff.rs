@@ -105,6 +105,8 @@ const GUARDED_RELEASE: &str = "local v = redis.call('GET', KEYS[1]) \
 #[derive(Clone, Copy)]
 enum Arm {
     Library,
+    /// The library's write lock: a writer blocked in `write()`.
+    Write,
     Plain,
     Fenced,
     /// The library's waiter pipeline, raw, woken by [`GUARDED_RELEASE`].
@@ -115,6 +117,7 @@ enum Arm {
 /// fenced floor's.
 struct Handoffs {
     lib: Rounds,
+    write: Rounds,
     raw: Rounds,
     fenced: Rounds,
     guarded: Rounds,
@@ -145,10 +148,17 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
     let mut wcon = raw_con(url);
     let t = std::thread::spawn(move || {
         let lock = waiter.lock("bench:handoff");
+        let rw = waiter.rw_lock("bench:handoff:rw");
         while let Ok(arm) = go_rx.recv() {
             match arm {
                 Arm::Library => {
                     let g = lock.acquire().unwrap();
+                    tx.send(Instant::now()).unwrap();
+                    let _ = done_rx.recv();
+                    drop(g);
+                }
+                Arm::Write => {
+                    let g = rw.write().unwrap();
                     tx.send(Instant::now()).unwrap();
                     let _ = done_rx.recv();
                     drop(g);
@@ -200,6 +210,7 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
         }
     });
     let lock = holder.lock("bench:handoff");
+    let rw = holder.rw_lock("bench:handoff:rw");
     let push = redis::Script::new("redis.call('RPUSH', KEYS[1], '1') return 1");
     let _: i64 = push.key("bench:warm").invoke(&mut idle_con).unwrap();
     let fenced_release = redis::Script::new(FENCED_RELEASE);
@@ -226,14 +237,21 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
         .unwrap();
     // Somebody is queued (the waiter), nobody waits for messages.
     let _: i64 = idle_con.zadd("{bench:f}:queue", "waiter", 1).unwrap();
-    let (mut lib, mut raw, mut fenced, mut guarded, mut idle) = (
+    let (mut lib, mut write, mut raw, mut fenced, mut guarded, mut idle) = (
+        Rounds::default(),
         Rounds::default(),
         Rounds::default(),
         Rounds::default(),
         Rounds::default(),
         vec![],
     );
-    let arms = [Arm::Library, Arm::Plain, Arm::Fenced, Arm::Guarded];
+    let arms = [
+        Arm::Library,
+        Arm::Write,
+        Arm::Plain,
+        Arm::Fenced,
+        Arm::Guarded,
+    ];
     for round in 0..rounds {
         std::thread::sleep(Duration::from_millis(5));
         let t0 = Instant::now();
@@ -246,15 +264,16 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
             // Each releaser makes one round trip just before its waiter
             // blocks (the library's holder takes the lock): a connection
             // idle since the round began was slower to wake.
-            let g = match arm {
-                Arm::Library => Some(lock.acquire().unwrap()),
+            let (g, w) = match arm {
+                Arm::Library => (Some(lock.acquire().unwrap()), None),
+                Arm::Write => (None, Some(rw.write().unwrap())),
                 Arm::Plain => {
                     let _: () = redis::cmd("SET")
                         .arg("bench:raw:held")
                         .arg("holder")
                         .query(&mut idle_con)
                         .unwrap();
-                    None
+                    (None, None)
                 }
                 Arm::Fenced | Arm::Guarded => {
                     let _: () = redis::cmd("SET")
@@ -262,7 +281,7 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
                         .arg("holder")
                         .query(&mut idle_con)
                         .unwrap();
-                    None
+                    (None, None)
                 }
             };
             go_tx.send(arm).unwrap();
@@ -278,6 +297,7 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
             let t0 = Instant::now();
             match arm {
                 Arm::Library => drop(g),
+                Arm::Write => drop(w),
                 Arm::Plain => {
                     let _: i64 = push.key("bench:raw:list").invoke(&mut idle_con).unwrap();
                 }
@@ -309,6 +329,7 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
             ended_rx.recv().unwrap();
             let r = match arm {
                 Arm::Library => &mut lib,
+                Arm::Write => &mut write,
                 Arm::Plain => &mut raw,
                 Arm::Fenced => &mut fenced,
                 Arm::Guarded => &mut guarded,
@@ -322,13 +343,14 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
     }
     drop(go_tx);
     t.join().unwrap();
-    for r in [&mut lib, &mut raw, &mut fenced, &mut guarded] {
+    for r in [&mut lib, &mut write, &mut raw, &mut fenced, &mut guarded] {
         r.took.sort();
         r.server.sort_by(f64::total_cmp);
     }
     idle.sort();
     Handoffs {
         lib,
+        write,
         raw,
         fenced,
         guarded,
@@ -542,6 +564,7 @@ fn main() {
     // Handoff between two separate clients.
     let Handoffs {
         lib: lib_rounds,
+        write: write_rounds,
         raw: raw_rounds,
         fenced: fenced_rounds,
         guarded: guarded_rounds,
@@ -657,6 +680,13 @@ fn main() {
         vs_floor_p99,
         us(percentile(raw, 0.5)),
         us(percentile(raw, 0.99))
+    );
+    println!(
+        "{:<52} p50 {:.2}x, p99 {:.2}x the plain floor, interleaved ({:.1} us over it at p50)",
+        "write lock handoff (a writer blocked in write())",
+        us(percentile(&write_rounds.took, 0.5)) / us(percentile(raw, 0.5)),
+        us(percentile(&write_rounds.took, 0.99)) / us(percentile(raw, 0.99)),
+        us(percentile(&write_rounds.took, 0.5)) - us(percentile(raw, 0.5)),
     );
     println!(
         "{:<52} p50 {long_p50:.2}x, p90 {long_p90:.2}x the plain floor blocked as long, interleaved (floor p50 {:.1} us)",
