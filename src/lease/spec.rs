@@ -67,9 +67,9 @@ impl Spec {
 
 /// How a queued waiter learns of its grant without a message: it blocks in
 /// `BLMOVE` from the name's shared open list `list` into its own list
-/// `into` until its deadline (see [`ROOM_CHUNK`]). For a lock (`alone`)
-/// the pop alone is the grant, claimed later by the hold's first renewal;
-/// otherwise `grant` is pipelined behind, so the script runs as soon as the
+/// `into` until its deadline (see [`ROOM_CHUNK`]). For a lock or a write
+/// hold (`alone`) the pop alone is the grant, claimed later by the hold's
+/// first renewal; otherwise (permits) `grant` is pipelined behind, so the script runs as soon as the
 /// pop does and finds on `into` what the pop took (see
 /// `Node::grant_blocking`). A release (of a lock, a write hold, permits) puts
 /// what it hands on onto the open list, and Redis serves the connection
@@ -93,10 +93,10 @@ pub(crate) struct Direct {
     pub(crate) ordered: bool,
 }
 
-/// A lock's waiter holds the lock from its pop alone (see
-/// `Node::grant_blocking`), and proves it by the fence it popped until its
-/// first renewal claims it (lua/queue.lua `held_by`): `holder` is the lock
-/// key, looked at behind the pop, and the hold's fence goes in as its
+/// A lock's waiter (or a read-write lock's writer) holds the lock from its
+/// pop alone (see `Node::grant_blocking`), and proves it by the fence it
+/// popped until its first renewal claims it (lua/queue.lua `held_by`):
+/// `holder` is the lock (writer) key, looked at behind the pop, and the hold's fence goes in as its
 /// release's argument `release_arg` and its extension's `extend_arg`
 /// (where the spec has an empty placeholder). A fair lock's pop is the
 /// grant only while no waiter keeps its turn waiting for messages

@@ -23,8 +23,9 @@ pub(crate) struct Pop<'a> {
     pub(crate) list: &'a [u8],
     /// ...and the waiter's own list, which the pop moves it into.
     pub(crate) into: &'a [u8],
-    /// The lock key, where the pop alone is the grant (lua/queue.lua
-    /// `held_by`); `None` where the granting script must run behind it.
+    /// The lock key (or a read-write lock's writer key), where the pop
+    /// alone is the grant (lua/queue.lua `held_by`); `None` where the
+    /// granting script must run behind it (permits).
     pub(crate) holder: Option<&'a [u8]>,
     /// A fair lock's waiters that keep their turn waiting for messages:
     /// while there are any, the pop alone is no grant, and the script
@@ -104,7 +105,7 @@ impl Node {
     /// Waits up to `block` for a grant on the name's open list
     /// (`BLMOVE` into the waiter's own list; see [`Pop`]). Two shapes:
     ///
-    /// - With [`Pop::holder`] (the lock), the pop alone is the grant
+    /// - With [`Pop::holder`] (a lock, a write hold), the pop alone is the grant
     ///   (lua/queue.lua `held_by`): behind it go only the own list's
     ///   expiry and a look at the lock key (`PTTL`, `GET`), which say
     ///   whether the popped fence is the open grant and how long it runs
@@ -114,7 +115,7 @@ impl Node {
     ///   by its first renewal (lua/lock_extend.lua). A pop that took
     ///   nothing (the block ran out), or a fence that is not the grant,
     ///   is followed by the script in a second round trip, as a look.
-    /// - Otherwise the granting script is pipelined behind the pop: the
+    /// - Otherwise (permits) the granting script is pipelined behind the pop: the
     ///   server runs it as soon as the pop returns (or times out), and it
     ///   finds on the own list what the pop took, so a granted waiter
     ///   learns it in the same reply.
