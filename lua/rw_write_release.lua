@@ -33,14 +33,20 @@ local function readers_wait()
   return redis.call('ZCOUNT', rq, '(' .. now, '+inf') > 0
 end
 local v = redis.call('GET', writer)
-local granted = v and string.match(v, '^[^#]*') == 'rl:grant'
+local granted = v and v:sub(1, 9) == 'rl:grant#'
 if ARGV[6] == 'leave' then
   queue_leave(q, qt, prefix, me, false)
   local took = redis.pcall('LPOP', prefix .. me)
   redis.call('DEL', prefix .. me)
-  if type(took) == 'string' and (took == 'probe' or granted) then
+  if type(took) == 'string' and (took == 'probe' and not granted or v == 'rl:grant#' .. took) then
     -- Not ours to use any more: the next writer's (or, a probe, the
-    -- question is asked again).
+    -- question is asked again). Only the open grant's own fence goes
+    -- back (as lua/lock_release.lua), and a probe only while no grant
+    -- stands (a hand-over answers it, rw_grant.lua rw_open): while the
+    -- key names a grant another writer's pop took, unclaimed, the open
+    -- list must stay empty, or a writer waiting for messages takes that
+    -- grant as still open (queue.lua queue_take_open; a review found two
+    -- holders of one fence).
     redis.pcall('RPUSH', open, took)
     -- As long as each lives when first pushed (rw_grant.lua).
     redis.call('PEXPIRE', open, took == 'probe' and claim * 4 or claim * 2)
@@ -48,7 +54,8 @@ if ARGV[6] == 'leave' then
   end
   if redis.call('EXISTS', q) == 0 then
     if granted then
-      -- Opened as this writer gave up, and nobody is left to take it.
+      -- Opened as this writer gave up, and nobody is left to take it (a
+      -- writer whose pop took it stays queued until its claim).
       redis.call('DEL', writer, open)
       v = nil
     end

@@ -1080,3 +1080,69 @@ fn a_write_hold_released_before_its_claim_is_released_and_leaves_no_key() {
     });
     assert!(gone, "keys left: {:?}", keys_of(&mut con, "popped-release"));
 }
+
+/// Reproduction (review of the writer's deferred claim): a writer whose
+/// pop took the write hold holds it unclaimed (the key still names the
+/// open grant) while a writer that waits for messages is queued. Another
+/// writer gives up with a reader's probe on its own list (its pop's reply
+/// was late, and its undo runs now): the probe goes back onto the open
+/// list. The waiting writer's next attempt then found the open list there
+/// and took the grant the first writer's pop held: two writers with one
+/// fence, until the first's claim failed (`LockLost`). A waiter that did
+/// not pop takes a grant only while its fence is on the open list
+/// (lua/queue.lua `on_open`).
+#[test]
+fn a_writer_waiting_for_messages_never_takes_a_hold_anothers_pop_took() {
+    let server = Server::start();
+    let h = common::client(&server);
+    let a = common::client(&server);
+    let mut con = server.con();
+    let n = "unclaimed-take";
+    let keys: Vec<String> = [":rw:w", ":rw:r", ":fence", ":rw:wq", ":rw:wq:t", ":rw:rq"]
+        .iter()
+        .map(|s| format!("{{{n}}}{s}"))
+        .chain(std::iter::once("redlease:fence-floor".to_string()))
+        .collect();
+    let prefix = format!("{{{n}}}:rw:grant:");
+    let eval = |con: &mut redis::Connection, file: &str, args: &[&str]| -> redis::Value {
+        let mut c = redis::cmd("EVAL");
+        c.arg(common::lua_source(file)).arg(keys.len());
+        c.arg(&keys[..]).arg(args);
+        c.query(con).unwrap()
+    };
+    let g = h.rw_lock(n).write().unwrap();
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let (took, popped) = std::sync::mpsc::channel::<u64>();
+    let a = std::thread::spawn(move || {
+        let w = a.rw_lock(n).write().unwrap();
+        took.send(w.fencing_token()).unwrap();
+        wait.recv().unwrap();
+        w.release()
+    });
+    std::thread::sleep(Duration::from_millis(300)); // A blocked
+                                                    // B: a writer that waits for messages (no 'block'), queued.
+    let b = "rl:bbbbbbbb:1";
+    let b_args = [b, "30000", "3000", &prefix, "500", "", "", ""];
+    let first = eval(&mut con, "rw_write_acquire.lua", &b_args);
+    assert!(matches!(first, redis::Value::BulkString(_)), "{first:?}");
+    drop(g); // the hand-over: A's pop takes it
+    let fence = popped.recv().unwrap();
+    let v: String = con.get(format!("{{{n}}}:rw:w")).unwrap();
+    assert_eq!(v, format!("rl:grant#{fence}"), "A's hold is unclaimed");
+    // C gives up with a probe on its own list.
+    let c = "rl:cccccccc:1";
+    let _: () = con.rpush(format!("{prefix}{c}"), "probe").unwrap();
+    let _ = eval(
+        &mut con,
+        "rw_write_release.lua",
+        &[c, "", "", &prefix, "500", "leave", ""],
+    );
+    let second = eval(&mut con, "rw_write_acquire.lua", &b_args);
+    go.send(()).unwrap();
+    let released = a.join().unwrap();
+    assert!(
+        !matches!(second, redis::Value::Int(_)),
+        "B took the write hold A's pop held: {second:?}"
+    );
+    released.expect("A held it throughout");
+}
