@@ -912,49 +912,43 @@ fn a_write_hand_over_naming_no_reader_is_reported() {
     assert!(v.contains("liveness"), "{v}");
 }
 
-/// The blocking multi-lock's waiters (their pop alone the grant, claimed
-/// by the hold's first renewal): a claim that answers "extended" without
-/// writing the grant down leaves a holder the server does not know.
-#[test]
-fn a_claim_that_leaves_a_popped_grant_unwritten_is_reported() {
-    use redlease_check::configs::Checked;
+/// lua/lock_extend.lua with a claim that answers "extended" without
+/// writing the grant down: a holder whose pop alone took its grant is then
+/// one the server does not know.
+fn unwritten_claim() -> [(&'static str, String); 1] {
     let file = "lock_extend.lua";
-    let files = [(
+    [(
         file,
         mutated(
             file,
             "if held == 'popped' then\nqueue_claim(",
             "if held == 'popped' then\nreturn 1\nend\nif false then\nqueue_claim(",
         ),
-    )];
+    )]
+}
+
+/// The blocking multi-lock's waiters (their pop alone the grant, claimed
+/// by the hold's first renewal).
+#[test]
+fn a_claim_that_leaves_a_popped_grant_unwritten_is_reported() {
+    use redlease_check::configs::Checked;
     let Checked::MultiLock(mut model) = configured("blocking for both names") else {
         panic!("not a multi-lock model");
     };
     model.faults = Faults::only(0, &[]);
-    let v = found(&model, &files, 40).expect("reported");
+    let v = found(&model, &unwritten_claim(), 40).expect("reported");
     assert!(v.contains("believes it holds"), "{v}");
 }
 
 /// The read-write lock's blocking writers (their pop alone the write
-/// hold, claimed by the hold's first renewal, as a lock's): a claim that
-/// answers "extended" without writing the grant down leaves a writer the
-/// server does not know.
+/// hold, claimed by the hold's first renewal, as a lock's).
 #[test]
 fn a_writers_claim_that_leaves_its_popped_hold_unwritten_is_reported() {
     use redlease_check::configs::Checked;
-    let file = "lock_extend.lua";
-    let files = [(
-        file,
-        mutated(
-            file,
-            "if held == 'popped' then\nqueue_claim(",
-            "if held == 'popped' then\nreturn 1\nend\nif false then\nqueue_claim(",
-        ),
-    )];
     let Checked::RwLock(mut model) = configured("3 writers blocking, 1 crash") else {
         panic!("not a read-write lock model");
     };
     model.faults = Faults::only(0, &[]);
-    let v = found(&model, &files, 40).expect("reported");
+    let v = found(&model, &unwritten_claim(), 40).expect("reported");
     assert!(v.contains("believes it holds a Write hold"), "{v}");
 }
