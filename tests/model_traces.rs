@@ -187,8 +187,9 @@ fn a_gone_message_waiter_stalls_a_semaphore_no_longer_than_its_offer() {
 /// once its claim has passed (src/wakeup/watch.rs).
 #[test]
 fn a_frozen_taker_holds_a_hand_over_from_an_exited_releaser_for_its_claim_only() {
-    // A lock's popped grant runs its 0.5 s claim; a writer's grant, taken
-    // by its script, a 1 s first lease. The rest is a loaded machine's margin.
+    // A lock's and a writer's popped grant runs its 0.5 s claim (a writer's
+    // was taken by its script, a 1 s first lease, before its pop alone took
+    // it: the bound stays). The rest is a loaded machine's margin.
     behind_frozen_takers("lock", 1, Duration::from_millis(2_000));
     behind_frozen_takers("fair", 1, Duration::from_millis(2_000));
     behind_frozen_takers("write", 1, Duration::from_millis(2_500));
