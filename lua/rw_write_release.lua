@@ -81,9 +81,10 @@ if rw_open(writer, readers, counter, q, qt, rq, prefix, claim, ARGV[2], ARGV[3],
 end
 -- The counter goes with the hold: a fresh one starts above it
 -- (fence.lua), and a name nobody holds leaves no key, nor the writers'
--- mark of life once no writer waits (a claim leaves it:
--- lua/lock_extend.lua). One DEL, the counter named twice otherwise.
-redis.call('DEL', counter, redis.call('EXISTS', q) == 0 and prefix .. 'alive' or counter)
+-- mark of life (a claim leaves it: lua/lock_extend.lua). Writers still
+-- queued here wait behind a downgrade's read: new readers probe them
+-- again, rather than this release asking the queue a second time.
+redis.call('DEL', counter, prefix .. 'alive')
 if readers_wait() then
   publish(ARGV[2], ARGV[3])
 end

@@ -375,8 +375,8 @@ mod rw {
             "rw_write_release.lua",
             mutated(
                 "rw_write_release.lua",
-                "or counter)\nif readers_wait() then\npublish(ARGV[2], ARGV[3])\nend",
-                "or counter)",
+                "'alive')\nif readers_wait() then\npublish(ARGV[2], ARGV[3])\nend",
+                "'alive')",
             ),
         )];
         let v = violation(&model(&[Rw::Write, Rw::Read]), &files).expect("reported");
