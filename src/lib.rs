@@ -329,8 +329,9 @@ pub mod __protocol {
     pub use crate::protocol::renewal::{renewed, retry, Renewed};
     pub use crate::protocol::scripts::{lock, rwlock, semaphore};
     pub use crate::protocol::timing::{
-        first_look, FALLBACK_POLL, GRANT_CLAIM, GRANT_SLICE, NAME_LOOK_AFTER, OPENING_LIFE,
-        OUTAGE_TOLERANCE, POPPED_LEASE, ROOM_CHUNK, ROOM_ENTRY,
+        first_look, hand_over_claim, look_after, FALLBACK_POLL, GRANT_CLAIM, GRANT_SLICE,
+        MOVE_SETTLING, NAME_LOOK_AFTER, OPENING_LIFE, OUTAGE_TOLERANCE, POPPED_LEASE, ROOM_CHUNK,
+        ROOM_ENTRY, SETTLING_CLAIM,
     };
     pub use crate::protocol::tries::ride_out;
     pub use crate::protocol::watch::{hand_over, NamedLooks};

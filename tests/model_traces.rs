@@ -215,6 +215,51 @@ fn threads_of_one_frozen_process_ahead_of_an_exited_releaser_cost_a_claim_each()
     frozen_in_line("fair", 1, 3, Duration::from_millis(3_000));
 }
 
+/// Trace "taker of a hand-over dies, releaser exits, 2 s hand-overs (a
+/// slot just moved)" (check/src/configs.rs): a Cluster release right after
+/// its slot moved opens the name for 2 s (`SETTLING_CLAIM`: Redis
+/// redirects the waiters blocked at the old master up to a second late).
+/// The look at the name alone that a hand-over's watcher makes once the
+/// usual claim window has passed took the grant still open for a later
+/// one and stopped looking: with its taker dead and the releaser gone, the
+/// name stayed free until the next waiter's own look. Replayed on the
+/// script: the name as that look finds it (open, 1.45 s left). It said 0
+/// (no more looks); it asks to look again when the grant would lapse.
+#[test]
+fn a_look_at_a_hand_over_opened_for_longer_looks_again_when_it_would_lapse() {
+    let server = Server::start();
+    let mut con = server.con();
+    redis::cmd("SET")
+        .arg("{n}")
+        .arg("rl:grant#7")
+        .arg("PX")
+        .arg(1_450)
+        .query::<()>(&mut con)
+        .unwrap();
+    let script = redis::Script::new(redlease::__sent_code("lock_watch.lua").unwrap());
+    let next: i64 = script
+        .key("{n}")
+        .key("{n}:fence")
+        .key("{n}:queue")
+        .key("{n}:queue:t")
+        .key("{n}:fence-floor")
+        // A look at the name alone: no waiter, the usual claim window,
+        // nothing published.
+        .arg("")
+        .arg(75_000)
+        .arg("{n}:grant:")
+        .arg(500)
+        .arg("")
+        .arg("")
+        .arg("queued")
+        .invoke(&mut con)
+        .unwrap();
+    assert!(
+        (1_000..=1_450).contains(&next),
+        "the look's next one in {next} ms (0: none)"
+    );
+}
+
 /// `frozen` waiters of `kind` ("lock", "fair", "write", "sem", "fsem") in their own
 /// processes block behind a holder in its own, and are frozen (SIGSTOP); a
 /// waiter here blocks behind them; the holder releases and exits at once.

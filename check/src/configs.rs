@@ -10,6 +10,7 @@ use crate::rwlock::{Rw, RwLock, RwModel};
 use crate::semaphore::{SemModel, Semaphore};
 use crate::sentinel::{SOp, SentinelModel};
 use crate::waiters::WaitOp;
+use redlease::__protocol as p;
 
 /// What a configuration's search must end with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +85,7 @@ fn naming_scenario() -> LockModel {
             subscribed: vec![3],
             faulty: vec![2],
             exit_at_once: true,
+            release_claim_ms: None,
         },
         ..lock_model(
             vec![
@@ -113,6 +115,17 @@ fn staying(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> Checked {
         exits: false,
         ..lock_model(ops, faults, horizon_ms)
     })
+}
+
+/// `model` whose releases hand over with the window a Cluster client gives
+/// them right after it saw the name's slot move
+/// (`protocol::timing::SETTLING_CLAIM`).
+fn settling(model: Checked) -> LockModel {
+    let Checked::Lock(mut m) = model else {
+        unreachable!("a lock model")
+    };
+    m.scenario.release_claim_ms = Some(p::SETTLING_CLAIM.as_millis() as i64);
+    m
 }
 
 /// A semaphore of `permits` with three clients, each waiting up to
@@ -398,6 +411,22 @@ pub fn all() -> Vec<Config> {
         Config {
             name: "lock: 3 waiters, one's block cut (a slot move), nobody exits",
             model: staying(three(), Faults::only(1, &[Fault::Cut]), 10_000),
+            expect: Expect::Holds,
+            depth: 40,
+        },
+        // A Cluster release right after its slot moved hands over for 2 s
+        // (`protocol::timing::SETTLING_CLAIM`): Redis redirects the
+        // waiters blocked at the old master from its clients cron, up to a
+        // second later. The same orders and faults hold with that window.
+        Config {
+            name: "lock: 3 waiters, one's block cut, 2 s hand-overs (a slot just moved)",
+            model: Checked::Lock(settling(staying(three(), Faults::only(1, &[Fault::Cut]), 10_000))),
+            expect: Expect::Holds,
+            depth: 40,
+        },
+        Config {
+            name: "lock: taker of a hand-over dies, releaser exits, 2 s hand-overs (a slot just moved)",
+            model: Checked::Lock(settling(model(three(), Faults::only(1, &[Fault::Crash]), 12_000))),
             expect: Expect::Holds,
             depth: 40,
         },

@@ -52,11 +52,12 @@ pub(crate) fn runs_at(first: i64, now: i64) -> i64 {
 
 /// The look a release that opened `name` to its waiters makes, its reply
 /// read at `now` (`lease::look_after_opening`): at most `NAME_LOOKS`
-/// looks, the first once the hand-over's claim window has passed.
-pub(crate) fn opening_look(name: u8, now: i64) -> Look {
+/// looks, the first once the hand-over's claim window (`claim`) has
+/// passed.
+pub(crate) fn opening_look(name: u8, now: i64, claim: std::time::Duration) -> Look {
     use redlease::__protocol as p;
     Look {
-        due: runs_at(now + ms(p::NAME_LOOK_AFTER), now),
+        due: runs_at(now + ms(p::look_after(claim)), now),
         waiter: None,
         left: p::NAME_LOOKS,
         watch: false,

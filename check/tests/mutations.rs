@@ -313,6 +313,31 @@ fn a_subscriber_that_starts_again_without_its_looks_is_reported() {
     assert!(v.contains("liveness"), "{v}");
 }
 
+/// A Cluster release right after its slot moved opens the name for 2 s
+/// (`SETTLING_CLAIM`); its taker dies and the releaser exits. A look at
+/// the name alone that takes that open grant for a later one and stops
+/// looking (the rule for the usual 0.5 s windows) leaves the name free
+/// past the claim + 1 s; looking again when it lapses, the configuration
+/// holds.
+#[test]
+fn a_look_that_stops_at_a_longer_hand_over_is_reported() {
+    use redlease_check::configs::Checked;
+    let name =
+        "lock: taker of a hand-over dies, releaser exits, 2 s hand-overs (a slot just moved)";
+    let Checked::Lock(model) = configured(name) else {
+        panic!("a lock configuration");
+    };
+    assert!(found(&model, &[], 40).is_none(), "unmutated");
+    let v = reported(
+        &model,
+        "lock_watch.lua",
+        "if open and pttl > claim then",
+        "if false then",
+        40,
+    );
+    assert!(v.contains("liveness"), "{v}");
+}
+
 /// Semaphore waiters that wait for messages, one client's subscriber
 /// starting again while a permit is released: the release's message is
 /// sent while it is down. Without waking its waiters as it ends and

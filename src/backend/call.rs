@@ -39,6 +39,19 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// The same script on the same keys with the arguments `args`.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn with_parts<'b>(&self, args: Parts<'b>) -> Call<'b>
+    where
+        'a: 'b,
+    {
+        Call {
+            lua: self.lua,
+            keys: self.keys,
+            args,
+        }
+    }
+
     /// This call as one raw command, for pipelines and fire-and-forget
     /// sends (which cannot fall back on `NOSCRIPT` the way an invocation
     /// does): `EVALSHA <hash>`, or with `text` the self-contained

@@ -341,6 +341,19 @@ impl Backend {
         self.is_cluster() && self.replica_ack.is_none()
     }
 
+    /// The claim window the release `call` gave its hand-over, sent now
+    /// (`protocol::timing::hand_over_claim`): longer on Cluster for a
+    /// script that names it (`Lua::claim_arg`) right after the name's slot
+    /// was seen moving.
+    pub(crate) fn hand_over_claim(&self, call: &Call<'_>) -> Duration {
+        let moved_ago = match (&self.kind, call.lua.claim_arg, call.keys.first()) {
+            #[cfg(feature = "cluster")]
+            (Kind::Cluster(c), Some(_), Some(key)) => c.moved_ago(key),
+            _ => None,
+        };
+        crate::protocol::timing::hand_over_claim(moved_ago)
+    }
+
     pub(crate) fn is_redlock(&self) -> bool {
         matches!(self.kind, Kind::Redlock(_))
     }

@@ -331,7 +331,7 @@ impl Drop for Holding {
 /// would end.
 fn look_after_hand_over(client: &Context, held: &Held) {
     if let Some(look) = &held.look {
-        look_after_opening(client, look.clone());
+        look_after_opening(client, look.clone(), &held.release.call());
     }
 }
 

@@ -23,13 +23,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::PreparedCall;
+use crate::backend::{Call, PreparedCall};
 use crate::error::Result;
 use crate::lease::context::Context;
 use crate::protocol::lease_state::LeaseState;
 use crate::protocol::popped::{popped_hold, PoppedHold};
 use crate::protocol::scripts::Parts;
-use crate::protocol::timing::NAME_LOOK_AFTER;
+use crate::protocol::timing::look_after;
 use crate::renewal;
 use reentrancy::{Held, HoldKey};
 
@@ -233,12 +233,16 @@ pub(crate) fn valid_for(client: &Context, lease: Duration) -> Result<Duration> {
 }
 
 /// [`look_after_hand_over`] with the name's `look`: also after a
-/// `force_unlock` that opened the name.
-pub(crate) fn look_after_opening(client: &Context, look: Arc<PreparedCall>) {
+/// `force_unlock` that opened the name. Just after the claim window the
+/// release gave its hand-over (`release`, see
+/// [`Backend::hand_over_claim`](crate::backend::Backend::hand_over_claim)).
+pub(crate) fn look_after_opening(client: &Context, look: Arc<PreparedCall>, release: &Call<'_>) {
+    let backend = client.backend();
+    let claim = backend.hand_over_claim(release);
     let state = renewal::watch_for(
-        client.backend(),
+        backend,
         look,
-        Instant::now() + NAME_LOOK_AFTER,
+        Instant::now() + look_after(claim),
         crate::protocol::looks::NAME_LOOKS,
     );
     // Nobody finishes it: its replies end it (see lua/lock_watch.lua).

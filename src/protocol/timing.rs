@@ -27,6 +27,42 @@ pub const ROOM_ENTRY: Duration = Duration::from_secs(75);
 /// between two round trips); the queue is then purged.
 pub const GRANT_CLAIM: Duration = Duration::from_millis(500);
 
+/// How long a release's hand-over waits to be taken when the name's slot
+/// was just seen moving between Cluster masters (see [`hand_over_claim`]).
+/// Redis redirects a client blocked on a slot that left its master only
+/// from its clients cron, which visits every client within a second at
+/// the default `hz 10` (server.c `clientsCron`: clients/hz per run): a
+/// waiter blocked there since before the move hears of it up to a second
+/// after the slot was handed over, and loses its place if the hand-over
+/// lapsed untaken meanwhile (lua/queue.lua `queue_untaken` drops the
+/// waiters that block). Twice that second: a dead waiter costs that much
+/// only right after a move.
+pub const SETTLING_CLAIM: Duration = Duration::from_secs(2);
+
+/// How long after a client last saw a name's slot moving (a `MOVED`,
+/// `ASK` or `TRYAGAIN` reply, or its slot map read again with the slot on
+/// another master) its releases of names in that slot hand over with
+/// [`SETTLING_CLAIM`]: the waiters blocked on the old master are
+/// redirected within a second of the slot being handed over, which is no
+/// earlier than that sighting.
+pub const MOVE_SETTLING: Duration = Duration::from_secs(2);
+
+/// The claim window a release gives its hand-over: [`GRANT_CLAIM`], or
+/// [`SETTLING_CLAIM`] when the name's slot was seen moving within
+/// [`MOVE_SETTLING`] (`moved_ago`).
+pub fn hand_over_claim(moved_ago: Option<Duration>) -> Duration {
+    match moved_ago {
+        Some(ago) if ago < MOVE_SETTLING => SETTLING_CLAIM,
+        _ => GRANT_CLAIM,
+    }
+}
+
+/// When a release that opened the name looks at it again: just after its
+/// hand-over's claim window (`claim`, see [`hand_over_claim`]).
+pub fn look_after(claim: Duration) -> Duration {
+    claim * 11 / 10
+}
+
 /// The short first lease a waiter gets when its script takes an open
 /// grant its pop took (lua/queue.lua `queue_take_open`): twice the claim
 /// window.

@@ -93,12 +93,32 @@ impl LockModel {
         leave: bool,
         fence: Option<i64>,
     ) -> Vec<Vec<u8>> {
+        self.release_args_with(self.release_claim(), client, t, leave, fence)
+    }
+
+    /// The claim window this model's releases give their hand-overs
+    /// (`Scenario::release_claim_ms`).
+    pub(crate) fn release_claim(&self) -> Duration {
+        self.scenario
+            .release_claim_ms
+            .map_or(p::GRANT_CLAIM, |ms| Duration::from_millis(ms as u64))
+    }
+
+    /// [`LockModel::release_args`] with the claim window `claim`.
+    pub(super) fn release_args_with(
+        &self,
+        claim: Duration,
+        client: usize,
+        t: u8,
+        leave: bool,
+        fence: Option<i64>,
+    ) -> Vec<Vec<u8>> {
         let (tok, prefix, announce) = (token(client, t), prefix(), announce(client));
         let mut a = p::lock::ReleaseArgs {
             token: &tok,
             announce: &announce,
             grant_prefix: &prefix,
-            claim: p::GRANT_CLAIM,
+            claim,
             force: false,
             keep: false,
             leave,

@@ -2,8 +2,6 @@
 //! a grant is decided, fences seen on the server) and those of a state
 //! (exclusion, every hold known to the server, quiescence).
 
-use redlease::__protocol as p;
-
 use super::{key, scripted, token, CallKind, Client, Hold, LockModel, Main, State, FLOOR};
 use crate::keyspace::{Keyspace, Reply};
 use crate::parties::{b, int, ms, Life};
@@ -195,7 +193,7 @@ impl LockModel {
                 let args = self.acquire_args(9, 1, false, false);
                 let mut last = Reply::Nil;
                 let mut granted = false;
-                for k in 0..=((ms(p::GRANT_CLAIM) + 1000) / 100) {
+                for k in 0..=((ms(self.release_claim()) + 1000) / 100) {
                     probe.now_us = probe.now_us.max((held_until + 100 * k) * 1000);
                     last = server
                         .eval(&mut probe, "lock_acquire.lua", scripted(), &args)

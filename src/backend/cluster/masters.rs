@@ -24,6 +24,8 @@ pub(super) struct Masters {
     /// The client's pool size, for each master's node.
     pub(super) pool_size: u32,
     pub(super) state: Mutex<SlotMap>,
+    /// Slots seen moving lately (see `settling`).
+    pub(super) settling: super::settling::Settling,
 }
 
 #[derive(Default)]
@@ -145,6 +147,7 @@ impl Masters {
                     .unwrap_or_else(|| Arc::new(self.node_at(addr)));
                 nodes.insert(addr.clone(), node);
             }
+            self.settling.saw_map(&state.ranges, &ranges);
             state.ranges = ranges;
             state.nodes = nodes;
             state.stale = false;

@@ -23,8 +23,11 @@ use super::source::client_for;
 use super::wire::{with_tls, within, Wire};
 use super::{Answer, Blocked, BlockingGrant, Call, Node, Timeouts};
 use crate::error::{Error, ErrorKind, Result};
+use crate::protocol::scripts::Parts;
+use crate::protocol::timing::hand_over_claim;
 
 mod masters;
+mod settling;
 mod sharding;
 
 use masters::{Masters, SlotMap};
@@ -158,6 +161,7 @@ impl ClusterLeader {
             timeouts: timeouts.clone(),
             pool_size,
             state: Mutex::new(SlotMap::default()),
+            settling: Default::default(),
         };
         Ok(ClusterLeader {
             pool,
@@ -236,13 +240,16 @@ impl ClusterLeader {
         // grants pause, as after a redirected call; blocking again at once
         // would be refused again, round trip after round trip.
         if outcome.as_ref().is_ok_and(|b| b.refused) {
+            self.masters
+                .settling
+                .saw_code(call.keys.first(), Some("ASK"));
             self.direct_off();
         }
         if !node.blocks() {
             self.blocking_refused
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        self.on_master(&node, outcome, |_| plain())
+        self.on_master(&node, call.keys.first(), outcome, |_| plain())
     }
 
     /// What a call made over our connection to `node` comes to. A slot
@@ -257,9 +264,13 @@ impl ClusterLeader {
     fn on_master<T>(
         &self,
         node: &Arc<Node>,
+        key: Option<&[u8]>,
         outcome: Result<T>,
         redirected: impl FnOnce(Error) -> Result<T>,
     ) -> Result<T> {
+        if let Err(e) = &outcome {
+            self.masters.settling.saw_code(key, e.server_code());
+        }
         match outcome {
             Err(e) if matches!(e.server_code(), Some("MOVED" | "ASK")) => {
                 self.direct_off();
@@ -308,7 +319,7 @@ impl ClusterLeader {
         // our connection is what gets a late reply undone.
         let node = self.master_for_grant(call)?;
         let (node, outcome) = self.following_moves(node, call, Some(undo), deadline);
-        self.on_master(&node, outcome, |e| {
+        self.on_master(&node, call.keys.first(), outcome, |e| {
             Err(if e.server_code() == Some("ASK") {
                 migrating(e)
             } else {
@@ -334,7 +345,7 @@ impl ClusterLeader {
         deadline: Option<Instant>,
     ) -> (Arc<Node>, Result<T>) {
         for _ in 0..MOVES {
-            let outcome = node.call(call, undo, deadline);
+            let outcome = self.send(&node, call, undo, deadline);
             let to = match &outcome {
                 Err(e) if e.server_code() == Some("MOVED") => e.redirected_to(),
                 _ => None,
@@ -345,8 +356,48 @@ impl ClusterLeader {
             self.direct_off();
             node = self.masters.node_for(to, &node);
         }
-        let outcome = node.call(call, undo, deadline);
+        let outcome = self.send(&node, call, undo, deadline);
         (node, outcome)
+    }
+
+    /// `call` on `node` over our own connection, as it goes now (see
+    /// [`ClusterLeader::settled_args`]), noting a reply that says its slot
+    /// is moving.
+    fn send<T: FromRedisValue>(
+        &self,
+        node: &Node,
+        call: &Call<'_>,
+        undo: Option<&Call<'_>>,
+        deadline: Option<Instant>,
+    ) -> Result<T> {
+        let settled = self.settled_args(call);
+        let outcome = match &settled {
+            Some(args) => node.call(&call.with_parts(Parts::Owned(args)), undo, deadline),
+            None => node.call(call, undo, deadline),
+        };
+        if let Err(e) = &outcome {
+            self.masters
+                .settling
+                .saw_code(call.keys.first(), e.server_code());
+        }
+        outcome
+    }
+
+    /// How long ago `key`'s slot was last seen moving, if lately (see
+    /// `settling`).
+    pub(crate) fn moved_ago(&self, key: &[u8]) -> Option<Duration> {
+        self.masters.settling.moved_ago(key)
+    }
+
+    /// The arguments `call` goes with instead of its own, if any: a release
+    /// whose slot was seen moving lately hands the name over with a longer
+    /// claim window (`protocol::timing::hand_over_claim`), since Redis
+    /// redirects the waiters blocked at the old master only up to a second
+    /// later (see `settling`). Nothing for any other call, nor usually.
+    fn settled_args(&self, call: &Call<'_>) -> Option<Vec<Vec<u8>>> {
+        call.lua.claim_arg?;
+        let ago = self.masters.settling.moved_ago(call.keys.first()?)?;
+        call.lua.with_claim(call.args, hand_over_claim(Some(ago)))
     }
 
     /// The master our slot map last named for a grant's key, or a *not
@@ -475,7 +526,7 @@ impl ClusterLeader {
         // as through the cluster connection.
         let until = Instant::now() + self.response;
         let outcome = within(until, || node.eval(call, Some(Instant::now())));
-        self.on_master(&node, outcome, |_| routed())
+        self.on_master(&node, call.keys.first(), outcome, |_| routed())
     }
 
     pub(crate) fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T> {
@@ -513,6 +564,22 @@ impl ClusterLeader {
         undo: Option<&[Call<'_>]>,
     ) -> Result<Vec<Value>> {
         let limit = limit.clamp(Duration::from_millis(1), self.response);
+        // Releases whose slots were seen moving lately go with their longer
+        // claim windows (see `settled_args`): rare, so the calls are only
+        // copied then.
+        let settled: Vec<Option<Vec<Vec<u8>>>> =
+            calls.iter().map(|c| self.settled_args(c)).collect();
+        let resettled: Vec<Call<'_>>;
+        let calls = if settled.iter().any(Option::is_some) {
+            resettled = calls
+                .iter()
+                .zip(&settled)
+                .map(|(c, s)| s.as_ref().map_or(*c, |a| c.with_parts(Parts::Owned(a))))
+                .collect();
+            &resettled[..]
+        } else {
+            calls
+        };
         let groups = self.masters.route(calls);
         let packed: Vec<MasterPart<'_>> = groups
             .iter()
@@ -544,6 +611,9 @@ impl ClusterLeader {
                     for (&i, v) in idx.iter().zip(values) {
                         if let Value::ServerError(e) = &v {
                             stale |= redirected(e.code());
+                            self.masters
+                                .settling
+                                .saw_code(calls[i].keys.first(), Some(e.code()));
                         }
                         out[i] = v;
                     }

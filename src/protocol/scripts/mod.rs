@@ -108,6 +108,12 @@ pub(crate) struct Lua {
     /// server's fence floor, is shared and comes once, at the end. See
     /// `PreparedCall::together`.
     pub(crate) per_name: Option<(usize, usize)>,
+    /// For a release that may hand the name on: the argument (ARGV[n],
+    /// counted from 1, in each name's run) that is its hand-over's claim
+    /// window, which a Cluster client lengthens right after the slot moved
+    /// (see [`Lua::with_claim`]).
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(crate) claim_arg: Option<usize>,
 }
 
 /// The preludes a script may name in its `-- Uses` line.
@@ -223,13 +229,44 @@ fn compact(code: &str) -> String {
 }
 
 impl Lua {
-    fn new(body: &'static str, per_name: Option<(usize, usize)>) -> Lua {
+    fn new(body: &'static str, per_name: Option<(usize, usize)>, claim_arg: Option<usize>) -> Lua {
         let code = compose(body);
         Lua {
             script: Script::new(code),
             code,
             per_name,
+            claim_arg,
         }
+    }
+
+    /// `args` (this script's) with its hand-over's claim window (see
+    /// [`Lua::claim_arg`]; each name's, for a script that takes several)
+    /// set to `claim`, or `None` when it has none or already says so.
+    /// Cluster clients send a release this way right after its slot moved
+    /// (`protocol::timing::hand_over_claim`).
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(crate) fn with_claim(
+        &self,
+        args: Parts<'_>,
+        claim: std::time::Duration,
+    ) -> Option<Vec<Vec<u8>>> {
+        let at = self.claim_arg?.checked_sub(1)?;
+        let stride = self.per_name.map_or(usize::MAX, |(_, a)| a.max(1));
+        let claim = claim.as_millis().to_string().into_bytes();
+        let mut changed = false;
+        let out = args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                if i % stride == at && a != claim.as_slice() {
+                    changed = true;
+                    claim.clone()
+                } else {
+                    a.to_vec()
+                }
+            })
+            .collect();
+        changed.then_some(out)
     }
 
     /// This script's `EVALSHA` with these keys and arguments, as the
@@ -308,13 +345,14 @@ impl Lua {
 macro_rules! script {
     ($name:ident, $file:literal) => {
         pub(crate) static $name: Lazy<Lua> =
-            Lazy::new(|| Lua::new(include_str!(concat!("../../../lua/", $file)), None));
+            Lazy::new(|| Lua::new(include_str!(concat!("../../../lua/", $file)), None, None));
     };
-    ($name:ident, $file:literal, per_name($keys:literal, $args:literal)) => {
+    ($name:ident, $file:literal, per_name($keys:literal, $args:literal), claim($claim:literal)) => {
         pub(crate) static $name: Lazy<Lua> = Lazy::new(|| {
             Lua::new(
                 include_str!(concat!("../../../lua/", $file)),
                 Some(($keys, $args)),
+                Some($claim),
             )
         });
     };
@@ -322,7 +360,7 @@ macro_rules! script {
 
 script!(LOCK_ACQUIRE, "lock_acquire.lua");
 script!(LOCK_ACQUIRE_ALL, "lock_acquire_all.lua");
-script!(LOCK_RELEASE, "lock_release.lua", per_name(4, 10));
+script!(LOCK_RELEASE, "lock_release.lua", per_name(4, 10), claim(5));
 script!(LOCK_EXTEND, "lock_extend.lua");
 script!(LOCK_WATCH, "lock_watch.lua");
 script!(FORCE_UNLOCK, "force_unlock.lua");
@@ -390,6 +428,40 @@ pub fn sent_code(file: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A release's claim argument is the one its header calls the claim
+    /// window, and `with_claim` sets it in every name's run only.
+    #[test]
+    fn a_releases_claim_argument_is_its_claim_window() {
+        for (file, lua) in ALL {
+            let Some(n) = lua.claim_arg else { continue };
+            let path = format!("{}/lua/{file}", env!("CARGO_MANIFEST_DIR"));
+            let source = std::fs::read_to_string(path).unwrap();
+            let header = format!("ARGV[{n}]  claim window");
+            assert!(source.contains(&header), "{file}: {header}");
+        }
+        let claim = std::time::Duration::from_secs(2);
+        let one: Args = [&b"t"[..], b"c", b"m", b"p", b"500", b"", b"", b"", b"", b""]
+            .into_iter()
+            .collect();
+        let set = LOCK_RELEASE
+            .with_claim(Parts::Encoded(&one), claim)
+            .unwrap();
+        assert_eq!(set[4], b"2000");
+        assert_eq!(set.iter().filter(|a| *a == b"2000").count(), 1);
+        let runs = [&one, &one];
+        let both = LOCK_RELEASE.with_claim(Parts::Runs(&runs), claim).unwrap();
+        assert_eq!(
+            (both[4].as_slice(), both[14].as_slice()),
+            (&b"2000"[..], &b"2000"[..])
+        );
+        assert_eq!(both.len(), 20);
+        let again: Vec<&[u8]> = set.iter().map(Vec::as_slice).collect();
+        assert!(LOCK_RELEASE
+            .with_claim(Parts::Borrowed(&again), claim)
+            .is_none());
+        assert!(LOCK_WATCH.with_claim(Parts::Encoded(&one), claim).is_none());
+    }
 
     /// The bytes `Lua::packed` writes are the `EVALSHA` redis-rs packs
     /// (the pipelines' and the cluster's way), for every kind of argument.
