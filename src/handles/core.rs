@@ -28,6 +28,26 @@ pub(crate) struct Core<K> {
     name_look: Arc<OnceLock<Arc<PreparedCall>>>,
 }
 
+/// lua/lock_extend.lua for `token`'s hold of `lease_ms` on `keys`: the
+/// hold's key, then, where a blocking pop alone may have taken the hold,
+/// the waiters' queue and its deadlines, with `claiming` (the grant prefix
+/// and the blocked waiters' queue entry life): its first extension claims
+/// such a hold. The hold puts its fence in (see `EXTEND_FENCE`). A lock's
+/// and a write hold's extension alike.
+pub(crate) fn claiming_extend(
+    keys: Arc<[Vec<u8>]>,
+    token: &[u8],
+    lease_ms: &[u8],
+    claiming: Option<(&[u8], Duration)>,
+) -> PreparedCall {
+    let args = crate::protocol::scripts::lock::ExtendArgs {
+        token,
+        claiming,
+        lease_ms,
+    };
+    PreparedCall::new(&crate::protocol::scripts::LOCK_EXTEND, keys, args.argv())
+}
+
 /// What one acquisition asks for, whatever the primitive: its lease, that
 /// lease in milliseconds as the scripts read it, and whether it waits (a
 /// try never queues: readers would wait for a queued writer, and a try

@@ -6,17 +6,17 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Joined, JoinedArgs, PreparedCall};
 use crate::error::{Error, Result};
-use crate::handles::core::{settings, waits, Ask, Core};
+use crate::handles::core::{claiming_extend, settings, waits, Ask, Core};
 use crate::lease::context::Context;
 use crate::lease::reentrancy::{self, HoldKey, Mode};
 use crate::lease::{self, guard_controls, Direct, Holding, PopAlone, Spec};
 use crate::protocol::keys as schema;
 use crate::protocol::scripts::lock::{
-    AcquireArgs, Announce, ExtendArgs, ReleaseArgs, Waits, WatchArgs, ACQUIRE_KEYS, ACQUIRE_LEASE,
+    AcquireArgs, Announce, ReleaseArgs, Waits, WatchArgs, ACQUIRE_KEYS, ACQUIRE_LEASE,
     ACQUIRE_PREFIX, ACQUIRE_TOKEN, EXTEND_FENCE, RELEASE_FENCE,
 };
 use crate::protocol::scripts::{
-    Parts, LOCK_ACQUIRE, LOCK_ACQUIRE_ALL, LOCK_EXTEND, LOCK_NOTE, LOCK_RELEASE, LOCK_WATCH,
+    Parts, LOCK_ACQUIRE, LOCK_ACQUIRE_ALL, LOCK_NOTE, LOCK_RELEASE, LOCK_WATCH,
 };
 use crate::wakeup::Turns;
 
@@ -308,16 +308,12 @@ impl Lock {
         lease_ms: Vec<u8>,
         claim: Option<Duration>,
     ) -> PreparedCall {
-        let args = ExtendArgs {
-            token,
-            claiming: claim.map(|entry| (keys.grant_prefix.as_slice(), entry)),
-            lease_ms: &lease_ms,
-        };
-        let keys = match claim {
+        let on = match claim {
             Some(_) => keys.extended_claiming.clone(),
             None => keys.extended.clone(),
         };
-        PreparedCall::new(&LOCK_EXTEND, keys, args.argv())
+        let claiming = claim.map(|entry| (keys.grant_prefix.as_slice(), entry));
+        claiming_extend(on, token, &lease_ms, claiming)
     }
 
     /// Where and how a hand-over of this lock is announced: every waiter

@@ -6,18 +6,17 @@ use std::time::{Duration, Instant};
 
 use crate::backend::PreparedCall;
 use crate::error::{Error, ErrorKind, Result};
-use crate::handles::core::{settings, waits, Ask, Core};
+use crate::handles::core::{claiming_extend, settings, waits, Ask, Core};
 use crate::lease::context::Context;
 use crate::lease::reentrancy::{self, HoldKey, Mode};
 use crate::lease::{self, guard_controls, Direct, Holding, PopAlone, Spec};
 use crate::protocol::keys as schema;
-use crate::protocol::scripts::lock::{ExtendArgs, EXTEND_FENCE};
+use crate::protocol::scripts::lock::EXTEND_FENCE;
 use crate::protocol::scripts::rwlock::{
     Open, ReadAcquireArgs, ReleaseArgs, WatchArgs, WriteAcquireArgs, RELEASE_FENCE,
 };
 use crate::protocol::scripts::{
-    LOCK_EXTEND, RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WATCH, RW_WRITE_ACQUIRE, RW_WRITE_RELEASE,
-    ZSET_EXTEND,
+    RW_READ_ACQUIRE, RW_READ_RELEASE, RW_WATCH, RW_WRITE_ACQUIRE, RW_WRITE_RELEASE, ZSET_EXTEND,
 };
 use crate::wakeup::Turns;
 
@@ -322,21 +321,13 @@ impl RwLock {
             // writers' queue is its keys' too, and the hold puts its fence
             // in (see `EXTEND_FENCE`).
             extend: {
-                let args = ExtendArgs {
-                    token: &t,
-                    claiming: blocks.then(|| {
-                        (
-                            keys.grant_prefix.as_slice(),
-                            self.core.queue_entry(waits, true),
-                        )
-                    }),
-                    lease_ms: &ms,
-                };
                 let mut on = vec![keys.writer.to_vec()];
                 if blocks {
                     on.extend([keys.writer_queue.clone(), keys.writer_deadlines.clone()]);
                 }
-                PreparedCall::new(&LOCK_EXTEND, on, args.argv())
+                let entry = self.core.queue_entry(waits, true);
+                let claiming = blocks.then(|| (keys.grant_prefix.as_slice(), entry));
+                claiming_extend(on.into(), &t, &ms, claiming)
             },
             // Withdraw our queue entry so readers need not wait for it, and
             // hand on a write hold granted meanwhile; also behind a late

@@ -150,7 +150,7 @@ pub struct WatchArgs<'a> {
 }
 
 /// lua/lock_extend.lua's arguments, by name (the keys differ with
-/// `claiming`: see `Lock::extend`).
+/// `claiming`: see `handles::core::claiming_extend`).
 pub struct ExtendArgs<'a> {
     /// The owner token.
     pub token: &'a [u8],
