@@ -326,7 +326,7 @@ impl RwLock {
                     on.extend([keys.writer_queue.clone(), keys.writer_deadlines.clone()]);
                 }
                 let entry = self.core.queue_entry(waits, true);
-                let claiming = blocks.then(|| (keys.grant_prefix.as_slice(), entry));
+                let claiming = blocks.then_some((keys.grant_prefix.as_slice(), entry));
                 claiming_extend(on.into(), &t, &ms, claiming)
             },
             // Withdraw our queue entry so readers need not wait for it, and
