@@ -345,13 +345,14 @@ impl Backend {
     /// (`protocol::timing::hand_over_claim`): longer on Cluster for a
     /// script that names it (`Lua::claim_arg`) right after the name's slot
     /// was seen moving.
+    #[cfg_attr(not(feature = "cluster"), allow(unused_variables))]
     pub(crate) fn hand_over_claim(&self, call: &Call<'_>) -> Duration {
-        let moved_ago = match (&self.kind, call.lua.claim_arg, call.keys.first()) {
+        let settled = match &self.kind {
             #[cfg(feature = "cluster")]
-            (Kind::Cluster(c), Some(_), Some(key)) => c.moved_ago(key),
+            Kind::Cluster(c) => c.settled_claim(call),
             _ => None,
         };
-        crate::protocol::timing::hand_over_claim(moved_ago)
+        settled.unwrap_or(crate::protocol::timing::GRANT_CLAIM)
     }
 
     pub(crate) fn is_redlock(&self) -> bool {

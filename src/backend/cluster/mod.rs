@@ -260,7 +260,9 @@ impl ClusterLeader {
     /// past the caller's deadline. Any other failure is returned too, and
     /// the master is suspected (see [`ClusterLeader::master_failed`]):
     /// trying it again through the cluster connection would meet the same
-    /// master. Direct waiting pauses after any of these.
+    /// master. Direct waiting pauses after any of these. A redirection or
+    /// refusal for `key` is noted as its slot moving (see `settling`;
+    /// `None`: noted where the call was sent).
     fn on_master<T>(
         &self,
         node: &Arc<Node>,
@@ -268,8 +270,9 @@ impl ClusterLeader {
         outcome: Result<T>,
         redirected: impl FnOnce(Error) -> Result<T>,
     ) -> Result<T> {
-        if let Err(e) = &outcome {
-            self.masters.settling.saw_code(key, e.server_code());
+        // (Calls through `send` were noted there already.)
+        if let (Err(e), Some(key)) = (&outcome, key) {
+            self.masters.settling.saw_code(Some(key), e.server_code());
         }
         match outcome {
             Err(e) if matches!(e.server_code(), Some("MOVED" | "ASK")) => {
@@ -319,7 +322,7 @@ impl ClusterLeader {
         // our connection is what gets a late reply undone.
         let node = self.master_for_grant(call)?;
         let (node, outcome) = self.following_moves(node, call, Some(undo), deadline);
-        self.on_master(&node, call.keys.first(), outcome, |e| {
+        self.on_master(&node, None, outcome, |e| {
             Err(if e.server_code() == Some("ASK") {
                 migrating(e)
             } else {
@@ -383,21 +386,21 @@ impl ClusterLeader {
         outcome
     }
 
-    /// How long ago `key`'s slot was last seen moving, if lately (see
-    /// `settling`).
-    pub(crate) fn moved_ago(&self, key: &[u8]) -> Option<Duration> {
-        self.masters.settling.moved_ago(key)
-    }
-
-    /// The arguments `call` goes with instead of its own, if any: a release
-    /// whose slot was seen moving lately hands the name over with a longer
-    /// claim window (`protocol::timing::hand_over_claim`), since Redis
-    /// redirects the waiters blocked at the old master only up to a second
-    /// later (see `settling`). Nothing for any other call, nor usually.
-    fn settled_args(&self, call: &Call<'_>) -> Option<Vec<Vec<u8>>> {
+    /// The claim window a release `call` sent now gives its hand-over, if
+    /// not the usual one: longer when its slot was seen moving lately
+    /// (`protocol::timing::hand_over_claim`), since Redis redirects the
+    /// waiters blocked at the old master only up to a second later (see
+    /// `settling`). `None` for any other call, and usually.
+    pub(crate) fn settled_claim(&self, call: &Call<'_>) -> Option<Duration> {
         call.lua.claim_arg?;
         let ago = self.masters.settling.moved_ago(call.keys.first()?)?;
-        call.lua.with_claim(call.args, hand_over_claim(Some(ago)))
+        Some(hand_over_claim(Some(ago)))
+    }
+
+    /// The arguments `call` goes with instead of its own, if any (see
+    /// [`ClusterLeader::settled_claim`]).
+    fn settled_args(&self, call: &Call<'_>) -> Option<Vec<Vec<u8>>> {
+        call.lua.with_claim(call.args, self.settled_claim(call)?)
     }
 
     /// The master our slot map last named for a grant's key, or a *not
@@ -567,8 +570,13 @@ impl ClusterLeader {
         // Releases whose slots were seen moving lately go with their longer
         // claim windows (see `settled_args`): rare, so the calls are only
         // copied then.
-        let settled: Vec<Option<Vec<Vec<u8>>>> =
-            calls.iter().map(|c| self.settled_args(c)).collect();
+        // (Renewal batches hold no release: nothing is collected then.)
+        let settled: Vec<Option<Vec<Vec<u8>>>> = if calls.iter().any(|c| c.lua.claim_arg.is_some())
+        {
+            calls.iter().map(|c| self.settled_args(c)).collect()
+        } else {
+            Vec::new()
+        };
         let resettled: Vec<Call<'_>>;
         let calls = if settled.iter().any(Option::is_some) {
             resettled = calls
