@@ -16,7 +16,9 @@
 -- ARGV[4]  grant prefix: prefix..'open' is the open list, prefix..token a
 --          blocking waiter's own list, prefix..'told' the waiters that
 --          wait for messages (queue.lua)
--- ARGV[5]  claim window of a hand-over, in milliseconds (queue.lua)
+-- ARGV[5]  the usual claim window of a hand-over, in milliseconds
+--          (queue.lua): what a pop's first lease and a grant kept for an
+--          elder are measured by
 -- ARGV[6]  wake-up channel, ARGV[7] wake-up message, ARGV[8] 'queued' or
 --          '' (queue.lua announce): for a lock handed on from here
 -- ARGV[9]  'block': this waiter blocks in BLMOVE from the open list to its
@@ -25,15 +27,19 @@
 --          pop did not take only in its turn, and one that waits for
 --          messages keeps its turn (its place among the blocked was lost:
 --          queue.lua offer).
--- ARGV[10] 'popped' (optional): this script runs right behind that pop: a
+-- ARGV[10] claim window of a hand-over made here (the name found free with
+--          a live waiter ahead), in milliseconds: ARGV[5], or longer right
+--          after a Cluster slot moved (src/protocol/timing.rs
+--          hand_over_claim)
+-- ARGV[11] 'popped' (optional): this script runs right behind that pop: a
 --          fence found on the waiter's own list is an open grant it took
 -- Returns  fence (an integer): acquired, with the lease set to ARGV[2]
 --          (taken by a pop: the lesser of that and twice ARGV[5]): the lock
 --          was free with no live waiter ahead, or open and taken by this
 --          waiter, or already held by this token (a retry after a lost
 --          reply: a hold is counted once and keeps its fence)
---          ms (text): wait; ms = the holder's remaining lease (or the claim
---          window of a hand-over made from here)
+--          ms (text): wait; ms = the holder's remaining lease (or ARGV[10]
+--          for a hand-over made from here)
 --          (Scalars, not a table: a table reply costs Redis about 5K
 --          instructions; src/backend/answer.rs.)
 -- Errors   WRONGTYPE (key is not a string), REDLEASE_FOREIGN (a string not
@@ -46,7 +52,7 @@ local turn = ARGV[9] == 'turn' or ARGV[9] == 'turn block'
 local open = prefix .. 'open'
 local mine = prefix .. me
 -- What this waiter's pop (right before this script) took (took.lua).
-local took = took_from_open(mine, ARGV[10] == 'popped')
+local took = took_from_open(mine, ARGV[11] == 'popped')
 if took == nil then
   return redis.error_reply(NOPERM_POP)
 end
@@ -106,10 +112,10 @@ if head == nil or head == me then
 end
 -- Free, yet a live waiter is ahead (the holder's lease ran out with nobody
 -- to hand the lock on): open it to the waiters now, then wait.
-local told = hand_on(lock, counter, q, qt, prefix, tonumber(ARGV[5]), ARGV[6], ARGV[7])
+local told = hand_on(lock, counter, q, qt, prefix, tonumber(ARGV[10]), ARGV[6], ARGV[7])
 announce(ARGV[6], ARGV[7], ARGV[8], told)
 if ttl > 0 then
   queue_join(q, qt, prefix, me, ttl, blocks, turn)
 end
 -- The claim window as the client sent it (whole milliseconds, digits).
-return ARGV[5]
+return ARGV[10]

@@ -12,11 +12,15 @@
 -- ARGV[1]  the blocked waiter's token, or '' for a look at the name alone
 -- ARGV[2]  the waiter's queue entry lifetime in milliseconds
 -- ARGV[3]  grant prefix (queue.lua)
--- ARGV[4]  claim window of a hand-over, in milliseconds
+-- ARGV[4]  the usual claim window of a hand-over, in milliseconds: what
+--          this look's rules measure grants by
 -- ARGV[5]  wake-up channel, ARGV[6] wake-up message, ARGV[7] 'queued' or
 --          '' (queue.lua announce)
+-- ARGV[8]  claim window of a hand-over made here, in milliseconds: ARGV[4],
+--          or longer right after a Cluster slot moved (src/protocol/
+--          timing.rs hand_over_claim)
 -- Returns  milliseconds until the next look is useful (the lock's
---          remaining lease, or the claim window of a hand-over made here),
+--          remaining lease, or ARGV[8] after a hand-over made here),
 --          or 0: no more looks (a look at the name alone that found a
 --          holder past its first lease, or nobody waiting). Never errors:
 --          it runs in pipelined renewal batches. A look at a held lock is
@@ -80,6 +84,6 @@ if me ~= '' then
 elseif redis.call('EXISTS', q) == 0 then
   return 0
 end
-local told = hand_on(lock, counter, q, qt, prefix, claim, ARGV[5], ARGV[6])
+local told = hand_on(lock, counter, q, qt, prefix, tonumber(ARGV[8]), ARGV[5], ARGV[6])
 announce(ARGV[5], ARGV[6], ARGV[7], told)
-return claim
+return tonumber(ARGV[8])

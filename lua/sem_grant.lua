@@ -38,7 +38,11 @@
 --     offer's watchers (the oldest waiters, publish.lua name_watchers_spaced),
 --     unless watchers were named in the last 50 ms (prefix..'named')
 --   sem_pass(prefix, claim_ms, passes): puts an offer back for the next
---     blocked waiter
+--     blocked waiter, for what the offer had left if longer (a release
+--     right after a Cluster slot move offered for longer: SETTLING_CLAIM,
+--     src/protocol/timing.rs)
+--   sem_offered_for(prefix, claim_ms) -> the claim window of the offer in
+--     flight: claim_ms, or what it has left if more
 --   sem_close(prefix): ends the offer in flight (and what it owed)
 --   sem_blocked_waiting(prefix, qt) -> whether a queued waiter blocks
 --     (is not on the list of those told by messages)
@@ -47,6 +51,7 @@
 --     popped is left to the waiters that wait for messages ahead of it in
 --     line: they are listed in prefix..'owed', and the offer stays in
 --     flight (no longer on the open list) for the rest of its claim window
+--     (the list outlives it, however long it was offered for)
 --   sem_owed_lapsed(keys, prefix) -> whether an offer owed to waiters that
 --     wait for messages lapsed untaken: those that did not look in its
 --     claim window (they died, froze or lost the message) lose their place
@@ -104,12 +109,20 @@ local function sem_leave(keys, prefix, member, fair)
   end
 end
 
+-- The claim window of the offer in flight: `claim`, or what it has left
+-- if more (a release right after a Cluster slot move offered for longer,
+-- and a waiter that passes it on, or owes it, says the usual window).
+local function sem_offered_for(prefix, claim)
+  return math.max(claim, redis.call('PTTL', prefix .. 'offer'))
+end
+
 local function sem_pass(prefix, claim, passes)
   local open = prefix .. 'open'
+  local ms = sem_offered_for(prefix, claim)
   redis.call('RPUSH', open, string.format('%d', passes))
   -- Times as text (queue.lua hand_on).
-  redis.call('PEXPIRE', open, string.format('%d', claim * 2))
-  redis.call('SET', prefix .. 'offer', '1', 'PX', string.format('%d', claim))
+  redis.call('PEXPIRE', open, string.format('%d', ms * 2))
+  redis.call('SET', prefix .. 'offer', '1', 'PX', string.format('%d', ms))
 end
 
 local function sem_close(prefix)
@@ -149,7 +162,8 @@ local function sem_owe(keys, prefix, me, claim)
     end
   end
   -- Outlives the offer: found after it, it names those that let it lapse.
-  redis.call('PEXPIRE', prefix .. 'owed', string.format('%d', claim * 3))
+  local ms = sem_offered_for(prefix, claim)
+  redis.call('PEXPIRE', prefix .. 'owed', string.format('%d', ms * 3))
   redis.call('DEL', prefix .. 'open')
   if redis.call('EXISTS', prefix .. 'offer') == 0 then
     redis.call('SET', prefix .. 'offer', '1', 'PX', string.format('%d', claim))

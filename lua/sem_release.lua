@@ -9,7 +9,9 @@
 -- ARGV[2]  wake-up channel
 -- ARGV[3]  wake-up message
 -- ARGV[4]  grant prefix (sem_grant.lua)
--- ARGV[5]  claim window of an offer, in milliseconds
+-- ARGV[5]  claim window of a hand-over (an offer), in milliseconds:
+--          longer right after a Cluster slot move (src/protocol/
+--          timing.rs hand_over_claim)
 -- ARGV[6]  the caller's permit count, used when no count is stored
 -- ARGV[7]  '1' fair mode, '0' otherwise
 -- ARGV[8]  'leave': a waiter gives up. Its entries go, first in line or

@@ -67,7 +67,15 @@ if me ~= '' then
 elseif redis.call('EXISTS', KEYS[4]) == 0 then
   return 0
 end
-if redis.call('EXISTS', prefix .. 'offer') == 1 then
+local offer = redis.call('PTTL', prefix .. 'offer')
+if offer ~= -2 then
+  -- An offer open longer than a claim window: a release right after a
+  -- Cluster slot move made it (SETTLING_CLAIM, src/protocol/timing.rs),
+  -- and a look at the name alone may be for that very offer: look again
+  -- when it would lapse (as lua/lock_watch.lua does for a grant).
+  if me == '' and offer > claim then
+    return offer
+  end
   return claim
 end
 if sem_offer(keys, n, fair, prefix, claim, now, ARGV[5], ARGV[6]) then

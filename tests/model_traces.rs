@@ -252,6 +252,7 @@ fn a_look_at_a_hand_over_opened_for_longer_looks_again_when_it_would_lapse() {
         .arg("")
         .arg("")
         .arg("queued")
+        .arg(500)
         .invoke(&mut con)
         .unwrap();
     assert!(
@@ -625,4 +626,62 @@ fn a_reader_that_died_first_takes_no_live_readers_naming() {
         Duration::from_millis(2_500),
         Some("read"),
     );
+}
+
+/// Review (session 56): a Cluster release right after its slot moved
+/// offers a permit for 2 s (`SETTLING_CLAIM`), and a waiter whose pop took
+/// that offer and gave it up passed it on with its own 0.5 s
+/// (lua/sem_grant.lua `sem_pass`): the waiters the old master redirects
+/// later found the offer lapsed, and the next look emptied the line. A
+/// pass keeps what the offer had left (it had 476 ms left after the pass).
+#[test]
+fn a_permit_offer_passed_on_keeps_the_time_its_release_gave_it() {
+    let server = Server::start();
+    let mut con = server.con();
+    let script = |file| redis::Script::new(redlease::__sent_code(file).unwrap());
+    let (acquire, release) = (script("sem_acquire.lua"), script("sem_release.lua"));
+    let keys = ["{s}:sem", "{s}:sem:n", "{s}:sem:queue", "{s}:sem:queue:t"];
+    let prefix = "{s}:sem:grant:";
+    let run = |s: &redis::Script, args: &[&str], con: &mut redis::Connection| {
+        let mut call = s.prepare_invoke();
+        for k in keys {
+            call.key(k);
+        }
+        for a in args {
+            call.arg(a);
+        }
+        call.invoke::<redis::Value>(con).unwrap()
+    };
+    // A fair semaphore of one permit: H holds it, A and C wait, blocking.
+    for who in ["1:H", "1:A", "1:C"] {
+        let args = [
+            who, "60000", "1", "1", "1", "10000", "block", prefix, "500", "ch", "m",
+        ];
+        run(&acquire, &args, &mut con);
+    }
+    // H's release offers the permit for 2 s.
+    let offered = run(
+        &release,
+        &["1:H", "ch", "m", prefix, "2000", "1", "1", ""],
+        &mut con,
+    );
+    assert_eq!(offered, redis::Value::Int(2));
+    // C's pop takes the offer, and C gives up with the usual window.
+    let _: Option<String> = redis::cmd("LMOVE")
+        .arg(format!("{prefix}open"))
+        .arg(format!("{prefix}1:C"))
+        .arg("LEFT")
+        .arg("RIGHT")
+        .query(&mut con)
+        .unwrap();
+    run(
+        &release,
+        &["1:C", "ch", "m", prefix, "500", "1", "1", "leave"],
+        &mut con,
+    );
+    let left: i64 = redis::cmd("PTTL")
+        .arg(format!("{prefix}offer"))
+        .query(&mut con)
+        .unwrap();
+    assert!(left > 1_500, "the offer has {left} ms left");
 }

@@ -113,13 +113,13 @@ impl Sender {
     }
 }
 
-/// lua/lock_acquire.lua's nine arguments for `token`'s uncontended
+/// lua/lock_acquire.lua's ten arguments for `token`'s uncontended
 /// acquire of the name `name` (grant prefix `prefix`): a 30 s lease, no
 /// queue entry, not blocking.
 fn acquire_argv(token: &str, name: &str, prefix: &str, by: Sender) -> Vec<String> {
     let (channel, message, queued, _) = by.wake(name);
     let argv = [
-        token, "30000", "0", prefix, "500", channel, &message, queued, "",
+        token, "30000", "0", prefix, "500", channel, &message, queued, "", "500",
     ];
     argv.map(str::to_owned).to_vec()
 }

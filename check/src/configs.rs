@@ -85,7 +85,7 @@ fn naming_scenario() -> LockModel {
             subscribed: vec![3],
             faulty: vec![2],
             exit_at_once: true,
-            release_claim_ms: None,
+            hand_over_claim_ms: None,
         },
         ..lock_model(
             vec![
@@ -117,14 +117,14 @@ fn staying(ops: Vec<Vec<Op>>, faults: Faults, horizon_ms: i64) -> Checked {
     })
 }
 
-/// `model` whose releases hand over with the window a Cluster client gives
-/// them right after it saw the name's slot move
+/// `model` whose hand-overs (releases, looks, newcomers) get the window a
+/// Cluster client gives them right after it saw the name's slot move
 /// (`protocol::timing::SETTLING_CLAIM`).
 fn settling(model: Checked) -> LockModel {
     let Checked::Lock(mut m) = model else {
         unreachable!("a lock model")
     };
-    m.scenario.release_claim_ms = Some(p::SETTLING_CLAIM.as_millis() as i64);
+    m.scenario.hand_over_claim_ms = Some(p::SETTLING_CLAIM.as_millis() as i64);
     m
 }
 
@@ -138,7 +138,7 @@ fn semaphore(permits: u32, fair: bool, faults: Faults) -> Checked {
 /// waiting up to 800 ms and releasing them.
 fn semaphore_asking(permits: u32, fair: bool, asks: &[u32], faults: Faults) -> Checked {
     let ops = wait_and_release(asks);
-    Checked::Semaphore(SemModel::new(Semaphore { permits, fair }, ops, faults))
+    Checked::Semaphore(SemModel::new(Semaphore::new(permits, fair), ops, faults))
 }
 
 /// A semaphore of `permits` whose clients wait up to `wait_ms` each for
@@ -159,7 +159,7 @@ pub fn semaphore_blocking(
         .collect();
     SemModel {
         direct: direct.to_vec(),
-        ..SemModel::new(Semaphore { permits, fair }, ops, faults)
+        ..SemModel::new(Semaphore::new(permits, fair), ops, faults)
     }
 }
 
@@ -174,6 +174,30 @@ fn blocking_semaphore(permits: u32, fair: bool, wait_ms: i64, faults: Faults) ->
         &[true, true, true],
         faults,
     ))
+}
+
+/// A fair semaphore of one permit: a blocked waiter, one that waits for
+/// messages, another blocked, one of them crashing.
+fn messages_first_semaphore() -> Checked {
+    Checked::Semaphore(semaphore_blocking(
+        1,
+        true,
+        &[1, 1, 1],
+        4_000,
+        &[true, false, true],
+        Faults::only(1, &[Fault::Crash]),
+    ))
+}
+
+/// `model` (a semaphore's) whose releases offer with the window a Cluster
+/// client gives them right after it saw the name's slot move
+/// (`protocol::timing::SETTLING_CLAIM`).
+fn settling_offers(model: Checked) -> Checked {
+    let Checked::Semaphore(mut m) = model else {
+        unreachable!("a semaphore model")
+    };
+    m.prim.release_claim_ms = Some(p::SETTLING_CLAIM.as_millis() as i64);
+    Checked::Semaphore(m)
 }
 
 /// A read-write lock whose clients (each a reader or a writer) run `ops`.
@@ -538,14 +562,17 @@ pub fn all() -> Vec<Config> {
         // left every offer to it until its entry lapsed (7 s).
         Config {
             name: "fair semaphore: a waiter for messages first, one blocked behind, 1 crash",
-            model: Checked::Semaphore(semaphore_blocking(
-                1,
-                true,
-                &[1, 1, 1],
-                4_000,
-                &[true, false, true],
-                Faults::only(1, &[Fault::Crash]),
-            )),
+            model: messages_first_semaphore(),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        // The same right after a Cluster slot move: a release that saw it
+        // offers for 2 s (`SETTLING_CLAIM`), and a look at the name alone
+        // finding an offer open that long looks again when it would lapse
+        // (lua/sem_watch.lua).
+        Config {
+            name: "fair semaphore: a waiter for messages first, one blocked behind, 1 crash, 2 s offers (a slot just moved)",
+            model: settling_offers(messages_first_semaphore()),
             expect: Expect::Holds,
             depth: 60,
         },

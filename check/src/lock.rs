@@ -103,11 +103,13 @@ pub struct Scenario {
     pub subscribed: Vec<usize>,
     /// The only clients a fault may strike (empty: any).
     pub faulty: Vec<usize>,
-    /// The claim window its releases (and leaves) give their hand-overs,
-    /// in ms: a Cluster client's right after it saw the name's slot move
-    /// (`protocol::timing::hand_over_claim`, `SETTLING_CLAIM`). `None`:
-    /// `GRANT_CLAIM`, as always elsewhere.
-    pub release_claim_ms: Option<i64>,
+    /// The claim window its hand-overs get, in ms: a release's (and a
+    /// leave's), a look's that opens a lapsed lease, a newcomer's that
+    /// finds the name free with a waiter ahead. A Cluster client's right
+    /// after it saw the name's slot move (`protocol::timing::
+    /// hand_over_claim`, `SETTLING_CLAIM`). `None`: `GRANT_CLAIM`, as
+    /// always elsewhere.
+    pub hand_over_claim_ms: Option<i64>,
     /// A client that has done its operations exits at once, before any
     /// other step (a cron job, `redlease run`); else it may exit at any
     /// moment after, or never (with [`LockModel::exits`]).
@@ -891,7 +893,7 @@ impl LockModel {
             CallKind::Release { .. } => {
                 if reply.as_ref().and_then(int) == Some(2) {
                     // `look_after_hand_over`.
-                    let look = crate::looks::opening_look(0, s.now, self.release_claim());
+                    let look = crate::looks::opening_look(0, s.now, self.hand_over_claim());
                     s.clients[i].looks.push(look);
                 }
                 let c = &mut s.clients[i];
@@ -1477,7 +1479,7 @@ impl Model for LockModel {
             Action::Tick => {
                 let t = self.next_event(&s).ok_or("no event to wait for")?;
                 if let Some(since) = s.free_since {
-                    let bound = since + ms(self.release_claim()) + 1000;
+                    let bound = since + ms(self.hand_over_claim()) + 1000;
                     if t > bound {
                         return Err(format!(
                             "liveness: the name was free from {since} ms with a live waiter waiting, \
@@ -1558,7 +1560,7 @@ impl LockModel {
     ) -> Result<State, String> {
         // A waiter counts whose deadline is past the bound (the claim + 1 s
         // from when the name fell free).
-        let bound = s.free_since.unwrap_or(s.now) + ms(self.release_claim()) + 1000;
+        let bound = s.free_since.unwrap_or(s.now) + ms(self.hand_over_claim()) + 1000;
         let free = self.live_waiter(&s, bound) && !self.taken_by_live(&s);
         s.free_since = if free {
             s.free_since.or(Some(s.now))

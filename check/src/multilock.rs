@@ -143,6 +143,7 @@ impl MultiLock {
             claim: p::GRANT_CLAIM,
             announce: &announce,
             waits,
+            hand_over: p::GRANT_CLAIM,
         }
         .parts();
         Script {
@@ -232,6 +233,7 @@ impl Primitive for MultiLock {
             grant_prefix: &prefix,
             claim: p::GRANT_CLAIM,
             announce: &announce,
+            hand_over: p::GRANT_CLAIM,
         }
         .parts();
         Script {
@@ -268,6 +270,7 @@ impl Primitive for MultiLock {
             grant_prefix: &prefix,
             claim: p::GRANT_CLAIM,
             announce: &announce,
+            hand_over: p::GRANT_CLAIM,
         }
         .parts();
         Some(Direct {

@@ -138,6 +138,13 @@ pub trait Primitive: Sized {
     /// A waiter whose registration only decides whether a release
     /// publishes (`Wait::patient`): it polls at most every 30 s.
     fn patient(&self, mode: Self::Mode) -> bool;
+    /// The claim window its releases give their hand-overs (offers): a
+    /// Cluster client's is longer right after it saw the name's slot move
+    /// (`protocol::timing::hand_over_claim`); the liveness bound is this
+    /// + 1 s.
+    fn hand_over_claim(&self) -> std::time::Duration {
+        redlease::__protocol::GRANT_CLAIM
+    }
     /// Exclusion, and that every holder (valid in its own view) is known
     /// to the server.
     fn holders(&self, keys: &Keyspace, holders: &[Holder<Self::Mode>]) -> Result<(), String>;

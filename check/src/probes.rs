@@ -20,9 +20,20 @@ pub fn tries_succeed(
     from: i64,
     run: &Script,
 ) -> Result<(), Reply> {
+    tries_succeed_within(server, keys, from, run, p::GRANT_CLAIM)
+}
+
+/// [`tries_succeed`] where hand-overs are given `claim`.
+pub fn tries_succeed_within(
+    server: &mut Server,
+    keys: &Keyspace,
+    from: i64,
+    run: &Script,
+    claim: std::time::Duration,
+) -> Result<(), Reply> {
     let mut probe = keys.clone();
     let mut reply = Reply::Nil;
-    for k in 0..=((ms(p::GRANT_CLAIM) + 1000) / 100) {
+    for k in 0..=((ms(claim) + 1000) / 100) {
         probe.now_us = probe.now_us.max((from + 100 * k) * 1000);
         reply = server
             .eval(&mut probe, run.file, &run.keys, &run.args)

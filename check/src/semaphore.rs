@@ -13,7 +13,7 @@ use redlease::__protocol as p;
 use crate::keyspace::{Keyspace, Value};
 use crate::parties::b;
 use crate::primitive::{Arrival, Direct, Holder, Primitive, Script};
-use crate::probes::{lapsed, tries_succeed};
+use crate::probes::{lapsed, tries_succeed_within};
 use crate::server::Server;
 use crate::waiters::WaitModel;
 
@@ -24,6 +24,11 @@ pub use crate::waiters::WaitOp as SemOp;
 pub struct Semaphore {
     pub permits: u32,
     pub fair: bool,
+    /// The claim window its releases give their offers, in ms: a Cluster
+    /// client's right after it saw the name's slot move
+    /// (`protocol::timing::hand_over_claim`, `SETTLING_CLAIM`). `None`:
+    /// `GRANT_CLAIM`, as always elsewhere.
+    pub release_claim_ms: Option<i64>,
 }
 
 /// A semaphore whose clients wait for messages.
@@ -62,11 +67,26 @@ fn member(client: usize, t: u8, k: u32) -> Vec<u8> {
 const CHANNEL: &[u8] = crate::lock::CHANNEL;
 
 impl Semaphore {
+    /// A semaphore of `permits` whose releases offer for the usual claim
+    /// window.
+    pub fn new(permits: u32, fair: bool) -> Semaphore {
+        Semaphore {
+            permits,
+            fair,
+            release_claim_ms: None,
+        }
+    }
+
     /// Where a client's offers go (`Semaphore::offer`).
     fn offer(&self, client: usize) -> p::semaphore::Offer<'static> {
+        self.offer_for(client, p::GRANT_CLAIM)
+    }
+
+    /// [`Semaphore::offer`] with the claim window `claim` (a release's).
+    fn offer_for(&self, client: usize, claim: Duration) -> p::semaphore::Offer<'static> {
         p::semaphore::Offer {
             grant_prefix: b"{s}:sem:grant:",
-            claim: p::GRANT_CLAIM,
+            claim,
             channel: CHANNEL.to_vec(),
             message: crate::parties::release_message(client, PERMITS),
             permits: self.permits,
@@ -194,7 +214,7 @@ impl Primitive for Semaphore {
     fn release(&self, m: &SemModel, i: usize, k: u32, t: u8, leave: bool) -> Script {
         let args = p::semaphore::ReleaseArgs {
             member: &member(i, t, k),
-            offer: &self.offer(m.pid(i)),
+            offer: &self.offer_for(m.pid(i), self.hand_over_claim()),
             leave,
         }
         .parts();
@@ -237,6 +257,11 @@ impl Primitive for Semaphore {
         false
     }
 
+    fn hand_over_claim(&self) -> Duration {
+        self.release_claim_ms
+            .map_or(p::GRANT_CLAIM, |ms| Duration::from_millis(ms as u64))
+    }
+
     fn holders(&self, keys: &Keyspace, holders: &[Holder<u32>]) -> Result<(), String> {
         let held: u32 = holders.iter().map(|h| h.1).sum();
         if held > self.permits {
@@ -277,13 +302,16 @@ impl Primitive for Semaphore {
         };
         // A try of every permit: nothing may be left holding any.
         let probe = self.acquire(m, 9, self.permits, 1, false);
-        tries_succeed(server, keys, last.max(keys.now_ms()), &probe).map_err(|reply| {
-            format!(
-                "liveness: nobody holds or waits, yet try_acquire every 100 ms for the claim \
+        let claim = self.hand_over_claim();
+        tries_succeed_within(server, keys, last.max(keys.now_ms()), &probe, claim).map_err(
+            |reply| {
+                format!(
+                    "liveness: nobody holds or waits, yet try_acquire every 100 ms for the claim \
                  + 1 s after the last permit's lease ended got {} at the end",
-                reply.show()
-            )
-        })?;
+                    reply.show()
+                )
+            },
+        )?;
         lapsed(keys, &[])
     }
 }

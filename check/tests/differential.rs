@@ -255,6 +255,7 @@ fn scripts_answer_as_redis_does() {
             "m",
             "queued",
             "",
+            "500",
         ]
         .iter()
         .map(|a| a.as_bytes().to_vec())

@@ -195,14 +195,7 @@ fn a_semaphore_that_grants_past_its_count_is_reported() {
     let ops = wait_and_release(&[1; 3]);
     let model = SemModel {
         horizon_ms: 10_000,
-        ..SemModel::new(
-            Semaphore {
-                permits: 2,
-                fair: false,
-            },
-            ops,
-            Faults::only(0, &[]),
-        )
+        ..SemModel::new(Semaphore::new(2, false), ops, Faults::only(0, &[]))
     };
     let clean = found(&model, &[], 40);
     assert!(clean.is_none(), "unmutated: {clean:?}");
@@ -222,10 +215,7 @@ fn a_lease_counted_from_the_reply_is_reported_after_a_freeze() {
         lease_from_reply,
         watchdog: false,
         ..SemModel::new(
-            Semaphore {
-                permits: 1,
-                fair: false,
-            },
+            Semaphore::new(1, false),
             vec![
                 (1, vec![WaitOp::Try, WaitOp::Release]),
                 (1, vec![WaitOp::AcquireFor(800), WaitOp::Release]),

@@ -235,6 +235,7 @@ impl Lock {
                 claim: crate::protocol::timing::GRANT_CLAIM,
                 announce: &announce,
                 waits,
+                hand_over: crate::protocol::timing::GRANT_CLAIM,
             };
             PreparedCall::new(&LOCK_ACQUIRE, keys.scripted.clone(), args.argv())
         };
@@ -293,6 +294,7 @@ impl Lock {
             grant_prefix: &keys.grant_prefix,
             claim: crate::protocol::timing::GRANT_CLAIM,
             announce,
+            hand_over: crate::protocol::timing::GRANT_CLAIM,
         };
         PreparedCall::new(&LOCK_WATCH, keys.scripted.clone(), args.argv())
     }

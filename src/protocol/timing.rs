@@ -27,8 +27,9 @@ pub const ROOM_ENTRY: Duration = Duration::from_secs(75);
 /// between two round trips); the queue is then purged.
 pub const GRANT_CLAIM: Duration = Duration::from_millis(500);
 
-/// How long a release's hand-over waits to be taken when the name's slot
-/// was just seen moving between Cluster masters (see [`hand_over_claim`]).
+/// How long a hand-over (a release's, or a look's or a newcomer's that
+/// opens the name) waits to be taken when the name's slot was just seen
+/// moving between Cluster masters (see [`hand_over_claim`]).
 /// Redis redirects a client blocked on a slot that left its master only
 /// from its clients cron, which visits every client within a second at
 /// the default `hz 10` (server.c `clientsCron`: clients/hz per run): a
@@ -41,13 +42,13 @@ pub const SETTLING_CLAIM: Duration = Duration::from_secs(2);
 
 /// How long after a client last saw a name's slot moving (a `MOVED`,
 /// `ASK` or `TRYAGAIN` reply, or its slot map read again with the slot on
-/// another master) its releases of names in that slot hand over with
-/// [`SETTLING_CLAIM`]: the waiters blocked on the old master are
+/// another master) its hand-overs of names in that slot (releases, looks,
+/// acquisitions) are made with [`SETTLING_CLAIM`]: the waiters blocked on the old master are
 /// redirected within a second of the slot being handed over, which is no
 /// earlier than that sighting.
 pub const MOVE_SETTLING: Duration = Duration::from_secs(2);
 
-/// The claim window a release gives its hand-over: [`GRANT_CLAIM`], or
+/// The claim window a hand-over is given: [`GRANT_CLAIM`], or
 /// [`SETTLING_CLAIM`] when the name's slot was seen moving within
 /// [`MOVE_SETTLING`] (`moved_ago`).
 pub fn hand_over_claim(moved_ago: Option<Duration>) -> Duration {

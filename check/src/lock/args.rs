@@ -76,6 +76,7 @@ impl LockModel {
                 (false, true) => p::lock::Waits::Blocking,
                 (false, false) => p::lock::Waits::Messages,
             },
+            hand_over: self.hand_over_claim(),
         }
         .parts();
         if popped {
@@ -93,14 +94,14 @@ impl LockModel {
         leave: bool,
         fence: Option<i64>,
     ) -> Vec<Vec<u8>> {
-        self.release_args_with(self.release_claim(), client, t, leave, fence)
+        self.release_args_with(self.hand_over_claim(), client, t, leave, fence)
     }
 
-    /// The claim window this model's releases give their hand-overs
-    /// (`Scenario::release_claim_ms`).
-    pub(crate) fn release_claim(&self) -> Duration {
+    /// The claim window this model's hand-overs get
+    /// (`Scenario::hand_over_claim_ms`).
+    pub(crate) fn hand_over_claim(&self) -> Duration {
         self.scenario
-            .release_claim_ms
+            .hand_over_claim_ms
             .map_or(p::GRANT_CLAIM, |ms| Duration::from_millis(ms as u64))
     }
 
@@ -160,6 +161,7 @@ impl LockModel {
             grant_prefix: &prefix,
             claim: p::GRANT_CLAIM,
             announce: &announce,
+            hand_over: self.hand_over_claim(),
         }
         .parts()
     }
@@ -193,6 +195,7 @@ pub(crate) fn unqueued_acquire_args(client: usize, t: u8, lease_ms: i64) -> Vec<
         claim: p::GRANT_CLAIM,
         announce: &announce,
         waits: p::lock::Waits::Messages,
+        hand_over: p::GRANT_CLAIM,
     }
     .parts()
 }

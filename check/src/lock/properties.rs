@@ -193,7 +193,7 @@ impl LockModel {
                 let args = self.acquire_args(9, 1, false, false);
                 let mut last = Reply::Nil;
                 let mut granted = false;
-                for k in 0..=((ms(self.release_claim()) + 1000) / 100) {
+                for k in 0..=((ms(self.hand_over_claim()) + 1000) / 100) {
                     probe.now_us = probe.now_us.max((held_until + 100 * k) * 1000);
                     last = server
                         .eval(&mut probe, "lock_acquire.lua", scripted(), &args)

@@ -591,7 +591,7 @@ impl<P: Primitive> Model for WaitModel<P> {
                 let t = self.next_event(&s).ok_or("no event to wait for")?;
                 self.idle(server, &mut s, t)?;
                 if let (Some(since), false) = (s.free_since, s.lost) {
-                    let bound = since + ms(p::GRANT_CLAIM) + 1000;
+                    let bound = since + ms(self.prim.hand_over_claim()) + 1000;
                     if t > bound {
                         return Err(format!(
                             "liveness: from {since} ms what is free fitted every live waiter, and \

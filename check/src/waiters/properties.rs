@@ -44,7 +44,7 @@ impl<P: Primitive> WaitModel<P> {
     /// After every step: since when what is free has fitted every live
     /// waiter whose deadline is past the bound (the claim + 1 s from then).
     pub(super) fn free_since(&self, s: &mut State) {
-        let bound = s.free_since.unwrap_or(s.now) + ms(p::GRANT_CLAIM) + 1000;
+        let bound = s.free_since.unwrap_or(s.now) + ms(self.prim.hand_over_claim()) + 1000;
         let asks: Vec<P::Mode> = (0..s.clients.len())
             .filter(|&i| self.live_waiter(&s.clients[i], bound))
             .map(|i| self.at(i, s.clients[i].name))

@@ -476,7 +476,7 @@ impl<P: Primitive> WaitModel<P> {
                 if reply.as_ref().and_then(int) == Some(2) {
                     // Offered or handed on: a look after the claim
                     // (`look_after_hand_over`).
-                    let look = crate::looks::opening_look(name, s.now, p::GRANT_CLAIM);
+                    let look = crate::looks::opening_look(name, s.now, self.prim.hand_over_claim());
                     s.clients[i].looks.push(look);
                 }
                 match left.split_first() {

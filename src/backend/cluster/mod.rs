@@ -386,8 +386,9 @@ impl ClusterLeader {
         outcome
     }
 
-    /// The claim window a release `call` sent now gives its hand-over, if
-    /// not the usual one: longer when its slot was seen moving lately
+    /// The claim window a hand-over `call` may make (a release, a look, an
+    /// acquisition: `Lua::claim_arg`) gives it when sent now, if not the
+    /// usual one: longer when its slot was seen moving lately
     /// (`protocol::timing::hand_over_claim`), since Redis redirects the
     /// waiters blocked at the old master only up to a second later (see
     /// `settling`). `None` for any other call, and usually.
@@ -506,6 +507,12 @@ impl ClusterLeader {
     }
 
     pub(crate) fn eval<T: FromRedisValue>(&self, call: &Call<'_>) -> Result<T> {
+        // A hand-over sent this way (a waiter that gives up hands on a
+        // grant its pop took) gets the longer window right after a move,
+        // as one sent through `send` does.
+        let settled = self.settled_args(call);
+        let settled_call = settled.as_ref().map(|a| call.with_parts(Parts::Owned(a)));
+        let call = settled_call.as_ref().unwrap_or(call);
         // On the key's master over our own connection, as grants go: the
         // cluster connection keeps routing to a master that stopped
         // answering (a timeout is no redirect), so after a failover its
@@ -567,10 +574,10 @@ impl ClusterLeader {
         undo: Option<&[Call<'_>]>,
     ) -> Result<Vec<Value>> {
         let limit = limit.clamp(Duration::from_millis(1), self.response);
-        // Releases whose slots were seen moving lately go with their longer
-        // claim windows (see `settled_args`): rare, so the calls are only
-        // copied then.
-        // (Renewal batches hold no release: nothing is collected then.)
+        // Releases and looks whose slots were seen moving lately go with
+        // their longer claim windows (see `settled_args`): rare, so the
+        // calls are only copied then. (A batch of renewals alone, the
+        // usual one, has nothing that hands over: nothing is collected.)
         let settled: Vec<Option<Vec<Vec<u8>>>> = if calls.iter().any(|c| c.lua.claim_arg.is_some())
         {
             calls.iter().map(|c| self.settled_args(c)).collect()

@@ -49,6 +49,11 @@ pub struct AcquireArgs<'a> {
     pub announce: &'a Announce<'a>,
     /// How the waiter waits.
     pub waits: Waits,
+    /// How long a hand-over made by this call waits to be taken (the name
+    /// found free with a live waiter ahead): `claim`, or longer right
+    /// after a Cluster slot moved (`hand_over_claim`; the backend sets it,
+    /// see `Lua::claim_arg`).
+    pub hand_over: Duration,
 }
 }
 
@@ -142,10 +147,15 @@ pub struct WatchArgs<'a> {
     pub entry: Duration,
     /// What the name's grants are named after (lua/queue.lua).
     pub grant_prefix: &'a [u8],
-    /// How long a hand-over waits to be taken (`GRANT_CLAIM`).
+    /// How long a hand-over waits to be taken (`GRANT_CLAIM`): what the
+    /// look's rules read.
     pub claim: Duration,
     /// Where and how a hand-over is announced.
     pub announce: &'a Announce<'a>,
+    /// How long a hand-over made by this look waits to be taken: `claim`,
+    /// or longer right after a Cluster slot moved (as
+    /// `AcquireArgs::hand_over`).
+    pub hand_over: Duration,
 }
 }
 

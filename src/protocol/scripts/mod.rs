@@ -108,10 +108,11 @@ pub(crate) struct Lua {
     /// server's fence floor, is shared and comes once, at the end. See
     /// `PreparedCall::together`.
     pub(crate) per_name: Option<(usize, usize)>,
-    /// For a release that may hand the name on: the argument (ARGV[n],
-    /// counted from 1, in each name's run) that is its hand-over's claim
-    /// window, which a Cluster client lengthens right after the slot moved
-    /// (see [`Lua::with_claim`]).
+    /// For a script that may hand the name on (a release, a look that
+    /// opens a lapsed lease, a newcomer that finds the name free with a
+    /// waiter ahead): the argument (ARGV[n], counted from 1, in each name's
+    /// run) that is its hand-over's claim window, which a Cluster client
+    /// lengthens right after the slot moved (see [`Lua::with_claim`]).
     #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub(crate) claim_arg: Option<usize>,
 }
@@ -347,6 +348,15 @@ macro_rules! script {
         pub(crate) static $name: Lazy<Lua> =
             Lazy::new(|| Lua::new(include_str!(concat!("../../../lua/", $file)), None, None));
     };
+    ($name:ident, $file:literal, claim($claim:literal)) => {
+        pub(crate) static $name: Lazy<Lua> = Lazy::new(|| {
+            Lua::new(
+                include_str!(concat!("../../../lua/", $file)),
+                None,
+                Some($claim),
+            )
+        });
+    };
     ($name:ident, $file:literal, per_name($keys:literal, $args:literal), claim($claim:literal)) => {
         pub(crate) static $name: Lazy<Lua> = Lazy::new(|| {
             Lua::new(
@@ -358,11 +368,11 @@ macro_rules! script {
     };
 }
 
-script!(LOCK_ACQUIRE, "lock_acquire.lua");
+script!(LOCK_ACQUIRE, "lock_acquire.lua", claim(10));
 script!(LOCK_ACQUIRE_ALL, "lock_acquire_all.lua");
 script!(LOCK_RELEASE, "lock_release.lua", per_name(4, 10), claim(5));
 script!(LOCK_EXTEND, "lock_extend.lua");
-script!(LOCK_WATCH, "lock_watch.lua");
+script!(LOCK_WATCH, "lock_watch.lua", claim(8));
 script!(FORCE_UNLOCK, "force_unlock.lua");
 script!(WAKE, "wake.lua");
 script!(RW_READ_ACQUIRE, "rw_read_acquire.lua");
@@ -373,7 +383,7 @@ script!(RW_WATCH, "rw_watch.lua");
 script!(ZSET_EXTEND, "zset_extend.lua");
 script!(RW_STATE, "rw_state.lua");
 script!(SEM_ACQUIRE, "sem_acquire.lua");
-script!(SEM_RELEASE, "sem_release.lua");
+script!(SEM_RELEASE, "sem_release.lua", claim(5));
 script!(SEM_STATE, "sem_state.lua");
 script!(SEM_RESIZE, "sem_resize.lua");
 script!(SEM_FORCE_RELEASE, "sem_force_release.lua");
@@ -429,17 +439,34 @@ pub fn sent_code(file: &str) -> Option<&'static str> {
 mod tests {
     use super::*;
 
-    /// A release's claim argument is the one its header calls the claim
-    /// window, and `with_claim` sets it in every name's run only.
+    /// A script's claim argument is the one its header calls the claim
+    /// window of a hand-over, and `with_claim` sets it in every name's run
+    /// only.
     #[test]
-    fn a_releases_claim_argument_is_its_claim_window() {
+    fn a_scripts_claim_argument_is_its_claim_window() {
+        let mut named = Vec::new();
         for (file, lua) in ALL {
             let Some(n) = lua.claim_arg else { continue };
             let path = format!("{}/lua/{file}", env!("CARGO_MANIFEST_DIR"));
             let source = std::fs::read_to_string(path).unwrap();
-            let header = format!("ARGV[{n}]  claim window");
-            assert!(source.contains(&header), "{file}: {header}");
+            let at = format!("-- ARGV[{n}]");
+            let line = source.lines().find(|l| l.starts_with(&at));
+            let said = line.map(|l| l[at.len()..].trim_start());
+            assert!(
+                said.is_some_and(|s| s.starts_with("claim window of a hand-over")),
+                "{file}: {line:?}"
+            );
+            named.push(*file);
         }
+        assert_eq!(
+            named,
+            [
+                "lock_acquire.lua",
+                "lock_release.lua",
+                "lock_watch.lua",
+                "sem_release.lua"
+            ]
+        );
         let claim = std::time::Duration::from_secs(2);
         let one: Args = [&b"t"[..], b"c", b"m", b"p", b"500", b"", b"", b"", b"", b""]
             .into_iter()
@@ -460,7 +487,14 @@ mod tests {
         assert!(LOCK_RELEASE
             .with_claim(Parts::Borrowed(&again), claim)
             .is_none());
-        assert!(LOCK_WATCH.with_claim(Parts::Encoded(&one), claim).is_none());
+        assert!(LOCK_EXTEND
+            .with_claim(Parts::Encoded(&one), claim)
+            .is_none());
+        let looked = LOCK_WATCH.with_claim(Parts::Encoded(&one), claim).unwrap();
+        assert_eq!(
+            (looked[3].as_slice(), looked[7].as_slice()),
+            (&b"p"[..], &b"2000"[..])
+        );
     }
 
     /// The bytes `Lua::packed` writes are the `EVALSHA` redis-rs packs
