@@ -334,5 +334,5 @@ pub mod __protocol {
         ROOM_ENTRY, SETTLING_CLAIM,
     };
     pub use crate::protocol::tries::ride_out;
-    pub use crate::protocol::watch::{hand_over, NamedLooks};
+    pub use crate::protocol::watch::{hand_over, NamedLooks, OpeningLooks};
 }

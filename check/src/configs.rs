@@ -493,6 +493,24 @@ pub fn all() -> Vec<Config> {
             expect: Expect::Holds,
             depth: 40,
         },
+        // A client's later release of a name ends the look its earlier
+        // release asked for (`protocol::watch::OpeningLooks`: it held the
+        // name in between). The releaser takes the name again; the taker
+        // of either hand-over may die or freeze; releasers exit.
+        Config {
+            name: "lock: a releaser taking the name again, a taker dying or freezing, releasers exit",
+            model: model(
+                vec![
+                    vec![Acquire, Release, Acquire, Release],
+                    vec![Acquire, Release],
+                    vec![Acquire, Release],
+                ],
+                Faults::only(1, &[Crash, Fault::Freeze]),
+                12_000,
+            ),
+            expect: Expect::Holds,
+            depth: 40,
+        },
         // The same with a request a millisecond late: retries timed to a
         // claim window's end see the key's last millisecond or its lapse.
         Config {
@@ -746,6 +764,32 @@ pub fn all() -> Vec<Config> {
                 &[true, true, true],
                 Faults::only(1, &[Fault::Crash]),
             )),
+            expect: Expect::Holds,
+            depth: 60,
+        },
+        // A writer's later release of the name ends the look its earlier
+        // one asked for (`protocol::watch::OpeningLooks`), as a lock's.
+        Config {
+            name: "rw lock: a writer taking it again beside 2 writers blocking, 1 crash",
+            model: Checked::RwLock(RwModel {
+                direct: vec![true, true, true],
+                ..rw_model(
+                    vec![
+                        (
+                            Rw::Write,
+                            vec![
+                                WaitOp::AcquireFor(5_000),
+                                WaitOp::Release,
+                                WaitOp::AcquireFor(5_000),
+                                WaitOp::Release,
+                            ],
+                        ),
+                        (Rw::Write, vec![WaitOp::AcquireFor(5_000), WaitOp::Release]),
+                        (Rw::Write, vec![WaitOp::AcquireFor(5_000), WaitOp::Release]),
+                    ],
+                    Faults::only(1, &[Fault::Crash]),
+                )
+            }),
             expect: Expect::Holds,
             depth: 60,
         },

@@ -894,7 +894,7 @@ impl LockModel {
                 if reply.as_ref().and_then(int) == Some(2) {
                     // `look_after_hand_over`.
                     let look = crate::looks::opening_look(0, s.now, self.hand_over_claim());
-                    s.clients[i].looks.push(look);
+                    crate::looks::after_opening(&mut s.clients[i].looks, look, true);
                 }
                 let c = &mut s.clients[i];
                 c.main = Main::Idle;
@@ -1373,6 +1373,7 @@ impl Model for LockModel {
                         // not yet due).
                         watch: false,
                         name: 0,
+                        opening: l.opening,
                     });
                     c.looks.sort_by_key(|l| (l.due, l.waiter));
                 }

@@ -18,6 +18,10 @@ pub(crate) struct Look {
     pub(crate) watch: bool,
     /// Which of the client's names it looks at (a multi-lock's; else 0).
     pub(crate) name: u8,
+    /// Asked for by the client's own release of a lock or a write hold
+    /// that opened the name: a later such release of the name ends it
+    /// ([`after_opening`]).
+    pub(crate) opening: bool,
 }
 
 /// The renewal thread's looks for a waiter that blocks now, its attempt
@@ -40,6 +44,7 @@ pub(crate) fn watch_waiter(looks: &mut Vec<Look>, t: u8, name: u8, at: i64, now:
         left: redlease::__protocol::WAITER_LOOKS,
         watch: false,
         name,
+        opening: false,
     });
 }
 
@@ -62,7 +67,29 @@ pub(crate) fn opening_look(name: u8, now: i64, claim: std::time::Duration) -> Lo
         left: p::NAME_LOOKS,
         watch: false,
         name,
+        opening: false,
     }
+}
+
+/// The client's release that opened `look.name` asks for `look`
+/// (`lease::look_after_opening`). One of a lock or a write hold
+/// (`settles`) ends the look an earlier such release of the name asked
+/// for, made or not: decided by the library's own rule
+/// (`protocol::watch::OpeningLooks`), fed the looks pending.
+pub(crate) fn after_opening(looks: &mut Vec<Look>, look: Look, settles: bool) {
+    if settles {
+        let mut rule = redlease::__protocol::OpeningLooks::default();
+        for (k, l) in looks.iter().enumerate().filter(|(_, l)| l.opening) {
+            rule.opened(&[l.name], k, |_| true);
+        }
+        if let Some(k) = rule.opened(&[look.name], usize::MAX, |_| true) {
+            looks.remove(k);
+        }
+    }
+    looks.push(Look {
+        opening: settles,
+        ..look
+    });
 }
 
 /// The look a naming of a client as a hand-over's watcher asks for, at
@@ -81,6 +108,7 @@ pub(crate) fn named_look(looks: &mut Vec<Look>, name: u8, now: i64) {
         left: p::NAME_LOOKS,
         watch: true,
         name,
+        opening: false,
     });
 }
 

@@ -243,6 +243,10 @@ impl Primitive for MultiLock {
         }
     }
 
+    fn exclusive(&self, _: Names) -> bool {
+        true
+    }
+
     fn patient(&self, _: Names) -> bool {
         false
     }

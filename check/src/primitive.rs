@@ -145,6 +145,12 @@ pub trait Primitive: Sized {
     fn hand_over_claim(&self) -> std::time::Duration {
         redlease::__protocol::GRANT_CLAIM
     }
+    /// Whether a hold of `mode` has one holder at a time (a lock, a write
+    /// hold): the library's release of one draws a fence, and a later one
+    /// by the same client settles its looks (`looks::after_opening`).
+    fn exclusive(&self, _mode: Self::Mode) -> bool {
+        false
+    }
     /// Exclusion, and that every holder (valid in its own view) is known
     /// to the server.
     fn holders(&self, keys: &Keyspace, holders: &[Holder<Self::Mode>]) -> Result<(), String>;

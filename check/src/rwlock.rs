@@ -289,6 +289,10 @@ impl Primitive for RwLock {
         !writer && !reading
     }
 
+    fn exclusive(&self, mode: Rw) -> bool {
+        mode == Rw::Write
+    }
+
     fn patient(&self, mode: Rw) -> bool {
         mode == Rw::Read
     }

@@ -369,6 +369,7 @@ impl ClientBuilder {
                     },
                     backend,
                     wakeup,
+                    opening_looks: Default::default(),
                 }),
             },
         };

@@ -4,7 +4,7 @@
 //! clone of it, so nothing below the client knows the facade or the
 //! handles it makes.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use uuid::Uuid;
@@ -13,6 +13,8 @@ use crate::backend::Backend;
 use crate::error::Result;
 use crate::events::{HandleEvent, Handler};
 use crate::protocol::keys::{owner_token, Names};
+use crate::protocol::lease_state::LeaseState;
+use crate::protocol::watch::OpeningLooks;
 use crate::wakeup::Wakeup;
 
 /// A client's shared state; cheap to clone (an `Arc` inside). Clones are
@@ -29,6 +31,9 @@ pub(crate) struct ContextInner {
     pub(crate) config: Config,
     pub(crate) backend: Arc<Backend>,
     pub(crate) wakeup: Wakeup,
+    /// The looks this client's releases of locks and write holds asked
+    /// for, by name (see `lease::look_after_opening`).
+    pub(crate) opening_looks: Mutex<OpeningLooks<Weak<LeaseState>>>,
 }
 
 impl Drop for ContextInner {

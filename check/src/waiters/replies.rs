@@ -477,7 +477,8 @@ impl<P: Primitive> WaitModel<P> {
                     // Offered or handed on: a look after the claim
                     // (`look_after_hand_over`).
                     let look = crate::looks::opening_look(name, s.now, self.prim.hand_over_claim());
-                    s.clients[i].looks.push(look);
+                    let settles = self.prim.exclusive(self.ops[i].0);
+                    crate::looks::after_opening(&mut s.clients[i].looks, look, settles);
                 }
                 match left.split_first() {
                     Some((&(name, t, fence), rest)) => {
@@ -539,6 +540,7 @@ impl<P: Primitive> WaitModel<P> {
             left: p::NAME_LOOKS,
             watch: false,
             name,
+            opening: false,
         });
     }
 }
