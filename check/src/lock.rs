@@ -890,11 +890,11 @@ impl LockModel {
                 };
                 return self.new_hold(s, i, t, fence, until, at + self.lease_ms / 3);
             }
-            CallKind::Release { .. } => {
+            CallKind::Release { fence } => {
                 if reply.as_ref().and_then(int) == Some(2) {
                     // `look_after_hand_over`.
                     let look = crate::looks::opening_look(0, s.now, self.hand_over_claim());
-                    crate::looks::after_opening(&mut s.clients[i].looks, look, true);
+                    crate::looks::after_opening(&mut s.clients[i].looks, look, Some(fence));
                 }
                 let c = &mut s.clients[i];
                 c.main = Main::Idle;

@@ -19,9 +19,9 @@ pub(crate) struct Look {
     /// Which of the client's names it looks at (a multi-lock's; else 0).
     pub(crate) name: u8,
     /// Asked for by the client's own release of a lock or a write hold
-    /// that opened the name: a later such release of the name ends it
-    /// ([`after_opening`]).
-    pub(crate) opening: bool,
+    /// that opened the name, that hold's fence: a later such release of
+    /// the name (a higher fence) ends it ([`after_opening`]).
+    pub(crate) opening: Option<i64>,
 }
 
 /// The renewal thread's looks for a waiter that blocks now, its attempt
@@ -44,7 +44,7 @@ pub(crate) fn watch_waiter(looks: &mut Vec<Look>, t: u8, name: u8, at: i64, now:
         left: redlease::__protocol::WAITER_LOOKS,
         watch: false,
         name,
-        opening: false,
+        opening: None,
     });
 }
 
@@ -67,27 +67,38 @@ pub(crate) fn opening_look(name: u8, now: i64, claim: std::time::Duration) -> Lo
         left: p::NAME_LOOKS,
         watch: false,
         name,
-        opening: false,
+        opening: None,
     }
 }
 
 /// The client's release that opened `look.name` asks for `look`
-/// (`lease::look_after_opening`). One of a lock or a write hold
-/// (`settles`) ends the look an earlier such release of the name asked
-/// for, made or not: decided by the library's own rule
-/// (`protocol::watch::OpeningLooks`), fed the looks pending.
-pub(crate) fn after_opening(looks: &mut Vec<Look>, look: Look, settles: bool) {
-    if settles {
-        let mut rule = redlease::__protocol::OpeningLooks::default();
-        for (k, l) in looks.iter().enumerate().filter(|(_, l)| l.opening) {
-            rule.opened(&[l.name], k, |_| true);
-        }
-        if let Some(k) = rule.opened(&[look.name], usize::MAX, |_| true) {
-            looks.remove(k);
+/// (`lease::look_after_opening`). One of a lock or a write hold, whose
+/// fence `settles` has, ends the look an earlier such release of the name
+/// (a lower fence) asked for, made or not: decided by the library's own
+/// rule (`protocol::watch::OpeningLooks`), fed the looks pending.
+pub(crate) fn after_opening(looks: &mut Vec<Look>, look: Look, settles: Option<i64>) {
+    let Some(fence) = settles else {
+        looks.push(look);
+        return;
+    };
+    let mut rule = redlease::__protocol::OpeningLooks::default();
+    for (k, l) in looks.iter().enumerate() {
+        if let Some(f) = l.opening {
+            rule.opened(&[l.name], f.max(0) as u64, k, |_| true);
         }
     }
+    let keep = match rule.opened(&[look.name], fence.max(0) as u64, usize::MAX, |_| true) {
+        Some(k) => {
+            looks.remove(k);
+            true
+        }
+        // Kept unless a later hold's look stands (then it runs alone).
+        None => !looks
+            .iter()
+            .any(|l| l.name == look.name && l.opening.is_some_and(|f| f >= fence)),
+    };
     looks.push(Look {
-        opening: settles,
+        opening: keep.then_some(fence),
         ..look
     });
 }
@@ -108,7 +119,7 @@ pub(crate) fn named_look(looks: &mut Vec<Look>, name: u8, now: i64) {
         left: p::NAME_LOOKS,
         watch: true,
         name,
-        opening: false,
+        opening: None,
     });
 }
 

@@ -332,9 +332,10 @@ impl Drop for Holding {
 fn look_after_hand_over(client: &Context, held: &Held) {
     if let Some(look) = &held.look {
         // Only a lock's and a write hold's grants draw a fence: one holder
-        // at a time, so this client's later release of the name settles
-        // this one's hand-over (permits' offers run side by side).
-        let settles = (held.fence > 0).then_some(&*held.wake);
+        // at a time, so this client's later release of the name (a higher
+        // fence) settles this one's hand-over (permits' offers run side by
+        // side).
+        let settles = (held.fence > 0).then_some((&*held.wake, held.fence));
         look_after_opening(client, look.clone(), &held.release.call(), settles);
     }
 }

@@ -236,14 +236,15 @@ pub(crate) fn valid_for(client: &Context, lease: Duration) -> Result<Duration> {
 /// `force_unlock` that opened the name. Just after the claim window the
 /// release gave its hand-over (`release`, see
 /// [`Backend::hand_over_claim`](crate::backend::Backend::hand_over_claim)).
-/// `settles`: the release of a hold of `key` alone may have (a lock's, a
-/// write hold's), whose look a later such release of `key` by this client
-/// ends (`protocol::watch::OpeningLooks`): it held the name in between.
+/// `settles`: the key and fence of a hold of the name one holder at a
+/// time (a lock's, a write hold's), whose look a later such release of the
+/// key by this client (a higher fence) ends
+/// (`protocol::watch::OpeningLooks`): it held the name in between.
 pub(crate) fn look_after_opening(
     client: &Context,
     look: Arc<PreparedCall>,
     release: &Call<'_>,
-    settles: Option<&[u8]>,
+    settles: Option<(&[u8], u64)>,
 ) {
     let backend = client.backend();
     let claim = backend.hand_over_claim(release);
@@ -255,11 +256,11 @@ pub(crate) fn look_after_opening(
     );
     // Nobody finishes it but a later opening: its replies end it (see
     // lua/lock_watch.lua).
-    let Some(key) = settles else {
+    let Some((key, fence)) = settles else {
         return;
     };
     let settled = match client.inner.opening_looks.lock() {
-        Ok(mut looks) => looks.opened(key, Arc::downgrade(&state), |l| l.strong_count() > 0),
+        Ok(mut looks) => looks.opened(key, fence, Arc::downgrade(&state), |l| l.strong_count() > 0),
         // A thread that panicked while holding it: keep every look.
         Err(_) => None,
     };

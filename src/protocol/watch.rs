@@ -79,8 +79,18 @@ impl<L, T: Copy + Ord> NamedLooks<L, T> {
 /// several permits run side by side, and a later one settles none of the
 /// others. `L` stands for a look the caller can end (the library's, a
 /// weak handle to its state).
+///
+/// "Later" is the released hold's fence, not when the look is asked for:
+/// a thread may ask late (a multi-lock's release asks for each name's
+/// look in turn, after the event handler of the name before it), after
+/// another thread of the client took the name, released it and asked for
+/// its own. Fences only grow, so a hold taken after a hand-over has the
+/// higher fence; a look asked for late by a lower one ends nothing and is
+/// not kept (it runs, one look more). A review found the order of asking
+/// ending the look still owed: 4.4 s before the next live waiter got the
+/// name, 0.57 s before this rule.
 pub struct OpeningLooks<L> {
-    pending: HashMap<Vec<u8>, L>,
+    pending: HashMap<Vec<u8>, (u64, L)>,
     /// When the map is swept of looks already over.
     sweep_at: usize,
 }
@@ -98,18 +108,28 @@ impl<L> OpeningLooks<L> {
     /// A map this long is swept; then one twice as long as what stayed.
     const SWEEP_FROM: usize = 64;
 
-    /// A release that opened `key` asks for `look`; returns the look an
-    /// earlier release of `key` asked for, which this one settles (the
-    /// caller ends it, if still pending). Looks `running` says are over
-    /// are swept now and then, so a client's many names cost nothing once
-    /// quiet.
-    pub fn opened(&mut self, key: &[u8], look: L, running: impl Fn(&L) -> bool) -> Option<L> {
-        let settled = self.pending.insert(key.to_vec(), look);
+    /// The release of the hold with `fence` opened `key` and asks for
+    /// `look`; returns the look a release of `key` by a lower fence asked
+    /// for, which this one settles (the caller ends it, if still pending).
+    /// Looks `running` says are over are swept now and then, so a
+    /// client's many names cost nothing once quiet.
+    pub fn opened(
+        &mut self,
+        key: &[u8],
+        fence: u64,
+        look: L,
+        running: impl Fn(&L) -> bool,
+    ) -> Option<L> {
+        if self.pending.get(key).is_some_and(|(f, _)| *f >= fence) {
+            // Asked for late: a later hold's look stands.
+            return None;
+        }
+        let settled = self.pending.insert(key.to_vec(), (fence, look));
         if self.pending.len() >= self.sweep_at {
-            self.pending.retain(|_, l| running(l));
+            self.pending.retain(|_, (_, l)| running(l));
             self.sweep_at = (2 * self.pending.len()).max(Self::SWEEP_FROM);
         }
-        settled
+        settled.map(|(_, l)| l)
     }
 }
 
@@ -148,10 +168,21 @@ mod tests {
     #[test]
     fn a_later_opening_of_a_name_settles_the_earlier_ones_look() {
         let mut looks = OpeningLooks::default();
-        assert_eq!(looks.opened(b"{x}", 1, |_| true), None);
-        assert_eq!(looks.opened(b"{y}", 2, |_| true), None);
-        assert_eq!(looks.opened(b"{x}", 3, |_| true), Some(1));
-        assert_eq!(looks.opened(b"{y}", 4, |_| true), Some(2));
+        assert_eq!(looks.opened(b"{x}", 10, 1, |_| true), None);
+        assert_eq!(looks.opened(b"{y}", 10, 2, |_| true), None);
+        assert_eq!(looks.opened(b"{x}", 12, 3, |_| true), Some(1));
+        assert_eq!(looks.opened(b"{y}", 11, 4, |_| true), Some(2));
+    }
+
+    /// The review's case: a release asks for its look late, after the
+    /// client took the name again (a higher fence) and asked for that
+    /// release's look, which must stand.
+    #[test]
+    fn a_look_asked_for_late_never_ends_a_later_holds_look() {
+        let mut looks = OpeningLooks::default();
+        assert_eq!(looks.opened(b"{a}", 21, "second", |_| true), None);
+        assert_eq!(looks.opened(b"{a}", 20, "first, late", |_| true), None);
+        assert_eq!(looks.opened(b"{a}", 22, "third", |_| true), Some("second"));
     }
 
     #[test]
@@ -159,7 +190,7 @@ mod tests {
         let mut looks = OpeningLooks::default();
         for i in 0..10_000u32 {
             // Only the last ten are still running.
-            looks.opened(&i.to_be_bytes(), i, |&l| l + 10 > i);
+            looks.opened(&i.to_be_bytes(), 1, i, |&l| l + 10 > i);
         }
         assert!(looks.pending.len() < 200, "{}", looks.pending.len());
     }

@@ -467,7 +467,7 @@ impl<P: Primitive> WaitModel<P> {
                 }
                 None => self.retire(server, s, i, t, log),
             },
-            Kind::Release { name, left, .. } => {
+            Kind::Release { name, fence, left } => {
                 if matches!(reply.as_ref().and_then(int), Some(1 | 2)) {
                     // The client's own waiters of that name are woken
                     // directly.
@@ -477,7 +477,7 @@ impl<P: Primitive> WaitModel<P> {
                     // Offered or handed on: a look after the claim
                     // (`look_after_hand_over`).
                     let look = crate::looks::opening_look(name, s.now, self.prim.hand_over_claim());
-                    let settles = self.prim.exclusive(self.ops[i].0);
+                    let settles = self.prim.exclusive(self.ops[i].0).then_some(fence);
                     crate::looks::after_opening(&mut s.clients[i].looks, look, settles);
                 }
                 match left.split_first() {
@@ -540,7 +540,7 @@ impl<P: Primitive> WaitModel<P> {
             left: p::NAME_LOOKS,
             watch: false,
             name,
-            opening: false,
+            opening: None,
         });
     }
 }
