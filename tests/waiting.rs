@@ -1736,3 +1736,62 @@ fn a_clients_later_release_settles_the_look_its_earlier_one_asked_for() {
         drop(clients);
     }
 }
+
+/// Sleeps in the event handler as the name `slow` is released.
+struct SlowRelease(&'static [u8]);
+
+impl redlease::HandleEvent for SlowRelease {
+    fn on_released(&self, name: &[u8], _held: Duration) {
+        if name == self.0 {
+            std::thread::sleep(Duration::from_millis(600));
+        }
+    }
+}
+
+/// Reproduction (review): a multi-lock's release asked for each name's
+/// look in turn, after the event handler of the name before it, and the
+/// look was counted from then: behind a handler that took 0.6 s (the docs
+/// say a handler must not block; a slow one is a user's mistake, not a
+/// reason to stall another process), the hand-over of the other name
+/// was looked at after the queue it opened had lapsed, and the live
+/// waiter behind a frozen taker (the waiters its naming reached dead)
+/// waited for its own look: 4.8 s. Each look is now counted from the
+/// release's reply.
+#[test]
+fn a_slow_event_handler_does_not_put_off_a_multi_locks_look() {
+    let server = Server::start();
+    let holder = client_with(&server, |b| b.event_handler(SlowRelease(b"slow-look-b")));
+    let g = holder
+        .multi_lock(["slow-look-a", "slow-look-b"])
+        .acquire()
+        .unwrap();
+    // The taker of the hand-over freezes; the two behind it die: the
+    // hand-over's naming reaches their clients alone.
+    let waiter = |then| {
+        let w = Worker::spawn(
+            "waiter_entry",
+            &[
+                ("REDLEASE_WAITING_WAITER", server.url()),
+                ("REDLEASE_WAITING_NAME", "slow-look-a".into()),
+            ],
+        );
+        assert_eq!(w.next(Duration::from_secs(10)), "waiting");
+        std::thread::sleep(Duration::from_millis(300)); // blocked
+        w.signal(then);
+        w
+    };
+    let frozen = waiter(libc::SIGSTOP);
+    let dead: Vec<Worker> = (0..2).map(|_| waiter(libc::SIGKILL)).collect();
+    let t = blocked_waiter(&server.url(), "slow-look-a", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(300)); // blocked behind them
+    let released = Instant::now();
+    g.release().unwrap();
+    arrives_within(
+        t,
+        released,
+        Duration::from_millis(2_500),
+        "behind a frozen taker, a multi-lock released with a slow event handler",
+    );
+    frozen.signal(libc::SIGCONT);
+    drop(dead);
+}

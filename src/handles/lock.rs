@@ -372,7 +372,7 @@ impl Lock {
             // it be frozen or gone, a look just after the claim window
             // hands it on, as after a release.
             let look = self.core.name_look(|| self.look(keys, &announce, b""));
-            lease::look_after_opening(&self.core.client, look, &release, None);
+            lease::look_after_opening(&self.core.client, look, &release, None, Instant::now());
         }
         self.core.client.wakeup().notify_local(&keys.lock);
         Ok(removed >= 1)

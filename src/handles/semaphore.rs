@@ -231,7 +231,7 @@ impl Semaphore {
             let look = self
                 .core
                 .name_look(|| self.watch(keys, &self.offer(keys), b""));
-            lease::look_after_opening(&self.core.client, look, &release, None);
+            lease::look_after_opening(&self.core.client, look, &release, None, Instant::now());
         }
         wakeup.notify_local(&keys.permits);
         Ok(removed.clamp(0, u32::MAX as i64) as u32)

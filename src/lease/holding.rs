@@ -189,13 +189,19 @@ pub(crate) fn release_all(client: &Context, holdings: Vec<&mut Holding>) -> Resu
     } else {
         None
     };
+    // Each name's look is counted from here, not from when its turn in
+    // the loop below comes: the event handlers of the names before it run
+    // first, and a look put off by a slow one found the queue lapsed (a
+    // review: a handler sleeping 0.5 s left the next live waiter to its
+    // own look, 4.8 s).
+    let replied = Instant::now();
     let batched = replies.as_ref().is_some_and(|r| r.len() == remote.len());
     for (i, h) in remote.into_iter().enumerate() {
         let reply = replies.as_ref().filter(|_| batched).map(|r| &r[i]);
         let released = match reply {
             Some(redis::Value::Int(n @ (1 | 2))) => {
                 if *n == 2 {
-                    look_after_hand_over(client, &h.held);
+                    look_after_hand_over(client, &h.held, replied);
                 }
                 client.wakeup().notify_local(&h.held.wake);
                 Ok(())
@@ -329,14 +335,14 @@ impl Drop for Holding {
 /// claim window (lua/queue.lua hand_on); a grant its taker's script took
 /// (a short first lease of twice the claim) is looked at again when it
 /// would end.
-fn look_after_hand_over(client: &Context, held: &Held) {
+fn look_after_hand_over(client: &Context, held: &Held, replied: Instant) {
     if let Some(look) = &held.look {
         // Only a lock's and a write hold's grants draw a fence: one holder
         // at a time, so this client's later release of the name (a higher
         // fence) settles this one's hand-over (permits' offers run side by
         // side).
         let settles = (held.fence > 0).then_some((&*held.wake, held.fence));
-        look_after_opening(client, look.clone(), &held.release.call(), settles);
+        look_after_opening(client, look.clone(), &held.release.call(), settles, replied);
     }
 }
 
@@ -369,7 +375,7 @@ fn release(client: &Context, held: &Held, repeated: bool, until: Instant) -> Res
         match backend.confirm(&held.release.call()) {
             Ok(n @ (1 | 2)) => {
                 if n == 2 {
-                    look_after_hand_over(client, held);
+                    look_after_hand_over(client, held, Instant::now());
                 }
                 client.wakeup().notify_local(&held.wake);
                 return Ok(());

@@ -240,18 +240,21 @@ pub(crate) fn valid_for(client: &Context, lease: Duration) -> Result<Duration> {
 /// time (a lock's, a write hold's), whose look a later such release of the
 /// key by this client (a higher fence) ends
 /// (`protocol::watch::OpeningLooks`): it held the name in between.
+/// `replied`: when the release's reply was read, which the look is counted
+/// from.
 pub(crate) fn look_after_opening(
     client: &Context,
     look: Arc<PreparedCall>,
     release: &Call<'_>,
     settles: Option<(&[u8], u64)>,
+    replied: Instant,
 ) {
     let backend = client.backend();
     let claim = backend.hand_over_claim(release);
     let state = renewal::watch_for(
         backend,
         look,
-        Instant::now() + look_after(claim),
+        replied + look_after(claim),
         crate::protocol::looks::NAME_LOOKS,
     );
     // Nobody finishes it but a later opening: its replies end it (see
