@@ -121,9 +121,11 @@ local function release(k, a)
   -- Anyone queued: the blocked among them take it, and one that is not (it
   -- died, or waits for messages) costs at most the claim window (queue.lua).
   -- No clock and no deadlines here: this runs before the next holder's reply.
-  if redis.call('EXISTS', q) == 1 then
+  -- Read as the oldest five: the hand-over names its watchers from them.
+  local oldest = redis.call('ZRANGE', q, 0, 4)
+  if #oldest > 0 then
     -- The hand-over overwrites the lock key: no DEL first.
-    told = hand_on(lock, counter, q, qt, prefix, tonumber(claim), channel, message)
+    told = hand_on(lock, counter, q, qt, prefix, tonumber(claim), channel, message, oldest)
     opened = true
   else
     -- The holder's note (lock_note.lua) goes with it: a name nobody holds

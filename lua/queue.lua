@@ -16,8 +16,9 @@
 --     told list (a waiter that blocks)
 --   queue_head(q, qt) -> the oldest live waiter's token (or nil); drops
 --     the lapsed ones on the way
---   hand_on(lock, counter, q, qt, prefix, claim_ms, channel, message)
---     -> told
+--   hand_on(lock, counter, q, qt, prefix, claim_ms, channel, message,
+--     oldest) -> told
+--     (oldest: the queue's first five as the caller read them, or nil)
 --     Opens the name to its waiters for claim_ms: the lock holds
 --     "rl:grant#<fence>" (a fence drawn now) and the open list
 --     prefix..'open' holds that fence. Blocking waiters are blocked in
@@ -44,8 +45,10 @@
 --     (prefix..'kept' = "<token>#<fence>", see offer) instead of going
 --     onto the open list, where a later waiter that blocks would pop it,
 --     and a message is published for it (the returned told is false).
---   offer(q, qt, prefix, fence, twice_ms) -> 'kept', 'open' or nil (the
---     push refused): where a hand-over's fence goes (see hand_on)
+--   offer(q, qt, prefix, fence, twice_ms, has_turns) -> 'kept', 'open' or
+--     nil (the push refused): where a hand-over's fence goes (see
+--     hand_on); has_turns: whether prefix..'turns' exists, or nil to read
+--     it
 --   name_hand_on_watchers(q, prefix, channel, message): names the
 --     watchers of a hand-over (see hand_on), unless watchers were named
 --     in the last 50 ms: by the hand-over, or by a waiter that queued
@@ -160,8 +163,9 @@ end
 -- joined later may have blocked first), so the head is named too; any
 -- live one of them opens a grant its taker leaves unclaimed, and the next
 -- hand-over names its own.
-local function hand_on_watchers(q, prefix)
-  local found, oldest = {}, redis.call('ZRANGE', q, 0, 4)
+local function hand_on_watchers(q, prefix, oldest)
+  local found = {}
+  oldest = oldest or redis.call('ZRANGE', q, 0, 4)
   if #oldest < 2 then
     -- One waiter: the taker (publish.lua name_watchers_spaced).
     return found
@@ -178,9 +182,12 @@ end
 -- when that head keeps its turn waiting for messages (prefix..'turns'),
 -- else onto the open list. Returns 'kept', 'open', or nil when
 -- the push was refused (an ACL without RPUSH).
-local function offer(q, qt, prefix, fence, twice)
+local function offer(q, qt, prefix, fence, twice, has_turns)
   local turns = prefix .. 'turns'
-  if redis.call('EXISTS', turns) == 1 then
+  if has_turns == nil then
+    has_turns = redis.call('EXISTS', turns) == 1
+  end
+  if has_turns then
     -- The clock only here: a fair lock's waiters all block, unless a
     -- Cluster redirection, a broken connection or an ACL stopped them.
     local head = queue_head(q, qt)
@@ -238,13 +245,13 @@ end
 
 -- Spaced 50 ms apart (publish.lua name_watchers_spaced): by the hand-over,
 -- or by a waiter that queued while it waited on the open list.
-local function name_hand_on_watchers(q, prefix, channel, message)
+local function name_hand_on_watchers(q, prefix, channel, message, oldest)
   name_watchers_spaced(prefix .. 'named', channel, message, function()
-    return hand_on_watchers(q, prefix)
+    return hand_on_watchers(q, prefix, oldest)
   end)
 end
 
-local function hand_on(lock, counter, q, qt, prefix, claim, channel, message)
+local function hand_on(lock, counter, q, qt, prefix, claim, channel, message, oldest)
   -- Times go to the server as text, formatted once: a Lua number handed to
   -- redis.call is printed with %.17g, about 1.2K instructions each (five of
   -- them were 5 % of a release's server work, callgrind).
@@ -256,12 +263,26 @@ local function hand_on(lock, counter, q, qt, prefix, claim, channel, message)
   redis.call('PEXPIRE', q, twice)
   redis.call('PEXPIRE', qt, twice)
   redis.call('SET', lock, holder_value('rl:grant', fence), 'PX', window)
-  local where = offer(q, qt, prefix, string.format('%d', fence), twice)
+  -- Who waits for messages, and whether any keeps a turn, in one call
+  -- (each call here costs the handoff several microseconds on a server
+  -- that was idle): a fair waiter with a turn is listed in both,
+  -- so 0 and 2 say it all, and 1 (rare: a waiter waits for messages) is
+  -- told apart by reading the turns.
+  local listed = redis.call('EXISTS', prefix .. 'told', prefix .. 'turns')
+  local has_turns = listed == 2
+  if listed == 1 then
+    has_turns = redis.call('EXISTS', prefix .. 'turns') == 1
+  end
+  local where = offer(q, qt, prefix, string.format('%d', fence), twice, has_turns)
   if where == nil then
     return false
   end
-  name_hand_on_watchers(q, prefix, channel, message)
-  return where ~= 'kept' and redis.call('EXISTS', prefix .. 'told') == 0
+  -- A head looked for (queue_head, with turns) may have dropped lapsed
+  -- waiters from the queue read before.
+  name_hand_on_watchers(q, prefix, channel, message, not has_turns and oldest or nil)
+  -- Nobody waits for messages: no told list (with turns alone listed,
+  -- only the turns are).
+  return where ~= 'kept' and (listed == 0 or (listed == 1 and has_turns))
 end
 
 -- A waiter took a hand-over: the queue lives on for the waiters still

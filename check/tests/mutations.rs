@@ -513,11 +513,7 @@ fn a_grant_that_passes_over_the_queue_is_reported() {
     let files = [
         (
             release,
-            mutated(
-                release,
-                "if redis.call('EXISTS', q) == 1 then",
-                "if false then",
-            ),
+            mutated(release, "if #oldest > 0 then", "if false then"),
         ),
         (
             acquire,
@@ -580,11 +576,7 @@ fn without_turns(also: &[(&str, &str)]) -> Vec<(&'static str, String)> {
     ["lock_acquire.lua", "lock_release.lua", "lock_watch.lua"]
         .into_iter()
         .map(|f| {
-            let mut code = mutated(
-                f,
-                "if redis.call('EXISTS', turns) == 1 then",
-                "if false then",
-            );
+            let mut code = mutated(f, "if has_turns then", "if false then");
             for (from, to) in also {
                 code = code.replace(from, to);
             }
