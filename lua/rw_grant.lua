@@ -9,7 +9,8 @@
 --     others are reclaimed)
 --   rw_open(writer, readers, counter, q, qt, rq, prefix, claim_ms, channel,
 --     message, now) -> whether the write hold was opened to the waiting
---     writers. Call it when the write hold is free. Unless a reader still
+--     writers. Call it when the write hold is free, or is the hold a
+--     release ends (the hand-over overwrites it). Unless a reader still
 --     holds, and if a writer is queued (q, qt: queue.lua's queue of the
 --     writers), opens the write hold to them as queue.lua hand_on opens a
 --     lock: writers block in BLMOVE from prefix..'open' to their own list
@@ -96,12 +97,14 @@ local function rw_name_readers(rq, prefix, channel, message, now)
 end
 
 local function rw_open(writer, readers, counter, q, qt, rq, prefix, claim, channel, message, now)
-  if redis.call('EXISTS', q) == 0 or rw_readers(readers, now) > 0 then
+  -- Read as the oldest five: the hand-over names its watchers from them.
+  local oldest = redis.call('ZRANGE', q, 0, 4)
+  if #oldest == 0 or rw_readers(readers, now) > 0 then
     return false
   end
   -- A probe left on the list is moot: the hand-over answers it.
   redis.call('DEL', prefix .. 'open', prefix .. 'probe')
-  local told = hand_on(writer, counter, q, qt, prefix, claim, channel, message)
+  local told = hand_on(writer, counter, q, qt, prefix, claim, channel, message, oldest)
   rw_name_readers(rq, prefix, channel, message, now)
   announce(channel, message, 'queued', told)
   return true

@@ -75,7 +75,8 @@ if held == 'popped' then
   queue_leave(q, qt, prefix, me, true)
   redis.call('DEL', prefix .. me)
 end
-redis.call('DEL', writer)
+-- A hand-over overwrites the hold (no DEL first: each call here is on the
+-- handoff's path); the hold goes below when there is none.
 if rw_open(writer, readers, counter, q, qt, rq, prefix, claim, ARGV[2], ARGV[3], now) then
   return 2
 end
@@ -84,7 +85,7 @@ end
 -- mark of life (a claim leaves it: lua/lock_extend.lua). Writers still
 -- queued here wait behind a downgrade's read: new readers probe them
 -- again, rather than this release asking the queue a second time.
-redis.call('DEL', counter, prefix .. 'alive')
+redis.call('DEL', writer, counter, prefix .. 'alive')
 if readers_wait() then
   publish(ARGV[2], ARGV[3])
 end
