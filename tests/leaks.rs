@@ -73,19 +73,29 @@ fn no_keys_or_threads_left_behind() {
         );
     }
     let mut con = server.con();
-    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
     // Counters lapse with their leases; the fence floor stays by design
-    // (one key per server, lua/fence.lua).
-    let leaked: Vec<&String> = keys
-        .iter()
-        .filter(|k| !k.ends_with(":fence") && !common::is_fence_floor(k))
-        .collect();
+    // (one key per server, lua/fence.lua). The rest may take the claim and
+    // a second to lapse (GUARANTEES: once nobody holds or waits, nothing
+    // but the fence floor is left within 1.5 s): a hand-over's list of the
+    // watchers it named lives 50 ms, and a look its clients made as they
+    // were dropped may write one; read right after the threads ended, one
+    // was still there (CI, Valkey 9.1). So the keys get 2 s, no more.
+    let mut leaked: Vec<String> = Vec::new();
+    let mut left = 0;
+    let gone = eventually(Duration::from_secs(2), || {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+        left = keys.len();
+        leaked = keys
+            .into_iter()
+            .filter(|k| !k.ends_with(":fence") && !common::is_fence_floor(k))
+            .collect();
+        leaked.is_empty()
+    });
     println!(
-        "FIGURES leaks: {} keys left, {} of them not fencing counters: {leaked:?}",
-        keys.len(),
+        "FIGURES leaks: {left} keys left, {} of them not fencing counters: {leaked:?}",
         leaked.len()
     );
-    assert!(leaked.is_empty(), "{leaked:?}");
+    assert!(gone, "{leaked:?}");
     assert!(
         eventually(Duration::from_secs(3), || library_threads() == 0),
         "wake-up threads of dropped clients remain: {}",
