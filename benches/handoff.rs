@@ -101,6 +101,16 @@ const GUARDED_RELEASE: &str = "local v = redis.call('GET', KEYS[1]) \
     if redis.call('EXISTS', KEYS[6]) == 1 then redis.call('PUBLISH', KEYS[6], f) end \
     return 1";
 
+/// The arms [`handoff`] runs, if not all: `REDLEASE_HANDOFF_ARMS`, a
+/// comma-separated list of `lib`, `write`, `plain`, `fenced`, `guarded`;
+/// the bench then prints those arms' p50s and stops. The arms warm each
+/// other's code (the raw arms share redis-rs), so how many run, and how long
+/// the machine idles between them, moves the library's ratio to its
+/// guarded floor (docs/performance-log.md, session 59).
+fn arms_picked() -> Option<String> {
+    std::env::var("REDLEASE_HANDOFF_ARMS").ok()
+}
+
 /// One arm of a [`handoff`] round.
 #[derive(Clone, Copy)]
 enum Arm {
@@ -245,13 +255,21 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
         Rounds::default(),
         vec![],
     );
-    let arms = [
-        Arm::Library,
-        Arm::Write,
-        Arm::Plain,
-        Arm::Fenced,
-        Arm::Guarded,
+    let all = [
+        ("lib", Arm::Library),
+        ("write", Arm::Write),
+        ("plain", Arm::Plain),
+        ("fenced", Arm::Fenced),
+        ("guarded", Arm::Guarded),
     ];
+    let arms: Vec<Arm> = match arms_picked() {
+        Some(pick) => all
+            .iter()
+            .filter(|(n, _)| pick.split(',').any(|p| p.trim() == *n))
+            .map(|(_, a)| *a)
+            .collect(),
+        None => all.iter().map(|(_, a)| *a).collect(),
+    };
     for round in 0..rounds {
         std::thread::sleep(Duration::from_millis(5));
         let t0 = Instant::now();
@@ -570,6 +588,26 @@ fn main() {
         guarded: guarded_rounds,
         idle,
     } = handoff(&url, scale(800));
+    if arms_picked().is_some() {
+        // Only some arms ran: their p50s, and nothing else of the bench.
+        let p50 = |r: &Rounds| (!r.took.is_empty()).then(|| us(percentile(&r.took, 0.5)));
+        let named = [
+            ("lib", &lib_rounds),
+            ("write", &write_rounds),
+            ("plain", &raw_rounds),
+            ("fenced", &fenced_rounds),
+            ("guarded", &guarded_rounds),
+        ];
+        for (name, r) in named {
+            if let Some(p) = p50(r) {
+                println!("{name:<8} handoff p50 {p:7.1} us");
+            }
+        }
+        if let (Some(l), Some(g)) = (p50(&lib_rounds), p50(&guarded_rounds)) {
+            println!("lib / guarded p50 {:.3}x", l / g);
+        }
+        return;
+    }
     let guarded = &guarded_rounds.took;
     let guarded_vs_floor = us(percentile(guarded, 0.5)) / us(percentile(&raw_rounds.took, 0.5));
     let vs_guarded_p50 = us(percentile(&lib_rounds.took, 0.5)) / us(percentile(guarded, 0.5));

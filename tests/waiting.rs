@@ -628,6 +628,51 @@ fn a_frozen_waiter_holds_a_forced_hand_over_for_a_second_at_most() {
     );
 }
 
+/// A release whose reply is lost (the connection cut after the server ran
+/// it) is sent again, and the repeat finds the name handed over, not held:
+/// `Ok`, with no look of its own after the claim. When the waiter whose pop
+/// took that hand-over froze, the hand-over's naming of the next waiters
+/// (lua/publish.lua) is what reaches them: their clients look once the
+/// claim has passed (session 59; a note had feared a stall until the next
+/// waiter's own look, 30 s here).
+#[test]
+fn a_frozen_waiter_holds_a_hand_over_whose_release_reply_was_lost_for_a_second_at_most() {
+    let server = Server::start();
+    let proxy = common::proxy::Proxy::start(server.port());
+    let holder = Client::builder().url(proxy.url()).build().unwrap();
+    // The release's script is loaded: the one whose reply is lost runs.
+    let lock = holder.lock("lost-reply");
+    lock.acquire().unwrap().release().unwrap();
+    let g = lock.acquire().unwrap();
+    let w = Worker::spawn(
+        "waiter_entry",
+        &[
+            ("REDLEASE_WAITING_WAITER", server.url()),
+            ("REDLEASE_WAITING_NAME", "lost-reply".into()),
+        ],
+    );
+    assert_eq!(w.next(Duration::from_secs(10)), "waiting");
+    std::thread::sleep(Duration::from_millis(300)); // blocked
+    w.signal(libc::SIGSTOP);
+    let t = blocked_waiter(&server.url(), "lost-reply", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_millis(300)); // blocked behind it
+    proxy.arm(
+        common::script_sha("lock_release.lua"),
+        common::proxy::Fault::DropReplyAndClose,
+    );
+    let opened = Instant::now();
+    g.release().expect("the first release ran: Ok");
+    assert_eq!(proxy.fired(), 1, "the release's reply was dropped");
+    arrives_within(
+        t,
+        opened,
+        Duration::from_millis(2_000),
+        "a frozen waiter held a hand-over whose release reply was lost",
+    );
+    w.signal(libc::SIGCONT);
+    drop(holder);
+}
+
 /// Reproduction (load): the renewal thread took a look at the name alone
 /// up to 100 ms before it was due, with a batch at hand. Such a look
 /// stops at a grant it finds (a later one, under contention), and taken
