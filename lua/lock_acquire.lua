@@ -57,6 +57,17 @@ if took == nil then
   return redis.error_reply(NOPERM_POP)
 end
 local holder = redis.call('GET', lock)
+-- Free, nobody queued and no hand-over left open: the usual case, told in
+-- one call (the queue's head read from an empty queue was a call of its
+-- own, and the reply an empty table), and served before the queue's
+-- definitions are made (src/protocol/scripts compose).
+local busy = holder or redis.call('EXISTS', open, q) > 0
+if not busy then
+  local fence = next_fence(counter, lease)
+  redis.call('SET', lock, holder_value(me, fence), 'PX', lease)
+  return fence
+end
+-- (the rest of the preludes)
 if holder then
   local owner = string.match(holder, '^[^#]*')
   if owner == me then
@@ -93,15 +104,10 @@ if holder then
   end
   return string.format('%d', pttl)
 end
--- Free. Nobody queued and no hand-over left open is the usual case, and
--- one call tells it (the queue's head read from an empty queue was a call
--- of its own, and the reply an empty table).
-local head = nil
-if redis.call('EXISTS', open, q) > 0 then
-  -- A hand-over whose claim window passed untaken (queue.lua).
-  queue_untaken(q, qt, prefix)
-  head = queue_head(q, qt)
-end
+-- Free, with somebody queued or a hand-over left open: one whose claim
+-- window passed untaken goes (queue.lua), and the queue's head decides.
+queue_untaken(q, qt, prefix)
+local head = queue_head(q, qt)
 if head == nil or head == me then
   local fence = next_fence(counter, lease)
   redis.call('SET', lock, holder_value(me, fence), 'PX', lease)

@@ -47,6 +47,7 @@ if not holder and redis.call('EXISTS', readers, q, rq) == 0 then
   redis.call('PEXPIRE', readers, ARGV[2])
   return 0
 end
+-- (the rest of the preludes)
 local held = rw_readers(readers, now)
 local top = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
 if top[2] and tonumber(top[2]) == math.huge then

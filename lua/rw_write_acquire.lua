@@ -56,6 +56,17 @@ local holder = redis.call('GET', writer)
 if holder and string.sub(holder, 1, 3) ~= 'rl:' then
   return redis.error_reply('REDLEASE_FOREIGN writer key holds a value not written by redlease')
 end
+-- The usual free case in one call: nobody reads, no writer is queued and no
+-- hand-over or probe was left open. None of the checks below can then
+-- find anything (they read the readers, clear a stale open list and read
+-- the queue's head), nor is the clock needed; and it is served before the
+-- definitions only they call are made (src/protocol/scripts compose).
+if not holder and redis.call('EXISTS', readers, q, open) == 0 then
+  local fence = next_fence(counter, lease)
+  redis.call('SET', writer, holder_value(me, fence), 'PX', lease)
+  return fence
+end
+-- (the rest of the preludes)
 if holder then
   local owner = string.match(holder, '^[^#]*')
   if owner == me then
@@ -85,15 +96,6 @@ if holder then
     end
   end
   return string.format('%d', pttl)
-end
--- The usual free case in one call: nobody reads, no writer is queued and no
--- hand-over or probe was left open. None of the checks below can then
--- find anything (they read the readers, clear a stale open list and read
--- the queue's head), nor is the clock needed.
-if redis.call('EXISTS', readers, q, open) == 0 then
-  local fence = next_fence(counter, lease)
-  redis.call('SET', writer, holder_value(me, fence), 'PX', lease)
-  return fence
 end
 local now = now_ms()
 local held = rw_readers(readers, now)

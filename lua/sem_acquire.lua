@@ -61,6 +61,7 @@ if not took and k <= n and redis.call('EXISTS', permits, KEYS[3], qt, prefix .. 
   redis.call('SET', count, ARGV[3], 'PX', ARGV[2])
   return 0
 end
+-- (the rest of the preludes)
 local used = sem_used(permits, now)
 -- redlease scores every permit with a finite expiry; one that never
 -- expires would hold its permits forever.
