@@ -17,7 +17,10 @@ use std::time::{Duration, Instant};
 use common::Server;
 use redis::Commands;
 use redlease::Client;
-use support::{arm_order, percentile, quick, raw_con, scale, us};
+use support::{
+    arm_order, floor_waiter_turn, guarded_handoff_keys, percentile, quick, raw_con, scale, us,
+    GUARDED_HANDOFF_RELEASE,
+};
 
 fn client(url: &str) -> Client {
     Client::builder().url(url).build().unwrap()
@@ -75,32 +78,6 @@ const FENCED_RELEASE: &str = "local v = redis.call('GET', KEYS[1]) \
     redis.call('RPUSH', KEYS[3], f) \
     return 1";
 
-/// The least server work a fenced queue handoff with this library's
-/// guarantees does (GUARANTEES.md), as a raw script: [`FENCED_RELEASE`],
-/// and whether anybody is queued at all (else the name is freed, not
-/// granted), a fence floor per server that fences never fall below after
-/// the counter lapses or the clock steps back (read, and raised with its
-/// reserve when a fence passes it: once in 16 draws of a busy name), an
-/// expiry on the open list (a push nobody pops must not stay), and
-/// whether a waiter that waits for messages is queued (it must be told).
-/// Not in it, and in the library's release: the queue's expiry cut to the
-/// claim (dead waiters' entries go with the grant), the leave and force
-/// paths' checks, the prelude functions' closures. Its waiter sends what
-/// the library's does behind its pop: the expiry of its own list and the
-/// grant's time left, besides the grant's value.
-const GUARDED_RELEASE: &str = "local v = redis.call('GET', KEYS[1]) \
-    if v ~= ARGV[1] then return 0 end \
-    if redis.call('EXISTS', KEYS[4]) == 0 then return 0 end \
-    local low = tonumber(redis.call('GET', KEYS[5]) or '0') \
-    local n = redis.call('INCR', KEYS[2]) \
-    local f = string.format('%d', n) \
-    if n > low then redis.call('SET', KEYS[5], string.format('%d', n + 15)) end \
-    redis.call('SET', KEYS[1], 'grant#' .. f, 'PX', '500') \
-    redis.call('RPUSH', KEYS[3], f) \
-    redis.call('PEXPIRE', KEYS[3], '1000') \
-    if redis.call('EXISTS', KEYS[6]) == 1 then redis.call('PUBLISH', KEYS[6], f) end \
-    return 1";
-
 /// The arms [`handoff`] runs, if not all: `REDLEASE_HANDOFF_ARMS`, a
 /// comma-separated list of `lib`, `write`, `plain`, `fenced`, `guarded`;
 /// the bench then prints those arms' p50s and stops. The arms warm each
@@ -119,7 +96,7 @@ enum Arm {
     Write,
     Plain,
     Fenced,
-    /// The library's waiter pipeline, raw, woken by [`GUARDED_RELEASE`].
+    /// The library's waiter pipeline, raw, woken by [`GUARDED_HANDOFF_RELEASE`].
     Guarded,
 }
 
@@ -183,37 +160,13 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
                     let _ = done_rx.recv();
                 }
                 Arm::Fenced | Arm::Guarded => {
-                    let mut p = redis::pipe();
-                    if let Arm::Guarded = arm {
-                        // The server's clock before the pop: with the one
-                        // behind it, what dates the grant however long the
-                        // waiter blocked (`protocol::popped::waited`).
-                        p.cmd("TIME").ignore();
-                    }
-                    p.cmd("BLMOVE")
-                        .arg("{bench:f}:open")
-                        .arg("{bench:f}:own")
-                        .arg("LEFT")
-                        .arg("RIGHT")
-                        .arg(5)
-                        .ignore();
-                    if let Arm::Guarded = arm {
-                        // What a popper needs besides the grant's value: the
-                        // server's clock, its own list's expiry (a pop whose
-                        // taker died must not stay) and the time the grant
-                        // has left.
-                        p.cmd("TIME").ignore();
-                        p.cmd("PEXPIRE").arg("{bench:f}:own").arg(1000).ignore();
-                        p.cmd("PTTL").arg("{bench:f}").ignore();
-                    }
-                    p.cmd("GET").arg("{bench:f}");
-                    let _: (Option<String>,) = p.query(&mut wcon).unwrap();
-                    tx.send(Instant::now()).unwrap();
-                    let _ = done_rx.recv();
-                    let _: () = redis::cmd("DEL")
-                        .arg("{bench:f}:own")
-                        .query(&mut wcon)
-                        .unwrap();
+                    floor_waiter_turn(
+                        &mut wcon,
+                        "bench:f",
+                        matches!(arm, Arm::Guarded),
+                        &tx,
+                        &done_rx,
+                    );
                 }
             }
             ended_tx.send(()).unwrap();
@@ -231,15 +184,8 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
         .arg("nobody")
         .invoke(&mut idle_con)
         .unwrap();
-    let guarded_release = redis::Script::new(GUARDED_RELEASE);
-    let guarded_keys = [
-        "{bench:f}",
-        "{bench:f}:fence",
-        "{bench:f}:open",
-        "{bench:f}:queue",
-        "{bench:f}:floor",
-        "{bench:f}:told",
-    ];
+    let guarded_release = redis::Script::new(GUARDED_HANDOFF_RELEASE);
+    let guarded_keys = guarded_handoff_keys("bench:f");
     let _: i64 = guarded_release
         .key(&guarded_keys[..])
         .arg("nobody")

@@ -2,7 +2,7 @@
 //! the harness's own knobs: how far the ratio moves with things that are
 //! not the library (docs/performance-log.md, session 59). The `handoff`
 //! bench runs five arms; this one runs the library and the guarded floor
-//! (the waiter's pipeline and [`GUARDED_RELEASE`], raw) turn about, in a
+//! (the waiter's pipeline and `GUARDED_HANDOFF_RELEASE`, raw) turn about, in a
 //! shuffled order per round, and prints their p50s for each of four
 //! harness shapes, interleaved shape by shape in one process:
 //!
@@ -26,31 +26,10 @@ use std::time::{Duration, Instant};
 use common::Server;
 use redis::Commands;
 use redlease::Client;
-use support::{arm_order, percentile, raw_con, scale, us};
-
-/// benches/handoff.rs's guarded release: the least server work a fenced
-/// queue handoff with this library's guarantees does, as a raw script.
-const GUARDED_RELEASE: &str = "local v = redis.call('GET', KEYS[1]) \
-    if v ~= ARGV[1] then return 0 end \
-    if redis.call('EXISTS', KEYS[4]) == 0 then return 0 end \
-    local low = tonumber(redis.call('GET', KEYS[5]) or '0') \
-    local n = redis.call('INCR', KEYS[2]) \
-    local f = string.format('%d', n) \
-    if n > low then redis.call('SET', KEYS[5], string.format('%d', n + 15)) end \
-    redis.call('SET', KEYS[1], 'grant#' .. f, 'PX', '500') \
-    redis.call('RPUSH', KEYS[3], f) \
-    redis.call('PEXPIRE', KEYS[3], '1000') \
-    if redis.call('EXISTS', KEYS[6]) == 1 then redis.call('PUBLISH', KEYS[6], f) end \
-    return 1";
-
-const KEYS: [&str; 6] = [
-    "{pair:f}",
-    "{pair:f}:fence",
-    "{pair:f}:open",
-    "{pair:f}:queue",
-    "{pair:f}:floor",
-    "{pair:f}:told",
-];
+use support::{
+    arm_order, floor_waiter_turn, guarded_handoff_keys, percentile, raw_con, scale, us,
+    GUARDED_HANDOFF_RELEASE,
+};
 
 /// A harness shape: idle after each arm, and `INFO` in untimed rounds.
 #[derive(Clone, Copy)]
@@ -104,36 +83,17 @@ fn main() {
                 let _ = done_rx.recv();
                 drop(g);
             } else {
-                // The library's waiter pipeline (benches/handoff.rs).
-                let mut p = redis::pipe();
-                p.cmd("TIME").ignore();
-                p.cmd("BLMOVE")
-                    .arg("{pair:f}:open")
-                    .arg("{pair:f}:own")
-                    .arg("LEFT")
-                    .arg("RIGHT")
-                    .arg(5)
-                    .ignore();
-                p.cmd("TIME").ignore();
-                p.cmd("PEXPIRE").arg("{pair:f}:own").arg(1000).ignore();
-                p.cmd("PTTL").arg("{pair:f}").ignore();
-                p.cmd("GET").arg("{pair:f}");
-                let _: (Option<String>,) = p.query(&mut wcon).unwrap();
-                tx.send(Instant::now()).unwrap();
-                let _ = done_rx.recv();
-                let _: () = redis::cmd("DEL")
-                    .arg("{pair:f}:own")
-                    .query(&mut wcon)
-                    .unwrap();
+                floor_waiter_turn(&mut wcon, "pair:f", true, &tx, &done_rx);
             }
             ended_tx.send(()).unwrap();
         }
     });
     let lock = holder.lock("pair:lock");
-    let guarded = redis::Script::new(GUARDED_RELEASE);
+    let keys = guarded_handoff_keys("pair:f");
+    let guarded = redis::Script::new(GUARDED_HANDOFF_RELEASE);
     let one = redis::Script::new("return 1");
     let _: i64 = guarded
-        .key(&KEYS[..])
+        .key(&keys[..])
         .arg("nobody")
         .invoke(&mut idle)
         .unwrap();
@@ -154,7 +114,7 @@ fn main() {
                     Some(lock.acquire().unwrap())
                 } else {
                     let _: () = redis::cmd("SET")
-                        .arg(KEYS[0])
+                        .arg(&keys[0])
                         .arg("holder")
                         .query(&mut idle)
                         .unwrap();
@@ -174,7 +134,7 @@ fn main() {
                     Some(g) => drop(g),
                     None => {
                         let _: i64 = guarded
-                            .key(&KEYS[..])
+                            .key(&keys[..])
                             .arg("holder")
                             .invoke(&mut idle)
                             .unwrap();

@@ -466,15 +466,25 @@ fn a_wait_longer_than_the_lease_gets_a_live_guard() {
 /// (given the server and the hold) opens the name to them, and the frozen
 /// one's pop takes the grant. The live one gets the name within `bound`.
 /// The client `open` returns, if any, lives until then: its process's look
-/// at the name is what hands the grant on.
+/// at the name is what hands the grant on. With `proxied`, the holder's
+/// client reaches the server through a fault proxy, which `open` is given
+/// (and the release script is loaded, so a reply it drops is a release's).
 fn behind_a_frozen_popper(
     name: &'static str,
-    open: impl FnOnce(&Server, &Client, redlease::LockGuard) -> Option<Client>,
+    proxied: bool,
+    open: impl FnOnce(&Server, redlease::LockGuard, Option<&common::proxy::Proxy>) -> Option<Client>,
     bound: Duration,
     what: &str,
 ) {
     let server = Server::start();
-    let holder = client_with(&server, |b| b);
+    let proxy = proxied.then(|| common::proxy::Proxy::start(server.port()));
+    let holder = match &proxy {
+        Some(p) => Client::builder().url(p.url()).build().unwrap(),
+        None => client_with(&server, |b| b),
+    };
+    if proxied {
+        holder.lock(name).acquire().unwrap().release().unwrap();
+    }
     let g = holder.lock(name).acquire().unwrap();
     let w = Worker::spawn(
         "waiter_entry",
@@ -489,7 +499,7 @@ fn behind_a_frozen_popper(
     let t = blocked_waiter(&server.url(), name, Duration::from_secs(30));
     std::thread::sleep(Duration::from_millis(300)); // blocked behind it
     let opened = Instant::now();
-    let _opener = open(&server, &holder, g);
+    let _opener = open(&server, g, proxy.as_ref());
     arrives_within(t, opened, bound, what);
     w.signal(libc::SIGCONT);
 }
@@ -598,7 +608,8 @@ fn a_writer_and_a_permit_blocked_long_are_handed_over_before_their_extension() {
 fn a_frozen_waiter_holds_a_hand_over_for_a_second_at_most() {
     behind_a_frozen_popper(
         "frozen",
-        |_, _, g| {
+        false,
+        |_, g, _| {
             g.release().unwrap();
             None
         },
@@ -616,7 +627,8 @@ fn a_frozen_waiter_holds_a_hand_over_for_a_second_at_most() {
 fn a_frozen_waiter_holds_a_forced_hand_over_for_a_second_at_most() {
     behind_a_frozen_popper(
         "forced",
-        |server, _, g| {
+        false,
+        |server, g, _| {
             let other = client_with(server, |b| b);
             assert!(other.lock("forced").force_unlock().unwrap());
             // Its release now finds another holder, and touches nothing.
@@ -637,40 +649,22 @@ fn a_frozen_waiter_holds_a_forced_hand_over_for_a_second_at_most() {
 /// waiter's own look, 30 s here).
 #[test]
 fn a_frozen_waiter_holds_a_hand_over_whose_release_reply_was_lost_for_a_second_at_most() {
-    let server = Server::start();
-    let proxy = common::proxy::Proxy::start(server.port());
-    let holder = Client::builder().url(proxy.url()).build().unwrap();
-    // The release's script is loaded: the one whose reply is lost runs.
-    let lock = holder.lock("lost-reply");
-    lock.acquire().unwrap().release().unwrap();
-    let g = lock.acquire().unwrap();
-    let w = Worker::spawn(
-        "waiter_entry",
-        &[
-            ("REDLEASE_WAITING_WAITER", server.url()),
-            ("REDLEASE_WAITING_NAME", "lost-reply".into()),
-        ],
-    );
-    assert_eq!(w.next(Duration::from_secs(10)), "waiting");
-    std::thread::sleep(Duration::from_millis(300)); // blocked
-    w.signal(libc::SIGSTOP);
-    let t = blocked_waiter(&server.url(), "lost-reply", Duration::from_secs(30));
-    std::thread::sleep(Duration::from_millis(300)); // blocked behind it
-    proxy.arm(
-        common::script_sha("lock_release.lua"),
-        common::proxy::Fault::DropReplyAndClose,
-    );
-    let opened = Instant::now();
-    g.release().expect("the first release ran: Ok");
-    assert_eq!(proxy.fired(), 1, "the release's reply was dropped");
-    arrives_within(
-        t,
-        opened,
+    behind_a_frozen_popper(
+        "lost-reply",
+        true,
+        |_, g, proxy| {
+            let proxy = proxy.expect("proxied");
+            proxy.arm(
+                common::script_sha("lock_release.lua"),
+                common::proxy::Fault::DropReplyAndClose,
+            );
+            g.release().expect("the first release ran: Ok");
+            assert_eq!(proxy.fired(), 1, "the release's reply was dropped");
+            None
+        },
         Duration::from_millis(2_000),
         "a frozen waiter held a hand-over whose release reply was lost",
     );
-    w.signal(libc::SIGCONT);
-    drop(holder);
 }
 
 /// Reproduction (load): the renewal thread took a look at the name alone
@@ -686,7 +680,8 @@ fn a_frozen_waiter_holds_a_hand_over_whose_release_reply_was_lost_for_a_second_a
 fn a_look_at_the_name_is_never_taken_early() {
     behind_a_frozen_popper(
         "early",
-        |server, _, g| {
+        false,
+        |server, g, _| {
             let other = client_with(server, |b| b.watchdog_timeout(Duration::from_millis(60)));
             // Renewed past the test's bound.
             std::mem::forget(other.lock("bait").acquire().unwrap());

@@ -485,3 +485,85 @@ impl RawFanOut {
         }
     }
 }
+
+/// The least server work a fenced queue handoff with this library's
+/// guarantees does (GUARANTEES.md), as a raw script: benches/handoff.rs's `FENCED_RELEASE`,
+/// and whether anybody is queued at all (else the name is freed, not
+/// granted), a fence floor per server that fences never fall below after
+/// the counter lapses or the clock steps back (read, and raised with its
+/// reserve when a fence passes it: once in 16 draws of a busy name), an
+/// expiry on the open list (a push nobody pops must not stay), and
+/// whether a waiter that waits for messages is queued (it must be told).
+/// Not in it, and in the library's release: the queue's expiry cut to the
+/// claim (dead waiters' entries go with the grant), the leave and force
+/// paths' checks, the prelude functions' closures. Its waiter sends what
+/// the library's does behind its pop: the expiry of its own list and the
+/// grant's time left, besides the grant's value.
+pub const GUARDED_HANDOFF_RELEASE: &str = "local v = redis.call('GET', KEYS[1]) \
+    if v ~= ARGV[1] then return 0 end \
+    if redis.call('EXISTS', KEYS[4]) == 0 then return 0 end \
+    local low = tonumber(redis.call('GET', KEYS[5]) or '0') \
+    local n = redis.call('INCR', KEYS[2]) \
+    local f = string.format('%d', n) \
+    if n > low then redis.call('SET', KEYS[5], string.format('%d', n + 15)) end \
+    redis.call('SET', KEYS[1], 'grant#' .. f, 'PX', '500') \
+    redis.call('RPUSH', KEYS[3], f) \
+    redis.call('PEXPIRE', KEYS[3], '1000') \
+    if redis.call('EXISTS', KEYS[6]) == 1 then redis.call('PUBLISH', KEYS[6], f) end \
+    return 1";
+
+/// [`GUARDED_HANDOFF_RELEASE`]'s keys for the name `{name}`: the lock, its
+/// fencing counter, its open list, its queue, the fence floor, the list of
+/// waiters told by message.
+pub fn guarded_handoff_keys(name: &str) -> [String; 6] {
+    ["", ":fence", ":open", ":queue", ":floor", ":told"].map(|k| format!("{{{name}}}{k}"))
+}
+
+/// What a floor's waiter sends to block for a handoff of the name
+/// `{name}`: `BLMOVE` from the open list into its own, then the lock's
+/// value. `guarded`: the library's waiter pipeline, raw (woken by
+/// [`GUARDED_HANDOFF_RELEASE`]): the server's clock before and behind the
+/// pop (what dates the grant however long the waiter blocked,
+/// `protocol::popped::waited`), its own list's expiry (a pop whose taker
+/// died must not stay) and the time the grant has left. Only the last
+/// reply is kept.
+pub fn floor_waiter_pipe(name: &str, guarded: bool) -> redis::Pipeline {
+    let (lock, own) = (format!("{{{name}}}"), format!("{{{name}}}:own"));
+    let mut p = redis::pipe();
+    if guarded {
+        p.cmd("TIME").ignore();
+    }
+    p.cmd("BLMOVE")
+        .arg(format!("{{{name}}}:open"))
+        .arg(&own)
+        .arg("LEFT")
+        .arg("RIGHT")
+        .arg(5)
+        .ignore();
+    if guarded {
+        p.cmd("TIME").ignore();
+        p.cmd("PEXPIRE").arg(&own).arg(1000).ignore();
+        p.cmd("PTTL").arg(&lock).ignore();
+    }
+    p.cmd("GET").arg(&lock);
+    p
+}
+
+/// A floor's waiter's turn in a handoff bench: blocks for a handoff of
+/// `{name}` ([`floor_waiter_pipe`]), says when it was woken on `woken`,
+/// holds until `done`, then empties its own list for the next turn.
+pub fn floor_waiter_turn(
+    con: &mut redis::Connection,
+    name: &str,
+    guarded: bool,
+    woken: &crossbeam_channel::Sender<Instant>,
+    done: &crossbeam_channel::Receiver<()>,
+) {
+    let _: (Option<String>,) = floor_waiter_pipe(name, guarded).query(con).unwrap();
+    woken.send(Instant::now()).unwrap();
+    let _ = done.recv();
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{{{name}}}:own"))
+        .query(con)
+        .unwrap();
+}
