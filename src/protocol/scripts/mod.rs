@@ -696,7 +696,9 @@ mod tests {
     /// A body split by [`REST_OF_PRELUDES`]: the part in front returns
     /// before the definitions only the rest calls are made. Those are made
     /// after its locals, so they would see a local of it named as a
-    /// definition instead of the definition: it declares none.
+    /// definition, or as a global they use (`type`, `error`, `string`...),
+    /// instead of what they mean: it declares none. (Found by review: a
+    /// `local type` in front broke a hand-over's naming of watchers.)
     #[test]
     fn an_uncontended_acquisition_makes_only_the_definitions_it_calls() {
         let code = LOCK_ACQUIRE.code;
@@ -723,13 +725,43 @@ mod tests {
                 .filter_map(|name| PRELUDES.iter().find(|(n, _)| *n == name))
                 .flat_map(|(_, text)| definitions(text))
                 .collect();
+            // Lua 5.1's and Redis's globals a definition may use.
+            const GLOBALS: [&str; 26] = [
+                "redis",
+                "KEYS",
+                "ARGV",
+                "string",
+                "table",
+                "math",
+                "tonumber",
+                "tostring",
+                "type",
+                "error",
+                "pcall",
+                "xpcall",
+                "ipairs",
+                "pairs",
+                "unpack",
+                "select",
+                "next",
+                "assert",
+                "rawget",
+                "rawset",
+                "setmetatable",
+                "getmetatable",
+                "cjson",
+                "cmsgpack",
+                "bit",
+                "struct",
+            ];
+            let names = defs.iter().map(|(n, _)| *n).chain(GLOBALS);
             let first = compact(first);
-            for line in first.lines().filter(|l| l.starts_with("local ")) {
-                let declared = line.split('=').next().unwrap_or(line);
-                for (name, _) in &defs {
+            for name in names {
+                for line in first.lines().filter(|l| l.starts_with("local ")) {
+                    let declared = line.split('=').next().unwrap_or(line);
                     assert!(
                         !mentions(declared, name),
-                        "{}: `{line}` declares {name}, a definition",
+                        "{}: `{line}` declares {name}, which a definition made after it may use",
                         path.display()
                     );
                 }
