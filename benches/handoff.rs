@@ -18,8 +18,8 @@ use common::Server;
 use redis::Commands;
 use redlease::Client;
 use support::{
-    arm_order, floor_waiter_turn, guarded_handoff_keys, percentile, quick, raw_con, scale, us,
-    GUARDED_HANDOFF_RELEASE,
+    arm_order, floor_waiter_turn, library_waiter_turn, percentile, quick, raw_con, scale, us,
+    GuardedHandoff,
 };
 
 fn client(url: &str) -> Client {
@@ -89,15 +89,36 @@ fn arms_picked() -> Option<String> {
 }
 
 /// One arm of a [`handoff`] round.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq)]
 enum Arm {
     Library,
     /// The library's write lock: a writer blocked in `write()`.
     Write,
     Plain,
     Fenced,
-    /// The library's waiter pipeline, raw, woken by [`GUARDED_HANDOFF_RELEASE`].
+    /// The library's waiter pipeline, raw, woken by [`GuardedHandoff`]'s release.
     Guarded,
+}
+
+impl Arm {
+    const ALL: [Arm; 5] = [
+        Arm::Library,
+        Arm::Write,
+        Arm::Plain,
+        Arm::Fenced,
+        Arm::Guarded,
+    ];
+
+    /// Its name in `REDLEASE_HANDOFF_ARMS` and the bench's output.
+    fn name(self) -> &'static str {
+        match self {
+            Arm::Library => "lib",
+            Arm::Write => "write",
+            Arm::Plain => "plain",
+            Arm::Fenced => "fenced",
+            Arm::Guarded => "guarded",
+        }
+    }
 }
 
 /// The rounds of [`handoff`]: the library's, the plain floor's and the
@@ -138,12 +159,7 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
         let rw = waiter.rw_lock("bench:handoff:rw");
         while let Ok(arm) = go_rx.recv() {
             match arm {
-                Arm::Library => {
-                    let g = lock.acquire().unwrap();
-                    tx.send(Instant::now()).unwrap();
-                    let _ = done_rx.recv();
-                    drop(g);
-                }
+                Arm::Library => library_waiter_turn(&lock, &tx, &done_rx),
                 Arm::Write => {
                     let g = rw.write().unwrap();
                     tx.send(Instant::now()).unwrap();
@@ -184,15 +200,7 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
         .arg("nobody")
         .invoke(&mut idle_con)
         .unwrap();
-    let guarded_release = redis::Script::new(GUARDED_HANDOFF_RELEASE);
-    let guarded_keys = guarded_handoff_keys("bench:f");
-    let _: i64 = guarded_release
-        .key(&guarded_keys[..])
-        .arg("nobody")
-        .invoke(&mut idle_con)
-        .unwrap();
-    // Somebody is queued (the waiter), nobody waits for messages.
-    let _: i64 = idle_con.zadd("{bench:f}:queue", "waiter", 1).unwrap();
+    let guarded_floor = GuardedHandoff::new(&mut idle_con, "bench:f");
     let (mut lib, mut write, mut raw, mut fenced, mut guarded, mut idle) = (
         Rounds::default(),
         Rounds::default(),
@@ -201,21 +209,14 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
         Rounds::default(),
         vec![],
     );
-    let all = [
-        ("lib", Arm::Library),
-        ("write", Arm::Write),
-        ("plain", Arm::Plain),
-        ("fenced", Arm::Fenced),
-        ("guarded", Arm::Guarded),
-    ];
-    let arms: Vec<Arm> = match arms_picked() {
-        Some(pick) => all
-            .iter()
-            .filter(|(n, _)| pick.split(',').any(|p| p.trim() == *n))
-            .map(|(_, a)| *a)
-            .collect(),
-        None => all.iter().map(|(_, a)| *a).collect(),
-    };
+    let pick = arms_picked();
+    let arms: Vec<Arm> = Arm::ALL
+        .into_iter()
+        .filter(|a| {
+            pick.as_deref()
+                .is_none_or(|p| p.split(',').any(|n| n.trim() == a.name()))
+        })
+        .collect();
     for round in 0..rounds {
         std::thread::sleep(Duration::from_millis(5));
         let t0 = Instant::now();
@@ -240,11 +241,8 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
                     (None, None)
                 }
                 Arm::Fenced | Arm::Guarded => {
-                    let _: () = redis::cmd("SET")
-                        .arg("{bench:f}")
-                        .arg("holder")
-                        .query(&mut idle_con)
-                        .unwrap();
+                    // The same key: the fenced floor's release checks it too.
+                    guarded_floor.hold(&mut idle_con);
                     (None, None)
                 }
             };
@@ -274,13 +272,7 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
                         .invoke(&mut idle_con)
                         .unwrap();
                 }
-                Arm::Guarded => {
-                    let _: i64 = guarded_release
-                        .key(&guarded_keys[..])
-                        .arg("holder")
-                        .invoke(&mut idle_con)
-                        .unwrap();
-                }
+                Arm::Guarded => guarded_floor.release(&mut idle_con),
             }
             let took = rx.recv().unwrap() - t0;
             // The new holder keeps its guard until the server's time is read.
@@ -346,10 +338,7 @@ fn long_handoff(url: &str, rounds: usize) -> (Vec<Duration>, Vec<Duration>) {
         let lock = waiter.lock("bench:long");
         while let Ok(library) = go_rx.recv() {
             if library {
-                let g = lock.acquire().unwrap();
-                tx.send(Instant::now()).unwrap();
-                let _ = done_rx.recv();
-                drop(g);
+                library_waiter_turn(&lock, &tx, &done_rx);
             } else {
                 let _: (String, String) = redis::cmd("BLPOP")
                     .arg("bench:long:list")
@@ -537,16 +526,16 @@ fn main() {
     if arms_picked().is_some() {
         // Only some arms ran: their p50s, and nothing else of the bench.
         let p50 = |r: &Rounds| (!r.took.is_empty()).then(|| us(percentile(&r.took, 0.5)));
-        let named = [
-            ("lib", &lib_rounds),
-            ("write", &write_rounds),
-            ("plain", &raw_rounds),
-            ("fenced", &fenced_rounds),
-            ("guarded", &guarded_rounds),
+        let rounds = [
+            &lib_rounds,
+            &write_rounds,
+            &raw_rounds,
+            &fenced_rounds,
+            &guarded_rounds,
         ];
-        for (name, r) in named {
+        for (arm, r) in Arm::ALL.into_iter().zip(rounds) {
             if let Some(p) = p50(r) {
-                println!("{name:<8} handoff p50 {p:7.1} us");
+                println!("{:<8} handoff p50 {p:7.1} us", arm.name());
             }
         }
         if let (Some(l), Some(g)) = (p50(&lib_rounds), p50(&guarded_rounds)) {

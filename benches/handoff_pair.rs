@@ -2,7 +2,7 @@
 //! the harness's own knobs: how far the ratio moves with things that are
 //! not the library (docs/performance-log.md, session 59). The `handoff`
 //! bench runs five arms; this one runs the library and the guarded floor
-//! (the waiter's pipeline and `GUARDED_HANDOFF_RELEASE`, raw) turn about, in a
+//! (the waiter's pipeline and the guarded release, raw: `GuardedHandoff`) turn about, in a
 //! shuffled order per round, and prints their p50s for each of four
 //! harness shapes, interleaved shape by shape in one process:
 //!
@@ -24,11 +24,10 @@ mod support;
 use std::time::{Duration, Instant};
 
 use common::Server;
-use redis::Commands;
 use redlease::Client;
 use support::{
-    arm_order, floor_waiter_turn, guarded_handoff_keys, percentile, raw_con, scale, us,
-    GUARDED_HANDOFF_RELEASE,
+    arm_order, floor_waiter_turn, library_waiter_turn, percentile, raw_con, scale, us,
+    GuardedHandoff,
 };
 
 /// A harness shape: idle after each arm, and `INFO` in untimed rounds.
@@ -78,10 +77,7 @@ fn main() {
         let lock = waiter.lock("pair:lock");
         while let Ok(library) = go_rx.recv() {
             if library {
-                let g = lock.acquire().unwrap();
-                tx.send(Instant::now()).unwrap();
-                let _ = done_rx.recv();
-                drop(g);
+                library_waiter_turn(&lock, &tx, &done_rx);
             } else {
                 floor_waiter_turn(&mut wcon, "pair:f", true, &tx, &done_rx);
             }
@@ -89,17 +85,9 @@ fn main() {
         }
     });
     let lock = holder.lock("pair:lock");
-    let keys = guarded_handoff_keys("pair:f");
-    let guarded = redis::Script::new(GUARDED_HANDOFF_RELEASE);
+    let guarded = GuardedHandoff::new(&mut idle, "pair:f");
     let one = redis::Script::new("return 1");
-    let _: i64 = guarded
-        .key(&keys[..])
-        .arg("nobody")
-        .invoke(&mut idle)
-        .unwrap();
     let _: i64 = one.invoke(&mut idle).unwrap();
-    // Somebody is queued (the waiter), nobody waits for messages.
-    let _: i64 = idle.zadd("{pair:f}:queue", "waiter", 1).unwrap();
     let rounds = scale(400);
     // Per shape: (library, guarded) timed handoffs.
     let mut took: Vec<(Vec<Duration>, Vec<Duration>)> = vec![(vec![], vec![]); SHAPES.len()];
@@ -113,11 +101,7 @@ fn main() {
                 let g = if library {
                     Some(lock.acquire().unwrap())
                 } else {
-                    let _: () = redis::cmd("SET")
-                        .arg(&keys[0])
-                        .arg("holder")
-                        .query(&mut idle)
-                        .unwrap();
+                    guarded.hold(&mut idle);
                     None
                 };
                 go_tx.send(library).unwrap();
@@ -132,13 +116,7 @@ fn main() {
                 let t0 = Instant::now();
                 match g {
                     Some(g) => drop(g),
-                    None => {
-                        let _: i64 = guarded
-                            .key(&keys[..])
-                            .arg("holder")
-                            .invoke(&mut idle)
-                            .unwrap();
-                    }
+                    None => guarded.release(&mut idle),
                 }
                 let d = rx.recv().unwrap() - t0;
                 done_tx.send(()).unwrap();

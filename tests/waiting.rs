@@ -466,25 +466,19 @@ fn a_wait_longer_than_the_lease_gets_a_live_guard() {
 /// (given the server and the hold) opens the name to them, and the frozen
 /// one's pop takes the grant. The live one gets the name within `bound`.
 /// The client `open` returns, if any, lives until then: its process's look
-/// at the name is what hands the grant on. With `proxied`, the holder's
-/// client reaches the server through a fault proxy, which `open` is given
-/// (and the release script is loaded, so a reply it drops is a release's).
+/// at the name is what hands the grant on. The holder's client reaches the
+/// server through a fault proxy, which `open` is given, with the release
+/// script loaded (so a reply the proxy drops is a release's).
 fn behind_a_frozen_popper(
     name: &'static str,
-    proxied: bool,
-    open: impl FnOnce(&Server, redlease::LockGuard, Option<&common::proxy::Proxy>) -> Option<Client>,
+    open: impl FnOnce(&Server, redlease::LockGuard, &common::proxy::Proxy) -> Option<Client>,
     bound: Duration,
     what: &str,
 ) {
     let server = Server::start();
-    let proxy = proxied.then(|| common::proxy::Proxy::start(server.port()));
-    let holder = match &proxy {
-        Some(p) => Client::builder().url(p.url()).build().unwrap(),
-        None => client_with(&server, |b| b),
-    };
-    if proxied {
-        holder.lock(name).acquire().unwrap().release().unwrap();
-    }
+    let proxy = common::proxy::Proxy::start(server.port());
+    let holder = Client::builder().url(proxy.url()).build().unwrap();
+    holder.lock(name).acquire().unwrap().release().unwrap();
     let g = holder.lock(name).acquire().unwrap();
     let w = Worker::spawn(
         "waiter_entry",
@@ -499,7 +493,7 @@ fn behind_a_frozen_popper(
     let t = blocked_waiter(&server.url(), name, Duration::from_secs(30));
     std::thread::sleep(Duration::from_millis(300)); // blocked behind it
     let opened = Instant::now();
-    let _opener = open(&server, g, proxy.as_ref());
+    let _opener = open(&server, g, &proxy);
     arrives_within(t, opened, bound, what);
     w.signal(libc::SIGCONT);
 }
@@ -608,7 +602,6 @@ fn a_writer_and_a_permit_blocked_long_are_handed_over_before_their_extension() {
 fn a_frozen_waiter_holds_a_hand_over_for_a_second_at_most() {
     behind_a_frozen_popper(
         "frozen",
-        false,
         |_, g, _| {
             g.release().unwrap();
             None
@@ -627,7 +620,6 @@ fn a_frozen_waiter_holds_a_hand_over_for_a_second_at_most() {
 fn a_frozen_waiter_holds_a_forced_hand_over_for_a_second_at_most() {
     behind_a_frozen_popper(
         "forced",
-        false,
         |server, g, _| {
             let other = client_with(server, |b| b);
             assert!(other.lock("forced").force_unlock().unwrap());
@@ -651,9 +643,7 @@ fn a_frozen_waiter_holds_a_forced_hand_over_for_a_second_at_most() {
 fn a_frozen_waiter_holds_a_hand_over_whose_release_reply_was_lost_for_a_second_at_most() {
     behind_a_frozen_popper(
         "lost-reply",
-        true,
         |_, g, proxy| {
-            let proxy = proxy.expect("proxied");
             proxy.arm(
                 common::script_sha("lock_release.lua"),
                 common::proxy::Fault::DropReplyAndClose,
@@ -680,7 +670,6 @@ fn a_frozen_waiter_holds_a_hand_over_whose_release_reply_was_lost_for_a_second_a
 fn a_look_at_the_name_is_never_taken_early() {
     behind_a_frozen_popper(
         "early",
-        false,
         |server, g, _| {
             let other = client_with(server, |b| b.watchdog_timeout(Duration::from_millis(60)));
             // Renewed past the test's bound.

@@ -499,7 +499,7 @@ impl RawFanOut {
 /// paths' checks, the prelude functions' closures. Its waiter sends what
 /// the library's does behind its pop: the expiry of its own list and the
 /// grant's time left, besides the grant's value.
-pub const GUARDED_HANDOFF_RELEASE: &str = "local v = redis.call('GET', KEYS[1]) \
+const GUARDED_HANDOFF_RELEASE: &str = "local v = redis.call('GET', KEYS[1]) \
     if v ~= ARGV[1] then return 0 end \
     if redis.call('EXISTS', KEYS[4]) == 0 then return 0 end \
     local low = tonumber(redis.call('GET', KEYS[5]) or '0') \
@@ -512,22 +512,81 @@ pub const GUARDED_HANDOFF_RELEASE: &str = "local v = redis.call('GET', KEYS[1]) 
     if redis.call('EXISTS', KEYS[6]) == 1 then redis.call('PUBLISH', KEYS[6], f) end \
     return 1";
 
-/// [`GUARDED_HANDOFF_RELEASE`]'s keys for the name `{name}`: the lock, its
-/// fencing counter, its open list, its queue, the fence floor, the list of
-/// waiters told by message.
-pub fn guarded_handoff_keys(name: &str) -> [String; 6] {
-    ["", ":fence", ":open", ":queue", ":floor", ":told"].map(|k| format!("{{{name}}}{k}"))
+/// The guarded floor of a handoff on the name `{name}`, the releaser's
+/// side: [`GUARDED_HANDOFF_RELEASE`] loaded, and one waiter queued (nobody
+/// waits for messages), so each release hands over to the waiter blocked
+/// by [`floor_waiter_turn`].
+pub struct GuardedHandoff {
+    release: redis::Script,
+    /// The lock, its fencing counter, its open list, its queue, the fence
+    /// floor, the list of waiters told by message.
+    keys: [String; 6],
+}
+
+impl GuardedHandoff {
+    pub fn new(con: &mut redis::Connection, name: &str) -> GuardedHandoff {
+        let floor = GuardedHandoff {
+            release: redis::Script::new(GUARDED_HANDOFF_RELEASE),
+            keys: ["", ":fence", ":open", ":queue", ":floor", ":told"]
+                .map(|k| format!("{{{name}}}{k}")),
+        };
+        let _: i64 = floor
+            .release
+            .key(&floor.keys[..])
+            .arg("nobody")
+            .invoke(con)
+            .unwrap();
+        let _: i64 = redis::cmd("ZADD")
+            .arg(&floor.keys[3])
+            .arg(1)
+            .arg("waiter")
+            .query(con)
+            .unwrap();
+        floor
+    }
+
+    /// The floor's holder takes the name (the release checks its value).
+    pub fn hold(&self, con: &mut redis::Connection) {
+        let _: () = redis::cmd("SET")
+            .arg(&self.keys[0])
+            .arg("holder")
+            .query(con)
+            .unwrap();
+    }
+
+    /// The holder's release: the name handed over to the blocked waiter.
+    pub fn release(&self, con: &mut redis::Connection) {
+        let _: i64 = self
+            .release
+            .key(&self.keys[..])
+            .arg("holder")
+            .invoke(con)
+            .unwrap();
+    }
+}
+
+/// The library's waiter's turn in a handoff bench: takes `lock` (blocked
+/// until it is handed over), says when on `woken`, holds until `done`.
+pub fn library_waiter_turn(
+    lock: &redlease::Lock,
+    woken: &crossbeam_channel::Sender<Instant>,
+    done: &crossbeam_channel::Receiver<()>,
+) {
+    let g = lock.acquire().unwrap();
+    woken.send(Instant::now()).unwrap();
+    let _ = done.recv();
+    drop(g);
 }
 
 /// What a floor's waiter sends to block for a handoff of the name
 /// `{name}`: `BLMOVE` from the open list into its own, then the lock's
 /// value. `guarded`: the library's waiter pipeline, raw (woken by
-/// [`GUARDED_HANDOFF_RELEASE`]): the server's clock before and behind the
+/// [`GuardedHandoff`]): the server's clock before and behind the
 /// pop (what dates the grant however long the waiter blocked,
 /// `protocol::popped::waited`), its own list's expiry (a pop whose taker
 /// died must not stay) and the time the grant has left. Only the last
 /// reply is kept.
-pub fn floor_waiter_pipe(name: &str, guarded: bool) -> redis::Pipeline {
+fn floor_waiter_pipe(name: &str, guarded: bool) -> redis::Pipeline {
     let (lock, own) = (format!("{{{name}}}"), format!("{{{name}}}:own"));
     let mut p = redis::pipe();
     if guarded {
