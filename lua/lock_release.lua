@@ -36,8 +36,42 @@
 --          these, one per name in the order given, where a name whose
 --          release raised an error has that error (the others still run)
 
--- One name's release: its keys from KEYS[k], its arguments from ARGV[a].
-local function release(k, a)
+-- One name, released by its holder (not a waiter leaving): the lock's
+-- value and the queue's oldest are read here, before the queue's
+-- definitions are made, and the usual release (nobody queued) is done
+-- with them: a run that returns here never makes them (src/protocol/scripts
+-- compose). Otherwise release() below goes on from what was read, with the
+-- same calls in the same order as without this part.
+local front_v, front_oldest
+if #KEYS == 5 and ARGV[9] ~= 'leave' then
+  front_v = redis.call('GET', KEYS[1])
+  local front_held = held_by(front_v, ARGV[1], ARGV[10])
+  if not front_v or (ARGV[6] ~= 'force' and not front_held) then
+    return 0
+  end
+  -- A grant popped and not claimed leaves the queue first (below), and
+  -- the queue is read after that.
+  if front_held ~= 'popped' then
+    front_oldest = redis.call('ZRANGE', KEYS[3], 0, 4)
+    if #front_oldest == 0 then
+      -- As release() below with nobody queued.
+      local front_lock, front_prefix = KEYS[1], ARGV[4]
+      if ARGV[7] ~= 'keep' then
+        redis.call('DEL', front_lock, front_prefix .. 'open', front_lock .. ':note', KEYS[2])
+      else
+        redis.call('DEL', front_lock, front_prefix .. 'open', front_lock .. ':note')
+      end
+      announce(ARGV[2], ARGV[3], ARGV[8], true)
+      return 1
+    end
+  end
+end
+-- (the rest of the preludes)
+
+-- One name's release: its keys from KEYS[k], its arguments from ARGV[a];
+-- `v`, `oldest`: the lock's value and the queue's oldest, if read already
+-- (nil: not read).
+local function release(k, a, v, oldest)
   local lock, counter, q, qt = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   local token, channel, message, prefix, claim = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local force, keep, queued, leave, fence = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9]
@@ -81,7 +115,9 @@ local function release(k, a)
       end
     end
   end
-  local v = redis.call('GET', lock)
+  -- Read here unless the part in front read it (a holder's release,
+  -- where nothing above has run).
+  v = v or redis.call('GET', lock)
   local ours = v and took and v == 'rl:grant#' .. took
   if leave == 'leave' and v and string.match(v, '^[^#]*') == 'rl:grant'
       and redis.call('EXISTS', q) == 0
@@ -122,7 +158,7 @@ local function release(k, a)
   -- died, or waits for messages) costs at most the claim window (queue.lua).
   -- No clock and no deadlines here: this runs before the next holder's reply.
   -- Read as the oldest five: the hand-over names its watchers from them.
-  local oldest = redis.call('ZRANGE', q, 0, 4)
+  oldest = oldest or redis.call('ZRANGE', q, 0, 4)
   if #oldest > 0 then
     -- The hand-over overwrites the lock key: no DEL first.
     told = hand_on(lock, counter, q, qt, prefix, tonumber(claim), channel, message, oldest)
@@ -144,7 +180,7 @@ local function release(k, a)
   return 1
 end
 if #KEYS == 5 then
-  return release(1, 1)
+  return release(1, 1, front_v, front_oldest)
 end
 -- Each name on its own: one name's error (a foreign value) must not keep
 -- the others from their release, nor hide what happened to them.
