@@ -8,8 +8,9 @@
 --   rw_readers(readers, now) -> readers whose lease has not ended (the
 --     others are reclaimed)
 --   rw_open(writer, readers, counter, q, qt, rq, prefix, claim_ms, channel,
---     message, now) -> whether the write hold was opened to the waiting
---     writers. Call it when the write hold is free, or is the hold a
+--     message, now, oldest) -> whether the write hold was opened to the
+--     waiting writers. `oldest`: the queue's oldest five as the caller
+--     read them just before (ZRANGE q 0 4), or nil to read them here. Call it when the write hold is free, or is the hold a
 --     release ends (the hand-over overwrites it). Unless a reader still
 --     holds, and if a writer is queued (q, qt: queue.lua's queue of the
 --     writers), opens the write hold to them as queue.lua hand_on opens a
@@ -96,9 +97,9 @@ local function rw_name_readers(rq, prefix, channel, message, now)
   end
 end
 
-local function rw_open(writer, readers, counter, q, qt, rq, prefix, claim, channel, message, now)
+local function rw_open(writer, readers, counter, q, qt, rq, prefix, claim, channel, message, now, oldest)
   -- Read as the oldest five: the hand-over names its watchers from them.
-  local oldest = redis.call('ZRANGE', q, 0, 4)
+  oldest = oldest or redis.call('ZRANGE', q, 0, 4)
   if #oldest == 0 or rw_readers(readers, now) > 0 then
     return false
   end

@@ -31,8 +31,13 @@ if tonumber(expiry) <= now then
   return 0
 end
 -- Nothing more unless a writer waits: every call here is on the path of
--- the writer's hand-over.
-if redis.call('EXISTS', KEYS[4]) == 1 and redis.call('EXISTS', KEYS[1]) == 0
+-- the writer's hand-over. With none, the run ends before the writers'
+-- definitions are made (src/protocol/scripts compose).
+if redis.call('EXISTS', KEYS[4]) == 0 then
+  return 1
+end
+-- (the rest of the preludes)
+if redis.call('EXISTS', KEYS[1]) == 0
     and rw_open(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[4], tonumber(ARGV[5]),
       ARGV[2], ARGV[3], now) then
   return 2

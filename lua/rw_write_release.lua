@@ -34,6 +34,28 @@ local function readers_wait()
 end
 local v = redis.call('GET', writer)
 local granted = v and v:sub(1, 9) == 'rl:grant#'
+-- A holder's release (not a writer leaving) reads the writers' queue
+-- here, and with nobody in it ends the hold before the queue's
+-- definitions are made (src/protocol/scripts compose): the same calls in
+-- the same order as below, where rw_open finds the queue empty.
+local front_oldest
+if ARGV[6] ~= 'leave' then
+  local front_held = held_by(v, me, ARGV[7])
+  if not front_held then
+    return 0
+  end
+  if front_held == 'held' then
+    front_oldest = redis.call('ZRANGE', q, 0, 4)
+    if #front_oldest == 0 then
+      redis.call('DEL', writer, counter, prefix .. 'alive')
+      if readers_wait() then
+        publish(ARGV[2], ARGV[3])
+      end
+      return 1
+    end
+  end
+end
+-- (the rest of the preludes)
 if ARGV[6] == 'leave' then
   queue_leave(q, qt, prefix, me, false)
   local took = redis.pcall('LPOP', prefix .. me)
@@ -77,7 +99,7 @@ if held == 'popped' then
 end
 -- A hand-over overwrites the hold (no DEL first: each call here is on the
 -- handoff's path); the hold goes below when there is none.
-if rw_open(writer, readers, counter, q, qt, rq, prefix, claim, ARGV[2], ARGV[3], now) then
+if rw_open(writer, readers, counter, q, qt, rq, prefix, claim, ARGV[2], ARGV[3], now, front_oldest) then
   return 2
 end
 -- The counter goes with the hold: a fresh one starts above it
