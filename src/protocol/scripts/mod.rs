@@ -23,7 +23,7 @@ macro_rules! parts {
     ($($t:ident),*) => {$(
         impl $t<'_> {
             #[doc(hidden)]
-            #[allow(dead_code)] // the checker's: the read-write lock is not modelled yet
+            #[allow(dead_code)] // the checker's, which builds only some scripts' arguments this way
             pub fn parts(&self) -> Vec<Vec<u8>> {
                 self.argv().to_vecs()
             }
