@@ -98,15 +98,19 @@ enum Arm {
     Fenced,
     /// The library's waiter pipeline, raw, woken by [`GuardedHandoff`]'s release.
     Guarded,
+    /// The library's, with the waiter in the holder's own client (threads
+    /// of one process contending).
+    Own,
 }
 
 impl Arm {
-    const ALL: [Arm; 5] = [
+    const ALL: [Arm; 6] = [
         Arm::Library,
         Arm::Write,
         Arm::Plain,
         Arm::Fenced,
         Arm::Guarded,
+        Arm::Own,
     ];
 
     /// Its name in `REDLEASE_HANDOFF_ARMS` and the bench's output.
@@ -117,6 +121,7 @@ impl Arm {
             Arm::Plain => "plain",
             Arm::Fenced => "fenced",
             Arm::Guarded => "guarded",
+            Arm::Own => "own",
         }
     }
 }
@@ -129,6 +134,7 @@ struct Handoffs {
     raw: Rounds,
     fenced: Rounds,
     guarded: Rounds,
+    own: Rounds,
     idle: Vec<Duration>,
 }
 
@@ -154,12 +160,14 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let (ended_tx, ended_rx) = crossbeam_channel::bounded::<()>(1);
     let mut wcon = raw_con(url);
+    let own = holder.lock("bench:handoff");
     let t = std::thread::spawn(move || {
         let lock = waiter.lock("bench:handoff");
         let rw = waiter.rw_lock("bench:handoff:rw");
         while let Ok(arm) = go_rx.recv() {
             match arm {
                 Arm::Library => library_waiter_turn(&lock, &tx, &done_rx),
+                Arm::Own => library_waiter_turn(&own, &tx, &done_rx),
                 Arm::Write => {
                     let g = rw.write().unwrap();
                     tx.send(Instant::now()).unwrap();
@@ -201,7 +209,8 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
         .invoke(&mut idle_con)
         .unwrap();
     let guarded_floor = GuardedHandoff::new(&mut idle_con, "bench:f");
-    let (mut lib, mut write, mut raw, mut fenced, mut guarded, mut idle) = (
+    let (mut lib, mut write, mut raw, mut fenced, mut guarded, mut own, mut idle) = (
+        Rounds::default(),
         Rounds::default(),
         Rounds::default(),
         Rounds::default(),
@@ -230,7 +239,7 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
             // blocks (the library's holder takes the lock): a connection
             // idle since the round began was slower to wake.
             let (g, w) = match arm {
-                Arm::Library => (Some(lock.acquire().unwrap()), None),
+                Arm::Library | Arm::Own => (Some(lock.acquire().unwrap()), None),
                 Arm::Write => (None, Some(rw.write().unwrap())),
                 Arm::Plain => {
                     let _: () = redis::cmd("SET")
@@ -258,7 +267,7 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
             std::thread::sleep(Duration::from_millis(5)); // idle again
             let t0 = Instant::now();
             match arm {
-                Arm::Library => drop(g),
+                Arm::Library | Arm::Own => drop(g),
                 Arm::Write => drop(w),
                 Arm::Plain => {
                     let _: i64 = push.key("bench:raw:list").invoke(&mut idle_con).unwrap();
@@ -289,6 +298,7 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
                 Arm::Plain => &mut raw,
                 Arm::Fenced => &mut fenced,
                 Arm::Guarded => &mut guarded,
+                Arm::Own => &mut own,
             };
             if timed {
                 r.took.push(took);
@@ -299,7 +309,14 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
     }
     drop(go_tx);
     t.join().unwrap();
-    for r in [&mut lib, &mut write, &mut raw, &mut fenced, &mut guarded] {
+    for r in [
+        &mut lib,
+        &mut write,
+        &mut raw,
+        &mut fenced,
+        &mut guarded,
+        &mut own,
+    ] {
         r.took.sort();
         r.server.sort_by(f64::total_cmp);
     }
@@ -310,6 +327,7 @@ fn handoff(url: &str, rounds: usize) -> Handoffs {
         raw,
         fenced,
         guarded,
+        own,
         idle,
     }
 }
@@ -557,6 +575,7 @@ fn main() {
         raw: raw_rounds,
         fenced: fenced_rounds,
         guarded: guarded_rounds,
+        own: own_rounds,
         idle,
     } = handoff(&url, scale(800));
     if arms_picked().is_some() {
@@ -568,6 +587,7 @@ fn main() {
             &raw_rounds,
             &fenced_rounds,
             &guarded_rounds,
+            &own_rounds,
         ];
         for (arm, r) in Arm::ALL.into_iter().zip(rounds) {
             if let Some(p) = p50(r) {
@@ -703,6 +723,14 @@ fn main() {
         vs_floor_p99,
         us(percentile(raw, 0.5)),
         us(percentile(raw, 0.99))
+    );
+    println!(
+        "{:<52} p50 {:.2}x, p99 {:.2}x the handoff to another client's waiter, interleaved ({:.1} us, p99 {:.1} us)",
+        "handoff to a waiter in the holder's own client",
+        us(percentile(&own_rounds.took, 0.5)) / us(percentile(lib, 0.5)),
+        us(percentile(&own_rounds.took, 0.99)) / us(percentile(lib, 0.99)),
+        us(percentile(&own_rounds.took, 0.5)),
+        us(percentile(&own_rounds.took, 0.99)),
     );
     println!(
         "{:<52} p50 {:.2}x, p99 {:.2}x the plain floor, interleaved ({:.1} us over it at p50)",
