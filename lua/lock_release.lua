@@ -42,11 +42,34 @@
 -- with them: a run that returns here never makes them (src/protocol/scripts
 -- compose). Otherwise release() below goes on from what was read, with the
 -- same calls in the same order as without this part.
+
+-- Whether the hold `v` may be released by `token` (forced: by anyone),
+-- and how it holds it (queue.lua held_by).
+local function releasable(v, token, fence, force)
+  local held = held_by(v, token, fence)
+  if not v or (force ~= 'force' and not held) then
+    return false
+  end
+  return true, held
+end
+
+-- A release with nobody queued: the name's keys go, the holder's note
+-- (lock_note.lua) with them, so a name nobody holds or waits for leaves
+-- no key; where every waiter queues (`queued`), nobody waits to be told.
+local function close(lock, counter, prefix, keep, channel, message, queued)
+  if keep ~= 'keep' then
+    redis.call('DEL', lock, prefix .. 'open', lock .. ':note', counter)
+  else
+    redis.call('DEL', lock, prefix .. 'open', lock .. ':note')
+  end
+  announce(channel, message, queued, true)
+end
+
 local front_v, front_oldest
 if #KEYS == 5 and ARGV[9] ~= 'leave' then
   front_v = redis.call('GET', KEYS[1])
-  local front_held = held_by(front_v, ARGV[1], ARGV[10])
-  if not front_v or (ARGV[6] ~= 'force' and not front_held) then
+  local ok, front_held = releasable(front_v, ARGV[1], ARGV[10], ARGV[6])
+  if not ok then
     return 0
   end
   -- A grant popped and not claimed leaves the queue first (below), and
@@ -54,14 +77,7 @@ if #KEYS == 5 and ARGV[9] ~= 'leave' then
   if front_held ~= 'popped' then
     front_oldest = redis.call('ZRANGE', KEYS[3], 0, 4)
     if #front_oldest == 0 then
-      -- As release() below with nobody queued.
-      local front_lock, front_prefix = KEYS[1], ARGV[4]
-      if ARGV[7] ~= 'keep' then
-        redis.call('DEL', front_lock, front_prefix .. 'open', front_lock .. ':note', KEYS[2])
-      else
-        redis.call('DEL', front_lock, front_prefix .. 'open', front_lock .. ':note')
-      end
-      announce(ARGV[2], ARGV[3], ARGV[8], true)
+      close(KEYS[1], KEYS[2], ARGV[4], ARGV[7], ARGV[2], ARGV[3], ARGV[8])
       return 1
     end
   end
@@ -143,8 +159,8 @@ local function release(k, a, v, oldest)
     end
     return 0
   end
-  local held = held_by(v, token, fence)
-  if not v or (force ~= 'force' and not held) then
+  local ok, held = releasable(v, token, fence, force)
+  if not ok then
     return 0
   end
   if held == 'popped' then
@@ -153,31 +169,19 @@ local function release(k, a, v, oldest)
     queue_leave(q, qt, prefix, token, true)
     redis.call('DEL', prefix .. token)
   end
-  local told, opened = true, false
   -- Anyone queued: the blocked among them take it, and one that is not (it
   -- died, or waits for messages) costs at most the claim window (queue.lua).
   -- No clock and no deadlines here: this runs before the next holder's reply.
   -- Read as the oldest five: the hand-over names its watchers from them.
   oldest = oldest or redis.call('ZRANGE', q, 0, 4)
-  if #oldest > 0 then
-    -- The hand-over overwrites the lock key: no DEL first.
-    told = hand_on(lock, counter, q, qt, prefix, tonumber(claim), channel, message, oldest)
-    opened = true
-  else
-    -- The holder's note (lock_note.lua) goes with it: a name nobody holds
-    -- or waits for leaves no key.
-    if keep ~= 'keep' then
-      redis.call('DEL', lock, prefix .. 'open', lock .. ':note', counter)
-    else
-      redis.call('DEL', lock, prefix .. 'open', lock .. ':note')
-    end
-    -- Nobody is queued: where every waiter queues (queued), nobody waits.
+  if #oldest == 0 then
+    close(lock, counter, prefix, keep, channel, message, queued)
+    return 1
   end
+  -- The hand-over overwrites the lock key: no DEL first.
+  local told = hand_on(lock, counter, q, qt, prefix, tonumber(claim), channel, message, oldest)
   announce(channel, message, queued, told)
-  if opened then
-    return 2
-  end
-  return 1
+  return 2
 end
 if #KEYS == 5 then
   return release(1, 1, front_v, front_oldest)

@@ -10,8 +10,9 @@
 --   rw_open(writer, readers, counter, q, qt, rq, prefix, claim_ms, channel,
 --     message, now, oldest) -> whether the write hold was opened to the
 --     waiting writers. `oldest`: the queue's oldest five as the caller
---     read them just before (ZRANGE q 0 4), or nil to read them here. Call it when the write hold is free, or is the hold a
---     release ends (the hand-over overwrites it). Unless a reader still
+--     read them just before (ZRANGE q 0 4), or nil to read them here.
+--     Call it when the write hold is free, or is the hold a release ends
+--     (the hand-over overwrites it). Unless a reader still
 --     holds, and if a writer is queued (q, qt: queue.lua's queue of the
 --     writers), opens the write hold to them as queue.lua hand_on opens a
 --     lock: writers block in BLMOVE from prefix..'open' to their own list

@@ -32,25 +32,34 @@ local now = now_ms()
 local function readers_wait()
   return redis.call('ZCOUNT', rq, '(' .. now, '+inf') > 0
 end
+-- The hold ends with nobody to hand it to. The counter goes with it: a
+-- fresh one starts above it (fence.lua), and a name nobody holds leaves
+-- no key, nor the writers' mark of life (a claim leaves it:
+-- lua/lock_extend.lua). Writers still queued here wait behind a
+-- downgrade's read: new readers probe them again, rather than this
+-- release asking the queue a second time.
+local function close()
+  redis.call('DEL', writer, counter, prefix .. 'alive')
+  if readers_wait() then
+    publish(ARGV[2], ARGV[3])
+  end
+end
 local v = redis.call('GET', writer)
 local granted = v and v:sub(1, 9) == 'rl:grant#'
 -- A holder's release (not a writer leaving) reads the writers' queue
 -- here, and with nobody in it ends the hold before the queue's
 -- definitions are made (src/protocol/scripts compose): the same calls in
 -- the same order as below, where rw_open finds the queue empty.
-local front_oldest
+local front_held, front_oldest
 if ARGV[6] ~= 'leave' then
-  local front_held = held_by(v, me, ARGV[7])
+  front_held = held_by(v, me, ARGV[7])
   if not front_held then
     return 0
   end
   if front_held == 'held' then
     front_oldest = redis.call('ZRANGE', q, 0, 4)
     if #front_oldest == 0 then
-      redis.call('DEL', writer, counter, prefix .. 'alive')
-      if readers_wait() then
-        publish(ARGV[2], ARGV[3])
-      end
+      close()
       return 1
     end
   end
@@ -87,7 +96,8 @@ if ARGV[6] == 'leave' then
     end
   end
 end
-local held = held_by(v, me, ARGV[7])
+-- As the part in front found it, unless a leaving writer's part above ran.
+local held = front_held or held_by(v, me, ARGV[7])
 if not held then
   return 0
 end
@@ -102,13 +112,5 @@ end
 if rw_open(writer, readers, counter, q, qt, rq, prefix, claim, ARGV[2], ARGV[3], now, front_oldest) then
   return 2
 end
--- The counter goes with the hold: a fresh one starts above it
--- (fence.lua), and a name nobody holds leaves no key, nor the writers'
--- mark of life (a claim leaves it: lua/lock_extend.lua). Writers still
--- queued here wait behind a downgrade's read: new readers probe them
--- again, rather than this release asking the queue a second time.
-redis.call('DEL', writer, counter, prefix .. 'alive')
-if readers_wait() then
-  publish(ARGV[2], ARGV[3])
-end
+close()
 return 1
