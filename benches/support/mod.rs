@@ -530,12 +530,8 @@ impl GuardedHandoff {
             keys: ["", ":fence", ":open", ":queue", ":floor", ":told"]
                 .map(|k| format!("{{{name}}}{k}")),
         };
-        let _: i64 = floor
-            .release
-            .key(&floor.keys[..])
-            .arg("nobody")
-            .invoke(con)
-            .unwrap();
+        // Loaded: the first release, by nobody, releases nothing.
+        floor.release_by(con, "nobody");
         let _: i64 = redis::cmd("ZADD")
             .arg(&floor.keys[3])
             .arg(1)
@@ -556,10 +552,14 @@ impl GuardedHandoff {
 
     /// The holder's release: the name handed over to the blocked waiter.
     pub fn release(&self, con: &mut redis::Connection) {
+        self.release_by(con, "holder");
+    }
+
+    fn release_by(&self, con: &mut redis::Connection, owner: &str) {
         let _: i64 = self
             .release
             .key(&self.keys[..])
-            .arg("holder")
+            .arg(owner)
             .invoke(con)
             .unwrap();
     }
