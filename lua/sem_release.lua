@@ -22,6 +22,34 @@
 --          looks at the name again after the claim: lua/sem_watch.lua), 0
 --          the permits had expired or been removed (lost, or, leaving,
 --          never granted)
+-- The member's permits back: returns the server's clock, the permit count
+-- and when the member's permits would have lapsed (nil: it held none).
+local function give_back()
+  local now = now_ms()
+  local n = tonumber(redis.call('GET', KEYS[2])) or tonumber(ARGV[6])
+  local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+  redis.call('ZREM', KEYS[1], ARGV[1])
+  if redis.call('ZCARD', KEYS[1]) == 0 then
+    redis.call('DEL', KEYS[1], KEYS[2])
+  end
+  return now, n, expiry
+end
+
+-- A holder's release with nobody queued, no offer owed and nobody told
+-- by messages (one call for the three): there is nobody to offer to
+-- (sem_grant.lua sem_offer would find the same and return), and the run
+-- ends before the waiters' definitions are made (src/protocol/scripts
+-- compose).
+if ARGV[8] ~= 'leave'
+    and redis.call('EXISTS', ARGV[4] .. 'owed', KEYS[4], ARGV[4] .. 'told') == 0 then
+  local now, _, expiry = give_back()
+  if expiry and tonumber(expiry) > now then
+    return 1
+  end
+  return 0
+end
+-- (the rest of the preludes)
+
 local keys = {KEYS[1], KEYS[2], KEYS[3], KEYS[4]}
 local me, prefix, claim = ARGV[1], ARGV[4], tonumber(ARGV[5])
 local fair = ARGV[7] == '1'
@@ -42,13 +70,7 @@ if leaving then
   end
   redis.call('DEL', prefix .. me)
 end
-local now = now_ms()
-local n = tonumber(redis.call('GET', KEYS[2])) or tonumber(ARGV[6])
-local expiry = redis.call('ZSCORE', KEYS[1], me)
-redis.call('ZREM', KEYS[1], me)
-if redis.call('ZCARD', KEYS[1]) == 0 then
-  redis.call('DEL', KEYS[1], KEYS[2])
-end
+local now, n, expiry = give_back()
 local offered = false
 -- A waiter that left may have been the one first in line.
 if expiry or leaving then
