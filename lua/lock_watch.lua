@@ -22,9 +22,12 @@
 -- Returns  milliseconds until the next look is useful (the lock's
 --          remaining lease, or ARGV[8] after a hand-over made here),
 --          or 0: no more looks (a look at the name alone that found a
---          holder past its first lease, or nobody waiting). Never errors:
---          it runs in pipelined renewal batches. A look at a held lock is
---          two calls.
+--          holder past its first lease, or nobody waiting). Errors only on
+--          data redlease did not write (a fencing counter or fence floor:
+--          REDLEASE_FOREIGN, fence.lua, before writing anything): in a
+--          pipelined renewal batch that reply is this look's alone
+--          (Node::eval_batch), and the look is tried again. A look at a
+--          held lock is two calls.
 local lock, counter, q, qt = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local me, ttl, prefix, claim = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local pttl = redis.call('PTTL', lock)
@@ -76,6 +79,9 @@ end
 if pttl == 0 then
   return 1 -- under a millisecond left
 end
+-- The usual look (a holder alive, or a key nobody's) ends above, before
+-- the hand-over's definitions are made (src/protocol/scripts compose).
+-- (the rest of the preludes)
 -- As in lock_acquire.lua: a hand-over whose claim window passed untaken.
 queue_untaken(q, qt, prefix)
 if me ~= '' then

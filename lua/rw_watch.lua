@@ -22,8 +22,11 @@
 -- Returns  milliseconds until the next look is useful (the write lease's
 --          or the first reader's end, or the claim of a hand-over made
 --          here), or 0: no more looks (a look at the name alone with
---          nothing left to do). Never errors: it runs in pipelined renewal
---          batches. A look at a write-held lock is one call, at a
+--          nothing left to do). Errors only on data redlease did not write
+--          (a fencing counter or fence floor: REDLEASE_FOREIGN, fence.lua,
+--          before writing anything): in a pipelined renewal batch that
+--          reply is this look's alone (Node::eval_batch), and the look is
+--          tried again. A look at a write-held lock is one call, at a
 --          read-held one four (five and the mark while readers wait behind
 --          the writer: it marks the writers alive, and looks again within
 --          five claims).
@@ -67,6 +70,9 @@ if first[2] and me ~= '' then
     return wait
   end
 end
+-- The usual look (a writer alive, or readers holding) ends above, before
+-- the hand-over's definitions are made (src/protocol/scripts compose).
+-- (the rest of the preludes)
 -- A hand-over or a probe nobody took: the writers queued are gone.
 rw_stale(writer, q, qt, prefix)
 if me ~= '' then

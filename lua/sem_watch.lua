@@ -20,7 +20,9 @@
 --          first in a fair line with a request that does not fit: a
 --          claim, each look keeping its place three claims; next behind it:
 --          when that place would lapse), or 0: no more looks (a look at the name alone that found nothing
---          to offer). Never errors: it runs in pipelined renewal batches.
+--          to offer). Errors only on keys redlease did not write (of
+--          another type): in a pipelined renewal batch that reply is this
+--          look's alone (Node::eval_batch), and the look is tried again.
 --          A look at a semaphore whose permits are all held is two calls
 --          (its clock and its permits), three when what is free fits no
 --          blocked waiter.
@@ -50,6 +52,9 @@ if soonest and me ~= '' and spent and tonumber(ARGV[7]) - used <= spent then
   -- until more is free (lua/sem_grant.lua).
   return math.max(1, soonest - now)
 end
+-- The usual look (every permit held) ends above, before the offer's
+-- definitions are made (src/protocol/scripts compose).
+-- (the rest of the preludes)
 sem_purge(keys, prefix)
 local head = fair and redis.call('GET', prefix .. 'head')
 if me ~= '' and head == me then
