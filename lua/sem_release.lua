@@ -35,6 +35,15 @@ local function give_back()
   return now, n, expiry
 end
 
+-- The release's reply: 1 (2 when it offered what it freed) if the
+-- member's permits were still live when they went back, else 0.
+local function released(now, expiry, offered)
+  if expiry and tonumber(expiry) > now then
+    return offered and 2 or 1
+  end
+  return 0
+end
+
 -- A holder's release with nobody queued, no offer owed and nobody told
 -- by messages (one call for the three): there is nobody to offer to
 -- (sem_grant.lua sem_offer would find the same and return), and the run
@@ -43,10 +52,7 @@ end
 if ARGV[8] ~= 'leave'
     and redis.call('EXISTS', ARGV[4] .. 'owed', KEYS[4], ARGV[4] .. 'told') == 0 then
   local now, _, expiry = give_back()
-  if expiry and tonumber(expiry) > now then
-    return 1
-  end
-  return 0
+  return released(now, expiry, false)
 end
 -- (the rest of the preludes)
 
@@ -82,7 +88,4 @@ if leaving and redis.call('EXISTS', KEYS[4]) == 0 then
   -- alive are on it and nowhere else; each leaves it as it ends.)
   redis.call('DEL', prefix .. 'open', prefix .. 'offer', prefix .. 'head', KEYS[3])
 end
-if expiry and tonumber(expiry) > now then
-  return offered and 2 or 1
-end
-return 0
+return released(now, expiry, offered)
