@@ -22,6 +22,7 @@
 --          looks at the name again after the claim: lua/sem_watch.lua), 0
 --          the permits had expired or been removed (lost, or, leaving,
 --          never granted)
+
 -- The member's permits back: returns the server's clock, the permit count
 -- and when the member's permits would have lapsed (nil: it held none).
 local function give_back()
