@@ -37,7 +37,7 @@
 --          release raised an error has that error (the others still run)
 
 -- One name, released by its holder (not a waiter leaving): the lock's
--- value and the queue's oldest are read here, before the queue's
+-- value and the queue's length are read here, before the queue's
 -- definitions are made, and the usual release (nobody queued) is done
 -- with them: a run that returns here never makes them (src/protocol/scripts
 -- compose). Otherwise release() below goes on from what was read, with the
@@ -65,7 +65,7 @@ local function close(lock, counter, prefix, keep, channel, message, queued)
   announce(channel, message, queued, true)
 end
 
-local front_v, front_oldest
+local front_v, front_len
 if #KEYS == 5 and ARGV[9] ~= 'leave' then
   front_v = redis.call('GET', KEYS[1])
   local ok, front_held = releasable(front_v, ARGV[1], ARGV[10], ARGV[6])
@@ -75,8 +75,8 @@ if #KEYS == 5 and ARGV[9] ~= 'leave' then
   -- A grant popped and not claimed leaves the queue first (below), and
   -- the queue is read after that.
   if front_held ~= 'popped' then
-    front_oldest = redis.call('ZRANGE', KEYS[3], 0, 4)
-    if #front_oldest == 0 then
+    front_len = redis.call('ZCARD', KEYS[3])
+    if front_len == 0 then
       close(KEYS[1], KEYS[2], ARGV[4], ARGV[7], ARGV[2], ARGV[3], ARGV[8])
       return 1
     end
@@ -85,9 +85,9 @@ end
 -- (the rest of the preludes)
 
 -- One name's release: its keys from KEYS[k], its arguments from ARGV[a];
--- `v`, `oldest`: the lock's value and the queue's oldest, if read already
--- (nil: not read).
-local function release(k, a, v, oldest)
+-- `v`, `queue_len`: the lock's value and the queue's length, if read
+-- already (nil: not read).
+local function release(k, a, v, queue_len)
   local lock, counter, q, qt = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   local token, channel, message, prefix, claim = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local force, keep, queued, leave, fence = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9]
@@ -172,19 +172,20 @@ local function release(k, a, v, oldest)
   -- Anyone queued: the blocked among them take it, and one that is not (it
   -- died, or waits for messages) costs at most the claim window (queue.lua).
   -- No clock and no deadlines here: this runs before the next holder's reply.
-  -- Read as the oldest five: the hand-over names its watchers from them.
-  oldest = oldest or redis.call('ZRANGE', q, 0, 4)
-  if #oldest == 0 then
+  -- Counted: the hand-over reads the queue's members only to name
+  -- watchers, which one waiter does not need (queue.lua).
+  queue_len = queue_len or redis.call('ZCARD', q)
+  if queue_len == 0 then
     close(lock, counter, prefix, keep, channel, message, queued)
     return 1
   end
   -- The hand-over overwrites the lock key: no DEL first.
-  local told = hand_on(lock, counter, q, qt, prefix, tonumber(claim), channel, message, oldest)
+  local told = hand_on(lock, counter, q, qt, prefix, tonumber(claim), channel, message, queue_len)
   announce(channel, message, queued, told)
   return 2
 end
 if #KEYS == 5 then
-  return release(1, 1, front_v, front_oldest)
+  return release(1, 1, front_v, front_len)
 end
 -- Each name on its own: one name's error (a foreign value) must not keep
 -- the others from their release, nor hide what happened to them.

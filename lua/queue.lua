@@ -17,8 +17,8 @@
 --   queue_head(q, qt) -> the oldest live waiter's token (or nil); drops
 --     the lapsed ones on the way
 --   hand_on(lock, counter, q, qt, prefix, claim_ms, channel, message,
---     oldest) -> told
---     (oldest: the queue's first five as the caller read them, or nil)
+--     queue_len) -> told
+--     (queue_len: the queue's length as the caller read it (ZCARD), or nil)
 --     Opens the name to its waiters for claim_ms: the lock holds
 --     "rl:grant#<fence>" (a fence drawn now) and the open list
 --     prefix..'open' holds that fence. Blocking waiters are blocked in
@@ -49,10 +49,11 @@
 --     nil (the push refused): where a hand-over's fence goes (see
 --     hand_on); has_turns: whether prefix..'turns' exists, or nil to read
 --     it
---   name_hand_on_watchers(q, prefix, channel, message): names the
+--   name_hand_on_watchers(q, prefix, channel, message, queue_len): names the
 --     watchers of a hand-over (see hand_on), unless watchers were named
 --     in the last 50 ms: by the hand-over, or by a waiter that queued
---     while it waited on the open list (lock_acquire.lua)
+--     while it waited on the open list (lock_acquire.lua). queue_len: the
+--     queue's length as read before (it only shrinks meanwhile), or nil
 --   queue_untaken(q, qt, prefix): the name fell free with a hand-over's
 --     claim window passed untaken: a head it was kept for is dropped (it
 --     died, froze or lost its message); found on the open list, the
@@ -163,9 +164,9 @@ end
 -- joined later may have blocked first), so the head is named too; any
 -- live one of them opens a grant its taker leaves unclaimed, and the next
 -- hand-over names its own.
-local function hand_on_watchers(q, prefix, oldest)
+local function hand_on_watchers(q, prefix)
   local found = {}
-  oldest = oldest or redis.call('ZRANGE', q, 0, 4)
+  local oldest = redis.call('ZRANGE', q, 0, 4)
   if #oldest < 2 then
     -- One waiter: the taker (publish.lua name_watchers_spaced).
     return found
@@ -245,13 +246,20 @@ end
 
 -- Spaced 50 ms apart (publish.lua name_watchers_spaced): by the hand-over,
 -- or by a waiter that queued while it waited on the open list.
-local function name_hand_on_watchers(q, prefix, channel, message, oldest)
+local function name_hand_on_watchers(q, prefix, channel, message, queue_len)
+  if queue_len and queue_len < 2 then
+    -- One waiter, the taker, names nobody (publish.lua
+    -- name_watchers_spaced): the usual handoff neither reads the queue's
+    -- members nor builds the tables to find that out. A ZRANGE in the
+    -- release was its costliest call on a server that idled before it.
+    return
+  end
   name_watchers_spaced(prefix .. 'named', channel, message, function()
-    return hand_on_watchers(q, prefix, oldest)
+    return hand_on_watchers(q, prefix)
   end)
 end
 
-local function hand_on(lock, counter, q, qt, prefix, claim, channel, message, oldest)
+local function hand_on(lock, counter, q, qt, prefix, claim, channel, message, queue_len)
   -- Times go to the server as text, formatted once: a Lua number handed to
   -- redis.call is printed with %.17g, about 1.2K instructions each (five of
   -- them were 5 % of a release's server work, callgrind).
@@ -278,8 +286,9 @@ local function hand_on(lock, counter, q, qt, prefix, claim, channel, message, ol
     return false
   end
   -- A head looked for (queue_head, with turns) may have dropped lapsed
-  -- waiters from the queue read before.
-  name_hand_on_watchers(q, prefix, channel, message, not has_turns and oldest or nil)
+  -- waiters from the queue counted before: the count only overstates it,
+  -- and two or more read the queue itself.
+  name_hand_on_watchers(q, prefix, channel, message, queue_len)
   -- Nobody waits for messages: no told list (with turns alone listed,
   -- only the turns are).
   return where ~= 'kept' and (listed == 0 or (listed == 1 and has_turns))

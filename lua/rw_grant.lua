@@ -8,9 +8,9 @@
 --   rw_readers(readers, now) -> readers whose lease has not ended (the
 --     others are reclaimed)
 --   rw_open(writer, readers, counter, q, qt, rq, prefix, claim_ms, channel,
---     message, now, oldest) -> whether the write hold was opened to the
---     waiting writers. `oldest`: the queue's oldest five as the caller
---     read them just before (ZRANGE q 0 4), or nil to read them here.
+--     message, now, queue_len) -> whether the write hold was opened to the
+--     waiting writers. `queue_len`: the queue's length as the caller read
+--     it just before (ZCARD q), or nil to read it here.
 --     Call it when the write hold is free, or is the hold a release ends
 --     (the hand-over overwrites it). Unless a reader still
 --     holds, and if a writer is queued (q, qt: queue.lua's queue of the
@@ -98,15 +98,14 @@ local function rw_name_readers(rq, prefix, channel, message, now)
   end
 end
 
-local function rw_open(writer, readers, counter, q, qt, rq, prefix, claim, channel, message, now, oldest)
-  -- Read as the oldest five: the hand-over names its watchers from them.
-  oldest = oldest or redis.call('ZRANGE', q, 0, 4)
-  if #oldest == 0 or rw_readers(readers, now) > 0 then
+local function rw_open(writer, readers, counter, q, qt, rq, prefix, claim, channel, message, now, queue_len)
+  queue_len = queue_len or redis.call('ZCARD', q)
+  if queue_len == 0 or rw_readers(readers, now) > 0 then
     return false
   end
   -- A probe left on the list is moot: the hand-over answers it.
   redis.call('DEL', prefix .. 'open', prefix .. 'probe')
-  local told = hand_on(writer, counter, q, qt, prefix, claim, channel, message, oldest)
+  local told = hand_on(writer, counter, q, qt, prefix, claim, channel, message, queue_len)
   rw_name_readers(rq, prefix, channel, message, now)
   announce(channel, message, 'queued', told)
   return true

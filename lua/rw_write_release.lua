@@ -50,15 +50,15 @@ local granted = v and v:sub(1, 9) == 'rl:grant#'
 -- here, and with nobody in it ends the hold before the queue's
 -- definitions are made (src/protocol/scripts compose): the same calls in
 -- the same order as below, where rw_open finds the queue empty.
-local front_held, front_oldest
+local front_held, front_len
 if ARGV[6] ~= 'leave' then
   front_held = held_by(v, me, ARGV[7])
   if not front_held then
     return 0
   end
   if front_held == 'held' then
-    front_oldest = redis.call('ZRANGE', q, 0, 4)
-    if #front_oldest == 0 then
+    front_len = redis.call('ZCARD', q)
+    if front_len == 0 then
       close()
       return 1
     end
@@ -109,7 +109,7 @@ if held == 'popped' then
 end
 -- A hand-over overwrites the hold (no DEL first: each call here is on the
 -- handoff's path); the hold goes below when there is none.
-if rw_open(writer, readers, counter, q, qt, rq, prefix, claim, ARGV[2], ARGV[3], now, front_oldest) then
+if rw_open(writer, readers, counter, q, qt, rq, prefix, claim, ARGV[2], ARGV[3], now, front_len) then
   return 2
 end
 close()

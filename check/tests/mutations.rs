@@ -513,7 +513,7 @@ fn a_grant_that_passes_over_the_queue_is_reported() {
     let files = [
         (
             release,
-            mutated(release, "if #oldest == 0 then", "if true then"),
+            mutated(release, "if queue_len == 0 then", "if true then"),
         ),
         (
             acquire,
