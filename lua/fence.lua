@@ -9,7 +9,7 @@
 --          one key per server (16384 on Cluster)
 -- ARGV     none of its own
 -- Returns  nothing; defines
---   next_fence(counter, ttl_ms) -> fence
+--   next_fence(counter, ttl_ms) -> fence, its text
 --     The counter plus one while it exists; once it has lapsed (nobody held
 --     or waited for the name for a while), the server's clock in
 --     microseconds, or one more than the floor if the clock is behind it
@@ -18,7 +18,9 @@
 --     many draws of a busy name rather than at every draw, and every fence
 --     ever drawn on this server stays at or below it: fences on a name only
 --     ever grow, whatever the server's clock does. The counter then lives
---     ttl_ms more.
+--     ttl_ms more. The text is the fence written in full (as
+--     holder_value writes it): the holder's value and the open list take
+--     it as it was formatted for the counter, not formatted again.
 --     Raises REDLEASE_FOREIGN, before writing anything, when the counter
 --     or the floor is not a positive integer below 2^53.
 --   next_fences(counters, ttls_ms) -> {fence, ...}
@@ -124,11 +126,12 @@ end
 local function next_fence(counter, ttl)
   local low = floor_value()
   local f = drawn(redis.call('GET', counter), low)
-  redis.call('SET', counter, string.format('%d', f), 'PX', ttl)
+  local text = string.format('%d', f)
+  redis.call('SET', counter, text, 'PX', ttl)
   if f > low then
     redis.call('SET', fence_floor, reserved(f))
   end
-  return f
+  return f, text
 end
 
 -- "<token>#<fence>", with the fence written in full (Lua would print a

@@ -63,8 +63,8 @@ local holder = redis.call('GET', lock)
 -- definitions are made (src/protocol/scripts compose).
 local busy = holder or redis.call('EXISTS', open, q) > 0
 if not busy then
-  local fence = next_fence(counter, lease)
-  redis.call('SET', lock, holder_value(me, fence), 'PX', lease)
+  local fence, text = next_fence(counter, lease)
+  redis.call('SET', lock, me .. '#' .. text, 'PX', lease)
   return fence
 end
 -- (the rest of the preludes)
@@ -109,8 +109,8 @@ end
 queue_untaken(q, qt, prefix)
 local head = queue_head(q, qt)
 if head == nil or head == me then
-  local fence = next_fence(counter, lease)
-  redis.call('SET', lock, holder_value(me, fence), 'PX', lease)
+  local fence, text = next_fence(counter, lease)
+  redis.call('SET', lock, me .. '#' .. text, 'PX', lease)
   if head then
     queue_leave(q, qt, prefix, me, blocks)
   end

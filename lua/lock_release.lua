@@ -40,8 +40,10 @@
 -- value and the queue's length are read here, before the queue's
 -- definitions are made, and the usual release (nobody queued) is done
 -- with them: a run that returns here never makes them (src/protocol/scripts
--- compose). Otherwise release() below goes on from what was read, with the
--- same calls in the same order as without this part.
+-- compose). With somebody queued, the hand-over follows the next split
+-- line, before release() is made; a popped grant's release goes on in
+-- release() from the value read. Each makes the same calls in the same
+-- order as release() alone would.
 
 -- Whether the hold `v` may be released by `token` (forced: by anyone),
 -- and how it holds it (queue.lua held_by).
@@ -84,10 +86,20 @@ if #KEYS == 5 and ARGV[9] ~= 'leave' then
 end
 -- (the rest of the preludes)
 
+-- The same release with somebody queued: what release() below ends with,
+-- without making it, nor checking the owner again (each function made or
+-- called costs about a microsecond on a server that idled before the
+-- release, which is when a waiter is blocked for it).
+if front_len then
+  local told = hand_on(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], tonumber(ARGV[5]), ARGV[2], ARGV[3], front_len)
+  announce(ARGV[2], ARGV[3], ARGV[8], told)
+  return 2
+end
+-- (the rest of the preludes)
+
 -- One name's release: its keys from KEYS[k], its arguments from ARGV[a];
--- `v`, `queue_len`: the lock's value and the queue's length, if read
--- already (nil: not read).
-local function release(k, a, v, queue_len)
+-- `v`: the lock's value, if read already (nil: not read).
+local function release(k, a, v)
   local lock, counter, q, qt = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
   local token, channel, message, prefix, claim = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   local force, keep, queued, leave, fence = ARGV[a + 5], ARGV[a + 6], ARGV[a + 7], ARGV[a + 8], ARGV[a + 9]
@@ -174,7 +186,7 @@ local function release(k, a, v, queue_len)
   -- No clock and no deadlines here: this runs before the next holder's reply.
   -- Counted: the hand-over reads the queue's members only to name
   -- watchers, which one waiter does not need (queue.lua).
-  queue_len = queue_len or redis.call('ZCARD', q)
+  local queue_len = redis.call('ZCARD', q)
   if queue_len == 0 then
     close(lock, counter, prefix, keep, channel, message, queued)
     return 1
@@ -185,7 +197,7 @@ local function release(k, a, v, queue_len)
   return 2
 end
 if #KEYS == 5 then
-  return release(1, 1, front_v, front_len)
+  return release(1, 1, front_v)
 end
 -- Each name on its own: one name's error (a foreign value) must not keep
 -- the others from their release, nor hide what happened to them.

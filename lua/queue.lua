@@ -49,11 +49,11 @@
 --     nil (the push refused): where a hand-over's fence goes (see
 --     hand_on); has_turns: whether prefix..'turns' exists, or nil to read
 --     it
---   name_hand_on_watchers(q, prefix, channel, message, queue_len): names the
+--   name_hand_on_watchers(q, prefix, channel, message): names the
 --     watchers of a hand-over (see hand_on), unless watchers were named
---     in the last 50 ms: by the hand-over, or by a waiter that queued
---     while it waited on the open list (lock_acquire.lua). queue_len: the
---     queue's length as read before (it only shrinks meanwhile), or nil
+--     in the last 50 ms: by the hand-over (with two waiters or more
+--     queued, as hand_on's queue_len says), or by a waiter that queued
+--     while it waited on the open list (lock_acquire.lua)
 --   queue_untaken(q, qt, prefix): the name fell free with a hand-over's
 --     claim window passed untaken: a head it was kept for is dropped (it
 --     died, froze or lost its message); found on the open list, the
@@ -246,14 +246,7 @@ end
 
 -- Spaced 50 ms apart (publish.lua name_watchers_spaced): by the hand-over,
 -- or by a waiter that queued while it waited on the open list.
-local function name_hand_on_watchers(q, prefix, channel, message, queue_len)
-  if queue_len and queue_len < 2 then
-    -- One waiter, the taker, names nobody (publish.lua
-    -- name_watchers_spaced): the usual handoff neither reads the queue's
-    -- members nor builds the tables to find that out. A ZRANGE in the
-    -- release was its costliest call on a server that idled before it.
-    return
-  end
+local function name_hand_on_watchers(q, prefix, channel, message)
   name_watchers_spaced(prefix .. 'named', channel, message, function()
     return hand_on_watchers(q, prefix)
   end)
@@ -264,13 +257,13 @@ local function hand_on(lock, counter, q, qt, prefix, claim, channel, message, qu
   -- redis.call is printed with %.17g, about 1.2K instructions each (five of
   -- them were 5 % of a release's server work, callgrind).
   local window, twice = string.format('%d', claim), string.format('%d', claim * 2)
-  local fence = next_fence(counter, window)
+  local _, fence = next_fence(counter, window)
   -- The queue lapses with the grant unless a waiter takes it (its script
   -- gives the queue back its life): a name whose waiters all died leaves
   -- no key behind.
   redis.call('PEXPIRE', q, twice)
   redis.call('PEXPIRE', qt, twice)
-  redis.call('SET', lock, holder_value('rl:grant', fence), 'PX', window)
+  redis.call('SET', lock, 'rl:grant#' .. fence, 'PX', window)
   -- Who waits for messages, and whether any keeps a turn, in one call
   -- (each call here costs the handoff several microseconds on a server
   -- that was idle): a fair waiter with a turn is listed in both,
@@ -281,14 +274,20 @@ local function hand_on(lock, counter, q, qt, prefix, claim, channel, message, qu
   if listed == 1 then
     has_turns = redis.call('EXISTS', prefix .. 'turns') == 1
   end
-  local where = offer(q, qt, prefix, string.format('%d', fence), twice, has_turns)
+  local where = offer(q, qt, prefix, fence, twice, has_turns)
   if where == nil then
     return false
   end
-  -- A head looked for (queue_head, with turns) may have dropped lapsed
-  -- waiters from the queue counted before: the count only overstates it,
-  -- and two or more read the queue itself.
-  name_hand_on_watchers(q, prefix, channel, message, queue_len)
+  -- One waiter, the taker, names nobody (publish.lua
+  -- name_watchers_spaced): the usual handoff neither reads the queue's
+  -- members nor builds the tables to find that out (a ZRANGE in the
+  -- release was its costliest call on a server that idled before it),
+  -- nor makes the call. A head looked for (queue_head, with turns) may
+  -- have dropped lapsed waiters from the queue counted before: the count
+  -- only overstates it, and two or more read the queue itself.
+  if not queue_len or queue_len >= 2 then
+    name_hand_on_watchers(q, prefix, channel, message)
+  end
   -- Nobody waits for messages: no told list (with turns alone listed,
   -- only the turns are).
   return where ~= 'kept' and (listed == 0 or (listed == 1 and has_turns))

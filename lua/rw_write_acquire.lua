@@ -62,8 +62,8 @@ end
 -- the queue's head), nor is the clock needed; and it is served before the
 -- definitions only they call are made (src/protocol/scripts compose).
 if not holder and redis.call('EXISTS', readers, q, open) == 0 then
-  local fence = next_fence(counter, lease)
-  redis.call('SET', writer, holder_value(me, fence), 'PX', lease)
+  local fence, text = next_fence(counter, lease)
+  redis.call('SET', writer, me .. '#' .. text, 'PX', lease)
   return fence
 end
 -- (the rest of the preludes)
@@ -121,8 +121,8 @@ if held > 0 then
 end
 local head = queue_head(q, qt)
 if head == nil or head == me then
-  local fence = next_fence(counter, lease)
-  redis.call('SET', writer, holder_value(me, fence), 'PX', lease)
+  local fence, text = next_fence(counter, lease)
+  redis.call('SET', writer, me .. '#' .. text, 'PX', lease)
   if head then
     queue_leave(q, qt, prefix, me, blocks)
     if redis.call('EXISTS', q) == 0 then

@@ -163,8 +163,8 @@ fn a_lease_without_its_expiry_is_reported() {
         "lock_acquire.lua",
         mutated(
             "lock_acquire.lua",
-            "redis.call('SET', lock, holder_value(me, fence), 'PX', lease)",
-            "redis.call('SET', lock, holder_value(me, fence))",
+            "redis.call('SET', lock, me .. '#' .. text, 'PX', lease)",
+            "redis.call('SET', lock, me .. '#' .. text)",
         ),
     )];
     let v = violation(&two_waiters(), &files).expect("reported");
@@ -513,7 +513,10 @@ fn a_grant_that_passes_over_the_queue_is_reported() {
     let files = [
         (
             release,
-            mutated(release, "if queue_len == 0 then", "if true then"),
+            // Both where a holder's release looks (in front) and where
+            // the rest of them do.
+            mutated(release, "if front_len == 0 then", "if true then")
+                .replace("if queue_len == 0 then", "if true then"),
         ),
         (
             acquire,

@@ -139,8 +139,9 @@ fn uses(body: &str) -> impl Iterator<Item = &str> {
         .filter(|n| !n.is_empty())
 }
 
-/// The line that splits a script's body in two (see [`compose`]): the
-/// definitions only the part after it calls are made there, not in front.
+/// A line that splits a script's body (see [`compose`]): the definitions
+/// only the part after it calls are made there, not in front. A body may
+/// have several: each part gets what it calls and no part before it did.
 const REST_OF_PRELUDES: &str = "-- (the rest of the preludes)";
 
 /// `body` with the preludes it uses in front (made once per script, and
@@ -157,31 +158,32 @@ const REST_OF_PRELUDES: &str = "-- (the rest of the preludes)";
 /// a lock's 22, 2 of a writer's 25, 1 of a permit's 14) never makes them
 /// (1.1 us of the server's 11 us per acquisition, session 59; 1.5 us of
 /// 6.4 per release, session 60; 0.7-1.4 us of 3.3-4.9 per look, session
-/// 61).
-/// Definitions keep their preludes' order in each group, and the first
-/// group holds every definition its members call, so nothing in front
-/// calls one made later.
+/// 61). With more such lines, each part after one gets what it calls
+/// that no part before it had: the lock's release hands over to its
+/// queue in a part of its own, before `release()` and what only that
+/// calls are made.
+/// Definitions keep their preludes' order in each group, and each group
+/// holds every definition its members call that no earlier group made,
+/// so nothing calls one made later.
 fn compose(body: &'static str) -> &'static str {
     let defs: Vec<(&str, String)> = uses(body)
         .filter_map(|name| PRELUDES.iter().find(|(n, _)| *n == name))
         .flat_map(|(_, text)| definitions(text))
         .collect();
-    let (first, rest) = match body.split_once(&format!("\n{REST_OF_PRELUDES}\n")) {
-        Some((first, rest)) => (compact(first), compact(rest)),
-        None => (compact(body), String::new()),
-    };
-    let early = called(&defs, &first, &vec![false; defs.len()]);
-    let late: Vec<bool> = called(&defs, &rest, &early)
-        .iter()
-        .zip(&early)
-        .map(|(&kept, &made)| kept && !made)
-        .collect();
+    let mut made = vec![false; defs.len()];
     let mut code = String::new();
-    for (group, part) in [(&early, &first), (&late, &rest)] {
-        for ((_, text), _) in defs.iter().zip(group).filter(|(_, &made)| made) {
+    for part in body.split(&format!("\n{REST_OF_PRELUDES}\n")).map(compact) {
+        let now = called(&defs, &part, &made);
+        for (((_, text), _), _) in defs
+            .iter()
+            .zip(&now)
+            .zip(&made)
+            .filter(|((_, &needed), &before)| needed && !before)
+        {
             code.push_str(text);
         }
-        code.push_str(part);
+        code.push_str(&part);
+        made = now;
     }
     Box::leak(code.into_boxed_str())
 }
@@ -711,11 +713,11 @@ mod tests {
         // A script, the line of its usual case, what is defined in front
         // of it and what only after.
         type Side<'a> = (&'a Lazy<Lua>, &'a str, &'a [&'a str], &'a [&'a str]);
-        let sides: [Side; 8] = [
+        let sides: [Side; 9] = [
             (
                 &LOCK_ACQUIRE,
                 "if not busy then",
-                &["next_fence", "holder_value", "took_from_open", "now_us"],
+                &["next_fence", "took_from_open", "now_us"],
                 &[
                     "queue_join",
                     "queue_take_open",
@@ -729,6 +731,14 @@ mod tests {
                 "if #KEYS == 5 and ARGV[9] ~= 'leave' then",
                 &["held_by", "announce", "publish"],
                 &["hand_on", "queue_leave", "offer", "next_fence", "now_us"],
+            ),
+            // Its hand-over, in a part of its own: release() and what only
+            // it calls come after.
+            (
+                &LOCK_RELEASE,
+                "if front_len then",
+                &["hand_on", "offer", "next_fence", "now_us"],
+                &["queue_leave", "release"],
             ),
             (
                 &RW_READ_RELEASE,
@@ -781,7 +791,8 @@ mod tests {
             }
         }
         for (path, body) in lua_files() {
-            let Some((first, _)) = body.split_once(&format!("\n{REST_OF_PRELUDES}\n")) else {
+            // Every part but the last has definitions made after it.
+            let Some((first, _)) = body.rsplit_once(&format!("\n{REST_OF_PRELUDES}\n")) else {
                 continue;
             };
             let defs: Vec<(&str, String)> = uses(&body)
